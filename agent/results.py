@@ -1,0 +1,84 @@
+"""The results tree: atomic writes, resume, reading back.
+
+Layout (see ARCHITECTURE.md): results/<sweep>/<host>/<cell_id>/{cell.toml, server.log, launch.txt, cNNN-rK.toml}.
+cell.toml is written last; its presence means the cell is finished.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any, Iterator
+
+import tomli_w
+
+CELL_FILE = "cell.toml"
+SCHEMA = 1
+
+
+def run_name(concurrency: int, repeat: int) -> str:
+    return f"c{concurrency:03d}-r{repeat}.toml"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same folder + rename: readers never see a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_toml(path: Path, data: dict[str, Any]) -> None:
+    atomic_write_bytes(path, tomli_w.dumps(_drop_none(data)).encode())
+
+
+def _drop_none(value: Any) -> Any:
+    """TOML has no null: leave None out."""
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value if v is not None]
+    return value
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def cell_dir(root: Path, sweep: str, host: str, cell_id: str) -> Path:
+    return Path(root) / sweep / host / cell_id
+
+
+def is_finished(root: Path, sweep: str, host: str, cell_id: str) -> bool:
+    return (cell_dir(root, sweep, host, cell_id) / CELL_FILE).is_file()
+
+
+def iter_cell_dirs(root: Path) -> Iterator[Path]:
+    """Finished cells under root, which may be the results root, one sweep, or one host folder."""
+    root = Path(root)
+    for cell_file in sorted(root.rglob(CELL_FILE)):
+        yield cell_file.parent
+
+
+def load_cell(cell_path: Path) -> dict[str, Any]:
+    """cell.toml plus 'runs' (its measurements, sorted by concurrency then repeat) and 'dir'."""
+    cell = read_toml(cell_path / CELL_FILE)
+    runs = [read_toml(p) for p in sorted(cell_path.glob("c[0-9][0-9][0-9]-r*.toml"))]
+    runs.sort(key=lambda r: (r.get("concurrency", 0), r.get("repeat", 0)))
+    cell["runs"] = runs
+    cell["dir"] = str(cell_path)
+    return cell
+
+
+def load_cells(root: Path) -> list[dict[str, Any]]:
+    return [load_cell(p) for p in iter_cell_dirs(root)]
