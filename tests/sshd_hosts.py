@@ -1,0 +1,161 @@
+"""Real OpenSSH servers as test hosts on loopback addresses (127.0.0.11, 127.0.0.12, ...).
+
+Each host has its own host key, accepts one client key, and gets its own working directory through the inventory
+variable `spark_workdir`, so hosts that share this filesystem never collide. Every sshd is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+SSHD = "/usr/sbin/sshd"
+SSH_PORT = 2222
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class SshHost:
+    name: str
+    address: str
+    port: int
+    workdir: Path
+    pid: int = 0
+
+
+@dataclass
+class SshFleet:
+    root: Path
+    client_key: Path
+    known_hosts: Path
+    hosts: list[SshHost] = field(default_factory=list)
+    inventory: Path | None = None
+
+    def host(self, name: str) -> SshHost:
+        return next(h for h in self.hosts if h.name == name)
+
+    def ssh(self, name: str, command: str) -> subprocess.CompletedProcess:
+        """Run a shell command on a test host over real SSH."""
+        h = self.host(name)
+        return subprocess.run(
+            ["ssh", "-i", str(self.client_key), "-p", str(h.port), "-o", f"UserKnownHostsFile={self.known_hosts}",
+             "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", f"root@{h.address}", command],
+            capture_output=True, text=True, timeout=60)
+
+
+def _keygen(path: Path, kind: str = "ed25519") -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(path)], check=True)
+
+
+def _wait_port(address: str, port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"sshd on {address}:{port} did not come up")
+
+
+def _sshd_config(root: Path, host: SshHost, authorized: Path) -> Path:
+    config = root / f"sshd_{host.name}.conf"
+    config.write_text("\n".join([
+        f"ListenAddress {host.address}:{host.port}",
+        f"HostKey {root / f'hostkey_{host.name}'}",
+        f"PidFile {root / f'sshd_{host.name}.pid'}",
+        f"AuthorizedKeysFile {authorized}",
+        "PermitRootLogin prohibit-password",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "UsePAM no",
+        "StrictModes no",
+        "MaxSessions 50",
+        "MaxStartups 50:30:100",
+        "Subsystem sftp /usr/lib/openssh/sftp-server",
+        "LogLevel ERROR",
+        "",
+    ]))
+    return config
+
+
+def inventory_for(fleet: SshFleet, extra_host_vars: dict | None = None) -> dict:
+    """An Ansible inventory (as a dict) for the fleet: real SSH, per-host work dirs, simulated GB10s."""
+    hosts = {}
+    for h in fleet.hosts:
+        hosts[h.name] = {
+            "ansible_host": h.address,
+            "ansible_port": h.port,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(fleet.client_key),
+            "ansible_ssh_common_args": f"-o UserKnownHostsFile={fleet.known_hosts} -o StrictHostKeyChecking=yes",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "spark_workdir": str(h.workdir),
+            "spark_bind_host": h.address,
+            **(extra_host_vars or {}),
+        }
+    return {"all": {"children": {"sparks": {"hosts": hosts}}}}
+
+
+def start_fleet(root: Path, count: int = 2) -> SshFleet:
+    if not os.path.exists(SSHD):
+        raise RuntimeError("openssh-server is not installed (run .ci/run or apt-get install openssh-server)")
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd refuses to start without its privsep dir
+    root.mkdir(parents=True, exist_ok=True)
+    client_key = root / "client_key"
+    _keygen(client_key)
+    authorized = root / "authorized_keys"
+    shutil.copy(f"{client_key}.pub", authorized)
+    fleet = SshFleet(root=root, client_key=client_key, known_hosts=root / "known_hosts")
+    known = []
+    names = "abcdefgh"
+    try:
+        for i in range(count):
+            host = SshHost(name=f"spark-{names[i]}", address=f"127.0.0.{11 + i}", port=SSH_PORT,
+                           workdir=root / "hosts" / f"spark-{names[i]}")
+            host.workdir.mkdir(parents=True, exist_ok=True)
+            _keygen(root / f"hostkey_{host.name}")
+            pub = (root / f"hostkey_{host.name}.pub").read_text().split()
+            known.append(f"[{host.address}]:{host.port} {pub[0]} {pub[1]}")
+            config = _sshd_config(root, host, authorized)
+            proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(root / f"sshd_{host.name}.log")])
+            host.pid = proc.pid
+            fleet.hosts.append(host)
+        fleet.known_hosts.write_text("\n".join(known) + "\n")
+        for host in fleet.hosts:
+            _wait_port(host.address, host.port)
+        fleet.inventory = root / "inventory.yml"
+        fleet.inventory.write_text(yaml.safe_dump(inventory_for(fleet), sort_keys=False))
+    except BaseException:
+        stop_fleet(fleet)
+        raise
+    return fleet
+
+
+def stop_fleet(fleet: SshFleet) -> None:
+    for host in fleet.hosts:
+        if host.pid:
+            try:
+                os.kill(host.pid, signal.SIGTERM)
+                os.waitpid(host.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            host.pid = 0
+
+
+if __name__ == "__main__":  # manual use: python tests/sshd_hosts.py DIR — starts hosts until Ctrl-C
+    f = start_fleet(Path(sys.argv[1]).resolve(), int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+    print(f.inventory)
+    try:
+        signal.pause()
+    finally:
+        stop_fleet(f)
