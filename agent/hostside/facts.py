@@ -1,0 +1,271 @@
+"""Host facts: what GPU, driver, memory, disk, container runtime and Python a host has.
+
+Runs ON the host (standard library only) and on the controller. The result is the [facts] table of
+a cell (ARCHITECTURE.md) and its `fingerprint` identifies the host's stable setup.
+`python3 -m agent.hostside.facts [--simulate-gpu gb10] [--cache-dir DIR]` prints the facts as JSON.
+
+Which architecture a GPU is (gb10, h200, ...) comes from agent/rules/gpus.toml; the rules are
+passed in (`gpu_rules`) because a host may not have the controller's files. When the rules are
+not at hand, `arch`/`sm` stay "" and the controller classifies with its own copy.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+try:  # Python 3.11+; older hosts get their rules from the controller
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - exercised only on Python < 3.11
+    tomllib = None
+
+DEFAULT_CACHE_DIR = "~/.cache/huggingface"
+DEFAULT_GPU_RULES = Path(__file__).resolve().parent.parent / "rules" / "gpus.toml"
+# The facts that identify a host's setup; free disk and available memory change by the minute.
+STABLE_KEYS = ("gpu_name", "compute_capability", "driver", "cuda", "mem_total_gib",
+               "python", "docker", "nvidia_runtime", "simulated")
+QUERY_GPU = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version,memory.total",
+             "--format=csv,noheader,nounits"]
+COMMAND_TIMEOUT_S = 20
+
+
+# --- running commands --------------------------------------------------------------------------
+
+def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str]:
+    """(exit code, stdout) of a command; 127 when it is missing, 124 when it hangs."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        return 127, ""
+    except subprocess.TimeoutExpired:
+        return 124, ""
+    except OSError as exc:
+        return 126, str(exc)
+    return done.returncode, done.stdout
+
+
+# --- parsing (pure: tested against captured real output) ----------------------------------------
+
+def parse_query_gpu(text: str) -> list[dict]:
+    """Rows of `nvidia-smi --query-gpu=name,compute_cap,driver_version[,memory.total] --format=csv,noheader`."""
+    gpus = []
+    for row in csv.reader(line for line in text.splitlines() if line.strip()):
+        cells = [cell.strip() for cell in row]
+        if len(cells) < 3:
+            continue
+        gpus.append({
+            "name": cells[0],
+            "compute_capability": _clean(cells[1]),
+            "driver": _clean(cells[2]),
+            "mem_mib": _mib(cells[3]) if len(cells) > 3 else 0.0,
+        })
+    return gpus
+
+
+def parse_cuda_version(text: str) -> str:
+    """The CUDA version from the `nvidia-smi` banner (`CUDA Version: 13.0`), "" when absent."""
+    match = re.search(r"CUDA Version\s*:\s*([0-9][0-9.]*)", text)
+    return match.group(1) if match else ""
+
+
+def parse_meminfo(text: str) -> dict[str, float]:
+    """MemTotal / MemAvailable of /proc/meminfo in GiB (NVML reports no memory on GB10)."""
+    values = {}
+    for line in text.splitlines():
+        match = re.match(r"(MemTotal|MemAvailable):\s+(\d+)\s*kB", line)
+        if match:
+            values[match.group(1)] = round(int(match.group(2)) / 2**20, 1)
+    return {"mem_total_gib": values.get("MemTotal", 0.0),
+            "mem_available_gib": values.get("MemAvailable", 0.0)}
+
+
+def parse_docker_runtimes(text: str) -> list[str]:
+    """Runtime names from `docker info --format '{{json .Runtimes}}'`."""
+    try:
+        runtimes = json.loads(text or "{}")
+    except ValueError:
+        return []
+    return sorted(runtimes) if isinstance(runtimes, dict) else []
+
+
+def _clean(value: str) -> str:
+    """nvidia-smi's placeholders for values it cannot read become ""."""
+    return "" if value.strip("[] ").lower() in ("n/a", "not supported", "unknown error", "") else value
+
+
+def _mib(value: str) -> float:
+    match = re.match(r"\s*([0-9.]+)", value)
+    return float(match.group(1)) if match else 0.0
+
+
+# --- GPU architecture rules (agent/rules/gpus.toml) ---------------------------------------------
+
+def load_gpu_rules(path: str | os.PathLike | None = None) -> dict[str, dict]:
+    """The arch table of gpus.toml; {} when the file or a TOML reader is missing on this host."""
+    path = Path(path) if path else DEFAULT_GPU_RULES
+    if tomllib is None or not path.is_file():
+        return {}
+    return parse_gpu_rules(path.read_text())
+
+
+def parse_gpu_rules(text: str) -> dict[str, dict]:
+    if tomllib is None:
+        return {}
+    return {arch: entry for arch, entry in tomllib.loads(text).items() if isinstance(entry, dict)}
+
+
+def match_arch(gpu_name: str, compute_capability: str, gpu_rules: dict[str, dict]) -> str:
+    """The arch whose compute capability and name pattern both fit; "" when none (or several) do."""
+    if not gpu_name:
+        return ""
+    found = [arch for arch, entry in gpu_rules.items() if _fits(entry, gpu_name, compute_capability)]
+    return found[0] if len(found) == 1 else ""
+
+
+def _fits(entry: dict, gpu_name: str, compute_capability: str) -> bool:
+    wanted_cc = str(entry.get("compute_capability", ""))
+    if wanted_cc and compute_capability and wanted_cc != compute_capability:
+        return False
+    patterns = entry.get("name_patterns", [])
+    return any(re.search(pattern, gpu_name, re.IGNORECASE) for pattern in patterns)
+
+
+def classify(facts: dict, gpu_rules: dict[str, dict]) -> dict:
+    """Facts with `arch` and `sm` filled from the rules (a copy; the input is left alone)."""
+    arch = match_arch(facts.get("gpu_name", ""), facts.get("compute_capability", ""), gpu_rules)
+    return dict(facts, arch=arch, sm=gpu_rules.get(arch, {}).get("sm", "") if arch else "")
+
+
+# --- gathering ----------------------------------------------------------------------------------
+
+def gpu_facts(simulate_gpu: str | None, gpu_rules: dict[str, dict]) -> dict:
+    """GPU name, compute capability, driver, CUDA version, count and notes, real or simulated."""
+    if simulate_gpu:
+        return _simulated_gpu(simulate_gpu.lower(), gpu_rules)
+    code, out = _run(QUERY_GPU)
+    if code == 127:
+        return _no_gpu("no nvidia-smi on PATH: no NVIDIA GPU facts")
+    gpus = parse_query_gpu(out) if code == 0 else []
+    if not gpus:
+        return _no_gpu(f"nvidia-smi --query-gpu failed (exit {code}): no NVIDIA GPU facts")
+    first = gpus[0]
+    notes = [] if all(gpu["name"] == first["name"] for gpu in gpus) else ["mixed GPUs; facts describe GPU 0"]
+    return {
+        "gpu_name": first["name"], "compute_capability": first["compute_capability"],
+        "driver": first["driver"], "cuda": parse_cuda_version(_run(["nvidia-smi"])[1]),
+        "gpu_count": len(gpus), "gpu_mem_gib": round(first["mem_mib"] / 1024, 1),
+        "simulated": False, "notes": notes,
+    }
+
+
+def _no_gpu(note: str) -> dict:
+    return {"gpu_name": "", "compute_capability": "", "driver": "", "cuda": "", "gpu_count": 0,
+            "gpu_mem_gib": 0.0, "simulated": False, "notes": [note]}
+
+
+def _simulated_gpu(arch: str, gpu_rules: dict[str, dict]) -> dict:
+    entry = gpu_rules.get(arch)
+    if entry is None:
+        known = ", ".join(sorted(gpu_rules)) or "none: gpus.toml not available"
+        raise ValueError(f"cannot simulate GPU {arch!r}: not in gpus.toml (known: {known})")
+    return {"gpu_name": entry["name"], "compute_capability": str(entry["compute_capability"]),
+            "driver": "", "cuda": "", "gpu_count": 1, "gpu_mem_gib": float(entry.get("memory_gb", 0)),
+            "simulated": True, "notes": [f"simulated {arch} (spark_simulate_gpu); no real GPU queried"]}
+
+
+def memory_facts() -> dict:
+    try:
+        return parse_meminfo(Path("/proc/meminfo").read_text())
+    except OSError:
+        return {"mem_total_gib": 0.0, "mem_available_gib": 0.0}
+
+
+def disk_free_gib(cache_dir: str) -> float:
+    """Free space of the file system that holds (or would hold) the model cache."""
+    path = Path(os.path.expanduser(cache_dir)).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return round(shutil.disk_usage(path).free / 2**30, 1)
+
+
+def container_facts() -> dict:
+    """Whether a docker daemon answers and whether the NVIDIA container runtime is there."""
+    notes = []
+    docker = False
+    runtimes: list[str] = []
+    if shutil.which("docker"):
+        code, out = _run(["docker", "info", "--format", "{{json .Runtimes}}"])
+        docker = code == 0
+        runtimes = parse_docker_runtimes(out) if docker else []
+        if not docker:
+            notes.append(f"docker is installed but `docker info` failed (exit {code}): is the daemon running?")
+    nvidia_runtime = "nvidia" in runtimes or bool(shutil.which("nvidia-container-runtime"))
+    return {"docker": docker, "docker_runtimes": runtimes, "nvidia_runtime": nvidia_runtime, "notes": notes}
+
+
+def fingerprint(facts: dict) -> str:
+    """8 hex characters over the stable facts: same fingerprint, same host setup."""
+    stable = {key: facts.get(key, "") for key in STABLE_KEYS}
+    return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def gather(simulate_gpu: str | None = None, cache_dir: str = DEFAULT_CACHE_DIR,
+           gpu_rules: dict[str, dict] | None = None) -> dict:
+    """The [facts] table of this host. No value is None; `notes` says what could not be read."""
+    rules = load_gpu_rules() if gpu_rules is None else gpu_rules
+    gpu = gpu_facts(simulate_gpu, rules)
+    containers = container_facts()
+    facts = {
+        **{key: value for key, value in gpu.items() if key != "notes"},
+        **memory_facts(),
+        "disk_free_gib": disk_free_gib(cache_dir),
+        "cache_dir": os.path.expanduser(cache_dir),
+        "python": platform.python_version(),
+        **{key: value for key, value in containers.items() if key != "notes"},
+        "hostname": platform.node(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+    }
+    facts = classify(facts, rules)
+    notes = gpu["notes"] + containers["notes"]
+    if facts["gpu_name"] and not facts["arch"]:
+        notes.append(unknown_arch_note(facts, rules))
+    facts["notes"] = notes
+    facts["fingerprint"] = fingerprint(facts)
+    return facts
+
+
+def unknown_arch_note(facts: dict, gpu_rules: dict[str, dict]) -> str:
+    if not gpu_rules:
+        return "no GPU rules on this host (gpus.toml not available): the controller classifies the GPU"
+    return (f"unknown GPU architecture {facts['gpu_name']!r} (compute capability "
+            f"{facts['compute_capability'] or '?'}): no rules apply; add it to agent/rules/gpus.toml")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python3 -m agent.hostside.facts", description=__doc__.split("\n")[0])
+    parser.add_argument("--simulate-gpu", default=None, help="report this arch's chip (e.g. gb10) instead of a real GPU")
+    parser.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="model cache whose free disk is reported")
+    parser.add_argument("--gpu-rules", default=None, help="path of gpus.toml (default: agent/rules/gpus.toml)")
+    args = parser.parse_args(argv)
+    try:
+        facts = gather(args.simulate_gpu, args.cache_dir, load_gpu_rules(args.gpu_rules))
+    except ValueError as exc:
+        print(f"facts: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(facts, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
