@@ -1,0 +1,173 @@
+"""The simulator's container image, built locally from a rootfs: no base image, no registry download.
+
+The rootfs holds busybox-static (a shell and coreutils for debugging), the host's python (its binary,
+the shared libraries ldd names, its pruned standard library) and the `agent` package (sim + hostside
+only). `docker import` turns it into an image whose entrypoint is `python3 -m agent.sim serve`, so
+`docker run IMAGE MODEL --port P ...` behaves like `vllm serve MODEL --port P ...`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from ..errors import UserError
+from ..hostside import docker as sdocker
+
+PYTHON = "/usr/bin/python3"  # Debian's python3 (apt: python3-minimal)
+BUSYBOX = "/bin/busybox"  # Debian's busybox-static: one static binary
+AGENT_ROOT = Path(__file__).resolve().parents[1]  # the `agent` package folder
+AGENT_PARTS = ("__init__.py", "errors.py", "sim", "hostside")  # errors.py: tiny, stdlib only
+SITE = "/opt/spark-agent"  # where `agent` lives in the image (PYTHONPATH)
+
+# Standard-library parts the simulator never needs: tests, GUIs, build files, bytecode caches.
+PRUNE_DIRS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip", "__pycache__", "lib2to3",
+              "pydoc_data", "site-packages", "dist-packages"}
+PRUNE_FILE = re.compile(r"^(_test\w*|_xxtestfuzz|xxlimited\w*|_ctypes_test)\.cpython-.*\.so$|^sitecustomize\.py$")
+
+IMAGE_CHANGES = [
+    'ENTRYPOINT ["python3", "-m", "agent.sim", "serve"]',
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    f"ENV PYTHONPATH={SITE}",
+    "ENV PYTHONUNBUFFERED=1",  # log lines reach `docker logs` as they are written
+    "LABEL org.opencontainers.image.title=vllm-sim",
+]
+
+
+def _python_layout(python: str) -> dict:
+    """Ask the interpreter itself where its executable and standard library are."""
+    code = "import json,sys,sysconfig; print(json.dumps({'exe': sys.executable, 'stdlib': sysconfig.get_paths()['stdlib']}))"
+    try:
+        out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise UserError(f"{python}: cannot run it to build the simulator image ({exc}); install python3 (apt install python3)") from None
+    layout = json.loads(out)
+    layout["exe"] = os.path.realpath(layout["exe"])
+    return layout
+
+
+def shared_libraries(binary: str) -> list[str]:
+    """Absolute paths of the shared libraries `binary` loads, the ELF interpreter included (via ldd)."""
+    proc = subprocess.run(["ldd", binary], capture_output=True, text=True)
+    if proc.returncode != 0:  # a static binary: "not a dynamic executable"
+        return []
+    libs = []
+    for line in proc.stdout.splitlines():
+        if "not found" in line:
+            raise FileNotFoundError(f"{binary}: {line.strip()}")
+        match = re.search(r"(/\S+) \(0x", line)
+        if match:
+            libs.append(match.group(1))
+    return libs
+
+
+def _stdlib_files(stdlib: str) -> list[str]:
+    """Every standard-library file worth shipping, as paths under `stdlib`."""
+    keep = []
+    for folder, dirs, files in os.walk(stdlib):
+        dirs[:] = sorted(d for d in dirs if d not in PRUNE_DIRS and not d.startswith("config-"))
+        keep += [os.path.join(folder, f) for f in sorted(files) if not PRUNE_FILE.match(f)]
+    return keep
+
+
+def _agent_files() -> list[tuple[str, str]]:
+    """(source, path in image) for the agent package parts the simulator needs."""
+    pairs = []
+    for part in AGENT_PARTS:
+        source = AGENT_ROOT / part
+        paths = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+        for path in paths:
+            if "__pycache__" not in path.parts and path.suffix in (".py", ".toml", ".json", ".txt", ".md"):
+                pairs.append((str(path), f"{SITE}/agent/{path.relative_to(AGENT_ROOT)}"))
+    return pairs
+
+
+def _check_tools(python: str, busybox: str) -> None:
+    for tool in (busybox, python):
+        if not os.path.exists(tool):
+            raise UserError(f"{tool} not found: the simulator image needs it (apt install busybox-static python3)")
+
+
+def rootfs_plan(python: str = PYTHON, busybox: str = BUSYBOX) -> dict[str, str]:
+    """path in image -> source file on this machine (symlinks followed). The whole image, as data."""
+    _check_tools(python, busybox)
+    layout = _python_layout(python)
+    exe = layout["exe"]
+    plan = {"/bin/busybox": busybox, exe: exe}
+    files = _stdlib_files(layout["stdlib"])
+    for path in files:
+        plan[path] = path
+    binaries = [exe] + [f for f in files if f.endswith(".so")]
+    for binary in binaries:
+        try:
+            libs = shared_libraries(binary)
+        except FileNotFoundError:  # an extension whose library this host lacks: leave the extension out
+            plan.pop(binary, None)
+            continue
+        plan.update({lib: lib for lib in libs})
+    plan.update({dest: src for src, dest in _agent_files()})
+    return plan
+
+
+def _busybox_applets(busybox: str) -> list[str]:
+    out = subprocess.run([busybox, "--list"], capture_output=True, text=True).stdout
+    return [name for name in out.split() if re.fullmatch(r"[\w.\[-]+", name)]
+
+
+def _tarinfo(name: str, kind: bytes, mode: int, size: int = 0, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name.lstrip("/"))
+    info.type, info.mode, info.size, info.linkname = kind, mode, size, link
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def write_rootfs_tar(out_path: str, python: str = PYTHON, busybox: str = BUSYBOX) -> int:
+    """Write the simulator's rootfs as an uncompressed tar. Returns the number of regular files."""
+    plan = rootfs_plan(python, busybox)
+    exe = os.path.realpath(python)  # the same file sys.executable names
+    dirs = {"/tmp", "/etc", "/root", "/usr/bin"} | {str(p) for dest in plan for p in Path(dest).parents if str(p) != "/"}
+    with tarfile.open(out_path, "w") as tar:
+        for folder in sorted(dirs):
+            tar.addfile(_tarinfo(folder, tarfile.DIRTYPE, 0o1777 if folder == "/tmp" else 0o755))
+        for dest, src in sorted(plan.items()):
+            with open(src, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                mode = os.stat(src).st_mode & 0o755 | 0o644
+                tar.addfile(_tarinfo(dest, tarfile.REGTYPE, mode, size), handle)
+        _add_links(tar, plan, exe, busybox)
+        _add_text(tar, "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+        _add_text(tar, "/etc/group", "root:x:0:\nnogroup:x:65534:\n")
+    return len(plan)
+
+
+def _add_links(tar: tarfile.TarFile, plan: dict, exe: str, busybox: str) -> None:
+    """`python3` on PATH, and the busybox applets (sh, ls, cat, ...) in /bin."""
+    for name in ("/usr/bin/python3", "/usr/bin/python"):
+        if name not in plan:
+            tar.addfile(_tarinfo(name, tarfile.SYMTYPE, 0o777, link=os.path.basename(exe)))
+    for applet in _busybox_applets(busybox):
+        if f"/bin/{applet}" not in plan and applet != "busybox":
+            tar.addfile(_tarinfo(f"/bin/{applet}", tarfile.SYMTYPE, 0o777, link="busybox"))
+
+
+def _add_text(tar: tarfile.TarFile, name: str, text: str) -> None:
+    data = text.encode()
+    tar.addfile(_tarinfo(name, tarfile.REGTYPE, 0o644, len(data)), io.BytesIO(data))
+
+
+def build_image(tag: str, docker_env: dict | None = None, python: str = PYTHON, busybox: str = BUSYBOX) -> str:
+    """Build the simulator image and tag it `tag` (use a name containing "vllm-sim"). Returns the image id."""
+    with tempfile.TemporaryDirectory(prefix="spark-sim-image-") as tmp:
+        tar_path = os.path.join(tmp, "rootfs.tar")
+        write_rootfs_tar(tar_path, python, busybox)
+        try:
+            return sdocker.import_image(tar_path, tag, IMAGE_CHANGES, docker_env)
+        except sdocker.DockerError as exc:
+            raise UserError(f"building the simulator image {tag}: {exc}") from None
