@@ -1,0 +1,439 @@
+"""`spark-agent report`: report.md, report.html and PNG plots from a results tree; the end-of-sweep terminal table.
+
+The numbers come from agent.stats (pure); this module gathers them into a ReportData, renders it and does the I/O.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import shlex
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from . import stats
+from .errors import UserError
+from .results import load_cells
+from .stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
+
+PLOTS = {  # file name → (title, y label, which Stat of a point)
+    "throughput.png": ("Output throughput vs concurrency", "output tok/s (median, min–max bars)", "throughput"),
+    "ttft.png": ("TTFT vs concurrency", "median TTFT, ms", "ttft"),
+    "tpot.png": ("TPOT vs concurrency", "median TPOT, ms", "tpot"),
+}
+
+
+@dataclass
+class ReportData:
+    summaries: list[CellSummary]
+    recommendations: list[Recommendation]
+    provenance: dict[str, Any]
+    threshold: float
+    seed: int
+
+
+def build(cells: Sequence[dict[str, Any]], *, threshold: float = stats.DEFAULT_THRESHOLD,
+          seed: int = stats.DEFAULT_SEED) -> ReportData:
+    summaries = sorted(stats.summarize(cells, threshold), key=_cell_order)
+    return ReportData(summaries, stats.recommend(summaries, seed=seed), provenance(summaries), threshold, seed)
+
+
+def _cell_order(s: CellSummary) -> tuple:
+    return (s.hardware, s.quant, s.checkpoint, s.cell.get("host", ""), s.backend, s.cell.get("cell_id", ""))
+
+
+# ---------------------------------------------------------------- provenance and small formatting helpers
+
+
+def provenance(summaries: Sequence[CellSummary]) -> dict[str, Any]:
+    cells = [s.cell for s in summaries]
+    started = sorted(c["started_at"] for c in cells if c.get("started_at"))
+    finished = sorted(c["finished_at"] for c in cells if c.get("finished_at"))
+    return {
+        "sweeps": sorted({c.get("sweep", "") for c in cells}),
+        "images": sorted({c.get("config", {}).get("image", "") for c in cells} - {""}),
+        "vllm_versions": sorted({c.get("attestation", {}).get("vllm_version", "") for c in cells} - {""}),
+        "hosts": sorted({(c.get("host", ""), stats.hardware_label(c), c.get("facts", {}).get("fingerprint", ""))
+                         for c in cells}),
+        "first_started": started[0] if started else "",
+        "last_finished": finished[-1] if finished else "",
+        "wall_s": _span_s(started[0], finished[-1]) if started and finished else None,
+        "cell_time_s": sum(float(c.get("elapsed_s", 0.0)) for c in cells),
+        "cells": len(cells),
+        "verdicts": {v: sum(s.verdict == v for s in summaries) for v in ("valid", "invalid", "failed")},
+        "measurements": sum(len(c.get("runs", [])) for c in cells),
+        "failed_runs": sum(len(s.failed_runs) for s in summaries),
+        "unstable_points": sum(len(s.unstable_points) for s in summaries),
+    }
+
+
+def _span_s(start: str, end: str) -> float | None:
+    try:
+        a = datetime.fromisoformat(start.replace("Z", "+00:00"))
+        b = datetime.fromisoformat(end.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (b - a).total_seconds()
+
+
+def duration_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    minutes, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(minutes, 60)
+    return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
+
+
+def num(value: float | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def pct(value: float) -> str:
+    return "∞" if math.isinf(value) else f"{value * 100:.1f}%"
+
+
+def ratio_text(r: float) -> str:
+    """How much faster the winner is: "2.4×" for big gaps, "+9%" for small ones."""
+    if math.isinf(r) or math.isnan(r):
+        return str(r)
+    return f"{r:.2f}×" if r >= 1.5 else f"{(r - 1) * 100:+.0f}%"
+
+
+def slower_text(r: float) -> str:
+    """The loser's side of a winner/loser ratio r: "2.4× slower" or "9% slower" (throughput lost)."""
+    if r >= 1.5:
+        return f"{r:.1f}× slower"
+    return f"{(1 - 1 / r) * 100:.0f}% slower" if r > 0 else "n/a"
+
+
+def serve_command(cell: dict[str, Any]) -> str:
+    """A copy-pasteable command: the cell's env + its launch argv (or argv rebuilt from [config])."""
+    env = cell.get("env", {})
+    argv = cell.get("launch", {}).get("argv") or config_argv(cell.get("config", {}))
+    assignments = [f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items())]
+    return " ".join(assignments + [shlex.join(str(a) for a in argv)])
+
+
+def config_argv(config: dict[str, Any]) -> list[str]:
+    argv = ["vllm", "serve", str(config.get("model", ""))]
+    for key in ("gpu_memory_utilization", "max_model_len", "max_num_seqs"):
+        if config.get(key) not in (None, ""):
+            argv += [f"--{key.replace('_', '-')}", str(config[key])]
+    for key in stats.BACKEND_FIELDS:
+        if config.get(key):
+            argv += [f"--{key.replace('_', '-')}", str(config[key])]
+    if config.get("speculative"):
+        argv += ["--speculative-config", str(config["speculative"])]
+    return argv
+
+
+def dropped_env(cell: dict[str, Any]) -> list[str]:
+    """Variables the env rules dropped (dead or harmful), with why: worth telling whoever copies the command."""
+    return [f"{p.get('name')}: {p.get('reason', '')}" for p in cell.get("env_provenance", []) if p.get("action") == "drop"]
+
+
+def cell_name(s: CellSummary) -> str:
+    return f"{s.cell.get('host', '?')}/{s.checkpoint}/{s.backend}"
+
+
+def values_text(st: Stat | None) -> str:
+    return ", ".join(num(v) for v in st.values) if st else "no successful run"
+
+
+# ---------------------------------------------------------------- the recommendation in words
+
+
+def verdict_lines(rec: Recommendation) -> list[str]:
+    """Markdown lines for one (hardware, quant): winner + margin, or cannot rank; then who is slower and by how much."""
+    lines = [f"### {rec.hardware} · {rec.quant}", ""]
+    if rec.winner:
+        lines.append(f"**Run {rec.winner}.** {rec.reason}.")
+    else:
+        lines.append(f"**{CANNOT_RANK.capitalize()}.** {rec.reason}.")
+    lines.append("")
+    for v in rec.versus:
+        amount = slower_text(v.ratio_lo)
+        if slower_text(v.ratio_hi) != amount:
+            amount = f"{amount} to {slower_text(v.ratio_hi)}"
+        lines.append(
+            f"- measured slower: **{v.backend}**, {amount} "
+            f"(median {rec.winner} / {v.backend} = {v.ratio_median:.2f}×); beaten at {v.beaten_at}, "
+            f"cannot rank at {v.cannot_rank_at}, of {len(v.ratios)} points")
+    if rec.per_concurrency:
+        per_c = ", ".join(f"c={c}: {w}" for c, w in rec.per_concurrency.items())
+        lines += ["", f"Per concurrency: {per_c}."]
+    for s in rec.winner_cells:
+        lines += ["", f"Command ({s.checkpoint}, as measured on {s.cell.get('host', '?')}):", "",
+                  "```sh", serve_command(s.cell), "```"]
+        lines += [f"- dropped by the env rules: {d}" for d in dropped_env(s.cell)]
+    if rec.invalid or rec.failed:
+        lines += ["", f"Not ranked: {len(rec.invalid)} INVALID cell(s), {len(rec.failed)} failed cell(s) (listed below)."]
+    return lines + [""]
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
+    p = data.provenance
+    out = [f"# spark-agent report: {', '.join(p['sweeps']) or 'results'}", ""]
+    out += provenance_lines(data) + ["", "## What to run", ""]
+    for rec in data.recommendations:
+        out += verdict_lines(rec)
+    out += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
+    out += ["## Medians", ""] + medians_table_md(data.summaries) + [""]
+    out += ["## Unstable points", ""] + _or_none(unstable_lines(data.summaries, data.threshold)) + [""]
+    out += ["## Failed runs (left out of the medians)", ""] + _or_none(failed_run_lines(data.summaries)) + [""]
+    out += ["## INVALID cells (never ranked)", ""] + _or_none(invalid_lines(data.summaries)) + [""]
+    out += ["## Failed cells (never ranked)", ""] + _or_none(failed_cell_lines(data.summaries)) + [""]
+    return "\n".join(out)
+
+
+def _or_none(lines: list[str]) -> list[str]:
+    return lines or ["None."]
+
+
+def provenance_lines(data: ReportData) -> list[str]:
+    p = data.provenance
+    v = p["verdicts"]
+    hosts = "; ".join(f"{h} ({hw}, fingerprint {fp or '?'})" for h, hw, fp in p["hosts"])
+    return [
+        f"- Image: {', '.join(p['images']) or 'unknown'}",
+        f"- vLLM version (from the server log): {', '.join(p['vllm_versions']) or 'unknown'}",
+        f"- Hosts: {hosts}",
+        f"- Measured: {p['first_started'] or '?'} → {p['last_finished'] or '?'} "
+        f"(wall {duration_text(p['wall_s'])}, cell time {duration_text(p['cell_time_s'])})",
+        f"- Cells: {p['cells']} — {v['valid']} valid, {v['invalid']} INVALID, {v['failed']} failed; "
+        f"{p['measurements']} measurements, {p['failed_runs']} failed runs, {p['unstable_points']} unstable points",
+        f"- Method: median of the successful repeats; spread = (max − min) / median, unstable above "
+        f"{data.threshold:.0%}; A beats B only if repeat ranges do not overlap or a bootstrap 95% CI on the "
+        f"ratio excludes 1 (seed {data.seed}); otherwise \"{CANNOT_RANK}\".",
+    ]
+
+
+MEDIAN_COLUMNS = ["host", "checkpoint", "backend", "verdict", "c", "tok/s (median)", "spread", "min–max",
+                  "TTFT ms", "TPOT ms", "n", "flags"]
+
+
+def median_rows(summaries: Sequence[CellSummary]) -> list[list[str]]:
+    rows = []
+    for s in summaries:
+        if not s.points:
+            rows.append([s.cell.get("host", ""), s.checkpoint, s.backend, s.verdict.upper(), "–", "–", "–", "–", "–",
+                         "–", "0", s.cell.get("failure_class", "") or "no measurements"])
+        for p in s.points.values():
+            rows.append(_point_row(s, p))
+    return rows
+
+
+def _point_row(s: CellSummary, p: Point) -> list[str]:
+    t = p.throughput
+    flags = (["UNSTABLE"] if p.unstable else []) + ([f"{len(p.failed)} failed run(s)"] if p.failed else [])
+    return [s.cell.get("host", ""), s.checkpoint, s.backend, s.verdict.upper() if s.verdict != "valid" else "valid",
+            str(p.concurrency), num(t.median if t else None), pct(t.spread) if t else "–",
+            f"{num(t.lo)}–{num(t.hi)}" if t else "–", num(p.ttft.median if p.ttft else None),
+            num(p.tpot.median if p.tpot else None, 2), str(len(p.values)), ", ".join(flags)]
+
+
+def medians_table_md(summaries: Sequence[CellSummary]) -> list[str]:
+    head = "| " + " | ".join(MEDIAN_COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in MEDIAN_COLUMNS) + "|"
+    return [head, rule] + ["| " + " | ".join(r) + " |" for r in median_rows(summaries)]
+
+
+def unstable_lines(summaries: Sequence[CellSummary], threshold: float) -> list[str]:
+    return [f"- {cell_name(s)} c={p.concurrency}: spread {pct(p.throughput.spread)} > {threshold:.0%}; "
+            f"repeats {values_text(p.throughput)} tok/s" for s in summaries for p in s.unstable_points]
+
+
+def failed_run_lines(summaries: Sequence[CellSummary]) -> list[str]:
+    return [f"- {cell_name(s)} c={f.concurrency} repeat {f.repeat}: {f.error}" for s in summaries for f in s.failed_runs]
+
+
+def invalid_lines(summaries: Sequence[CellSummary]) -> list[str]:
+    lines = []
+    for s in summaries:
+        if s.verdict != "invalid":
+            continue
+        att = s.cell.get("attestation", {})
+        loaded = att.get("moe_backend_raw") or att.get("moe_backend") or "unknown"
+        reasons = "; ".join(s.cell.get("verdict_reasons", [])) or "no reason recorded"
+        lines.append(f"- **{cell_name(s)}** ({s.cell.get('cell_id', '')}): {reasons}. Loaded MoE backend: {loaded}.")
+        lines += [f"    - evidence: `{e}`" for e in s.cell.get("failure_evidence", [])[:3]]
+    return lines
+
+
+def failed_cell_lines(summaries: Sequence[CellSummary]) -> list[str]:
+    lines = []
+    for s in summaries:
+        if s.verdict != "failed":
+            continue
+        reasons = "; ".join(s.cell.get("verdict_reasons", []))
+        lines.append(f"- **{cell_name(s)}**: class `{s.cell.get('failure_class') or 'other'}`"
+                     + (f" — {reasons}" if reasons else ""))
+        lines += [f"    - evidence: `{e}`" for e in s.cell.get("failure_evidence", [])[:3]]
+    return lines
+
+
+# ---------------------------------------------------------------- plots
+
+
+def render_plots(data: ReportData) -> dict[str, bytes]:
+    """PNG bytes per file name: one panel per checkpoint, one line per backend, min–max bars at every point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return {name: _plot(data.summaries, title, ylabel, attr) for name, (title, ylabel, attr) in PLOTS.items()}
+
+
+def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) -> bytes:
+    import matplotlib.pyplot as plt
+
+    panels = _panels(summaries)
+    cols = min(3, max(1, len(panels)))
+    rows = max(1, math.ceil(len(panels) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
+    for ax, (name, cells) in zip(axes.flat, panels.items()):
+        _panel(ax, name, cells, ylabel, attr)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _panels(summaries: Sequence[CellSummary]) -> dict[str, list[CellSummary]]:
+    panels: dict[str, list[CellSummary]] = {}
+    for s in summaries:
+        if s.points and s.verdict != "failed":
+            panels.setdefault(f"{s.checkpoint} · {s.hardware}", []).append(s)
+    return panels or {"no measurements": []}
+
+
+def _panel(ax: Any, name: str, cells: list[CellSummary], ylabel: str, attr: str) -> None:
+    label_of = _line_labels(cells)
+    for s in cells:
+        pts = [(c, getattr(p, attr)) for c, p in s.points.items() if getattr(p, attr) is not None]
+        if not pts:
+            continue
+        xs = [c for c, _ in pts]
+        mids = [st.median for _, st in pts]
+        err = [[st.median - st.lo for _, st in pts], [st.hi - st.median for _, st in pts]]
+        style = "-" if s.rankable else ":"
+        line = ax.errorbar(xs, mids, yerr=err, fmt="o" + style, capsize=3, label=label_of[id(s)])
+        bad = [(c, getattr(s.points[c], attr).median) for c in xs if s.points[c].unstable]
+        if bad:
+            ax.scatter([c for c, _ in bad], [m for _, m in bad], s=140, facecolors="none",
+                       edgecolors=line[0].get_color(), linewidths=1.5)
+    ax.set_xscale("log", base=2)
+    ticks = sorted({c for s in cells for c in s.points})
+    ax.set_xticks(ticks or [1])
+    ax.set_xticklabels([str(t) for t in ticks] or ["1"])
+    ax.set_title(name)
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    if cells:
+        ax.legend(fontsize="small" if len(cells) <= 8 else "xx-small")
+
+
+def _line_labels(cells: list[CellSummary]) -> dict[int, str]:
+    """Backend, plus whatever else differs between the cells of one panel (host, image, ...)."""
+    keys = sorted({k for s in cells for k in s.config} - set(stats.BACKEND_FIELDS) - set(stats.SCHEDULE_FIELDS)
+                  - {"checkpoint"})
+    varying = [k for k in keys if len({str(s.config.get(k)) for s in cells}) > 1]
+    hosts = len({s.cell.get("host") for s in cells}) > 1
+    out = {}
+    for s in cells:
+        extra = [f"{k}={_short(s.config.get(k))}" for k in varying] + ([f"@{s.cell.get('host')}"] if hosts else [])
+        tag = "" if s.rankable else f" ({s.verdict.upper()})"
+        out[id(s)] = " ".join([s.backend] + extra) + tag
+    return out
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else text[:10] + "…" + text[-10:]
+
+
+# ---------------------------------------------------------------- terminal
+
+
+def terminal_table(cells: Sequence[dict[str, Any]], *, threshold: float = stats.DEFAULT_THRESHOLD,
+                   seed: int = stats.DEFAULT_SEED) -> Any:
+    """A rich Table for the end of a sweep: one row per cell, median ± spread per concurrency, the verdict."""
+    from rich.table import Table
+
+    data = build(cells, threshold=threshold, seed=seed)
+    conc = sorted({c for s in data.summaries for c in s.points})
+    table = Table(title="Median output tok/s (spread); ! = unstable", caption=_caption(data.recommendations))
+    for col in ["host", "checkpoint", "backend", "verdict"]:
+        table.add_column(col)
+    for c in conc:
+        table.add_column(f"c={c}", justify="right")
+    for s in data.summaries:
+        table.add_row(s.cell.get("host", ""), s.checkpoint, s.backend, _verdict_markup(s),
+                      *[_cell_markup(s.points.get(c)) for c in conc])
+    return table
+
+
+def _verdict_markup(s: CellSummary) -> str:
+    if s.verdict == "valid":
+        return "[green]valid[/]"
+    if s.verdict == "invalid":
+        return "[yellow]INVALID[/]"
+    return f"[red]failed: {s.cell.get('failure_class') or 'other'}[/]"
+
+
+def _cell_markup(p: Point | None) -> str:
+    if p is None:
+        return ""
+    if p.throughput is None:
+        return "[red]all failed[/]"
+    text = f"{num(p.throughput.median)} ({pct(p.throughput.spread)})"
+    return f"[bold red]{text} ![/]" if p.unstable else text
+
+
+def _caption(recs: Sequence[Recommendation]) -> str:
+    return "  ".join(f"{r.hardware}·{r.quant}: {r.winner or CANNOT_RANK}" for r in recs)
+
+
+# ---------------------------------------------------------------- I/O
+
+
+def write_report(results_dir: Path, out_dir: Path | None = None, *, threshold: float = stats.DEFAULT_THRESHOLD,
+                 seed: int = stats.DEFAULT_SEED) -> list[Path]:
+    """Read the tree, write report.md, report.html and the PNGs into out_dir (default: results_dir)."""
+    from . import report_html
+
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise UserError(f"{results_dir}: no such results folder (pass the folder a sweep wrote, e.g. results/)")
+    cells = load_cells(results_dir)
+    if not cells:
+        raise UserError(f"{results_dir}: no finished cell (no cell.toml below it); run a sweep first")
+    data = build(cells, threshold=threshold, seed=seed)
+    images = render_plots(data)
+    out = Path(out_dir or results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, png in images.items():
+        written.append(_write(out / name, png))
+    written.append(_write(out / "report.md", render_markdown(data, images).encode()))
+    written.append(_write(out / "report.html", report_html.render(data, images).encode()))
+    return written
+
+
+def _write(path: Path, data: bytes) -> Path:
+    from .results import atomic_write_bytes
+
+    atomic_write_bytes(path, data)
+    return path
+
