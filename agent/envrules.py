@@ -1,0 +1,212 @@
+"""The server environment of a cell, from agent/rules/env.toml: GPU arch × quant format × vLLM version.
+
+Model cards disagree and carry dead variables; the rules say what a GB10 really needs. Every variable
+set, overridden by the spec, or dropped is recorded with the rule and reason behind it (the cell's
+[[env_provenance]] rows). Pure: the only I/O is reading the rule files once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import UserError
+from .hostside import facts as hostfacts
+
+RULES_DIR = Path(__file__).resolve().parent / "rules"
+ENV_RULES = RULES_DIR / "env.toml"
+GPU_RULES = RULES_DIR / "gpus.toml"
+
+
+@dataclass
+class EnvResult:
+    env: dict[str, str] = field(default_factory=dict)          # the final environment
+    provenance: list[dict] = field(default_factory=list)       # name, value, action, rule, reason
+    warnings: list[str] = field(default_factory=list)
+
+
+# --- rule files (cached) ---------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def env_rules(path: Path = ENV_RULES) -> dict:
+    with open(path, "rb") as handle:
+        return tomllib.load(handle)
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_rules(path: Path = GPU_RULES) -> dict[str, dict]:
+    """gpus.toml keyed by arch (bandwidth_gbs, sm, memory_gb, ...)."""
+    return hostfacts.load_gpu_rules(path)
+
+
+def arch_of(facts: dict) -> str:
+    """The arch a host reported, else the controller's own classification of its GPU."""
+    return facts.get("arch") or hostfacts.match_arch(
+        facts.get("gpu_name", ""), facts.get("compute_capability", ""), gpu_rules())
+
+
+# --- versions --------------------------------------------------------------------------------------
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of "0.24.0", "v0.24.1rc2", "0.11.1.dev3+gabc"; None when unreadable."""
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    return (int(match[1]), int(match[2]), int(match[3] or 0)) if match else None
+
+
+def in_range(version: tuple[int, int, int], spec: str) -> bool:
+    """Whether version fits every clause of a range such as ">=0.22,<0.24" ("" fits all)."""
+    compare = {">=": tuple.__ge__, ">": tuple.__gt__, "<=": tuple.__le__, "<": tuple.__lt__, "==": tuple.__eq__}
+    for clause in filter(None, (part.strip() for part in spec.split(","))):
+        match = re.fullmatch(r"(>=|<=|==|>|<)\s*(\S+)", clause)
+        bound = parse_version(match[2]) if match else None
+        if bound is None:
+            raise ValueError(f"bad version range clause {clause!r} in {spec!r}")
+        if not compare[match[1]](version, bound):
+            return False
+    return True
+
+
+def _applies(entry: dict, arch: str, quant: str, version) -> bool:
+    """Arch and quant conditions fit, and the version one fits (False when the version is unknown)."""
+    if "arch" in entry and arch not in entry["arch"]:
+        return False
+    if "quant" in entry and quant not in entry["quant"]:
+        return False
+    if entry.get("vllm"):
+        return version is not None and in_range(version, entry["vllm"])
+    return True
+
+
+# --- resolution ------------------------------------------------------------------------------------
+
+def resolve_env(facts: dict, quant: str, vllm_version: str, overrides: dict[str, str]) -> EnvResult:
+    """The environment for a cell on a host with these facts.
+
+    vllm_version "" means unknown (pass the spec's image version when there is one): then only
+    version-independent rules apply, and a warning says so. `overrides` are the spec's own env.
+    """
+    rules = env_rules()
+    arch, quant = arch_of(facts), (quant or "").lower()
+    result = EnvResult()
+    version = _read_version(vllm_version, result.warnings)
+    if not arch:
+        result.warnings.append(_no_arch_warning(facts))
+    set_by: dict[str, dict] = {}
+    for rule in rules.get("rule", []):
+        if _applies(rule, arch, quant, version):
+            for name, value in rule["set"].items():
+                set_by[name] = rule
+                result.env[name] = str(value)
+    for name, rule in set_by.items():
+        if name not in overrides:
+            _record(result, name, result.env[name], "set", rule["id"], rule["reason"])
+    for name, value in overrides.items():
+        _apply_override(result, name, str(value), set_by.get(name), version, rules.get("dead", []))
+    return result
+
+
+def _read_version(vllm_version: str, warnings: list[str]):
+    version = parse_version(vllm_version)
+    if vllm_version and version is None:
+        warnings.append(f"cannot read vLLM version {vllm_version!r}: treated as unknown")
+    if version is None:
+        warnings.append("vLLM version unknown: applied only version-independent rules "
+                        "(set the image's vLLM version in the spec to get all of them)")
+    return version
+
+
+def _no_arch_warning(facts: dict) -> str:
+    if not facts.get("gpu_name"):
+        return "no GPU facts for this host (no nvidia-smi?): no GPU rules apply"
+    return (f"unknown GPU architecture {facts['gpu_name']!r} (compute capability "
+            f"{facts.get('compute_capability') or '?'}): no GPU rules apply; add it to agent/rules/gpus.toml")
+
+
+def _apply_override(result: EnvResult, name: str, value: str, rule: dict | None, version, dead: list[dict]):
+    """A spec variable: dropped when dead, else set, recording any rule it overrides."""
+    for entry in (entry for entry in dead if entry["name"] == name):
+        if _is_dead(entry, version, result.warnings, value):
+            result.env.pop(name, None)
+            _record(result, name, value, "drop", entry["id"],
+                    f"{entry['reason']}; use {entry['replacement']} instead")
+            return
+    result.env[name] = value
+    if rule is None:
+        _record(result, name, value, "set", "spec", "set by the spec")
+    else:
+        _record(result, name, value, "override", rule["id"],
+                f"set by the spec over rule {rule['id']} ({rule['set'][name]!r}): {rule['reason']}")
+
+
+def _is_dead(entry: dict, version, warnings: list[str], value: str) -> bool:
+    """Whether a dead-variable entry drops the variable; warns either way when it matters."""
+    name, flag = entry["name"], entry["replacement"]
+    if not entry.get("vllm") or (version is not None and in_range(version, entry["vllm"])):
+        warnings.append(f"dropped dead variable {name}={value}: {entry['reason']}; use {flag} instead")
+        return True
+    if version is None:
+        warnings.append(f"{name} may be dead (vLLM version unknown; dead in {entry['vllm']}): {entry['reason']}; "
+                        f"prefer {flag}")
+    elif entry.get("deprecated") and in_range(version, entry["deprecated"]):
+        warnings.append(f"{name} is deprecated in this vLLM version ({entry['reason']}): use {flag}")
+    return False
+
+
+def _record(result: EnvResult, name: str, value: str, action: str, rule: str, reason: str) -> None:
+    result.provenance.append({"name": name, "value": value, "action": action, "rule": rule, "reason": reason})
+
+
+# --- speculative decoding ----------------------------------------------------------------------------
+
+def speculative_defaults(quant: str, speculative_json: str) -> tuple[str, list[str]]:
+    """--speculative-config with the rule defaults filled in (keys the spec set are kept), plus notes."""
+    config = _parse_speculative(speculative_json)
+    if not config:
+        return speculative_json, []
+    notes = []
+    for rule in _speculative_rules(quant, config):
+        for key, value in rule["defaults"].items():
+            if key not in config:
+                config[key] = value
+                notes.append(f"speculative {key}={value} (rule {rule['id']}): {rule['reason']}")
+    return (json.dumps(config, separators=(",", ":")) if notes else speculative_json), notes
+
+
+def speculative_warnings(quant: str, speculative_json: str) -> list[str]:
+    """What is wrong with a spec's speculative config, said before any host is touched."""
+    config = _parse_speculative(speculative_json)
+    warnings = []
+    for rule in _speculative_rules(quant, config):
+        for key, value in rule["defaults"].items():
+            if key not in config:
+                warnings.append(f"speculative method {config['method']!r} on a {quant} checkpoint without {key!r}: "
+                                f"the agent adds \"{key}\":\"{value}\" (rule {rule['id']}): {rule['reason']}")
+        chosen = config.get("moe_backend", "")
+        if chosen in rule.get("quantized_only", []):
+            warnings.append(f"speculative moe_backend {chosen!r} loads only quantized weights and the draft head of "
+                            f"a {quant} checkpoint is not quantized: the server will not start; use "
+                            f"{rule['defaults'].get('moe_backend', 'triton')!r} (rule {rule['id']})")
+    return warnings
+
+
+def _parse_speculative(speculative_json: str) -> dict:
+    if not (speculative_json or "").strip():
+        return {}
+    try:
+        config = json.loads(speculative_json)
+    except ValueError as exc:
+        raise UserError(f"speculative config is not valid JSON ({exc}): {speculative_json!r}; "
+                        "write it as in --speculative-config, e.g. {\"method\":\"mtp\",\"num_speculative_tokens\":2}")
+    if not isinstance(config, dict):
+        raise UserError(f"speculative config must be a JSON object, got {speculative_json!r}")
+    return config
+
+
+def _speculative_rules(quant: str, config: dict) -> list[dict]:
+    quant = (quant or "").lower()
+    return [rule for rule in env_rules().get("speculative", [])
+            if quant in rule.get("quant", [quant]) and config.get("method") == rule.get("method")]
