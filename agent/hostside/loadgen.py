@@ -1,0 +1,542 @@
+"""Closed-loop streaming load driver for an OpenAI-compatible `/v1/completions` server (vLLM).
+
+Standard library only: it runs on the Spark next to the server and is imported by the controller.
+Exactly `concurrency` requests are in flight at all times; each streams with `ignore_eos` and
+`continuous_usage_stats`, so every chunk says how many tokens it carried. After a warmup, one or
+more back-to-back measurement windows are cut out of the same load; a window counts what arrived
+inside it (a request still streaming at the close counts only its in-window tokens).
+
+The HTTP client is hand-written on asyncio streams (one connection per request, chunked or plain
+bodies, SSE `data:` lines): http.client in threads cannot keep up with 10k tokens/s on one core.
+
+Which events count in a window [t0, t1):
+  output tokens   every chunk that arrived inside it
+  completed, e2el, TPOT, input tokens   requests that finished (without error) inside it
+  TTFT            requests whose first token arrived inside it
+  ITL             gaps between a request's token chunks whose later chunk arrived inside it
+  failed, errors  requests that errored inside it
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+import urllib.parse
+
+from . import metrics
+
+DEFAULT_TIMEOUT_S = 600.0
+MAX_ERRORS_LISTED = 5
+FAILURE_BACKOFF_S = 0.1
+POLL_S = 0.25
+
+# Common English words: nearly every tokenizer maps " word" to one token, so n words ~ n tokens.
+WORDS = (
+    "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
+    "word but not what all were we when your can said there use an each which she do how their if will up "
+    "other about out many then them these so some her would make like him into time has look two more write "
+    "go see number no way could people my than first water been call who oil its now find long down day did "
+    "get come made may part over new sound take only little work know place year live me back give most very"
+).split()
+
+
+class LoadError(Exception):
+    """A request failed: bad HTTP status, an error object in the stream, or a broken stream."""
+
+
+class _Request:
+    """What one request saw, in clock() units. `times`/`tokens`: one entry per chunk that carried tokens."""
+
+    __slots__ = ("start", "end", "times", "tokens", "prompt_tokens", "error")
+
+    def __init__(self, start: float, prompt_tokens: int):
+        self.start = start
+        self.end = None            # set when the stream finished or failed; None while in flight
+        self.times = []
+        self.tokens = []
+        self.prompt_tokens = prompt_tokens  # estimate, replaced by the server's usage.prompt_tokens
+        self.error = ""
+
+
+# ---------------------------------------------------------------- prompts
+
+def request_lengths(profile: str, prompt_len: int, output_len: int, rng: random.Random):
+    """(prompt words, max_tokens) of the next request. mixed: uniform within ±50% of the nominal lengths."""
+    if profile == "uniform":
+        return prompt_len, output_len
+    if profile == "mixed":
+        return _around(prompt_len, rng), _around(output_len, rng)
+    raise ValueError("profile must be 'uniform' or 'mixed', got %r" % (profile,))
+
+
+def _around(nominal: int, rng: random.Random) -> int:
+    return max(1, rng.randint(nominal // 2, nominal + nominal // 2))
+
+
+def make_prompt(n_words: int, rng: random.Random) -> str:
+    """About n_words tokens of random common words; random so that prefix caching cannot shortcut prefill."""
+    return " ".join(rng.choices(WORDS, k=max(1, n_words)))
+
+
+# ---------------------------------------------------------------- HTTP + SSE client
+
+def parse_url(url: str):
+    """'http://127.0.0.1:8000[/prefix]' -> (host, port, '/prefix/v1/completions')."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError("server URL must look like http://HOST:PORT, got %r" % (url,))
+    return parts.hostname, parts.port or 80, parts.path.rstrip("/") + "/v1/completions"
+
+
+def build_request(host: str, port: int, path: str, model: str, prompt: str, max_tokens: int) -> bytes:
+    body = json.dumps({
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }).encode()
+    head = ("POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+            "Accept: text/event-stream\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+            % (path, host, port, len(body)))
+    return head.encode("latin-1") + body
+
+
+async def _read_head(reader):
+    """Status line + headers -> (status, {lower-case name: value})."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    fields = lines[0].split(" ", 2)
+    if len(fields) < 2 or not fields[0].startswith("HTTP/"):
+        raise LoadError("not an HTTP response: %r" % lines[0][:80])
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return int(fields[1]), headers
+
+
+async def _body_pieces(reader, headers):
+    """The response body as it arrives: chunked, Content-Length, or until the server closes."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while True:
+            size_line = await reader.readline()
+            if not size_line:
+                raise LoadError("stream closed inside a chunked body")
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                while (await reader.readline()).strip():
+                    pass  # trailers
+                return
+            piece = await reader.readexactly(size + 2)
+            yield piece[:-2]
+    elif "content-length" in headers:
+        left = int(headers["content-length"])
+        while left > 0:
+            piece = await reader.read(min(left, 65536))
+            if not piece:
+                raise LoadError("stream closed %d bytes before the end of the body" % left)
+            left -= len(piece)
+            yield piece
+    else:
+        while True:
+            piece = await reader.read(65536)
+            if not piece:
+                return
+            yield piece
+
+
+async def _error_body(reader, headers) -> str:
+    """First part of an error response's body, with the server's message when it is JSON."""
+    data = b""
+    async for piece in _body_pieces(reader, headers):
+        data += piece
+        if len(data) > 4096:
+            break
+    text = data.decode("utf-8", "replace").strip()
+    try:
+        obj = json.loads(text)
+        message = obj.get("message") or obj.get("error", {}).get("message") or obj.get("detail")
+        if message:
+            return str(message)
+    except (ValueError, AttributeError):
+        pass
+    return text[:200]
+
+
+def _chunk_tokens(event: dict, counted: int) -> int:
+    """Tokens carried by one SSE event, given how many this request has counted so far.
+
+    With usage the cumulative completion_tokens is exact (speculative decoding may deliver several
+    per chunk); without it a chunk with text counts one token. A final usage-only event corrects any
+    fallback count up to the server's total.
+    """
+    usage = event.get("usage")
+    if usage and usage.get("completion_tokens") is not None:
+        total = usage["completion_tokens"]
+        return total - counted if total > counted else 0
+    choices = event.get("choices")
+    if choices and choices[0].get("text"):
+        return 1
+    return 0
+
+
+async def stream_completion(host: str, port: int, request: bytes, record: _Request, clock) -> None:
+    """Send one request and stamp every token-bearing chunk into `record`. Raises LoadError / OSError."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(request)
+        status, headers = await _read_head(reader)
+        if status != 200:
+            raise LoadError("HTTP %d: %s" % (status, await _error_body(reader, headers)))
+        counted = 0
+        pending = b""
+        async for piece in _body_pieces(reader, headers):
+            now = clock()
+            lines = (pending + piece).split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    record.end = now
+                    return
+                event = json.loads(payload)
+                if "error" in event and "choices" not in event:
+                    error = event["error"]
+                    raise LoadError("server error: %s" % (error.get("message", error) if isinstance(error, dict) else error))
+                usage = event.get("usage")
+                if usage and usage.get("prompt_tokens"):
+                    record.prompt_tokens = usage["prompt_tokens"]
+                n = _chunk_tokens(event, counted)
+                if n:
+                    counted += n
+                    record.times.append(now)
+                    record.tokens.append(n)
+        raise LoadError("stream ended without [DONE] after %d tokens" % counted)
+    finally:
+        writer.close()
+
+
+# ---------------------------------------------------------------- the closed loop
+
+class _Load:
+    """`concurrency` workers, each sending its next request the moment the previous one ends."""
+
+    def __init__(self, url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock):
+        self.host, self.port, self.path = parse_url(url)
+        self.model = model
+        self.concurrency = concurrency
+        self.lengths = (profile, prompt_len, output_len)
+        self.rng = rng
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.requests = []
+        self.failures_in_row = 0
+        self.abort_reason = ""
+
+    def start(self):
+        self.tasks = [asyncio.ensure_future(self._worker()) for _ in range(self.concurrency)]
+
+    async def stop(self):
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    def forget_before(self, t: float):
+        """Drop requests that ended before t: no later window can count them."""
+        self.requests = [r for r in self.requests if r.end is None or r.end >= t]
+
+    async def _worker(self):
+        while not self.abort_reason:
+            prompt_len, output_len = request_lengths(*self.lengths, rng=self.rng)
+            request = build_request(self.host, self.port, self.path, self.model,
+                                    make_prompt(prompt_len, self.rng), output_len)
+            record = _Request(self.clock(), prompt_len)
+            self.requests.append(record)
+            try:
+                await asyncio.wait_for(stream_completion(self.host, self.port, request, record, self.clock),
+                                       self.timeout_s)
+                self.failures_in_row = 0
+            except asyncio.TimeoutError:
+                self._failed(record, "request timed out after %gs" % self.timeout_s)
+            except (OSError, LoadError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+                self._failed(record, "%s: %s" % (type(exc).__name__, exc) if isinstance(exc, OSError) else str(exc))
+            if record.error:
+                await asyncio.sleep(FAILURE_BACKOFF_S)  # a dead server must not turn into a busy loop
+
+    def _failed(self, record: _Request, message: str):
+        record.end = self.clock()
+        record.error = message or "request failed"
+        if record.times:
+            self.failures_in_row = 0
+        self.failures_in_row += 1
+        # Nothing but failures, many times over: the server is gone; stop instead of spinning to the end.
+        if self.failures_in_row >= max(8, 2 * self.concurrency):
+            self.abort_reason = "aborted after %d failed requests in a row; last: %s" % (self.failures_in_row, record.error)
+
+
+async def _sleep_until(t: float, load: _Load):
+    while not load.abort_reason:
+        left = t - load.clock()
+        if left <= 0:
+            return
+        await asyncio.sleep(min(left, POLL_S))
+
+
+async def _measure(url, model, concurrency, duration_s, warmup_s, windows, prompt_len, output_len, profile,
+                   rng, timeout_s, clock, on_boundary):
+    """Run the load through a warmup and `windows` back-to-back windows; return one result per window.
+
+    on_boundary(i) is awaited at every window boundary (i = 0..windows) while the load keeps running;
+    what it returns is passed to on_window(i, result, mark_before, mark_after) via the result list.
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1, got %r" % (concurrency,))
+    load = _Load(url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock)
+    start = clock()
+    bounds = [start + warmup_s + i * duration_s for i in range(windows + 1)]
+    load.start()
+    results = []
+    try:
+        marks = []
+        for i, bound in enumerate(bounds):
+            await _sleep_until(bound, load)
+            marks.append((time.time(), await on_boundary(i) if on_boundary else None))
+            if i == 0:
+                continue
+            result = summarize(load.requests, bounds[i - 1], bound, concurrency)
+            result["started_at"] = _iso(marks[i - 1][0])
+            if load.abort_reason:
+                result.update(ok=False, error=load.abort_reason)
+            results.append((result, marks[i - 1][1], marks[i][1]))
+            load.forget_before(bound)
+            if load.abort_reason:
+                break
+    finally:
+        await load.stop()
+    for i in range(len(results), windows):  # windows the abort never reached
+        result = summarize([], 0.0, duration_s, concurrency)
+        result.update(ok=False, error=load.abort_reason, started_at=_iso(time.time()))
+        results.append((result, None, None))
+    return results
+
+
+def _iso(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
+
+
+# ---------------------------------------------------------------- window accounting
+
+def summarize(requests, t0: float, t1: float, concurrency: int) -> dict:
+    """The measurement dict of window [t0, t1) over the requests' recorded events (see module doc)."""
+    duration = t1 - t0
+    out_tokens = 0
+    ttft, itl, tpot, e2el = [], [], [], []
+    completed = failed = input_tokens = 0
+    errors = []
+    for r in requests:
+        lo = bisect.bisect_left(r.times, t0)
+        hi = bisect.bisect_left(r.times, t1)
+        out_tokens += sum(r.tokens[lo:hi])
+        if lo == 0 and hi > 0:
+            ttft.append(r.times[0] - r.start)
+        itl.extend(r.times[k] - r.times[k - 1] for k in range(max(lo, 1), hi))
+        if r.end is None or not t0 <= r.end < t1:
+            continue
+        if r.error:
+            failed += 1
+            if r.error not in errors:
+                errors.append(r.error)
+            continue
+        completed += 1
+        input_tokens += r.prompt_tokens
+        e2el.append(r.end - r.start)
+        n = sum(r.tokens)
+        if n > 1:
+            tpot.append((r.end - r.times[0]) / (n - 1))
+    ok = out_tokens > 0
+    result = {
+        "concurrency": concurrency,
+        "ok": ok,
+        "error": "" if ok else (errors[0] if errors else "no output tokens arrived in the measurement window"),
+        "started_at": "",
+        "duration": float(duration),
+        "completed": completed,
+        "failed": failed,
+        "errors": errors[:MAX_ERRORS_LISTED],
+        "total_input_tokens": input_tokens,
+        "total_output_tokens": out_tokens,
+        "output_throughput": out_tokens / duration if duration > 0 else 0.0,
+        "request_throughput": completed / duration if duration > 0 else 0.0,
+        "max_concurrent_requests": max_in_flight(requests, t0, t1),
+    }
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl)):
+        result["mean_%s_ms" % name] = 1000.0 * sum(values) / len(values) if values else 0.0
+        result["median_%s_ms" % name] = 1000.0 * percentile(values, 50)
+        result["p99_%s_ms" % name] = 1000.0 * percentile(values, 99)
+    result["median_e2el_ms"] = 1000.0 * percentile(e2el, 50)
+    result["p99_e2el_ms"] = 1000.0 * percentile(e2el, 99)
+    return result
+
+
+def max_in_flight(requests, t0: float, t1: float) -> int:
+    """Most requests in flight at once during [t0, t1) (an end frees its slot before a start at the same instant)."""
+    events = []
+    for r in requests:
+        if r.start >= t1 or (r.end is not None and r.end < t0):
+            continue
+        events.append((max(r.start, t0), 1))
+        if r.end is not None and r.end < t1:
+            events.append((r.end, -1))
+    events.sort()
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def percentile(values, q: float) -> float:
+    """Linear-interpolation percentile (numpy's default, as `vllm bench serve` reports); 0.0 when empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+# ---------------------------------------------------------------- public API
+
+def run_level(url, model, concurrency, duration_s, warmup_s, prompt_len, output_len, profile="uniform", seed=0,
+              timeout_s=DEFAULT_TIMEOUT_S, clock=time.monotonic) -> dict:
+    """One concurrency level: warmup, then one measurement window. Never raises for request failures."""
+    rng = random.Random("%s:%s" % (seed, concurrency))
+    results = asyncio.run(_measure(url, model, concurrency, duration_s, warmup_s, 1, prompt_len, output_len,
+                                   profile, rng, timeout_s, clock, None))
+    return results[0][0]
+
+
+def run_levels(url, model, levels, duration_s, warmup_s, repeats, prompt_len=1024, output_len=256,
+               profile="uniform", seed=0, timeout_s=DEFAULT_TIMEOUT_S, clock=time.monotonic, on_result=None,
+               metrics_timeout_s=10.0) -> list:
+    """Per level: one warmup window, then `repeats` measured windows under the same load, each with the
+    /metrics counter deltas over it. on_result(result) is called as soon as each window is summarized."""
+    results = []
+    for concurrency in levels:
+        rng = random.Random("%s:%s" % (seed, concurrency))
+
+        async def scrape(_i):
+            loop = asyncio.get_event_loop()
+            try:
+                return await loop.run_in_executor(None, metrics.scrape, url, metrics_timeout_s)
+            except OSError as exc:
+                return exc
+
+        windows = asyncio.run(_measure(url, model, concurrency, duration_s, warmup_s, repeats, prompt_len,
+                                       output_len, profile, rng, timeout_s, clock, scrape))
+        for repeat, (result, before, after) in enumerate(windows, start=1):
+            _add_counters(result, before, after)
+            result["repeat"] = repeat
+            results.append(result)
+            if on_result:
+                on_result(result)
+    return results
+
+
+def _add_counters(result: dict, before, after):
+    """metrics_delta + spec_decode_acceptance_rate; a failed scrape is listed in `errors`, deltas stay 0."""
+    for scraped in (before, after):
+        if isinstance(scraped, Exception):
+            result["errors"].append("metrics scrape failed: %s" % (scraped,))
+    usable = isinstance(before, dict) and isinstance(after, dict)
+    counters = metrics.window_counters(before if usable else {}, after if usable else {})
+    result["metrics_delta"] = counters
+    result["spec_decode_acceptance_rate"] = metrics.acceptance_rate(counters)
+
+
+# ---------------------------------------------------------------- CLI
+
+def write_json_atomic(path: str, data: dict) -> None:
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def result_filename(concurrency: int, repeat: int) -> str:
+    return "c%03d-r%d.json" % (concurrency, repeat)
+
+
+def _levels(text: str):
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError("--levels takes comma-separated integers, e.g. 1,2,4,8, got %r" % text)
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError("--levels needs at least one concurrency >= 1, got %r" % text)
+    return levels
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python3 -m agent.hostside.loadgen",
+                                description="Closed-loop streaming load against a vLLM /v1/completions server.")
+    p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", required=True, help="model name as the server knows it")
+    p.add_argument("--levels", type=_levels, default=[1], help="concurrency levels, e.g. 1,2,4,8,16")
+    p.add_argument("--duration", type=float, default=60.0, help="measurement window, seconds")
+    p.add_argument("--warmup", type=float, default=10.0, help="warmup before each level's windows, seconds")
+    p.add_argument("--repeats", type=int, default=1, help="measured windows per level")
+    p.add_argument("--prompt-len", type=int, default=1024)
+    p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--profile", choices=("uniform", "mixed"), default="uniform")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-request timeout, seconds")
+    p.add_argument("--out-dir", default="", help="write one cNNN-rK.json per window here")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.out_dir:
+        os.makedirs(args.out_dir, exist_ok=True)
+    written = []
+
+    def save(result):
+        if args.out_dir:
+            path = os.path.join(args.out_dir, result_filename(result["concurrency"], result["repeat"]))
+            write_json_atomic(path, result)
+            written.append(path)
+
+    results = run_levels(args.url, args.model, args.levels, args.duration, args.warmup, args.repeats,
+                         prompt_len=args.prompt_len, output_len=args.output_len, profile=args.profile,
+                         seed=args.seed, timeout_s=args.timeout, on_result=save)
+    summary = {
+        "ok": all(r["ok"] for r in results),
+        "files": written,
+        "windows": [{key: r[key] for key in ("concurrency", "repeat", "ok", "error", "output_throughput",
+                                             "request_throughput", "completed", "failed")} for r in results],
+    }
+    print(json.dumps(summary), flush=True)
+    return 0 if summary["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Scrape and parse vLLM's Prometheus `/metrics` text. Standard library only (runs on the Spark).
+
+`scrape(url)` returns one flat dict: for every metric name the sum over its label sets (counters of
+several engines / finish reasons add up), and every labelled series under its exact text key
+(`name{a="b"}`) as well. `window_counters(before, after)` turns two scrapes into the counter deltas
+of a measurement window (the [metrics_delta] table of a cNNN-rK result).
+"""
+from __future__ import annotations
+
+import urllib.parse
+import urllib.request
+
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+REQUEST_SUCCESS = "vllm:request_success_total"
+REQUESTS_RUNNING = "vllm:num_requests_running"
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+
+# [metrics_delta] key -> Prometheus counter (the results-tree contract).
+WINDOW_COUNTERS = {
+    "generation_tokens": GENERATION_TOKENS,
+    "prompt_tokens": PROMPT_TOKENS,
+    "request_success": REQUEST_SUCCESS,
+    "spec_decode_num_draft_tokens": SPEC_DRAFT_TOKENS,
+    "spec_decode_num_accepted_tokens": SPEC_ACCEPTED_TOKENS,
+}
+
+# Never route a loopback/host-local scrape through an http_proxy from the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def metrics_url(url: str) -> str:
+    """`http://h:p` or `http://h:p/metrics` -> the /metrics URL."""
+    parts = urllib.parse.urlsplit(url)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/metrics"):
+        path += "/metrics"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def scrape(url: str, timeout: float = 5.0) -> dict:
+    """GET /metrics and parse it. Raises OSError (urllib's errors) when the server does not answer 200."""
+    with _OPENER.open(metrics_url(url), timeout=timeout) as response:
+        text = response.read().decode("utf-8", "replace")
+    return parse(text)
+
+
+def parse(text: str) -> dict:
+    """Prometheus text exposition -> {name: sum over label sets, 'name{labels}': value}."""
+    values = {}
+    for line in text.splitlines():
+        sample = _parse_sample(line)
+        if sample is None:
+            continue
+        name, series, value = sample
+        values[name] = values.get(name, 0.0) + value
+        if series != name:
+            values[series] = value
+    return values
+
+
+def _parse_sample(line: str):
+    """One sample line -> (name, series key, value), or None for comments, blanks and junk."""
+    line = line.strip()
+    if not line or line.startswith("#"):
+        return None
+    brace = line.find("{")
+    space = line.find(" ")
+    if brace != -1 and (space == -1 or brace < space):
+        close = _closing_brace(line, brace)
+        if close == -1:
+            return None
+        name, series, rest = line[:brace], line[:close + 1], line[close + 1:]
+    else:
+        if space == -1:
+            return None
+        name = series = line[:space]
+        rest = line[space:]
+    fields = rest.split()
+    if not fields:
+        return None
+    try:
+        return name, series, float(fields[0])
+    except ValueError:
+        return None
+
+
+def _closing_brace(line: str, start: int) -> int:
+    """Index of the `}` closing the label set opened at `start`; label values may hold `}` or `\\"`."""
+    quoted = False
+    i = start + 1
+    while i < len(line):
+        ch = line[i]
+        if quoted and ch == "\\":
+            i += 2
+            continue
+        if ch == '"':
+            quoted = not quoted
+        elif ch == "}" and not quoted:
+            return i
+        i += 1
+    return -1
+
+
+def delta(before: dict, after: dict) -> dict:
+    """after - before for every series in `after` (a series new in `after` counts from 0)."""
+    return {key: value - before.get(key, 0.0) for key, value in after.items()}
+
+
+def window_counters(before: dict, after: dict) -> dict:
+    """The contract's [metrics_delta]: counter deltas over one window, 0.0 where the server lacks one."""
+    return {key: float(after.get(name, 0.0) - before.get(name, 0.0)) for key, name in WINDOW_COUNTERS.items()}
+
+
+def acceptance_rate(counters: dict) -> float:
+    """Speculative-decoding acceptance over a window: accepted / draft tokens; -1.0 when nothing was drafted."""
+    drafted = counters.get("spec_decode_num_draft_tokens", 0.0)
+    if drafted <= 0:
+        return -1.0
+    return counters.get("spec_decode_num_accepted_tokens", 0.0) / drafted
