@@ -32,8 +32,9 @@ DEFAULT_GPU_RULES = Path(__file__).resolve().parent.parent / "rules" / "gpus.tom
 # The facts that identify a host's setup; free disk and available memory change by the minute.
 STABLE_KEYS = ("gpu_name", "compute_capability", "driver", "cuda", "mem_total_gib",
                "python", "docker", "nvidia_runtime", "simulated")
-QUERY_GPU = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version,memory.total",
-             "--format=csv,noheader,nounits"]
+QUERY_GPU = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
+# memory.total is "[N/A]" on GB10 (unified memory); asked separately so the main query never depends on it
+QUERY_GPU_MEM = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
 COMMAND_TIMEOUT_S = 20
 
 
@@ -161,9 +162,16 @@ def gpu_facts(simulate_gpu: str | None, gpu_rules: dict[str, dict]) -> dict:
     return {
         "gpu_name": first["name"], "compute_capability": first["compute_capability"],
         "driver": first["driver"], "cuda": parse_cuda_version(_run(["nvidia-smi"])[1]),
-        "gpu_count": len(gpus), "gpu_mem_gib": round(first["mem_mib"] / 1024, 1),
+        "gpu_count": len(gpus), "gpu_mem_gib": _gpu_mem_gib(),
         "simulated": False, "notes": notes,
     }
+
+
+def _gpu_mem_gib() -> float:
+    """Memory of GPU 0 as NVML reports it; 0.0 where it cannot (GB10: read /proc/meminfo instead)."""
+    code, out = _run(QUERY_GPU_MEM)
+    lines = out.splitlines() if code == 0 else []
+    return round(_mib(_clean(lines[0])) / 1024, 1) if lines else 0.0
 
 
 def _no_gpu(note: str) -> dict:
@@ -178,7 +186,7 @@ def _simulated_gpu(arch: str, gpu_rules: dict[str, dict]) -> dict:
         raise ValueError(f"cannot simulate GPU {arch!r}: not in gpus.toml (known: {known})")
     return {"gpu_name": entry["name"], "compute_capability": str(entry["compute_capability"]),
             "driver": "", "cuda": "", "gpu_count": 1, "gpu_mem_gib": float(entry.get("memory_gb", 0)),
-            "simulated": True, "notes": [f"simulated {arch} (spark_simulate_gpu); no real GPU queried"]}
+            "simulated": True, "notes": []}
 
 
 def memory_facts() -> dict:
@@ -219,7 +227,8 @@ def fingerprint(facts: dict) -> str:
 
 def gather(simulate_gpu: str | None = None, cache_dir: str = DEFAULT_CACHE_DIR,
            gpu_rules: dict[str, dict] | None = None) -> dict:
-    """The [facts] table of this host. No value is None; `notes` says what could not be read."""
+    """The [facts] table of this host. No value is None; `notes` (worth a warning each) says what
+    could not be read or classified. simulate_gpu (an arch of gpus.toml) reports that chip instead."""
     rules = load_gpu_rules() if gpu_rules is None else gpu_rules
     gpu = gpu_facts(simulate_gpu, rules)
     containers = container_facts()
