@@ -301,7 +301,7 @@ def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) 
         _panel(ax, name, cells, ylabel, attr)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    fig.suptitle(title)
+    fig.suptitle(f"{title} (dotted: INVALID, never ranked; circled: unstable point)")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)

@@ -1,0 +1,153 @@
+"""`spark-agent compare A B`: the same sweep on two image digests or two hosts, point by point.
+
+Cells are matched on their configuration without the image (and with the host only when one tree holds the same
+configuration on several hosts). At every concurrency B/A is computed and judged with the ranking rule of
+agent.stats: a regression is B slower than A outside the noise; inside the noise it is "within noise".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from . import stats
+from .report import num, pct
+from .stats import CANNOT_RANK, CellSummary, Point, Ranking
+
+REGRESSION, IMPROVEMENT, WITHIN_NOISE = "regression", "improvement", "within noise"
+# Fields that may differ between the two sides of a comparison: what is being compared.
+VARYING = ("image",)
+
+
+@dataclass(frozen=True)
+class PointDiff:
+    label: str  # checkpoint / backend (/ host)
+    concurrency: int
+    a: Point
+    b: Point
+    ranking: Ranking  # b against a: outcome "a" means B is faster
+
+    @property
+    def ratio(self) -> float:
+        return self.ranking.ratio
+
+    @property
+    def status(self) -> str:
+        return {"a": IMPROVEMENT, "b": REGRESSION}.get(self.ranking.outcome, WITHIN_NOISE)
+
+
+@dataclass
+class Comparison:
+    diffs: list[PointDiff]
+    only_a: list[str]
+    only_b: list[str]
+    not_compared: list[str]  # matched, but INVALID or failed on a side: never compared
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[PointDiff]:
+        return [d for d in self.diffs if d.status == REGRESSION]
+
+
+def match_key(cell: dict[str, Any], with_host: bool) -> str:
+    config = {k: v for k, v in cell.get("config", {}).items() if k not in VARYING + stats.SCHEDULE_FIELDS}
+    if with_host:
+        config["__host"] = cell.get("host", "")
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def _index(summaries: Sequence[CellSummary], with_host: bool) -> dict[str, CellSummary]:
+    return {match_key(s.cell, with_host): s for s in summaries}
+
+
+def _needs_host(*sides: Sequence[CellSummary]) -> bool:
+    """Host joins the key only when one side has the same configuration on several hosts."""
+    return any(len(_index(side, False)) < len(side) for side in sides)
+
+
+def _label(s: CellSummary, with_host: bool) -> str:
+    return f"{s.checkpoint} / {s.backend}" + (f" / {s.cell.get('host', '')}" if with_host else "")
+
+
+def compare(cells_a: Sequence[dict[str, Any]], cells_b: Sequence[dict[str, Any]], *,
+            threshold: float = stats.DEFAULT_THRESHOLD, seed: int = stats.DEFAULT_SEED) -> Comparison:
+    side_a, side_b = stats.summarize(cells_a, threshold), stats.summarize(cells_b, threshold)
+    with_host = _needs_host(side_a, side_b)
+    index_a, index_b = _index(side_a, with_host), _index(side_b, with_host)
+    result = Comparison([], [], [], [], warnings(side_a, side_b))
+    for key in sorted(index_a.keys() | index_b.keys(), key=lambda k: _label((index_a.get(k) or index_b[k]), with_host)):
+        a, b = index_a.get(key), index_b.get(key)
+        label = _label(a or b, with_host)
+        if a is None or b is None:
+            (result.only_b if a is None else result.only_a).append(label)
+        elif not (a.rankable and b.rankable):
+            result.not_compared.append(f"{label}: A {a.verdict.upper()}, B {b.verdict.upper()}")
+        else:
+            for c in sorted(a.points.keys() & b.points.keys()):
+                ranking = stats.rank_pair(b.points[c].values, a.points[c].values, seed=seed)
+                result.diffs.append(PointDiff(label, c, a.points[c], b.points[c], ranking))
+    return result
+
+
+def warnings(side_a: Sequence[CellSummary], side_b: Sequence[CellSummary]) -> list[str]:
+    out = []
+    fp_a, fp_b = _facts(side_a, "fingerprint"), _facts(side_b, "fingerprint")
+    if fp_a != fp_b:
+        out.append(f"different host fingerprints (A: {', '.join(fp_a) or '?'}; B: {', '.join(fp_b) or '?'}): "
+                   "a difference may come from the hardware, driver or CUDA, not from what you changed")
+    v_a, v_b = _attested(side_a), _attested(side_b)
+    if v_a != v_b:
+        out.append(f"different vLLM versions in the logs (A: {', '.join(v_a) or '?'}; B: {', '.join(v_b) or '?'})")
+    return out
+
+
+def _facts(side: Sequence[CellSummary], key: str) -> list[str]:
+    return sorted({str(s.cell.get("facts", {}).get(key, "")) for s in side} - {""})
+
+
+def _attested(side: Sequence[CellSummary]) -> list[str]:
+    return sorted({str(s.cell.get("attestation", {}).get("vllm_version", "")) for s in side} - {""})
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> str:
+    lines = [f"# spark-agent compare: A = {name_a}, B = {name_b}", ""]
+    lines += [f"**Warning:** {w}." for w in cmp.warnings] + ([""] if cmp.warnings else [])
+    n_reg, n_imp = len(cmp.regressions), sum(d.status == IMPROVEMENT for d in cmp.diffs)
+    lines += [f"{len(cmp.diffs)} points compared: {n_reg} regression(s) and {n_imp} improvement(s) beyond the "
+              f"noise, {len(cmp.diffs) - n_reg - n_imp} within the noise ({CANNOT_RANK}).", ""]
+    lines += ["| cell | c | A tok/s | A spread | B tok/s | B spread | B/A | verdict | rule |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for d in cmp.diffs:
+        lines.append(f"| {d.label} | {d.concurrency} | {_med(d.a)} | {_spr(d.a)} | {_med(d.b)} | {_spr(d.b)} "
+                     f"| {d.ratio:.3f} | {d.status.upper() if d.status == REGRESSION else d.status} "
+                     f"| {d.ranking.rule} |")
+    for title, items in (("Only in A", cmp.only_a), ("Only in B", cmp.only_b),
+                         ("Not compared (INVALID or failed)", cmp.not_compared)):
+        if items:
+            lines += ["", f"## {title}", ""] + [f"- {x}" for x in items]
+    return "\n".join(lines) + "\n"
+
+
+def _med(p: Point) -> str:
+    return num(p.throughput.median if p.throughput else None)
+
+
+def _spr(p: Point) -> str:
+    return (pct(p.throughput.spread) + (" !" if p.unstable else "")) if p.throughput else "–"
+
+
+def comparison_table(cmp: Comparison) -> Any:
+    from rich.table import Table
+
+    table = Table(title="B / A, median output tok/s", caption="; ".join(cmp.warnings) or None)
+    for col in ("cell", "c", "A", "B", "B/A", "verdict"):
+        table.add_column(col, justify="left" if col in ("cell", "verdict") else "right")
+    colour = {REGRESSION: "bold red", IMPROVEMENT: "green", WITHIN_NOISE: "dim"}
+    for d in cmp.diffs:
+        table.add_row(d.label, str(d.concurrency), f"{_med(d.a)} ({_spr(d.a)})", f"{_med(d.b)} ({_spr(d.b)})",
+                      f"{d.ratio:.3f}", f"[{colour[d.status]}]{d.status}[/]")
+    return table

@@ -1,0 +1,75 @@
+"""Exports: CSV and JSON Lines, one row per measurement.
+
+Keys that mean the same as in `vllm bench serve` result JSON carry its name (output_throughput, median_ttft_ms,
+p99_itl_ms, max_concurrency, model_id, ...); the rest say where the row comes from (cell, host, verdict).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Iterable, Sequence
+
+from .stats import backend_label, cell_verdict, hardware_label
+
+CELL_COLUMNS = ["sweep", "host", "cell_id", "hardware", "fingerprint", "image", "vllm_version", "checkpoint",
+                "model_id", "quant", "backend", "moe_backend", "linear_backend", "attention_backend", "speculative",
+                "profile", "verdict", "loaded_moe_backend"]
+# Measurement keys in `vllm bench serve` order, then ours; `concurrency` is renamed to bench's max_concurrency.
+RUN_COLUMNS = ["max_concurrency", "repeat", "ok", "error", "started_at", "duration", "completed", "failed",
+               "total_input_tokens", "total_output_tokens", "request_throughput", "output_throughput",
+               "max_concurrent_requests", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+               "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms",
+               "p99_e2el_ms", "spec_decode_acceptance_rate", "errors"]
+RENAMED = {"concurrency": "max_concurrency"}
+SKIPPED = {"schema", "cell_id", "metrics_delta"}
+
+
+def cell_fields(cell: dict[str, Any]) -> dict[str, Any]:
+    config, facts, att = cell.get("config", {}), cell.get("facts", {}), cell.get("attestation", {})
+    return {
+        "sweep": cell.get("sweep", ""), "host": cell.get("host", ""), "cell_id": cell.get("cell_id", ""),
+        "hardware": hardware_label(cell), "fingerprint": facts.get("fingerprint", ""),
+        "image": config.get("image", ""), "vllm_version": att.get("vllm_version", ""),
+        "checkpoint": config.get("checkpoint", ""), "model_id": config.get("model", ""),
+        "quant": config.get("quant", ""), "backend": backend_label(config),
+        "moe_backend": config.get("moe_backend", ""), "linear_backend": config.get("linear_backend", ""),
+        "attention_backend": config.get("attention_backend", ""), "speculative": config.get("speculative", ""),
+        "profile": config.get("profile", ""), "verdict": cell_verdict(cell),
+        "loaded_moe_backend": att.get("moe_backend", ""),
+    }
+
+
+def run_fields(run: dict[str, Any]) -> dict[str, Any]:
+    out = {RENAMED.get(k, k): v for k, v in run.items() if k not in SKIPPED}
+    for k, v in run.get("metrics_delta", {}).items():
+        out[f"metrics_delta.{k}"] = v
+    return out
+
+
+def rows(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One flat dict per measurement, ordered by cell then concurrency then repeat."""
+    return [{**cell_fields(cell), **run_fields(run)} for cell in cells for run in cell.get("runs", [])]
+
+
+def columns(table: Sequence[dict[str, Any]]) -> list[str]:
+    known = CELL_COLUMNS + RUN_COLUMNS
+    extra = sorted({k for row in table for k in row} - set(known))
+    return known + extra
+
+
+def to_jsonl(table: Sequence[dict[str, Any]]) -> str:
+    return "".join(json.dumps(row, sort_keys=False) + "\n" for row in table)
+
+
+def to_csv(table: Sequence[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns(table), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in table:
+        writer.writerow({k: "; ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
+    return buf.getvalue()
+
+
+FORMATS = {"csv": to_csv, "jsonl": to_jsonl}
