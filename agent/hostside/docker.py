@@ -119,12 +119,13 @@ def image_present(ref: str, docker_env: dict | None = None) -> bool:
     return True
 
 
-def pull(ref: str, docker_env: dict | None = None) -> bool:
-    """Make sure `name@sha256:…` is present; pull only if missing. Returns changed."""
+def pull(ref: str, docker_env: dict | None = None, dry_run: bool = False) -> bool:
+    """Make sure `name@sha256:…` is present; pull only if missing. Returns changed (would change, if dry_run)."""
     parse_ref(ref)
     if image_present(ref, docker_env):
         return False
-    _docker(["pull", "--quiet", ref], docker_env)
+    if not dry_run:
+        _docker(["pull", "--quiet", ref], docker_env)
     return True
 
 
