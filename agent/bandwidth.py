@@ -1,0 +1,120 @@
+"""The single-stream decode ceiling: tokens/s <= memory bandwidth / weight bytes read per token.
+
+Bandwidth comes from agent/rules/gpus.toml (`bandwidth_gbs`, `bandwidth_source`, per GPU arch) or from a
+measured value. Bytes per token come from `inspect_checkpoint()` (agent/hostside/safetensors.py).
+
+For the report (agent/report.py):
+
+    from agent.bandwidth import bandwidth_for, ceiling_notes, single_stream_tok_s
+    gbs, source = bandwidth_for(cell["facts"]["arch"])          # or a measured GB/s and "measured"
+    notes = ceiling_notes([
+        {"label": "nv", "bytes_per_token": summary_nv["bytes_per_token"],
+         "tok_s": single_stream_tok_s(c001_r1), "speculative": bool(cell["config"]["speculative"])},
+        ...], gbs, source)
+    notes["rows"]   # one per point: label, bytes_per_token, ceiling_tok_s, tok_s, pct_of_ceiling,
+                    #   speculative, flag ("" | "above_ceiling_speculative" | "above_ceiling_inputs_wrong"), note
+    notes["pairs"]  # each two points with the same speculative setting, in input order: a, b, predicted_pct,
+                    #   measured_pct, explained (bool or None when unknown), note
+                    #   e.g. "uns vs uns-fast: bytes predict -13.3%, measured -3.0%: not explained by bytes"
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from .errors import UserError
+
+GPUS_TOML = Path(__file__).resolve().parent / "rules" / "gpus.toml"
+
+# A difference between two points is "explained by bytes" when the measured change lies within
+# max(TOLERANCE_POINTS, TOLERANCE_SHARE * |predicted|) percentage points of the predicted change.
+TOLERANCE_POINTS = 3.0
+TOLERANCE_SHARE = 0.25
+
+
+def bandwidth_for(arch_or_gpu: str, rules: Path = GPUS_TOML) -> tuple[float, str]:
+    """(GB/s, source) for an arch key of gpus.toml ("gb10") or a GPU name ("NVIDIA GB10")."""
+    try:
+        table = tomllib.loads(Path(rules).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UserError(f"{rules}: cannot read the GPU rules ({exc})") from None
+    wanted = arch_or_gpu.strip()
+    for arch, row in table.items():
+        if isinstance(row, dict) and _matches(wanted, arch, row):
+            if not isinstance(row.get("bandwidth_gbs"), (int, float)):
+                raise UserError(f"{rules}: [{arch}] has no bandwidth_gbs; add it or pass --bandwidth-gbs")
+            return float(row["bandwidth_gbs"]), str(row.get("bandwidth_source", "rules file"))
+    raise UserError(f"{rules}: no GPU matches {arch_or_gpu!r} (known: {', '.join(sorted(table))}); "
+                    "pass --bandwidth-gbs with a measured value")
+
+
+def _matches(wanted: str, arch: str, row: dict) -> bool:
+    if wanted.lower() in (arch.lower(), str(row.get("name", "")).lower()):
+        return True
+    return any(re.search(p, wanted, re.IGNORECASE) for p in row.get("name_patterns", []))
+
+
+def ceiling_tok_s(bytes_per_token: float, gbs: float) -> float:
+    """The most tokens/s one stream can decode when every token reads its weights once (GB = 10^9 bytes)."""
+    if not bytes_per_token or bytes_per_token <= 0 or gbs <= 0:
+        raise ValueError(f"need positive bytes per token and bandwidth, got {bytes_per_token} and {gbs}")
+    return gbs * 1e9 / bytes_per_token
+
+
+def single_stream_tok_s(measurement: dict) -> float:
+    """Decode speed of one stream from a c001-rK measurement: 1000 / median TPOT (no prefill in it);
+    output_throughput when TPOT is missing."""
+    tpot = float(measurement.get("median_tpot_ms") or 0.0)
+    return 1000.0 / tpot if tpot > 0 else float(measurement.get("output_throughput") or 0.0)
+
+
+def ceiling_notes(points: list[dict], gbs: float, source: str = "",
+                  tolerance_points: float = TOLERANCE_POINTS, tolerance_share: float = TOLERANCE_SHARE) -> dict:
+    """Rows with % of the ceiling and flags, and explained/not-explained notes for pairs (see module doc).
+
+    points: [{"label", "bytes_per_token" (int or None), "tok_s" (measured single-stream), "speculative"}]
+    """
+    rows = [_row(p, gbs) for p in points]
+    pairs = [_pair(a, b, tolerance_points, tolerance_share)
+             for i, a in enumerate(rows) for b in rows[i + 1:] if a["speculative"] == b["speculative"]]
+    return {"bandwidth_gbs": gbs, "bandwidth_source": source, "rows": rows, "pairs": pairs}
+
+
+def _row(point: dict, gbs: float) -> dict:
+    row = {"label": str(point["label"]), "bytes_per_token": point.get("bytes_per_token"),
+           "tok_s": float(point["tok_s"]), "speculative": bool(point.get("speculative")),
+           "ceiling_tok_s": None, "pct_of_ceiling": None, "flag": "", "note": ""}
+    if not row["bytes_per_token"]:
+        row["note"] = "bytes per token unknown: no ceiling"
+        return row
+    row["ceiling_tok_s"] = round(ceiling_tok_s(row["bytes_per_token"], gbs), 2)
+    row["pct_of_ceiling"] = round(100.0 * row["tok_s"] / row["ceiling_tok_s"], 1)
+    if row["pct_of_ceiling"] > 100.0 and row["speculative"]:
+        row["flag"] = "above_ceiling_speculative"
+        row["note"] = (f"{row['pct_of_ceiling']:.0f}% of the ceiling: speculative decoding is on, "
+                       "so one weight read yields several tokens")
+    elif row["pct_of_ceiling"] > 100.0:
+        row["flag"] = "above_ceiling_inputs_wrong"
+        row["note"] = (f"{row['pct_of_ceiling']:.0f}% of the ceiling without speculative decoding: "
+                       "the inputs are wrong (bandwidth, bytes per token or the measurement)")
+    else:
+        row["note"] = f"{row['pct_of_ceiling']:.0f}% of the bandwidth ceiling"
+    return row
+
+
+def _pair(a: dict, b: dict, tolerance_points: float, tolerance_share: float) -> dict:
+    """b relative to a: bytes predict tok/s to scale by bytes_a / bytes_b."""
+    measured = round((b["tok_s"] / a["tok_s"] - 1) * 100, 1) if a["tok_s"] > 0 else None
+    pair = {"a": a["label"], "b": b["label"], "predicted_pct": None, "measured_pct": measured,
+            "explained": None, "note": ""}
+    if not (a["bytes_per_token"] and b["bytes_per_token"]) or measured is None:
+        pair["note"] = f"{b['label']} vs {a['label']}: bytes per token or speed unknown, nothing to explain"
+        return pair
+    predicted = round((a["bytes_per_token"] / b["bytes_per_token"] - 1) * 100, 1)
+    explained = abs(measured - predicted) <= max(tolerance_points, tolerance_share * abs(predicted))
+    pair.update(predicted_pct=predicted, explained=explained)
+    verdict = "explained by bytes" if explained else "not explained by bytes"
+    pair["note"] = f"{b['label']} vs {a['label']}: bytes predict {predicted:+.1f}%, measured {measured:+.1f}%: {verdict}"
+    return pair
