@@ -1,0 +1,555 @@
+"""vLLM server log -> facts: what really loaded, what vLLM ignored, and why a start failed.
+
+One implementation for both sides: the host tails the log while the server starts (`Follower`, which
+stops the wait as soon as a fatal signature shows), the controller parses collected logs (`parse`).
+Standard library only. Formats: shared/background/vllm-facts.md (vLLM 0.12 .. 0.33).
+
+Speed matters: hours of periodic stats lines make logs big. Each line gets a cheap noise check and one
+precompiled prefilter search; only the few lines that pass are unwrapped and matched in detail.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+# --- unwrapping one raw line ---------------------------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# Wrappers users' tools put in front of each line: Kubernetes (CRI), `docker logs --timestamps`,
+# journald, docker compose (`svc-1  | `). They may nest (compose + timestamps), hence a loop.
+_WRAPPER = re.compile(
+    r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?: (?:stdout|stderr) [FP])? "
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: "
+    r"|[\w.-]+\s*\| )"
+)
+_PROC_TAGS = re.compile(r"^(?:\s*\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\))+\s*")
+_HEADER = re.compile(
+    r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./<>-]+:\d+\]\s?"
+)
+
+
+def clean(raw: str) -> str:
+    """The line as a human reads it: no colours, no wrapper of docker/journald/kubernetes."""
+    line = _ANSI.sub("", raw) if "\x1b" in raw else raw
+    for _ in range(3):
+        m = _WRAPPER.match(line)
+        if not m:
+            break
+        line = line[m.end():]
+    return line.strip()
+
+
+def split_header(line: str) -> tuple[str, str]:
+    """(level, message) of a cleaned line; level is "" for lines not from vLLM's logger."""
+    m = _PROC_TAGS.match(line)
+    if m:
+        line = line[m.end():]
+    m = _HEADER.match(line)
+    if not m:
+        return "", line
+    return m.group(1), line[m.end():]
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+_ALIASES = {
+    "deepgemm": "deep_gemm",
+    "vllm_cutlass": "cutlass",
+    "flashinfer_tensorrt_llm": "flashinfer_trtllm",
+    "flashinfer_fp8_moe_trtllm": "flashinfer_trtllm",
+    "rocm_aiter": "aiter",
+    "flash_attention": "flash_attn",
+    "flashattention": "flash_attn",
+}
+
+
+def normalise_backend(name: str) -> str:
+    """One spelling per backend: `MARLIN`, `'MARLIN'`, `AttentionBackendEnum.FLASHINFER`, `FlashInfer CUTLASS`,
+    `BATCHED_TRITON` -> `marlin`, `flashinfer`, `flashinfer_cutlass`, `triton` (the value of the CLI flag that
+    selects it). "" and "auto" mean no claim and give ""."""
+    s = name.strip().strip("'\"").strip()
+    if "." in s:  # an enum repr: AttentionBackendEnum.FLASHINFER, NvFp4LinearBackend.CUTLASS
+        s = s.rsplit(".", 1)[1]
+    s = re.sub(r"[\s\-]+", "_", s).lower()
+    if s in ("", "auto", "none"):
+        return ""
+    s = _ALIASES.get(s, s)
+    if s.startswith("batched_"):  # same flag; vLLM picks the batched variant for DP/EP layouts
+        s = s[len("batched_"):]
+    if s.endswith("_batched"):
+        s = s[: -len("_batched")]
+    return _ALIASES.get(s, s)
+
+
+_KERNEL_SUFFIX = re.compile(r"(?:ScaledMM)?(?:Linear)?Kernel$")
+_QUANT_WORDS = re.compile(r"NvFp4|NVFP4|MxFp8|MXFP8|MxFp4|MXFP4|Fp8|FP8|Fp4|FP4|W4A16|W8A8|W4A8")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def linear_backend_of(kernel: str) -> str:
+    """The --linear-backend value a GEMM kernel belongs to: `CutlassNvFp4LinearKernel` -> `cutlass`,
+    `FlashInferB12xNvFp4LinearKernel` -> `flashinfer_b12x`, `NvFp4LinearBackend.MARLIN` -> `marlin`."""
+    if "." in kernel or "_" in kernel or kernel.isupper():
+        return normalise_backend(kernel)
+    s = _QUANT_WORDS.sub("", _KERNEL_SUFFIX.sub("", kernel)).replace("FlashInfer", "Flashinfer")
+    return normalise_backend(_CAMEL.sub("_", s))
+
+
+def _quant_of(word: str) -> str:
+    w = word.lower()
+    for q in ("nvfp4", "mxfp8", "mxfp4", "fp8", "unquantized"):
+        if q in w:
+            return q
+    return w
+
+
+# --- what the lines say ----------------------------------------------------------------------------
+
+# Periodic lines that make logs big and never matter: skipped before anything else runs.
+_NOISE = ("Avg prompt throughput", "HTTP/1.")
+# A line is looked at only if this finds something in it.
+_PREFILTER = re.compile(
+    r"Using |[Vv]ersion|non-default args|Unknown vLLM|AutoTuner|perf cliff|during inference|took |KV cache size"
+    r"|startup complete|acceptance rate|[Dd]raft|Selected |linear|FP4|[Ee]rror|[Aa]ssert|out of memory|NV_ERR"
+    r"|ERROR|CRITICAL|Free memory|ptxas|CUTE_DSL|expects arch|not supported|does not support|not valid|Traceback|[Ff]ailed"
+    r"|MoE|\u2588|Initializing|serving model|Exception|Uvicorn running"
+)
+
+_VERSION_FORMS = (
+    re.compile(r"vLLM API server version (\S+?),?\s*$"),  # 0.12-0.14
+    re.compile(r"vLLM server version (\S+), serving model (\S+)"),  # 0.15+ with VLLM_DISABLE_LOG_LOGO=1
+    re.compile(r"\u2588.*\bversion (\d\S*)\s*$"),  # the logo
+)
+_LOGO_MODEL = re.compile(r"\u2588.*\bmodel\s+(\S+)\s*$")
+_ENGINE_INIT = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v([^)\s]+)\) with config: (.*)")
+_CONFIG_MODEL = re.compile(r"(?:^|[ ,])model='([^']*)'")
+_CONFIG_SPEC = re.compile(r"speculative_config=SpeculativeConfig\(method='([\w-]+)'(?:.*?num_spec_tokens=(\d+))?")
+_ARGS = re.compile(r"non-default args: (\{.*)")
+_UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: ([A-Za-z_][A-Za-z0-9_]*)")
+
+_MOE_FORMS = (
+    re.compile(r"Using '?([\w-]+)'? (\w+) MoE backend"),  # 0.15+: 'MARLIN' NvFp4 / TRITON Fp8 / CPU Unquantized
+    re.compile(r"Using ([\w -]+?) backend for (\w+) MoE"),  # 0.12-0.14: Marlin backend for FP8 MoE
+    re.compile(r"Using (FlashInfer) (FP8) MoE (TRTLLM) backend"),  # 0.12: ... for SM100
+    re.compile(r"Using (Marlin|FlashInfer [\w-]+)(?: kernels)? for ModelOpt(\w+?)FusedMoE"),  # 0.12-0.13 NVFP4
+)
+_ATTN_FORMS = (
+    re.compile(r"Using ([\w.]+) attention backend"),  # auto (+ "out of potential backends"), and 0.2x short form
+    re.compile(r"Using ((?:AttentionBackendEnum|_Backend)\.\w+|[A-Z][A-Z0-9_]+) backend\.?\s*$"),  # explicit
+    re.compile(r"Using ([\w ]+?) backend on V1 engine"),  # old V1
+)
+_LINEAR_FORMS = (
+    re.compile(r"Using ([\w.]+) for NVFP4 GEMM"),
+    re.compile(r"Selected (\w+Kernel) for (\w+)"),
+    re.compile(r"Using (\w+LinearKernel) for (\w+)"),
+)
+_LINEAR_FALLBACK = re.compile(
+    r"--linear-backend=\S+ (?:has no kernel|was requested, but no)|NVFP4 linear falling back to the slow"
+)
+_MARLIN_FP4 = "Your GPU does not have native support for FP4 computation"
+_OTHER_MODEL = re.compile(r"vit attention|[Vv]ision|[Ee]ncoder|\bViT\b|mm_encoder|MMEncoder")
+_ALL_REDUCE = re.compile(r"all[-_ ]?reduce|allreduce|AllReduce|custom_ar", re.I)
+_DRAFT_START = re.compile(r"Loading (?:drafter|draft) model")
+_MODEL_LOAD = re.compile(r"(?:Model loading|Loading model weights) took ([\d.]+) Gi?B(?: memory)?(?: and ([\d.]+) s)?")
+_KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
+_ACCEPT_PCT = re.compile(r"Avg Draft acceptance rate: ([\d.]+)%")
+_ACCEPT_FRAC = re.compile(r"Draft acceptance rate: ([\d.]+)(?!\d*%)")
+_ENGINE_READY = "init engine (profile, create kv cache, warmup model) took"
+_SERVER_MARKERS = re.compile(r"API server version|vLLM server version|api_server|APIServer|\u2588|Uvicorn|serving model")
+_READY = re.compile(r"Application startup complete|Uvicorn running on")
+
+# --- failure classes -------------------------------------------------------------------------------
+# (class, signature). Checked in this order on each line; the first that matches decides the line.
+_FATAL_SIGNATURES = (
+    ("deep_gemm_assert", re.compile(
+        r"DeepGemmQuantScaleFMT oracle cache not initialized|hyperconnection\.hpp:\d+\): Unsupported architecture"
+        r"|layout\.hpp.*Unknown recipe|deep_gemm.*Assertion")),
+    ("no_moe_backend", re.compile(r"No [\w ]*MoE backend supports the deployment configuration")),
+    ("unsupported_moe_backend", re.compile(r"moe_backend='[^']*' is not supported for")),
+    ("backend_unsupported_config", re.compile(r"does not support the deployment configuration since")),
+    ("attention_backend_invalid", re.compile(r"Selected backend \S+ is not valid for this configuration")),
+    ("free_memory_check", re.compile(r"Free memory on device.*is less than desired GPU memory utilization")),
+    ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY")),
+    ("ptxas_arch", re.compile(r"ptxas.*sm_12\d|sm_12\da?'? is not defined for option")),
+    ("flashinfer_version", re.compile(r"flashinfer-(?:cubin|jit-cache) version .* does not match")),
+    ("cute_dsl_arch", re.compile(r"expects arch to be one of|CUTE_DSL_ARCH matches|[Ee]rror.*CUTE_DSL_ARCH")),
+)
+# The engine died. "Dying" lines are logged with a traceback after them (its last line names the cause);
+# "died" lines are the API server's final word, after the engine's traceback (or before, when streams interleave).
+_ENGINE_DYING = re.compile(r"EngineCore failed to start|WorkerProc failed to start|Worker failed with error"
+                           r"|EngineCore encountered a fatal error")
+_ENGINE_DIED = re.compile(r"Engine core initialization failed|Engine process failed to start|EngineDeadError")
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::|$)")
+_MAX_EVIDENCE = 12
+
+
+def _new_facts() -> dict:
+    return {
+        "vllm_version": "",
+        "served_model": "",
+        "non_default_args": {},
+        "moe_backend": "",
+        "moe_backend_raw": "",
+        "moe_quant": "",
+        "attention_backend": "",
+        "linear_kernels": [],
+        "linear_backend": "",
+        "linear_fallbacks": [],
+        "marlin_fp4_weight_only": False,
+        "unknown_env": [],
+        "autotuner_cliff_count": 0,
+        "jit_warning_count": 0,
+        "speculative": {"method": "", "num_speculative_tokens": -1, "draft_moe_backend": "",
+                        "draft_moe_backend_raw": "", "draft_attention_backend": "", "requested_moe_backend": ""},
+        "spec_acceptance_rates": [],
+        "model_load_gib": -1.0,
+        "model_load_s": -1.0,
+        "kv_cache_tokens": -1,
+        "engine_ready": False,
+        "startup_complete": False,
+        "other_model_lines": [],  # vision tower / encoder / all-reduce choices: kept apart, never the answer
+        "failure": {},
+        "evidence": {},
+        "vllm_log_lines": 0,
+    }
+
+
+class Follower:
+    """Reads a vLLM log line by line (the host tails it during startup; `parse` feeds a whole file).
+
+    `.fatal` is a failure dict as soon as a fatal signature is seen before readiness, else None;
+    `.ready` turns True at `Application startup complete`. `feed(text)` takes whole lines (one or many);
+    `feed_chunk(data)` takes arbitrary pieces of a stream and keeps a cut-off last line for the next call.
+    """
+
+    def __init__(self) -> None:
+        self.fatal: dict | None = None
+        self.ready = False
+        self._f = _new_facts()
+        self._in_draft = False
+        self._server_seen = False
+        self._last_exception = ""
+        self._last_error = ""
+        self._dying = False
+        self._fail_lines: list[str] = []
+        self._partial = ""
+
+    # -- input --
+    def feed(self, text: str) -> None:
+        handle = self._handle
+        for line in text.split("\n"):
+            if "Avg prompt throughput" in line or "HTTP/1." in line:
+                continue
+            if "SpecDecoding metrics" in line:  # periodic, and wanted: the cheap path
+                self._acceptance(line)
+                continue
+            if "\r" in line:  # progress bars redraw with CR; each piece is its own line
+                for piece in line.split("\r"):
+                    if _PREFILTER.search(piece):
+                        handle(piece)
+            elif _PREFILTER.search(line):
+                handle(line)
+
+    def feed_chunk(self, data: str) -> None:
+        data = self._partial + data
+        cut = data.rfind("\n")
+        self._partial = data[cut + 1:]
+        if cut >= 0:
+            self.feed(data[:cut])
+
+    def flush(self) -> None:
+        """Feed what `feed_chunk` held back (a last line without newline: a log cut off mid-line)."""
+        if self._partial:
+            rest, self._partial = self._partial, ""
+            self.feed(rest)
+
+    # -- output --
+    def facts(self) -> dict:
+        f = dict(self._f)
+        f["speculative"] = dict(f["speculative"])
+        f["evidence"] = dict(f["evidence"])
+        f["startup_complete"] = self.ready or (f["engine_ready"] and not self._server_seen)
+        backends = sorted({linear_backend_of(k) for k in f["linear_kernels"]} - {""})
+        f["linear_backend"] = backends[0] if len(backends) == 1 else ("mixed" if backends else "")
+        f["failure"] = {} if f["startup_complete"] else self._failure()
+        return f
+
+    # -- one line --
+    def _handle(self, raw: str) -> None:
+        line = clean(raw)
+        level, msg = split_header(line)
+        if level:
+            self._f["vllm_log_lines"] += 1
+        if not self._server_seen and _SERVER_MARKERS.search(line):
+            self._server_seen = True
+        if not self.ready:
+            self._watch_failure(level, msg, line)
+        if "Using " in msg or "Selected " in msg:
+            self._using(msg, line)
+        else:
+            self._other(msg, line)
+
+    def _acceptance(self, raw: str) -> None:
+        m = _ACCEPT_PCT.search(raw)
+        if m:
+            self._f["spec_acceptance_rates"].append(round(float(m.group(1)) / 100.0, 6))
+
+    def _evidence(self, axis: str, line: str) -> None:
+        self._f["evidence"].setdefault(axis, line)
+
+    def _using(self, msg: str, line: str) -> None:
+        f = self._f
+        if _ALL_REDUCE.search(msg) or _OTHER_MODEL.search(msg):
+            _append_unique(f["other_model_lines"], line)
+            return
+        for rx in _MOE_FORMS:
+            m = rx.search(msg)
+            if m:
+                return self._moe(m, line)
+        for rx in _LINEAR_FORMS:
+            m = rx.search(msg)
+            if m:
+                return self._linear(m.group(1), line)
+        for rx in _ATTN_FORMS:
+            m = rx.search(msg)
+            if m:
+                return self._attention(m.group(1), line)
+        self._other(msg, line)
+
+    def _moe(self, m: re.Match, line: str) -> None:
+        raw = " ".join(m.groups()[0:1] + m.groups()[2:])  # 0.12's "FlashInfer ... TRTLLM" has the name in two parts
+        spec = self._f["speculative"]
+        if self._in_draft:
+            if not spec["draft_moe_backend_raw"]:
+                spec["draft_moe_backend_raw"] = raw
+                spec["draft_moe_backend"] = normalise_backend(raw)
+                self._evidence("draft_moe", line)
+            return
+        if self._f["moe_backend_raw"]:  # the first line of the main model wins
+            return
+        self._f["moe_backend_raw"] = raw
+        self._f["moe_backend"] = normalise_backend(raw)
+        self._f["moe_quant"] = _quant_of(m.group(2))
+        self._evidence("moe", line)
+
+    def _attention(self, name: str, line: str) -> None:
+        if self._in_draft:
+            spec = self._f["speculative"]
+            if not spec["draft_attention_backend"]:
+                spec["draft_attention_backend"] = normalise_backend(name)
+            return
+        if not self._f["attention_backend"]:
+            self._f["attention_backend"] = normalise_backend(name)
+            self._evidence("attention", line)
+
+    def _linear(self, kernel: str, line: str) -> None:
+        if self._in_draft:
+            return
+        if _append_unique(self._f["linear_kernels"], kernel):
+            self._evidence("linear", line)
+
+    def _other(self, msg: str, line: str) -> None:
+        f = self._f
+        if _DRAFT_START.search(msg):
+            self._in_draft = True
+            self._evidence("draft_load", line)
+            return
+        m = _MODEL_LOAD.search(msg)
+        if m:
+            self._in_draft = False
+            if f["model_load_gib"] < 0:
+                f["model_load_gib"] = float(m.group(1))
+                f["model_load_s"] = float(m.group(2)) if m.group(2) else -1.0
+            return
+        if "Unknown vLLM environment" in msg:
+            m = _UNKNOWN_ENV.search(msg)
+            if m:
+                _append_unique(f["unknown_env"], m.group(1))
+            return
+        if "No tuned config covers" in msg or "perf cliff" in msg:
+            f["autotuner_cliff_count"] += 1
+            return
+        if "during inference" in msg and "latency spike" in msg:
+            f["jit_warning_count"] += 1
+            return
+        if _LINEAR_FALLBACK.search(msg):
+            _append_unique(f["linear_fallbacks"], msg)
+            self._evidence("linear_fallback", line)
+            return
+        if _MARLIN_FP4 in msg:
+            f["marlin_fp4_weight_only"] = True
+            self._evidence("marlin_fp4", line)
+            return
+        if "acceptance rate" in msg:
+            m = _ACCEPT_FRAC.search(msg)
+            if m:
+                f["spec_acceptance_rates"].append(float(m.group(1)))
+            return
+        if _READY.search(msg):
+            self.ready = True
+            return
+        if _ENGINE_READY in msg:
+            f["engine_ready"] = True
+            return
+        m = _KV_TOKENS.search(msg)
+        if m:
+            if f["kv_cache_tokens"] < 0:
+                f["kv_cache_tokens"] = int(m.group(1).replace(",", ""))
+            return
+        self._identity(msg, line)
+
+    def _identity(self, msg: str, line: str) -> None:
+        f = self._f
+        m = _ARGS.search(msg)
+        if m:
+            if not f["non_default_args"]:
+                f["non_default_args"] = _literal_dict(m.group(1))
+                self._args_speculative(f["non_default_args"])
+                model = f["non_default_args"].get("model_tag") or f["non_default_args"].get("model")
+                if isinstance(model, str) and not f["served_model"]:
+                    f["served_model"] = model
+            return
+        m = _ENGINE_INIT.search(msg)
+        if m:
+            self._set_version(m.group(1), line)
+            self._engine_config(m.group(2))
+            return
+        for rx in _VERSION_FORMS:
+            m = rx.search(msg)
+            if m:
+                self._set_version(m.group(1), line)
+                if m.lastindex and m.lastindex > 1 and not f["served_model"]:
+                    f["served_model"] = m.group(2)
+                return
+        m = _LOGO_MODEL.search(msg)
+        if m and not f["served_model"]:
+            f["served_model"] = m.group(1)
+
+    def _set_version(self, version: str, line: str) -> None:
+        if not self._f["vllm_version"]:
+            self._f["vllm_version"] = version.lstrip("v")
+            self._evidence("version", line)
+
+    def _engine_config(self, config: str) -> None:
+        f, spec = self._f, self._f["speculative"]
+        m = _CONFIG_MODEL.search(config)
+        if m and not f["served_model"]:
+            f["served_model"] = m.group(1)
+        m = _CONFIG_SPEC.search(config)
+        if m and not spec["method"]:
+            spec["method"] = m.group(1)
+            if m.group(2):
+                spec["num_speculative_tokens"] = int(m.group(2))
+
+    def _args_speculative(self, args: dict) -> None:
+        conf = args.get("speculative_config")
+        if isinstance(conf, str):
+            try:
+                conf = json.loads(conf)
+            except ValueError:
+                conf = None
+        if not isinstance(conf, dict):
+            return
+        spec = self._f["speculative"]
+        spec["method"] = str(conf.get("method") or spec["method"])
+        if isinstance(conf.get("num_speculative_tokens"), int):
+            spec["num_speculative_tokens"] = conf["num_speculative_tokens"]
+        if conf.get("moe_backend"):
+            spec["requested_moe_backend"] = normalise_backend(str(conf["moe_backend"]))
+
+    # -- failures --
+    def _watch_failure(self, level: str, msg: str, line: str) -> None:
+        cls = _signature_of(msg)
+        if cls:
+            self._keep(line)
+            if self.fatal is None or self.fatal["class"] == "engine_init_failed":
+                self._declare(cls, msg)  # the first decisive line wins; "engine died" gives way to its cause
+            elif self.fatal["class"] == cls and _EXCEPTION_LINE.match(msg):
+                self._declare(cls, msg)  # the exception line says it better than the traceback's source line
+            return
+        final = bool(_ENGINE_DIED.search(msg))
+        if final or _ENGINE_DYING.search(msg):
+            self._keep(line)
+            self._dying = True  # a traceback follows; its exception line is the decisive one
+            if final and self.fatal is None:
+                self._declare("engine_init_failed", self._last_exception or self._last_error or msg)
+            return
+        if _EXCEPTION_LINE.match(msg):
+            self._last_exception = msg
+            if self._dying and self.fatal is None:
+                self._keep(line)
+                self._declare("engine_init_failed", msg)
+        elif level in ("ERROR", "CRITICAL"):
+            self._last_error = msg
+
+    def _keep(self, line: str) -> None:
+        if len(self._fail_lines) < _MAX_EVIDENCE:
+            _append_unique(self._fail_lines, line)
+
+    def _declare(self, cls: str, cause: str) -> None:
+        where = "while loading the draft model: " if self._in_draft else ""
+        self.fatal = {"class": cls, "evidence": self._evidence_lines(), "root_cause": where + cause,
+                      "draft_model": self._in_draft}
+
+    def _evidence_lines(self) -> list[str]:
+        lines = list(self._fail_lines)
+        if self._in_draft and "draft_load" in self._f["evidence"]:
+            lines.insert(0, self._f["evidence"]["draft_load"])
+        return lines
+
+    def _failure(self) -> dict:
+        if self.fatal is not None:
+            return dict(self.fatal, evidence=self._evidence_lines())
+        cause = self._last_exception or self._last_error
+        evidence = self._evidence_lines() + [c for c in (self._last_error, self._last_exception) if c]
+        return {"class": "engine_init_failed" if self._dying else "other", "evidence": evidence,
+                "root_cause": cause or "the log ends before the server was ready", "draft_model": self._in_draft}
+
+
+def _signature_of(msg: str) -> str:
+    for cls, rx in _FATAL_SIGNATURES:
+        if msg and rx.search(msg):
+            return cls
+    return ""
+
+
+def _append_unique(items: list, value) -> bool:
+    if value in items:
+        return False
+    items.append(value)
+    return True
+
+
+def _literal_dict(text: str) -> dict:
+    """The dict repr vLLM logs, read with ast.literal_eval (never eval). A cut-off or odd repr gives {}."""
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return {}
+    return _plain(value) if isinstance(value, dict) else {}
+
+
+def _plain(value):
+    """JSON/TOML-friendly: no None, no tuples/sets, string keys."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value if v is not None]
+    if isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)
+
+
+def parse(text: str) -> dict:
+    """Facts of one whole log (see `_new_facts` for the keys; unknown values are "" / -1 / [] / {})."""
+    follower = Follower()
+    follower.feed(text)
+    return follower.facts()
+
+
+def classify(text_or_facts) -> dict:
+    """The failure dict {class, evidence, root_cause, draft_model} of a log or of its facts; {} if it started."""
+    facts = text_or_facts if isinstance(text_or_facts, dict) else parse(text_or_facts)
+    return dict(facts.get("failure") or {})
