@@ -1,0 +1,74 @@
+"""agent.compare and `spark-agent compare`: B/A at every point under the ranking rule."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_report_fixtures import GB10_FACTS, write_cell  # noqa: E402
+
+from agent.cli import main  # noqa: E402
+from agent.compare import IMPROVEMENT, REGRESSION, WITHIN_NOISE, compare, render_markdown  # noqa: E402
+from agent.results import load_cells  # noqa: E402
+
+C = [1, 4, 16]
+NEW_IMAGE = "nvcr.io/nvidia/vllm@sha256:" + "cd" * 32
+
+
+def tight(base):
+    return {c: [base * c * 0.99, base * c, base * c * 1.01] for c in C}
+
+
+def test_regression_beyond_noise_on_new_image(tmp_path):
+    write_cell(tmp_path / "a", backend="marlin", values=tight(100.0))
+    write_cell(tmp_path / "b", backend="marlin", values=tight(80.0), image=NEW_IMAGE)
+    cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    assert [(d.label, d.concurrency, d.status) for d in cmp.diffs] == [
+        ("uns-fast / marlin", c, REGRESSION) for c in C]
+    assert all(d.ratio == pytest.approx(0.8) for d in cmp.diffs)
+    assert cmp.warnings == []  # same host fingerprint, same vLLM
+
+
+def test_overlapping_ranges_are_within_noise_and_faster_is_improvement(tmp_path):
+    write_cell(tmp_path / "a", backend="marlin", values={1: [100.0, 110.0, 104.0]})
+    write_cell(tmp_path / "a", backend="flashinfer_b12x", values={1: [50.0, 51.0, 49.0]})
+    write_cell(tmp_path / "b", backend="marlin", values={1: [98.0, 108.0, 112.0]}, image=NEW_IMAGE)
+    write_cell(tmp_path / "b", backend="flashinfer_b12x", values={1: [70.0, 71.0, 69.0]}, image=NEW_IMAGE)
+    cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    status = {d.label: d.status for d in cmp.diffs}
+    assert status == {"uns-fast / marlin": WITHIN_NOISE, "uns-fast / flashinfer_b12x": IMPROVEMENT}
+    assert cmp.regressions == []
+
+
+def test_different_hosts_warn_about_fingerprints(tmp_path):
+    other = dict(GB10_FACTS, fingerprint="ffff0000", driver="590.10")
+    write_cell(tmp_path / "a", backend="marlin", values=tight(100.0), host="spark-1")
+    write_cell(tmp_path / "b", backend="marlin", values=tight(100.0), host="spark-2", facts=other)
+    cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    assert len(cmp.diffs) == 3  # matched across hosts: same configuration
+    assert any("different host fingerprints" in w and "ffff0000" in w for w in cmp.warnings)
+    assert "**Warning:** different host fingerprints" in render_markdown(cmp)
+
+
+def test_invalid_never_compared_and_unmatched_listed(tmp_path):
+    write_cell(tmp_path / "a", backend="marlin", values=tight(100.0))
+    write_cell(tmp_path / "a", backend="triton", values=tight(100.0))
+    write_cell(tmp_path / "b", backend="marlin", values=tight(300.0), verdict="invalid", image=NEW_IMAGE)
+    write_cell(tmp_path / "b", backend="cutlass", values=tight(100.0), image=NEW_IMAGE)
+    cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    assert cmp.diffs == []
+    assert cmp.not_compared == ["uns-fast / marlin: A VALID, B INVALID"]
+    assert cmp.only_a == ["uns-fast / triton"] and cmp.only_b == ["uns-fast / cutlass"]
+
+
+def test_cli_fails_on_regression_when_asked(tmp_path, capsys):
+    write_cell(tmp_path / "a", backend="marlin", values=tight(100.0))
+    write_cell(tmp_path / "b", backend="marlin", values=tight(50.0), image=NEW_IMAGE)
+    md = tmp_path / "cmp.md"
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--markdown", str(md)]) == 0
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-on-regression"]) == 1
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "a"), "--fail-on-regression"]) == 0
+    assert "| uns-fast / marlin | 16 | 1,600.0 | 2.0% | 800.0 | 2.0% | 0.500 | REGRESSION |" in md.read_text()
+    assert "3 regression(s)" in capsys.readouterr().out
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "missing")]) == 2
