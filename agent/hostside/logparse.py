@@ -365,8 +365,8 @@ class Follower:
             return
         if "Unknown vLLM environment" in msg:
             m = _UNKNOWN_ENV.search(msg)
-            if m:
-                _append_unique(f["unknown_env"], m.group(1))
+            if m and _append_unique(f["unknown_env"], m.group(1)):
+                self._evidence("unknown_env:" + m.group(1), line)
             return
         if "No tuned config covers" in msg or "perf cliff" in msg:
             f["autotuner_cliff_count"] += 1

@@ -1,0 +1,118 @@
+"""`spark-agent attest LOGFILE [--expect AXIS=BACKEND ...] [--expect-env VAR ...] [--json]`: what a vLLM
+server really loaded, read from its log, and whether that is what was asked for.
+
+Axes: moe, linear, attention, draft_moe. Axes not given with --expect are taken from the log's own
+`non-default args` (what the server was told); --expect AXIS=auto drops that claim.
+Exit status: 0 valid, 1 invalid (something else loaded, or a dead variable), 3 failed (never became
+ready), 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import UserError
+from ..verdict import AXES, attest, axis_name
+
+EXIT = {"valid": 0, "invalid": 1, "failed": 3}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("attest", help="what a vLLM server really loaded, from its log",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("logfile", metavar="LOGFILE", help="the server log (docker/journald/kubernetes wrapping is fine)")
+    p.add_argument("--expect", action="append", default=[], metavar="AXIS=BACKEND",
+                   help="the backend that should have loaded, e.g. moe=marlin (repeatable)")
+    p.add_argument("--expect-env", action="append", default=[], metavar="VAR",
+                   help="a variable the server was given; vLLM calling it unknown makes the log invalid (repeatable)")
+    p.add_argument("--json", action="store_true", help="print facts, request and verdict as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    text = _read(args.logfile)
+    result = attest(text, parse_expectations(args.expect), _env_names(args.expect_env))
+    if not _looks_like_vllm(result["facts"]):
+        raise UserError(f"{args.logfile}: no vLLM log line found; pass the log of a vLLM server")
+    if args.json:
+        print(json.dumps(result, indent=1, ensure_ascii=False))
+    else:
+        _print_tables(result)
+    return EXIT[result["verdict"]["verdict"]]
+
+
+def parse_expectations(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        axis = axis_name(key)
+        if not sep or not axis:
+            raise UserError(f"--expect {item!r}: write AXIS=BACKEND with AXIS one of moe, linear, attention, "
+                            "draft_moe (e.g. --expect moe=marlin)")
+        out[axis] = value.strip()
+    return out
+
+
+def _env_names(items: list[str]) -> list[str]:
+    names = [n.strip() for item in items for n in item.split(",") if n.strip()]
+    for name in names:
+        if not name.replace("_", "").isalnum() or "=" in name:
+            raise UserError(f"--expect-env {name!r}: give the variable's name only, e.g. --expect-env VLLM_USE_DEEP_GEMM")
+    return names
+
+
+def _read(path: str) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{path}: no such file; pass the path of a vLLM server log")
+    try:
+        return p.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read it ({exc.strerror}); check its permissions") from exc
+
+
+def _looks_like_vllm(facts: dict) -> bool:
+    return bool(facts["vllm_log_lines"] or facts["vllm_version"] or facts["failure"].get("class") not in (None, "other")
+                or facts["failure"].get("evidence"))
+
+
+def _print_tables(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    facts, asked, v = result["facts"], result["requested"], result["verdict"]
+    console = Console()
+    table = Table(title="What loaded", show_header=True)
+    for col in ("", "requested", "loaded"):
+        table.add_column(col)
+    loaded = {"moe_backend": f"{facts['moe_backend_raw']} ({facts['moe_quant']})" if facts["moe_backend"] else "",
+              "linear_backend": ", ".join(facts["linear_kernels"]) or facts["linear_backend"],
+              "attention_backend": facts["attention_backend"],
+              "draft_moe_backend": facts["speculative"]["draft_moe_backend_raw"]}
+    for axis in AXES:
+        table.add_row(axis.replace("_backend", ""), asked.get(axis) or "auto", loaded[axis] or "-")
+    table.add_row("vLLM", "", facts["vllm_version"] or "-")
+    table.add_row("model", "", facts["served_model"] or "-")
+    if facts["speculative"]["method"]:
+        rates = facts["spec_acceptance_rates"]
+        mean = f", mean acceptance {sum(rates) / len(rates):.1%}" if rates else ""
+        table.add_row("speculative", "", f"{facts['speculative']['method']} x{facts['speculative']['num_speculative_tokens']}{mean}")
+    if facts["unknown_env"]:
+        table.add_row("unknown env", "", ", ".join(facts["unknown_env"]))
+    if facts["model_load_gib"] >= 0:
+        table.add_row("model load", "", f"{facts['model_load_gib']} GiB, {facts['model_load_s']} s")
+    if facts["kv_cache_tokens"] >= 0:
+        table.add_row("KV cache", "", f"{facts['kv_cache_tokens']:,} tokens")
+    table.add_row("ready", "", "yes" if facts["startup_complete"] else "no")
+    console.print(table)
+    colour = {"valid": "green", "invalid": "yellow", "failed": "red"}[v["verdict"]]
+    console.print(f"[bold {colour}]{v['verdict'].upper()}[/]")
+    for reason in v["reasons"]:
+        console.print(f"  - {reason}", markup=False, highlight=False)
+    for note in v["notes"]:
+        console.print(f"  note: {note}", markup=False, highlight=False)
+    if v["evidence"]:
+        console.print("evidence:")
+        for line in v["evidence"]:
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
