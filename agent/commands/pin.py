@@ -1,0 +1,109 @@
+"""`spark-agent pin IMAGE:TAG --host H`: resolve a tag to its digest on a host and print (or write) it.
+
+The host itself pulls the tag (the spark_image module, state=resolved), so the digest is the one that
+host's registry access really yields, multi-arch manifests included.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import tomllib
+from pathlib import Path
+
+from .. import fleet
+from ..errors import UserError
+
+DEFAULT_INVENTORY = fleet.REPO / "inventory" / "local.yml"
+
+_PLAYBOOK = """\
+- name: Resolve an image tag to its digest
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: resolve
+      spark_image:
+        ref: "{{ spark_pin_tag }}"
+        state: resolved
+        docker_host: "{{ spark_docker_host | default(omit) }}"
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("pin", help="resolve an image tag to name@sha256:<digest> on a host",
+                                   description=__doc__)
+    parser.add_argument("tag", metavar="IMAGE:TAG", help="the tag to resolve, e.g. nvcr.io/nvidia/vllm:25.09-py3")
+    parser.add_argument("--host", required=True, help="inventory host that pulls the tag")
+    parser.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY), help="Ansible inventory (default: %(default)s)")
+    parser.add_argument("--write", metavar="SPEC", help="write the pinned ref into this spec's [image] ref")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    pinned = resolve_on_host(args.tag, args.host, args.inventory)
+    if args.write:
+        write_image_ref(Path(args.write), pinned)
+        print(f"{args.write}: [image] ref = \"{pinned}\"")
+    else:
+        print(pinned)
+    return 0
+
+
+def resolve_on_host(tag: str, host: str, inventory: str) -> str:
+    """Pull `tag` on `host` (through Ansible) and return the pinned `name@sha256:…` it resolves to."""
+    if not Path(inventory).is_file():
+        raise UserError(f"inventory {inventory} not found; pass one with -i")
+    with tempfile.TemporaryDirectory(prefix="spark-agent-pin-") as tmp:
+        playbook = Path(tmp) / "pin.yml"
+        playbook.write_text(_PLAYBOOK)
+        result = fleet.run_playbook(str(playbook), inventory, extravars={"spark_pin_tag": tag}, limit=host)
+    if host in result.unreachable:
+        raise UserError(f"{host}: unreachable ({result.unreachable[host]}); check {inventory}")
+    if host in result.failures:
+        raise UserError(f"{host}: cannot resolve {tag}: {result.failures[host].removeprefix('resolve: ')}")
+    pinned = result.results.get(host, {}).get("resolve", {}).get("pinned")
+    if not pinned:
+        reason = next(iter(result.failures.values()), "no result")
+        raise UserError(f"host {host} did not resolve {tag} ({reason}); is {host} in {inventory}?")
+    return pinned
+
+
+_TABLE = re.compile(r"^\s*\[")
+_IMAGE_TABLE = re.compile(r"^\s*\[\s*image\s*\]\s*(#.*)?$")
+_REF_LINE = re.compile(r"""^(\s*ref\s*=\s*)("[^"]*"|'[^']*')(.*)$""", re.S)
+
+
+def write_image_ref(spec: Path, pinned: str) -> None:
+    """Set [image] ref = "<pinned>" in a spec file, keeping every other line (and comment) as it is."""
+    try:
+        lines = spec.read_text().splitlines(keepends=True)
+    except OSError as exc:
+        raise UserError(f"{spec}: cannot read the spec ({exc.strerror}); check the --write path") from None
+    lines = _with_ref(lines, f'"{pinned}"')
+    tmp = spec.with_name(f".{spec.name}.tmp")
+    tmp.write_text("".join(lines))
+    try:
+        written = tomllib.loads(tmp.read_text()).get("image", {}).get("ref")
+    except tomllib.TOMLDecodeError as exc:
+        tmp.unlink()
+        raise UserError(f"{spec}: not valid TOML ({exc}); fix it, then run pin again") from None
+    if written != pinned:
+        tmp.unlink()
+        raise UserError(f"{spec}: could not set [image] ref (it is not a plain `ref = \"...\"` line); set it by hand to {pinned}")
+    os.replace(tmp, spec)
+
+
+def _with_ref(lines: list[str], value: str) -> list[str]:
+    """The spec's lines with [image] ref replaced, added to [image], or a new [image] table appended."""
+    start = next((n for n, line in enumerate(lines) if _IMAGE_TABLE.match(line)), None)
+    if start is None:
+        tail = "" if not lines or lines[-1].endswith("\n") else "\n"
+        return lines + [f"{tail}\n[image]\nref = {value}\n"]
+    for n in range(start + 1, len(lines)):
+        if _TABLE.match(lines[n]):
+            break
+        match = _REF_LINE.match(lines[n])
+        if match:
+            return lines[:n] + [f"{match.group(1)}{value}{match.group(3)}"] + lines[n + 1:]
+    return lines[: start + 1] + [f"ref = {value}\n"] + lines[start + 1:]
