@@ -1,0 +1,74 @@
+"""Serve one cell on this host: environment file in, server up and healthy (or classified dead) out.
+
+The Ansible module spark_server is a thin shell over serve_cell(). Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+from pathlib import Path
+
+from . import docker, supervise
+
+
+class ServeError(Exception):
+    """The cell cannot be served for a reason the user must fix (digest mismatch, no docker, ...)."""
+
+
+def run_dir(workdir: str, cell_id: str) -> Path:
+    path = Path(os.path.expanduser(workdir)) / "runs" / cell_id
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def read_env_file(path: str) -> dict:
+    """KEY=VALUE lines, as docker --env-file reads them (no quoting, # comments)."""
+    env = {}
+    if not path:
+        return env
+    for line in Path(os.path.expanduser(path)).read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            env[key.strip()] = value
+    return env
+
+
+def launch_command(runtime: str, argv: list, env: dict, image: str) -> str:
+    """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line)."""
+    if runtime == "docker":
+        env_args = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in sorted(env.items()))
+        return f"docker run --rm --gpus all --network host --ipc host {env_args} {image} " + shlex.join(argv)
+    assigns = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))
+    return (assigns + " " if assigns else "") + shlex.join([str(a) for a in argv])
+
+
+def serve_cell(p: dict) -> dict:
+    """Start the cell's server and wait until it is healthy, or until the log says it died (fail fast)."""
+    rdir = run_dir(p["workdir"], p["cell_id"])
+    env = read_env_file(p["env_file"])
+    if p["runtime"] == "docker" and not shutil.which("docker"):
+        raise ServeError("the inventory says spark_runtime=docker but this host has no docker CLI; "
+                         "install docker (and the NVIDIA container toolkit) or set spark_runtime=process")
+    full_env = dict(env, **{k: str(v) for k, v in (p.get("extra_env") or {}).items()})
+    (rdir / "launch.txt").write_text(launch_command(p["runtime"], p["argv"], env, p["image"]) + "\n")
+    log_path = str(rdir / "server.log")
+    supervise.start(p["cell_id"], p["workdir"], p["runtime"], p["argv"], full_env, log_path, p["holder"],
+                    image=p["image"], scope=p["scope"], evict=p["evict"],
+                    docker_present=bool(shutil.which("docker")))
+    outcome = supervise.wait_ready(p["workdir"], p["url"], p["health_timeout"])
+    if outcome["ready"] and p["runtime"] == "docker":
+        info = supervise.status(p["workdir"])["server"]
+        try:
+            docker.verify_running_digest(info["container"], p["image"])
+        except Exception as exc:  # a mismatch aborts the cell with both digests shown
+            supervise.stop(p["workdir"])
+            raise ServeError(str(exc)) from None
+    if not outcome["ready"]:
+        supervise.stop(p["workdir"])
+    (rdir / "serve.json").write_text(json.dumps(outcome, indent=1, default=str))
+    return {"ready": outcome["ready"], "failure": outcome["failure"], "startup_s": round(outcome["startup_s"], 2),
+            "attestation": outcome["facts"], "run_dir": str(rdir)}

@@ -1,0 +1,437 @@
+"""Server control on the host: one model per machine, a host-wide lock, start, health wait, stop.
+
+The server of a cell runs under a small supervisor process that we fork off. The supervisor holds the host lock
+(flock) for as long as the server lives, so a second controller reaching the same host is refused with the name
+of the holder. Standard library only.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import zlib
+import urllib.request
+from pathlib import Path
+
+from . import docker, logparse  # imported up front: the forked supervisor must not import late
+
+CELL_ENV = "SPARK_AGENT_CELL"          # marks every server process we start
+WORKDIR_ENV = "SPARK_AGENT_WORKDIR"    # which host work dir started it (several test hosts can share a machine)
+ENGINE_MARKERS = ("vllm serve", "vllm.entrypoints", "agent.sim serve", "agent.sim", "spark-agent sim serve")
+
+
+class HostBusy(Exception):
+    """The host is taken: another controller holds the lock, or a foreign server runs."""
+
+    def __init__(self, message: str, holder: dict | None = None):
+        super().__init__(message)
+        self.holder = holder or {}
+
+
+# ---------------------------------------------------------------------------------------------- state files
+def state_dir(workdir: str) -> Path:
+    path = Path(os.path.expanduser(workdir)) / "state"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------- the lock
+def acquire_lock(workdir: str, holder: dict) -> int:
+    """Take the host lock without waiting; returns the fd (keep it open). Raises HostBusy naming the holder."""
+    sdir = state_dir(workdir)
+    fd = os.open(str(sdir / "host.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        held = _read_json(sdir / "holder.json")
+        raise HostBusy("host is in use by " + describe_holder(held), held) from None
+    _write_json(sdir / "holder.json", holder)
+    return fd
+
+
+def describe_holder(holder: dict) -> str:
+    if not holder:
+        return "another process (no holder record)"
+    return (f"{holder.get('user', '?')}@{holder.get('controller_host', '?')} pid {holder.get('controller_pid', '?')} "
+            f"since {holder.get('since', '?')} (cell {holder.get('cell_id', '?')}, sweep {holder.get('sweep', '?')})")
+
+
+# ---------------------------------------------------------------------------------------------- one model per machine
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _environ(pid: int) -> dict:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        key, _, value = item.partition(b"=")
+        if key in (CELL_ENV.encode(), WORKDIR_ENV.encode()):
+            out[key.decode()] = value.decode(errors="replace")
+    return out
+
+
+def find_engines(workdir: str, scope: str = "machine") -> list[dict]:
+    """vLLM or simulator processes on this machine. scope='workdir' only counts those started from `workdir`
+    (for test hosts that share one machine); a process we started carries CELL_ENV in its environment."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        cmd = _cmdline(int(entry))
+        if not cmd or not any(marker in cmd for marker in ENGINE_MARKERS):
+            continue
+        if "hostside.supervise" in cmd or "spark_server" in cmd:
+            continue
+        env = _environ(int(entry))
+        ours = CELL_ENV in env
+        same_workdir = env.get(WORKDIR_ENV) == str(Path(os.path.expanduser(workdir)))
+        if scope == "workdir" and not same_workdir:
+            continue
+        found.append({"pid": int(entry), "cmdline": cmd[:300], "ours": ours and same_workdir,
+                      "cell_id": env.get(CELL_ENV, "")})
+    return found
+
+
+def gpu_processes() -> list[dict]:
+    """GPU compute processes from nvidia-smi, where present (none on a host without NVIDIA)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    rows = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit():
+            rows.append({"pid": int(parts[0]), "name": parts[1], "memory": parts[2] if len(parts) > 2 else ""})
+    return rows
+
+
+def occupants(workdir: str, scope: str, docker_present: bool) -> list[dict]:
+    """Everything that would share the machine with a new server: processes, containers, GPU apps."""
+    found = [dict(kind="process", **p) for p in find_engines(workdir, scope)]
+    if docker_present:
+        ours_prefix = container_prefix(workdir)
+        for c in docker.list_vllm_like():
+            name = c.get("name", "")
+            ours = name.startswith(ours_prefix)
+            if scope == "workdir" and not ours:
+                continue
+            found.append({"kind": "container", "name": name, "image": c.get("image", ""), "ours": ours,
+                          "cmdline": c.get("image", ""), "pid": 0})
+    if scope == "machine":
+        known = {p["pid"] for p in found}
+        for g in gpu_processes():
+            if g["pid"] not in known:
+                found.append({"kind": "gpu", "pid": g["pid"], "cmdline": g["name"], "ours": False})
+    return found
+
+
+def container_prefix(workdir: str) -> str:
+    """Container names carry a short tag of the work dir, so hosts sharing one docker never mix."""
+    tag = zlib.crc32(str(Path(os.path.expanduser(workdir))).encode()) % 10**8
+    return f"spark-agent-{tag:08d}-"
+
+
+# ---------------------------------------------------------------------------------------------- start
+def start(cell_id: str, workdir: str, runtime: str, argv: list, env: dict, log_path: str, holder: dict,
+          image: str = "", scope: str = "machine", evict: bool = False, docker_present: bool = False) -> dict:
+    """Take the lock, make sure we're alone, and fork the supervisor that runs the server. Returns server.json."""
+    lock_fd = acquire_lock(workdir, holder)
+    try:
+        _clear_the_machine(workdir, scope, evict, docker_present)
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(log_path).write_bytes(b"")
+        info = {"cell_id": cell_id, "runtime": runtime, "log": log_path, "started": time.time(),
+                "container": container_prefix(workdir) + cell_id if runtime == "docker" else ""}
+        pid = os.fork()
+        if pid == 0:  # the supervisor: never returns
+            _supervise(lock_fd, workdir, info, runtime, argv, env, image)
+    finally:
+        os.close(lock_fd)  # the supervisor keeps its own copy of the locked file description
+    info["supervisor_pid"] = pid
+    _wait_for_server_record(workdir, pid)
+    return _read_json(state_dir(workdir) / "server.json") or info
+
+
+def _clear_the_machine(workdir: str, scope: str, evict: bool, docker_present: bool) -> None:
+    """Our own leftovers go; a foreign server is left alone unless evict is set."""
+    for occ in occupants(workdir, scope, docker_present):
+        if occ["ours"] or evict:
+            _stop_occupant(occ)
+            continue
+        what = f"container {occ['name']} ({occ['image']})" if occ["kind"] == "container" else \
+            f"{occ['kind']} pid {occ['pid']}: {occ['cmdline'][:120]}"
+        raise HostBusy(f"another model server is running here and we did not start it: {what}; "
+                       "stop it yourself or re-run with --evict")
+
+
+def _stop_occupant(occ: dict) -> None:
+    if occ["kind"] == "container":
+        docker.remove(occ["name"])
+    elif occ.get("pid"):
+        _terminate_tree(occ["pid"], grace=15)
+
+
+def _wait_for_server_record(workdir: str, pid: int, timeout: float = 30.0) -> None:
+    path = state_dir(workdir) / "server.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _read_json(path).get("supervisor_pid") == pid:
+            return
+        if not _alive(pid):
+            return
+        time.sleep(0.02)
+
+
+def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list, env: dict, image: str) -> None:
+    """Runs in the forked child: detach, start the server, wait for it, stop it on SIGTERM, then exit."""
+    code = 0
+    try:
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        child_env = dict(os.environ)
+        child_env.update({k: str(v) for k, v in env.items()})
+        child_env[CELL_ENV] = info["cell_id"]
+        child_env[WORKDIR_ENV] = str(Path(os.path.expanduser(workdir)))
+        log = open(info["log"], "ab", buffering=0)
+        if runtime == "docker":
+                docker.run_server(image, info["container"], [str(a) for a in argv], env, cell_id=info["cell_id"])
+            proc = subprocess.Popen(["docker", "logs", "-f", info["container"]], stdout=log,
+                                    stderr=subprocess.STDOUT, env=child_env)
+        else:
+            proc = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, env=child_env,
+                                    start_new_session=True)
+        info.update({"supervisor_pid": os.getpid(), "server_pid": proc.pid})
+        _write_json(state_dir(workdir) / "server.json", info)
+
+        def on_term(signum, frame):
+            _stop_server(info, proc)
+            raise SystemExit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
+        code = proc.wait()
+        if runtime == "docker":
+            info["exit_code"] = _docker_exit_code(info["container"])
+        else:
+            info["exit_code"] = code
+        info["exited"] = time.time()
+        _write_json(state_dir(workdir) / "server.json", info)
+    except SystemExit:
+        pass
+    except BaseException as exc:  # the supervisor must never leave a server behind
+        try:
+            Path(info["log"]).open("a").write(f"spark-agent supervisor error: {exc!r}\n")
+        except OSError:
+            pass
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _docker_exit_code(container: str) -> int:
+    out = subprocess.run(["docker", "inspect", "--format", "{{.State.ExitCode}}", container],
+                         capture_output=True, text=True)
+    return int(out.stdout.strip()) if out.stdout.strip().lstrip("-").isdigit() else -1
+
+
+def _stop_server(info: dict, proc: subprocess.Popen) -> None:
+    if info.get("runtime") == "docker":
+        docker.remove(info["container"])
+        proc.terminate()
+        return
+    _terminate_tree(proc.pid, grace=20, popen=proc)
+
+
+def _terminate_tree(pid: int, grace: float, popen: subprocess.Popen | None = None) -> None:
+    """SIGTERM the process group (vLLM forks engine workers), then SIGKILL what is left after `grace` s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(os.getpgid(pid), sig)
+        except (ProcessLookupError, PermissionError, OSError):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if popen is not None and popen.poll() is not None:
+                return
+            if popen is None and not _alive(pid):
+                return
+            time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------- health wait
+def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.25) -> dict:
+    """Wait for /health while tailing the log. Stop at once on a fatal log line or a dead server.
+
+    Returns {"ready": bool, "failure": {...} or {}, "facts": parsed log facts, "startup_s": float}.
+    """
+    info = _read_json(state_dir(workdir) / "server.json")
+    follower = logparse.Follower()
+    t0 = time.monotonic()
+    offset, partial = 0, ""
+    failure: dict = {}
+    ready = False
+    while True:
+        offset, partial = _feed_new_lines(info.get("log", ""), offset, partial, follower)
+        if follower.fatal:
+            failure = dict(follower.fatal)
+            break
+        if _health_ok(url):
+            ready = True
+            break
+        if not _server_running(workdir, info):
+            time.sleep(0.2)  # let the last lines reach the log
+            offset, partial = _feed_new_lines(info.get("log", ""), offset, partial, follower)
+            failure = dict(follower.fatal or _exit_failure(info, follower))
+            break
+        if time.monotonic() - t0 > timeout_s:
+            failure = {"class": "health_timeout", "evidence": [f"/health not ready after {timeout_s:.0f} s"],
+                       "root_cause": "the server neither became healthy nor died"}
+            break
+        time.sleep(poll_s)
+    if partial:
+        follower.feed(partial)
+    return {"ready": ready, "failure": failure, "facts": follower.facts(), "startup_s": time.monotonic() - t0}
+
+
+def _feed_new_lines(log_path: str, offset: int, partial: str, follower) -> tuple[int, str]:
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read()
+    except OSError:
+        return offset, partial
+    text = partial + chunk.decode(errors="replace")
+    lines = text.split("\n")
+    for line in lines[:-1]:
+        follower.feed(line)
+    return offset + len(chunk), lines[-1]
+
+
+def _exit_failure(info: dict, follower) -> dict:
+    failure = logparse.classify(follower.facts()) if hasattr(logparse, "classify") else {}
+    if failure and failure.get("class"):
+        return failure
+    return {"class": "other", "evidence": ["the server process exited before it became healthy"],
+            "root_cause": "server exited"}
+
+
+def _health_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _server_running(workdir: str, info: dict) -> bool:
+    current = _read_json(state_dir(workdir) / "server.json")
+    if current.get("exited"):
+        return False
+    pid = current.get("supervisor_pid") or info.get("supervisor_pid")
+    return bool(pid) and _alive(int(pid))
+
+
+# ---------------------------------------------------------------------------------------------- stop / status
+def stop(workdir: str, cell_id: str = "", holder: dict | None = None, grace: float = 30.0) -> dict:
+    """Stop the server we started here (via its supervisor), if any. Idempotent: returns {"stopped": bool}.
+
+    With cell_id, only that cell's server is stopped; with holder (a controller identity), only a server that
+    controller started. A server of another controller is left alone."""
+    path = state_dir(workdir) / "server.json"
+    info = _read_json(path)
+    if cell_id and info.get("cell_id") and info["cell_id"] != cell_id:
+        return {"stopped": False, "cell_id": info["cell_id"], "skipped": "another cell's server"}
+    if holder and not _same_controller(holder, _read_json(state_dir(workdir) / "holder.json")):
+        return {"stopped": False, "cell_id": info.get("cell_id", ""), "skipped": "another controller's server"}
+    stopped = False
+    sup = info.get("supervisor_pid")
+    if sup and _alive(int(sup)):
+        try:
+            os.kill(int(sup), signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace
+        while _alive(int(sup)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(int(sup)):
+            os.kill(int(sup), signal.SIGKILL)
+        stopped = True
+    srv = info.get("server_pid")
+    if srv and info.get("runtime") != "docker" and _alive(int(srv)) and CELL_ENV in _environ(int(srv)):
+        _terminate_tree(int(srv), grace=10)
+        stopped = True
+    if info.get("container"):
+        stopped = docker.remove(info["container"]) or stopped
+    if path.exists():
+        path.unlink()
+    return {"stopped": stopped, "cell_id": info.get("cell_id", "")}
+
+
+def _same_controller(a: dict, b: dict) -> bool:
+    keys = ("controller_host", "controller_pid")
+    return all(str(a.get(k)) == str(b.get(k)) for k in keys)
+
+
+def status(workdir: str) -> dict:
+    sdir = state_dir(workdir)
+    info = _read_json(sdir / "server.json")
+    running = bool(info.get("supervisor_pid")) and _alive(int(info["supervisor_pid"])) and not info.get("exited")
+    return {"running": running, "server": info, "holder": _read_json(sdir / "holder.json") if running else {}}
+
+
+def controller_identity(sweep: str, cell_id: str) -> dict:
+    """Who holds the lock: recorded on the host, shown to anyone refused."""
+    return {"user": os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid()),
+            "controller_host": socket.gethostname(), "controller_pid": os.getpid(),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sweep": sweep, "cell_id": cell_id}

@@ -1,0 +1,119 @@
+"""Spec × host → cells. A cell is one server configuration; all its concurrency levels share one server.
+
+A cell's id is a content hash of everything that changes the result: image digest, checkpoint, flags, load, env.
+Host plumbing (bind address, port, paths) is left out, so the same cell on another host has the same id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import envrules
+from .spec import Checkpoint, Spec
+
+
+@dataclass
+class Cell:
+    id: str
+    sweep: str
+    host: str
+    config: dict[str, Any]                 # the [config] table of cell.toml
+    env: dict[str, str]                    # the server's environment (rules + overrides)
+    provenance: list[dict]                 # the [[env_provenance]] rows
+    notes: list[str] = field(default_factory=list)   # warnings and rule notes, shown before the run
+    argv: list[str] = field(default_factory=list)    # the server command line on this host
+
+    @property
+    def label(self) -> str:
+        c = self.config
+        parts = [c["checkpoint"], f"moe={c['moe_backend'] or 'auto'}"]
+        if c["linear_backend"]:
+            parts.append(f"linear={c['linear_backend']}")
+        if c["attention_backend"]:
+            parts.append(f"attn={c['attention_backend']}")
+        if c["speculative"]:
+            parts.append("spec=" + json.loads(c["speculative"]).get("method", "?"))
+        return " ".join(parts)
+
+    def playbook_vars(self) -> dict[str, Any]:
+        """What cell.yml needs as `cell`."""
+        c = self.config
+        return {"id": self.id, "argv": self.argv, "image": c["image"], "model": c["model"],
+                "concurrency": c["concurrency"], "duration_s": c["duration_s"], "warmup": c["warmup"],
+                "repeats": c["repeats"], "prompt_len": c["prompt_len"], "output_len": c["output_len"],
+                "profile": c["profile"], "seed": c["seed"]}
+
+
+def _auto(value: str) -> str:
+    return "" if value == "auto" else value
+
+
+def cell_id(config: dict[str, Any], env: dict[str, str]) -> str:
+    canonical = json.dumps({"config": config, "env": env}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def server_args(config: dict[str, Any]) -> list[str]:
+    """`vllm serve` arguments after MODEL for a cell (no host/port: those are host plumbing)."""
+    args = ["--gpu-memory-utilization", str(config["gpu_memory_utilization"]),
+            "--max-model-len", str(config["max_model_len"]), "--max-num-seqs", str(config["max_num_seqs"])]
+    for flag, key in (("--moe-backend", "moe_backend"), ("--linear-backend", "linear_backend"),
+                      ("--attention-backend", "attention_backend"), ("--speculative-config", "speculative")):
+        if config[key]:
+            args += [flag, config[key]]
+    return args + [str(a) for a in config["extra_args"]]
+
+
+def launch_argv(config: dict[str, Any], host_vars: dict[str, Any]) -> list[str]:
+    """The full server command on a host: the engine command, MODEL, the cell's flags, then bind and port."""
+    prefix = [str(a) for a in host_vars.get("spark_serve_cmd", ["vllm", "serve"])]
+    if host_vars.get("spark_runtime", "docker") == "docker" and prefix == ["vllm", "serve"]:
+        prefix = ["vllm", "serve"]  # NVIDIA's image runs the command we give it
+    bind = str(host_vars.get("spark_bind_host", "127.0.0.1"))
+    port = str(host_vars.get("spark_port", 8000))
+    return prefix + [config["model"]] + server_args(config) + ["--host", bind, "--port", port]
+
+
+def plan_cells(spec: Spec, host: str, facts: dict[str, Any], host_vars: dict[str, Any]) -> list[Cell]:
+    """Every (checkpoint × moe × linear × attention) combination, with its environment for this host."""
+    cells = []
+    combos = itertools.product(spec.checkpoints, spec.moe_backends, spec.linear_backends, spec.attention_backends)
+    for ckpt, moe, linear, attention in combos:
+        cells.append(_cell(spec, host, facts, host_vars, ckpt, moe, linear, attention))
+    return cells
+
+
+def _cell(spec: Spec, host: str, facts: dict, host_vars: dict, ckpt: Checkpoint, moe: str, linear: str,
+          attention: str) -> Cell:
+    speculative, notes = envrules.speculative_defaults(ckpt.quant, spec.server["speculative"])
+    config = {
+        "image": spec.image, "runtime": str(host_vars.get("spark_runtime", "docker")),
+        "checkpoint": ckpt.name, "model": ckpt.model, "quant": ckpt.quant,
+        "moe_backend": _auto(moe), "linear_backend": _auto(linear), "attention_backend": _auto(attention),
+        "speculative": speculative,
+        "gpu_memory_utilization": float(spec.server["gpu_memory_utilization"]),
+        "max_model_len": spec.server["max_model_len"], "max_num_seqs": spec.server["max_num_seqs"],
+        "extra_args": list(spec.server["extra_args"]),
+        "prompt_len": spec.load["prompt_len"], "output_len": spec.load["output_len"],
+        "profile": spec.load["profile"], "seed": spec.load["seed"],
+        "concurrency": list(spec.concurrency), "duration_s": spec.duration_s,
+        "warmup": spec.warmup, "repeats": spec.repeats,
+    }
+    resolved = envrules.resolve_env(facts, ckpt.quant, spec.vllm_version, spec.env)
+    cell = Cell(id=cell_id(config, resolved.env), sweep=spec.name, host=host, config=config, env=resolved.env,
+                provenance=resolved.provenance, notes=list(resolved.warnings) + notes)
+    cell.argv = launch_argv(config, host_vars)
+    return cell
+
+
+def spec_warnings(spec: Spec) -> list[str]:
+    """Warnings that need no host: said before anything is touched."""
+    out = []
+    for ckpt in spec.checkpoints:
+        for w in envrules.speculative_warnings(ckpt.quant, spec.server["speculative"]):
+            out.append(f"{ckpt.name}: {w}")
+    return out

@@ -1,0 +1,94 @@
+"""Live progress of a sweep (rich): one bar per host showing its cell, concurrency and ETA.
+
+Fed by ansible-runner events (a finished bench loop item = one concurrency level done). Thread-safe: each host's
+worker thread reports into the same display.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .plan import Cell
+
+
+def _cell_seconds(cell: Cell) -> float:
+    """Planned measuring time of a cell: every level runs warmup + repeats windows."""
+    c = cell.config
+    return len(c["concurrency"]) * (c["warmup"] + c["repeats"]) * c["duration_s"]
+
+
+class Progress:
+    """Progress display; with enabled=False it only counts (for --log-format json and non-terminals)."""
+
+    def __init__(self, enabled: bool = True, console: Console | None = None):
+        self.enabled = enabled
+        self.console = console or Console(stderr=True)
+        self.lock = threading.Lock()
+        self.bars: dict[str, Any] = {}
+        self.current: dict[str, Cell] = {}
+        self.advanced: dict[str, float] = {}   # seconds of the current cell already shown
+        self.display: RichProgress | None = None
+
+    def start(self, todo: dict[str, list[Cell]]) -> None:
+        if not self.enabled:
+            return
+        self.display = RichProgress(
+            TextColumn("[bold]{task.fields[host]}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+            TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=self.console, transient=False)
+        self.display.start()
+        for host, cells in todo.items():
+            total = sum(_cell_seconds(c) for c in cells) or 1.0
+            self.bars[host] = self.display.add_task(f"{len(cells)} cells to run", total=total, host=host)
+
+    def stop(self) -> None:
+        if self.display:
+            self.display.stop()
+            self.display = None
+
+    def _update(self, host: str, advance: float = 0.0, description: str | None = None) -> None:
+        if not self.display or host not in self.bars:
+            return
+        with self.lock:
+            kwargs = {"advance": advance}
+            if description is not None:
+                kwargs["description"] = description
+            self.display.update(self.bars[host], **kwargs)
+
+    def cell_started(self, host: str, cell: Cell) -> None:
+        self.current[host] = cell
+        self._update(host, description=f"{cell.label} [dim]{cell.id}[/] starting server")
+
+    def cell_finished(self, host: str, cell: Cell, record: dict | None) -> None:
+        """Whatever the cell did not measure (a failed start skips its windows) is skipped on the bar too."""
+        remaining = _cell_seconds(cell) - self.advanced.pop(host, 0.0)
+        verdict = record["verdict"] if record else "lost"
+        self._update(host, advance=max(remaining, 0.0), description=f"{cell.label} [dim]{cell.id}[/] {verdict}")
+
+    def host_failed(self, host: str, message: str) -> None:
+        self._update(host, description=f"[red]stopped: {message[:80]}")
+
+    def event_hook(self, host: str) -> Callable[[dict], None]:
+        def hook(event: dict) -> None:
+            data = event.get("event_data", {})
+            kind, task = event.get("event"), data.get("task", "")
+            cell = self.current.get(host)
+            if cell is None:
+                return
+            if kind == "runner_on_ok" and task == "serve":
+                self._update(host, description=f"{cell.label} [dim]{cell.id}[/] c={cell.config['concurrency'][0]}")
+            elif kind == "runner_item_on_ok" and task == "bench":
+                level = data.get("res", {}).get("level")
+                windows = cell.config["warmup"] + cell.config["repeats"]
+                levels = cell.config["concurrency"]
+                nxt = levels[levels.index(level) + 1] if level in levels and levels.index(level) + 1 < len(levels) \
+                    else None
+                step = windows * cell.config["duration_s"]
+                self.advanced[host] = self.advanced.get(host, 0.0) + step
+                self._update(host, advance=step,
+                             description=f"{cell.label} [dim]{cell.id}[/] " + (f"c={nxt}" if nxt else "collecting"))
+        return hook

@@ -1,0 +1,43 @@
+#!/usr/bin/python3
+"""Ansible module: start, stop or inspect the one model server of a cell (logic: hostside/supervise.py)."""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.spark_hostside import docker, logparse, supervise  # noqa: F401 (loaded for the fork)
+from ansible.module_utils.spark_hostside import serving
+
+ARGS = dict(
+    state=dict(type="str", default="started", choices=["started", "stopped", "status"]),
+    workdir=dict(type="str", required=True),
+    cell_id=dict(type="str", default=""),
+    runtime=dict(type="str", default="process", choices=["process", "docker"]),
+    argv=dict(type="list", elements="str", default=[]),
+    env_file=dict(type="str", default=""),
+    extra_env=dict(type="dict", default={}),
+    image=dict(type="str", default=""),
+    url=dict(type="str", default=""),
+    health_timeout=dict(type="float", default=1800.0),
+    scope=dict(type="str", default="machine", choices=["machine", "workdir"]),
+    evict=dict(type="bool", default=False),
+    holder=dict(type="dict", default={}),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGS, supports_check_mode=False)
+    p = module.params
+    if p["state"] == "status":
+        module.exit_json(changed=False, **supervise.status(p["workdir"]))
+    if p["state"] == "stopped":
+        result = supervise.stop(p["workdir"], cell_id=p["cell_id"], holder=p["holder"] or None)
+        module.exit_json(changed=result["stopped"], **result)
+    try:
+        result = serving.serve_cell(p)
+    except supervise.HostBusy as exc:
+        module.fail_json(msg=str(exc), holder=exc.holder, busy=True)
+    except serving.ServeError as exc:
+        module.fail_json(msg=str(exc))
+    module.exit_json(changed=True, **result)
+
+
+if __name__ == "__main__":
+    main()
