@@ -245,6 +245,8 @@ class Follower:
             if "SpecDecoding metrics" in line:  # periodic, and wanted: the cheap path
                 self._acceptance(line)
                 continue
+            if not self._server_seen and _SERVER_MARKERS.search(line):
+                self._server_seen = True
             if "\r" in line:  # progress bars redraw with CR; each piece is its own line
                 for piece in line.split("\r"):
                     if _PREFILTER.search(piece):
@@ -282,8 +284,6 @@ class Follower:
         level, msg = split_header(line)
         if level:
             self._f["vllm_log_lines"] += 1
-        if not self._server_seen and _SERVER_MARKERS.search(line):
-            self._server_seen = True
         if not self.ready:
             self._watch_failure(level, msg, line)
         if "Using " in msg or "Selected " in msg:
