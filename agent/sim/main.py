@@ -1,0 +1,122 @@
+"""`serve MODEL [flags]`: start like vLLM (log, failures), then serve HTTP until stopped or a fault ends it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import sys
+
+from . import options as options_mod
+from .engine import Engine
+from .options import Options, UsageError
+from .plan import Plan, make_plan
+from .ratemodel import RateModel
+from .server import Server
+from .startup import Startup
+from .vlog import API, ENGINE, VllmLog
+
+USAGE = "usage: vllm serve [model_tag] [options]"
+HELP = """Simulated vLLM on a DGX Spark (GB10). Same command line as `vllm serve`, plus:
+  --sim-vllm-version V   vLLM version to behave like (0.12 .. 0.33, default 0.24.0)   [SPARK_SIM_VLLM_VERSION]
+  --sim-hardware H       gb10 (default) or b200                                      [SPARK_SIM_HARDWARE]
+  --sim-seed N           seed of all noise (default: random)                         [SPARK_SIM_SEED]
+  --sim-rate R           calibrated (default) or unlimited                           [SPARK_SIM_RATE]
+  --sim-startup-s S      simulated startup time (default 1 s)                        [SPARK_SIM_STARTUP_S]
+  --sim-log-interval S   periodic throughput log interval (default 10 s)            [SPARK_SIM_LOG_INTERVAL]
+Faults: --sim-crash-after S, --sim-slow-start S, --sim-health-hang 1, --sim-oom 1, --sim-drop-streams FRACTION,
+        --sim-silent-fallback BACKEND   (and SPARK_SIM_CRASH_AFTER, ... likewise). See agent/sim/README.md."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] != "serve":
+        print(HELP if argv and argv[0] in ("-h", "--help") else USAGE, file=sys.stderr if not argv else sys.stdout)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    if "-h" in argv or "--help" in argv:
+        print(HELP)
+        return 0
+    env = dict(os.environ)
+    try:
+        opts = options_mod.parse(argv[1:], env)
+    except UsageError as exc:
+        print(f"{USAGE}\nvllm serve: error: {exc}", file=sys.stderr)
+        return 2
+    log = VllmLog(opts.sim["vllm_version"])
+    plan = make_plan(opts, env)
+    if not Startup(log, opts, plan, env).run():
+        return 1
+    try:
+        return asyncio.run(serve(opts, plan, log))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def serve(opts: Options, plan: Plan, log: VllmLog) -> int:
+    loop = asyncio.get_running_loop()
+    seed = opts.sim["seed"] if opts.sim["seed"] is not None else random.SystemRandom().randrange(2**32)
+    rng = random.Random(seed)
+    rate = RateModel(plan, opts.sim["rate"] == "unlimited", rng)
+    engine = Engine(rate, opts.max_num_seqs, plan.kv_tokens, rng, opts.sim["drop_streams"])
+    front = Server(opts, plan, log, engine)
+    server = await asyncio.start_server(front.handle, opts.host, opts.port, limit=2**20, backlog=512)
+    stopped = loop.create_future()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: stopped.done() or stopped.set_result(0))
+    log.info(API, "api_server.py:1971", f"Starting vLLM API server 0 on http://{opts.host}:{opts.port}")
+    log.uvicorn(f"Started server process [{os.getpid()}]")
+    log.uvicorn("Waiting for application startup.")
+    log.uvicorn("Application startup complete.")
+    tasks = [asyncio.ensure_future(engine.run()), asyncio.ensure_future(periodic_log(engine, log, opts.sim["log_interval"]))]
+    if opts.sim["crash_after"] is not None:
+        tasks.append(asyncio.ensure_future(crash_after(opts.sim["crash_after"], engine, log, stopped)))
+    code = await stopped
+    if code == 0:
+        log.uvicorn("Shutting down")
+    server.close()
+    for task in tasks:
+        task.cancel()
+    return code
+
+
+async def crash_after(delay: float, engine: Engine, log: VllmLog, stopped: asyncio.Future) -> None:
+    """Fault: the engine core dies; /health answers 503 for a moment, streams break, the process exits 1."""
+    await asyncio.sleep(delay)
+    log.error(ENGINE, "core.py:1037", "EngineCore encountered a fatal error.")
+    sys.stderr.write("Traceback (most recent call last):\n"
+                     '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 1028, in run_engine_core\n'
+                     "    engine_core.run_busy_loop()\n"
+                     "torch.AcceleratorError: CUDA error: unspecified launch failure\n")
+    sys.stderr.flush()
+    engine.kill()
+    log.error(API, "async_llm.py:525", "AsyncLLM output_handler failed.")
+    sys.stderr.write("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.\n")
+    sys.stderr.flush()
+    await asyncio.sleep(0.5)
+    if not stopped.done():
+        stopped.set_result(1)
+
+
+async def periodic_log(engine: Engine, log: VllmLog, interval: float) -> None:
+    """vLLM's 'Engine 000: Avg prompt throughput ...' line (and SpecDecoding metrics) while there is work."""
+    c = engine.counters
+    last = (c.prompt_tokens, c.generation_tokens, c.drafts, c.draft_tokens, c.accepted_tokens)
+    while True:
+        await asyncio.sleep(interval)
+        now = (c.prompt_tokens, c.generation_tokens, c.drafts, c.draft_tokens, c.accepted_tokens)
+        delta = [a - b for a, b in zip(now, last)]
+        last = now
+        if not any(delta[:2]) and not engine.running and not engine.waiting:
+            continue
+        log.info(API, "loggers.py:236", (
+            f"Engine 000: Avg prompt throughput: {delta[0] / interval:.1f} tokens/s, Avg generation throughput: "
+            f"{delta[1] / interval:.1f} tokens/s, Running: {len(engine.running)} reqs, Waiting: {len(engine.waiting)} reqs, "
+            f"GPU KV cache usage: {engine.kv_usage() * 100:.1f}%, Prefix cache hit rate: 0.0%"))
+        if engine.rate.spec_tokens and delta[2]:
+            drafts, draft_tokens, accepted = delta[2:]
+            log.info(API, "metrics.py:100", (
+                f"SpecDecoding metrics: Mean acceptance length: {1 + accepted / drafts:.2f}, Accepted throughput: "
+                f"{accepted / interval:.2f} tokens/s, Drafted throughput: {draft_tokens / interval:.2f} tokens/s, "
+                f"Accepted: {accepted} tokens, Drafted: {draft_tokens} tokens, Avg Draft acceptance rate: "
+                f"{100 * accepted / draft_tokens:.1f}%"))

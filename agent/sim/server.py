@@ -1,0 +1,208 @@
+"""The OpenAI-compatible HTTP front end (asyncio streams, HTTP/1.1 keep-alive, chunked SSE)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from . import calibration
+from .engine import Engine, Request
+from .options import Options
+from .plan import Plan
+from .streams import Stream
+from .vlog import API, VllmLog
+
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError"):
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+def count_words(text) -> int:
+    """Prompt tokens: one per whitespace-separated word (token-id lists count their ids)."""
+    if isinstance(text, list):
+        if text and isinstance(text[0], int):
+            return len(text)
+        return sum(count_words(t) for t in text)
+    return max(1, len(str(text).split()))
+
+
+class Server:
+    def __init__(self, opts: Options, plan: Plan, log: VllmLog, engine: Engine):
+        self.opts, self.plan, self.log, self.engine = opts, plan, log, engine
+        self.cal = calibration.load()
+        self.health_hang = opts.sim["health_hang"]
+        self.rng = engine.rng
+
+    # -- plumbing -----------------------------------------------------------------------------
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request = await self._read_request(reader)
+                if request is None:
+                    break
+                keep = await self._dispatch(request, reader, writer)
+                if not keep:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            if not writer.transport.is_closing():
+                try:
+                    await writer.drain()
+                except ConnectionError:
+                    pass
+                writer.close()
+
+    async def _read_request(self, reader):
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            return None
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, version = (lines[0].split(" ") + ["", "", ""])[:3]
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name:
+                headers[name.strip().lower()] = value.strip()
+        body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+        keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+        return {"method": method, "path": path.split("?")[0], "headers": headers, "body": body, "keep": keep}
+
+    def _respond(self, writer, status: int, body, content_type="application/json", keep=True) -> None:
+        payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+        head = (f"HTTP/1.1 {status} {REASONS.get(status, 'OK')}\r\ncontent-type: {content_type}\r\n"
+                f"content-length: {len(payload)}\r\n{'' if keep else 'connection: close' + chr(13) + chr(10)}\r\n")
+        writer.write(head.encode() + payload)
+
+    def _error(self, writer, err: HttpError, keep: bool) -> None:
+        body = {"object": "error", "message": err.message, "type": err.kind, "param": None, "code": err.status}
+        self._respond(writer, err.status, body, keep=keep)
+
+    async def _dispatch(self, request, reader, writer) -> bool:
+        path, keep = request["path"], request["keep"]
+        try:
+            if path in ("/v1/completions", "/v1/chat/completions"):
+                if request["method"] != "POST":
+                    raise HttpError(405, "Method Not Allowed", "MethodNotAllowed")
+                return await self._generate(request, reader, writer, chat=path.endswith("chat/completions")) and keep
+            if path == "/health":
+                await self._health(writer, keep)
+            elif path == "/version":
+                self._respond(writer, 200, {"version": self.plan.version}, keep=keep)
+            elif path == "/v1/models":
+                self._respond(writer, 200, self._models(), keep=keep)
+            elif path == "/metrics":
+                self._respond(writer, 200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8", keep)
+            else:
+                raise HttpError(404, "Not Found", "NotFoundError")
+        except HttpError as err:
+            self._error(writer, err, keep)
+        await writer.drain()
+        return keep
+
+    # -- routes -------------------------------------------------------------------------------
+    async def _health(self, writer, keep: bool) -> None:
+        if self.health_hang:
+            await asyncio.Event().wait()  # the fault: never answer (the client times out)
+        if self.engine.dead:
+            self._respond(writer, 503, b"", keep=keep)
+        else:
+            self._respond(writer, 200, b"", keep=keep)
+
+    def _models(self) -> dict:
+        name = self.opts.served_model_name
+        return {"object": "list", "data": [{
+            "id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm", "root": self.opts.model,
+            "parent": None, "max_model_len": self.opts.max_model_len,
+            "permission": [{"id": "modelperm-sim", "object": "model_permission", "allow_sampling": True}]}]}
+
+    def _parse_body(self, request, chat: bool) -> dict:
+        try:
+            body = json.loads(request["body"] or b"{}")
+        except json.JSONDecodeError as exc:
+            raise HttpError(400, f"Invalid JSON body: {exc}") from None
+        if not isinstance(body, dict):
+            raise HttpError(400, "The request body must be a JSON object")
+        if body.get("model", self.opts.served_model_name) != self.opts.served_model_name:
+            raise HttpError(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        if chat and not isinstance(body.get("messages"), list):
+            raise HttpError(400, "messages: Field required")
+        if not chat and "prompt" not in body:
+            raise HttpError(400, "prompt: Field required")
+        return body
+
+    def _prompt_tokens(self, body: dict, chat: bool) -> int:
+        if not chat:
+            return count_words(body["prompt"])
+        per_message = self.cal["chat_template_tokens"]
+        return sum(count_words(m.get("content") or "") + per_message for m in body["messages"] if isinstance(m, dict))
+
+    def _max_tokens(self, body: dict, prompt_tokens: int, chat: bool) -> int:
+        room = self.opts.max_model_len - prompt_tokens
+        value = body.get("max_completion_tokens") or body.get("max_tokens")
+        if value is None:
+            value = room if chat else self.cal["default_max_tokens"]
+        if not isinstance(value, int) or value < 1:
+            raise HttpError(400, f"max_tokens must be at least 1, got {value}.")
+        if value > room:
+            raise HttpError(400, (f"This model's maximum context length is {self.opts.max_model_len} tokens. However, you "
+                                  f"requested {prompt_tokens + value} tokens ({prompt_tokens} in the messages, {value} in "
+                                  f"the completion). Please reduce the length of the messages or completion."))
+        return value
+
+    async def _generate(self, request, reader, writer, chat: bool) -> bool:
+        if self.engine.dead:
+            raise HttpError(503, "The engine is dead.", "EngineDeadError")
+        body = self._parse_body(request, chat)
+        prompt_tokens = self._prompt_tokens(body, chat)
+        max_tokens = self._max_tokens(body, prompt_tokens, chat)
+        low, high = self.cal["natural_output_tokens"]
+        stop_at = max_tokens + 1 if body.get("ignore_eos") else self.rng.randint(low, high)
+        options = body.get("stream_options") or {}
+        stream = Stream(writer, reader, self.opts.served_model_name, prompt_tokens, chat, bool(body.get("stream")),
+                        bool(options.get("include_usage")), bool(options.get("continuous_usage_stats")))
+        if stream.stream:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                         b"transfer-encoding: chunked\r\n\r\n" + stream.first_chunk())
+        req = Request(prompt_tokens=prompt_tokens, max_tokens=max_tokens, stop_at=stop_at, sink=stream)
+        self.engine.submit(req)
+        outcome = await req.done
+        if outcome == "abort":
+            writer.transport.abort()
+            return False
+        if not stream.stream:
+            self._respond(writer, 200, stream.whole(), keep=request["keep"])
+        await writer.drain()
+        return True
+
+    # -- /metrics -------------------------------------------------------------------------------
+    def metrics_text(self) -> str:
+        e, c = self.engine, self.engine.counters
+        labels = f'engine="0",model_name="{self.opts.served_model_name}"'
+        out = []
+
+        def metric(name, kind, help_text, samples):
+            out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}")
+            for extra, value in samples:
+                out.append(f"{name}{{{labels}{extra}}} {float(value)}")
+
+        metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", [("", len(e.running))])
+        metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [("", len(e.waiting))])
+        metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [("", e.kv_usage())])
+        metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [("", c.prompt_tokens)])
+        metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", [("", c.generation_tokens)])
+        metric("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+               [(f',finished_reason="{r}"', n) for r, n in c.success.items()])
+        if e.rate.spec_tokens:
+            metric("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", [("", c.drafts)])
+            metric("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", [("", c.draft_tokens)])
+            metric("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", [("", c.accepted_tokens)])
+            metric("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.",
+                   [(f',position="{i}"', n) for i, n in enumerate(c.accepted_per_pos)])
+        return "\n".join(out) + "\n"
