@@ -1,0 +1,73 @@
+"""`spark-agent attest LOGFILE`: facts + verdict for a log a user already has. Exit 0 valid, 1 invalid, 3 failed, 2 bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+
+LOGS = Path(__file__).parent / "data" / "logs" / "synthetic"
+MARLIN = str(LOGS / "v0.24-nvfp4-marlin-mtp.log")
+
+
+def run_json(capsys, *argv) -> tuple[int, dict]:
+    rc = main(["attest", *argv, "--json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_valid_log_exits_0_with_facts_and_verdict(capsys):
+    rc, out = run_json(capsys, MARLIN, "--expect", "moe=marlin", "--expect", "attention=FLASHINFER")
+    assert rc == 0 and out["verdict"]["verdict"] == "valid"
+    assert out["facts"]["moe_backend"] == "marlin" and out["requested"]["attention_backend"] == "FLASHINFER"
+
+
+def test_wrong_backend_and_dead_variable_exit_1(capsys):
+    rc, out = run_json(capsys, MARLIN, "--expect", "moe=flashinfer_b12x", "--expect-env", "VLLM_FP8_MOE_BACKEND,CUTE_DSL_ARCH")
+    assert rc == 1
+    assert out["verdict"]["reasons"] == ["moe: requested flashinfer_b12x, loaded MARLIN",
+                                         "dead variable: VLLM_FP8_MOE_BACKEND (vLLM 0.24.0 does not know it)"]
+
+
+def test_failed_start_exits_3(capsys):
+    rc, out = run_json(capsys, str(LOGS / "v0.24-nvfp4-draft-backend.log"))
+    assert rc == 3 and out["facts"]["failure"]["class"] == "unsupported_moe_backend"
+
+
+def test_table_output_names_the_mismatch(capsys):
+    rc = main(["attest", MARLIN, "--expect", "draft_moe=marlin"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "INVALID" in out and "draft moe: requested marlin, loaded TRITON" in out and "MARLIN (nvfp4)" in out
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["/no/such/log"], "no such file"),
+    ([MARLIN, "--expect", "moe"], "AXIS=BACKEND"),
+    ([MARLIN, "--expect", "gpu=h200"], "AXIS=BACKEND"),
+    ([MARLIN, "--expect-env", "A=1"], "name only"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, words):
+    assert main(["attest", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]
+
+
+def test_a_file_that_is_no_vllm_log_is_bad_input(tmp_path, capsys):
+    other = tmp_path / "notes.txt"
+    other.write_text("hello\nworld\n")
+    assert main(["attest", str(other)]) == 2
+    assert "no vLLM log line" in capsys.readouterr().err
+
+
+def test_the_installed_command_in_a_real_process(tmp_path):
+    wrapped = tmp_path / "compose.log"
+    wrapped.write_text("".join(f"vllm-1  | {x}\n" for x in Path(MARLIN).read_text().splitlines()))
+    proc = subprocess.run([sys.executable, "-m", "agent.cli", "attest", str(wrapped), "--expect", "moe=b12x", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["facts"]["moe_backend_raw"] == "MARLIN"
