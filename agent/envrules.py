@@ -43,6 +43,11 @@ def gpu_rules(path: Path = GPU_RULES) -> dict[str, dict]:
     return hostfacts.load_gpu_rules(path)
 
 
+def classify(facts: dict) -> dict:
+    """Host facts with arch/sm filled by the controller's gpus.toml when the host could not classify."""
+    return facts if facts.get("arch") else hostfacts.classify(facts, gpu_rules())
+
+
 def arch_of(facts: dict) -> str:
     """The arch a host reported, else the controller's own classification of its GPU."""
     return facts.get("arch") or hostfacts.match_arch(
@@ -139,7 +144,7 @@ def _apply_override(result: EnvResult, name: str, value: str, rule: dict | None,
         _record(result, name, value, "set", "spec", "set by the spec")
     else:
         _record(result, name, value, "override", rule["id"],
-                f"set by the spec over rule {rule['id']} ({rule['set'][name]!r}): {rule['reason']}")
+                f"the spec overrides {rule['set'][name]!r} of this rule: {rule['reason']}")
 
 
 def _is_dead(entry: dict, version, warnings: list[str], value: str) -> bool:
@@ -173,7 +178,7 @@ def speculative_defaults(quant: str, speculative_json: str) -> tuple[str, list[s
             if key not in config:
                 config[key] = value
                 notes.append(f"speculative {key}={value} (rule {rule['id']}): {rule['reason']}")
-    return (json.dumps(config, separators=(",", ":")) if notes else speculative_json), notes
+    return (json.dumps(config, sort_keys=True, separators=(",", ":")) if notes else speculative_json), notes
 
 
 def speculative_warnings(quant: str, speculative_json: str) -> list[str]:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+import shutil
+import sys
 import tomllib
 
 import pytest
 import tomli_w
 
-from agent import envrules
+from agent import envrules, logs
+from agent.commands import env as env_cmd
 from agent.errors import UserError
 from agent.hostside import facts
 
@@ -160,7 +165,7 @@ MTP = '{"method":"mtp","num_speculative_tokens":2}'
 
 def test_nvfp4_mtp_draft_defaults_to_triton_with_a_note():
     new, notes = envrules.speculative_defaults("nvfp4", MTP)
-    assert new == '{"method":"mtp","num_speculative_tokens":2,"moe_backend":"triton"}'
+    assert new == '{"method":"mtp","moe_backend":"triton","num_speculative_tokens":2}'   # canonical, as spec.py writes it
     assert len(notes) == 1 and "BF16" in notes[0] and "nvfp4-mtp-draft-triton" in notes[0]
 
 
@@ -201,3 +206,99 @@ def test_rule_files_are_consistent():
     assert all(entry["replacement"].startswith("--") for entry in rules["dead"])
     assert {entry["name"] for entry in rules["dead"]} == {
         "VLLM_USE_FLASHINFER_MOE_FP4", "VLLM_FLASHINFER_MOE_BACKEND", "VLLM_FP8_MOE_BACKEND", "VLLM_ATTENTION_BACKEND"}
+
+
+def test_classify_fills_arch_only_when_the_host_could_not():
+    assert envrules.classify({"gpu_name": "NVIDIA GB10", "compute_capability": "12.1", "arch": ""})["sm"] == "sm_121a"
+    reported = {"gpu_name": "NVIDIA GB10", "compute_capability": "12.1", "arch": "gb10", "sm": "sm_121a"}
+    assert envrules.classify(reported) is reported
+
+
+# --- `spark-agent env` ----------------------------------------------------------------------------
+
+SPEC = """
+[sweep]
+name = "env-test"
+[image]
+ref = "nvcr.io/nvidia/vllm@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+vllm_version = "0.24.0"
+[[checkpoints]]
+name = "uns-fast"
+model = "unsloth/Qwen3.6-35B-A3B-NVFP4-fast"
+quant = "nvfp4"
+[[checkpoints]]
+name = "fp8"
+model = "Qwen/Qwen3.6-35B-A3B-FP8"
+quant = "fp8"
+[server]
+speculative = '{"method":"mtp","num_speculative_tokens":2}'
+[matrix]
+moe_backend = ["marlin", "auto"]
+concurrency = [1, 8]
+[env]
+VLLM_FP8_MOE_BACKEND = "marlin"
+CUTE_DSL_ARCH = "sm_120a"
+"""
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    path = tmp_path / "spec.toml"
+    path.write_text(SPEC)
+    return path
+
+
+def env_command(*argv: str) -> int:
+    """`spark-agent env ...` through its own parser (the other commands are not needed)."""
+    logs.configure()   # structlog to stderr, as the CLI sets it up: stdout stays the command's
+    parser = argparse.ArgumentParser()
+    env_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(["env", *argv])
+    return args.func(args)
+
+
+def env_json(capsys, *argv: str) -> dict:
+    assert env_command(*argv, "--json") == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_env_command_on_a_simulated_gb10(spec_file, capsys):
+    out = env_json(capsys, str(spec_file), "--host", "spark-1", "--simulate-gpu", "gb10")
+    assert len(out["cells"]) == 4 and {cell["host"] for cell in out["cells"]} == {"spark-1"}
+    assert any("moe_backend" in warning and warning.startswith("uns-fast:") for warning in out["warnings"])
+    for cell in out["cells"]:
+        assert cell["env"]["CUTE_DSL_ARCH"] == "sm_120a" and "VLLM_FP8_MOE_BACKEND" not in cell["env"]
+        actions = {row["name"]: (row["action"], row["rule"]) for row in cell["provenance"]}
+        assert actions["CUTE_DSL_ARCH"] == ("override", "gb10-cute-dsl-arch")
+        assert actions["VLLM_FP8_MOE_BACKEND"] == ("drop", "dead-vllm-fp8-moe-backend")
+        nvfp4 = cell["label"].startswith("uns-fast")
+        assert ("VLLM_USE_DEEP_GEMM" in cell["env"]) == (not nvfp4)
+        assert ('"moe_backend":"triton"' in cell["speculative"]) == nvfp4
+
+
+def test_env_command_prints_a_table_per_cell(spec_file, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert env_command(str(spec_file), "--host", "spark-1", "--simulate-gpu", "gb10") == 0
+    out = capsys.readouterr().out
+    assert out.count("spark-1 · ") == 4
+    for text in ("gb10-fp8-no-deep-gemm", "dead-vllm-fp8-moe-backend", "override", "use --moe-backend instead"):
+        assert text in out
+
+
+def test_env_command_with_an_inventory_gathers_facts_through_ansible(spec_file, tmp_path, capsys):
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(json.dumps({"all": {"hosts": {"here": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "spark_runtime": "process",
+        "spark_model_cache": str(tmp_path)}}}}))
+    out = env_json(capsys, str(spec_file), "-i", str(inventory))
+    assert {cell["host"] for cell in out["cells"]} == {"here"}
+    if shutil.which("nvidia-smi") is None:
+        notes = out["cells"][0]["notes"]
+        assert any("no GPU rules apply" in note for note in notes)
+        assert "CUTE_DSL_ARCH" in out["cells"][0]["env"]                  # only because the spec sets it
+        assert out["cells"][0]["provenance"][-1]["action"] != "override"  # no rule to override here
+
+
+def test_env_command_refuses_an_unknown_simulated_chip(spec_file):
+    with pytest.raises(UserError, match="--simulate-gpu: .*gb99"):
+        env_command(str(spec_file), "--host", "x", "--simulate-gpu", "gb99")

@@ -182,8 +182,10 @@ def _no_gpu(note: str) -> dict:
 def _simulated_gpu(arch: str, gpu_rules: dict[str, dict]) -> dict:
     entry = gpu_rules.get(arch)
     if entry is None:
-        known = ", ".join(sorted(gpu_rules)) or "none: gpus.toml not available"
-        raise ValueError(f"cannot simulate GPU {arch!r}: not in gpus.toml (known: {known})")
+        if not gpu_rules:
+            raise ValueError(f"cannot simulate GPU {arch!r}: gpus.toml is not available on this host "
+                             "(the spark_facts task must pass gpu_rules_toml)")
+        raise ValueError(f"cannot simulate GPU {arch!r}: not in gpus.toml (known: {', '.join(sorted(gpu_rules))})")
     return {"gpu_name": entry["name"], "compute_capability": str(entry["compute_capability"]),
             "driver": "", "cuda": "", "gpu_count": 1, "gpu_mem_gib": float(entry.get("memory_gb", 0)),
             "simulated": True, "notes": []}

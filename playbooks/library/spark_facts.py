@@ -14,10 +14,11 @@ options:
     description: Report this arch's chip from gpus.toml (e.g. gb10) instead of querying a GPU; sets simulated=true.
     type: str
     default: ""
-  cache_dir:
+  model_cache:
     description: Model cache whose free disk is reported.
     type: str
     default: ~/.cache/huggingface
+    aliases: [cache_dir]
   gpu_rules_toml:
     description:
       - Text of agent/rules/gpus.toml, to classify the GPU on the host, e.g.
@@ -35,7 +36,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "simulate_gpu": {"type": "str", "default": ""},
-            "cache_dir": {"type": "str", "default": facts.DEFAULT_CACHE_DIR},
+            "model_cache": {"type": "str", "default": facts.DEFAULT_CACHE_DIR, "aliases": ["cache_dir"]},
             "gpu_rules_toml": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
@@ -43,7 +44,7 @@ def main() -> None:
     params = module.params
     rules = facts.parse_gpu_rules(params["gpu_rules_toml"]) if params["gpu_rules_toml"] else {}
     try:
-        gathered = facts.gather(params["simulate_gpu"] or None, params["cache_dir"], rules)
+        gathered = facts.gather(params["simulate_gpu"] or None, params["model_cache"] or facts.DEFAULT_CACHE_DIR, rules)
     except ValueError as exc:
         module.fail_json(msg=f"{exc} (inventory variable spark_simulate_gpu)")
     for note in gathered["notes"]:
