@@ -286,17 +286,22 @@ def test_env_command_prints_a_table_per_cell(spec_file, capsys, monkeypatch):
 
 
 def test_env_command_with_an_inventory_gathers_facts_through_ansible(spec_file, tmp_path, capsys):
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "spark_runtime": "process",
+             "spark_model_cache": str(tmp_path)}
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(json.dumps({"all": {"hosts": {"here": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "spark_runtime": "process",
-        "spark_model_cache": str(tmp_path)}}}}))
+    inventory.write_text(json.dumps({"all": {"hosts": {"here": local,
+                                                       "sim": dict(local, spark_simulate_gpu="gb10")}}}))
     out = env_json(capsys, str(spec_file), "-i", str(inventory))
-    assert {cell["host"] for cell in out["cells"]} == {"here"}
+    by_host = {host: [cell for cell in out["cells"] if cell["host"] == host] for host in ("here", "sim")}
+    assert len(by_host["here"]) == len(by_host["sim"]) == 4
+    sim_rows = {row["name"]: row for row in by_host["sim"][0]["provenance"]}
+    assert sim_rows["CUTE_DSL_ARCH"]["action"] == "override"                     # the GB10 rule applied
+    assert sim_rows["FLASHINFER_DISABLE_VERSION_CHECK"]["rule"] == "gb10-flashinfer-version-check"
     if shutil.which("nvidia-smi") is None:
-        notes = out["cells"][0]["notes"]
-        assert any("no GPU rules apply" in note for note in notes)
-        assert "CUTE_DSL_ARCH" in out["cells"][0]["env"]                  # only because the spec sets it
-        assert out["cells"][0]["provenance"][-1]["action"] != "override"  # no rule to override here
+        here = by_host["here"][0]
+        assert any("no GPU rules apply" in note for note in here["notes"])
+        assert "FLASHINFER_DISABLE_VERSION_CHECK" not in here["env"]
+        assert {row["name"]: row["action"] for row in here["provenance"]}["CUTE_DSL_ARCH"] == "set"  # spec only
 
 
 def test_env_command_refuses_an_unknown_simulated_chip(spec_file):
