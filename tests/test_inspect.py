@@ -179,7 +179,7 @@ BAD_FILES = {
     "length_past_end": (lambda p: _raw(p, b'{"a": 1}', length=4096), "truncated"),
     "not_json": (lambda p: _raw(p, b"{not json}"), "not valid JSON"),
     "not_object": (lambda p: _raw(p, b"[]"), "not an object"),
-    "bad_entry": (lambda p: _raw(p, b'{"w": {"dtype": "BF16", "shape": [2]}}'), "bad data_offsets"),
+    "bad_entry": (lambda p: _raw(p, b'{"w": {"dtype": "BF16", "shape": [2]}}'), "data_offsets"),
     "shape_mismatch": (lambda p: _raw(p, b'{"w":{"dtype":"BF16","shape":[3],"data_offsets":[0,4]}}',
                                       data=b"\0" * 4), "does not match"),
     "data_truncated": (lambda p: (_valid(p), os.truncate(p, os.path.getsize(p) - 100), str(p))[2], "truncated"),

@@ -43,7 +43,7 @@ INPUT_SCALE_SUFFIXES = ("input_scale", "input_global_scale")
 
 _VISION = re.compile(r"(^|\.)(visual|vision_tower|vision_model|vision_encoder|multi_modal_projector|mm_projector)(\.|$)")
 _MTP = re.compile(r"(^|\.)mtp(\.|$)")
-_EMBED = re.compile(r"(^|\.)(embed_tokens|lm_head|wte|word_embeddings|tok_embeddings)(\.|$)")
+_EMBED = re.compile(r"(^|\.)(embed_tokens|lm_head|wte|word_embeddings|tok_embeddings)(\.|$)|^output(\.weight)?$")
 _LM_HEAD = re.compile(r"(^|\.)lm_head(\.|$)|^output\.weight$")
 _SHARED = re.compile(r"(^|\.)(shared_experts?|shared_expert_gate|shared_mlp)(\.|$)")
 _ROUTED = re.compile(r"(^|\.)experts(\.|$)")
@@ -51,6 +51,7 @@ _ROUTER = re.compile(r"(^|\.)(mlp|block_sparse_moe|feed_forward|moe)\.(gate|rout
 _ATTENTION = re.compile(r"(^|\.)(self_attn|linear_attn|attn|attention|cross_attn|mixer)(\.|$)")
 _MLP = re.compile(r"(^|\.)(mlp|feed_forward|ffn|block_sparse_moe)(\.|$)")
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+_DIGITS = re.compile(r"\d+")
 _EXPERT_INDEX = re.compile(r"(?:^|\.)experts\.(\d+)\.")
 
 
@@ -96,21 +97,25 @@ def _check_entries(path: str, header: dict, data_len: int) -> None:
 
 
 def _entry_problem(entry, data_len: int) -> str:
-    if not isinstance(entry, dict):
-        return "entry is not an object"
-    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if not isinstance(dtype, str):
-        return "no dtype"
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        return f"bad shape {shape!r}"
-    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1]):
+    try:
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        begin, end = offsets
+    except (TypeError, KeyError, ValueError):
+        return "entry needs dtype, shape and two data_offsets"
+    if type(dtype) is not str or type(shape) is not list:
+        return f"bad dtype {dtype!r} or shape {shape!r}"
+    count = 1
+    for dim in shape:  # a plain loop: this runs for every tensor of every shard
+        if type(dim) is not int or dim < 0:
+            return f"bad shape {shape!r}"
+        count *= dim
+    if type(begin) is not int or type(end) is not int or not 0 <= begin <= end:
         return f"bad data_offsets {offsets!r}"
-    if offsets[1] > data_len:
-        return (f"data ends at byte {offsets[1]} but the file holds {data_len} bytes of data; "
+    if end > data_len:
+        return (f"data ends at byte {end} but the file holds {data_len} bytes of data; "
                 "the file is truncated (re-download it)")
-    if dtype in DTYPE_SIZES and _product(shape) * DTYPE_SIZES[dtype] != offsets[1] - offsets[0]:
-        return f"shape {shape} of {dtype} does not match its {offsets[1] - offsets[0]} data bytes"
+    if dtype in DTYPE_SIZES and count * DTYPE_SIZES[dtype] != end - begin:
+        return f"shape {shape} of {dtype} does not match its {end - begin} data bytes"
     return ""
 
 
@@ -211,7 +216,7 @@ def role_of(name: str, num_hidden_layers: int | None = None) -> str:
         return "vision"
     if _MTP.search(name) or _is_deepseek_mtp_layer(name, num_hidden_layers):
         return "mtp"
-    if _EMBED.search(name) or name == "output.weight":
+    if _EMBED.search(name):
         return "embeddings"
     module_tail = module_of(name).rsplit(".", 1)[-1]
     if "norm" in module_tail or module_tail.startswith("ln_"):
@@ -227,6 +232,26 @@ def role_of(name: str, num_hidden_layers: int | None = None) -> str:
     if _MLP.search(name):
         return "dense_mlp"
     return "other"
+
+
+class _RoleCache:
+    """role_of() for many tensors: names that differ only in their numbers share a role, so the
+    regexes run once per name pattern (a few dozen), not once per tensor (tens of thousands)."""
+
+    def __init__(self, num_hidden_layers: int | None):
+        self.layers = num_hidden_layers
+        self.by_module: dict = {}
+        self.by_pattern: dict = {}
+
+    def __call__(self, module: str) -> str:
+        role = self.by_module.get(module)
+        if role is None:
+            pattern = _DIGITS.sub("#", module)
+            role = self.by_pattern.get(pattern) or self.by_pattern.setdefault(pattern, role_of(pattern))
+            if role not in ("vision", "mtp") and _is_deepseek_mtp_layer(module, self.layers):
+                role = "mtp"
+            self.by_module[module] = role
+        return role
 
 
 def _is_deepseek_mtp_layer(name: str, num_hidden_layers: int | None) -> bool:
@@ -269,7 +294,8 @@ def inspect_checkpoint(path: str) -> dict:
     shards, weight_map, warnings = _shards(path)
     config, quant_configs = _configs(path)
     layers = _config_value(config, "num_hidden_layers", "n_layer", "num_layers")
-    tensors = []  # (name, dtype, shape, bytes, role)
+    role = _RoleCache(layers)
+    tensors = []  # (name, dtype, shape, bytes, role, module)
     for shard in shards:
         header = read_header(shard)
         base = os.path.basename(shard)
@@ -279,7 +305,8 @@ def inspect_checkpoint(path: str) -> dict:
             if weight_map and weight_map.get(name, base) != base:
                 warnings.append(f"{name} is in {base} but the index says {weight_map[name]}")
             size = entry["data_offsets"][1] - entry["data_offsets"][0]
-            tensors.append((name, entry["dtype"], entry["shape"], size, role_of(name, layers)))
+            module = module_of(name)
+            tensors.append((name, entry["dtype"], entry["shape"], size, role(module), module))
     modules = _modules(tensors)
     summary = {"path": path, "name": os.path.basename(path.rstrip("/")), "shards": len(shards),
                "tensors": len(tensors), "quant_configs": quant_configs}
@@ -293,20 +320,21 @@ def inspect_checkpoint(path: str) -> dict:
 
 
 def _modules(tensors: list) -> dict:
-    """module name -> {"role", "params": {suffix: (dtype, shape, bytes)}}."""
+    """module name -> {"role", "format", "params": {suffix: (dtype, shape, bytes)}}."""
     modules: dict = {}
-    for name, dtype, shape, _size, role in tensors:
-        module = module_of(name)
+    for name, dtype, shape, _size, role, module in tensors:
         entry = modules.setdefault(module, {"role": role, "params": {}})
         suffix = name[len(module) + 1:] if module != name else "weight"
         entry["params"][suffix] = (dtype, shape, _size)
+    for entry in modules.values():
+        entry["format"] = _module_format(entry["params"])
     return modules
 
 
 def _mass(tensors: list) -> dict:
     dtypes: dict = {}
     roles = {role: {"tensors": 0, "bytes": 0} for role in ROLES}
-    for _name, dtype, _shape, size, role in tensors:
+    for _name, dtype, _shape, size, role, _module in tensors:
         row = dtypes.setdefault(dtype, {"tensors": 0, "bytes": 0})
         row["tensors"] += 1
         row["bytes"] += size
@@ -323,7 +351,7 @@ def _formats(modules: dict, roles: dict) -> dict:
     packed = high_precision = 0
     activations: dict = {role: set() for role in roles}
     for module in modules.values():
-        fmt = _module_format(module["params"])
+        fmt = module["format"]
         formats = roles[module["role"]].setdefault("formats", {})
         formats[fmt] = formats.get(fmt, 0) + 1
         weight = next((module["params"][s] for s in WEIGHT_SUFFIXES if s in module["params"]), None)
@@ -363,11 +391,10 @@ def _expert_layers(modules: dict) -> dict:
     """The usual routed-expert format, and the layers whose experts are kept more precise than that."""
     per_layer: dict = {}
     for name, module in modules.items():
-        match = _LAYER.search(name)
-        if module["role"] == "routed_experts" and match:
-            fmt = _module_format(module["params"])
-            per_layer.setdefault(int(match.group(1)), {}).setdefault(fmt, 0)
-            per_layer[int(match.group(1))][fmt] += 1
+        match = _LAYER.search(name) if module["role"] == "routed_experts" else None
+        if match:
+            counts = per_layer.setdefault(int(match.group(1)), {})
+            counts[module["format"]] = counts.get(module["format"], 0) + 1
     if not per_layer:
         return {"expert_format": "", "high_precision_expert_layers": []}
     totals: dict = {}
@@ -399,7 +426,7 @@ def _mtp(tensors: list, modules: dict) -> dict:
     formats: dict = {}
     for module in modules.values():
         if module["role"] == "mtp":
-            fmt = _module_format(module["params"])
+            fmt = module["format"]
             formats[fmt] = formats.get(fmt, 0) + 1
     dtypes: dict = {}
     for row in rows:
@@ -421,7 +448,7 @@ def _bytes_per_token(tensors: list, config: dict, warnings: list) -> dict:
     has_lm_head = any(_LM_HEAD.search(t[0]) for t in tensors if t[4] == "embeddings")
     parts = {"always": 0, "routed_experts_active": 0, "embeddings": 0}
     routed = 0
-    for name, _dtype, shape, size, role in tensors:
+    for name, _dtype, shape, size, role, _module in tensors:
         if role in ("mtp", "vision"):
             continue
         if role == "routed_experts":
