@@ -11,6 +11,7 @@ Use from conftest.py:  from .fixtures_docker import dockerd, sim_image, docker_h
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -211,3 +212,17 @@ def docker_host(dockerd, monkeypatch):
     """DOCKER_HOST points at the private daemon for this test (for code that reads the environment)."""
     monkeypatch.setenv("DOCKER_HOST", dockerd.host)
     return dockerd
+
+
+def local_inventory(path: Path, daemon: DockerDaemon, hosts: dict[str, dict] | None = None) -> Path:
+    """An inventory of hosts reached by Ansible's local connection, whose docker is `daemon`.
+
+    `hosts`: name -> extra host variables (default: one host, spark-local)."""
+    lines = ["all:", "  hosts:"]
+    for name, extra in (hosts or {"spark-local": {}}).items():
+        variables = {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
+                     "spark_docker_host": daemon.host, **extra}
+        lines.append(f"    {name}:")
+        lines += [f"      {key}: {json.dumps(value)}" for key, value in variables.items()]  # JSON is YAML
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -26,10 +26,14 @@ AGENT_ROOT = Path(__file__).resolve().parents[1]  # the `agent` package folder
 AGENT_PARTS = ("__init__.py", "errors.py", "sim", "hostside")  # errors.py: tiny, stdlib only
 SITE = "/opt/spark-agent"  # where `agent` lives in the image (PYTHONPATH)
 
-# Standard-library parts the simulator never needs: tests, GUIs, build files, bytecode caches.
+# Standard-library parts a server never needs: tests, GUIs, terminals, build tools, old databases, NIS
+# (their extensions pull in curses, Berkeley DB and Kerberos libraries), bytecode caches.
 PRUNE_DIRS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip", "__pycache__", "lib2to3",
-              "pydoc_data", "site-packages", "dist-packages"}
-PRUNE_FILE = re.compile(r"^(_test\w*|_xxtestfuzz|xxlimited\w*|_ctypes_test)\.cpython-.*\.so$|^sitecustomize\.py$")
+              "pydoc_data", "distutils", "curses", "dbm", "site-packages", "dist-packages"}
+PRUNE_FILE = re.compile(
+    r"^(_test\w*|_xxtestfuzz|xxlimited\w*|_ctypes_test|_curses\w*|readline|_dbm|_gdbm|nis)\.cpython-.*\.so$"
+    r"|^sitecustomize\.py$"
+)
 
 IMAGE_CHANGES = [
     'ENTRYPOINT ["python3", "-m", "agent.sim", "serve"]',
