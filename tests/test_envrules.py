@@ -165,7 +165,7 @@ MTP = '{"method":"mtp","num_speculative_tokens":2}'
 
 def test_nvfp4_mtp_draft_defaults_to_triton_with_a_note():
     new, notes = envrules.speculative_defaults("nvfp4", MTP)
-    assert new == '{"method":"mtp","moe_backend":"triton","num_speculative_tokens":2}'   # canonical, as spec.py writes it
+    assert new == '{"method":"mtp","moe_backend":"triton","num_speculative_tokens":2}'  # canonical, as spec.py
     assert len(notes) == 1 and "BF16" in notes[0] and "nvfp4-mtp-draft-triton" in notes[0]
 
 

@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python3 -m agent.hostside.facts", description=__doc__.split("\n")[0])
-    parser.add_argument("--simulate-gpu", default=None, help="report this arch's chip (e.g. gb10) instead of a real GPU")
+    parser.add_argument("--simulate-gpu", default=None, help="report this chip (gb10, ...) instead of a GPU")
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="model cache whose free disk is reported")
     parser.add_argument("--gpu-rules", default=None, help="path of gpus.toml (default: agent/rules/gpus.toml)")
     args = parser.parse_args(argv)
