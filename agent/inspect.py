@@ -43,9 +43,10 @@ def inspect_remote(path: str, host: str, inventory: str | None) -> dict:
     run = run_playbook("inspect", inventory, {"path": path}, limit=host)
     if host in run.unreachable:
         raise UserError(f"{host}: unreachable ({run.unreachable[host]}); check the inventory and SSH access")
-    if run.failures:
-        message = run.failures.get(host) or next(iter(run.failures.values()))
-        raise UserError(f"{host}: {message}")
+    if host in run.failures:
+        raise UserError(f"{host}: {run.failures[host]}")
+    if run.failures:  # ansible failed before reaching the host, e.g. no such host in the inventory
+        raise UserError(f"{host}: {next(iter(run.failures.values()))} (is {host} in {inventory}?)")
     result = run.results.get(host, {}).get(INSPECT_TASK)
     if not result or "summary" not in result:
         raise UserError(f"{host}: not in inventory {inventory}, or the inspect task did not run there")

@@ -289,6 +289,11 @@ def inspect_checkpoint(path: str) -> dict:
     high_precision_weights, activation_scales, expert_format, high_precision_expert_layers
     [{first, last, format, text}], mtp {present, quantized, tensors, bytes, formats}, moe {num_experts,
     num_experts_per_tok}, bytes_per_token, bytes_per_token_parts, quant_configs, warnings.
+
+    A module is a weight with its quantization parameters (weight_scale, weight_scale_2, input_scale,
+    weight_scale_inv, ...). packed_fp4_tensors counts packed FP4 weights; high_precision_weights counts
+    unquantized weights of two or more dimensions outside the MTP module and the vision tower.
+    Activation scales are static when a quantized module carries input_scale, else dynamic.
     """
     path = os.path.abspath(path)
     shards, weight_map, warnings = _shards(path)
