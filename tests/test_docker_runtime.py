@@ -78,10 +78,10 @@ def test_the_simulator_runs_as_a_cell_container(dockerd, sim_image, tmp_path):
     env, port, name = dockerd.env, free_port(), "spark-agent-cell-0123456789ab"
     sdocker.pull(sim_image, env)
     log_path = tmp_path / "server.log"
+    gb10_env = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_DISABLE_VERSION_CHECK": "1", "SPARK_SIM_STARTUP_S": "0.2"}
     server = sdocker.run_server(
-        sim_image, name, ["sim-model", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096"],
-        env={"SPARK_SIM_STARTUP_S": "0.2", "CUTE_DSL_ARCH": "sm_121a"}, label="0123456789ab", log_path=str(log_path),
-        docker_env=env,
+        sim_image, name, ["uns-fast", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096"],
+        env=gb10_env, label="0123456789ab", log_path=str(log_path), docker_env=env,
     )
     try:
         _wait_health(port)
@@ -100,12 +100,12 @@ def test_the_simulator_runs_as_a_cell_container(dockerd, sim_image, tmp_path):
         ours = sdocker.list_ours(docker_env=env)
         assert [(c["name"], c["cell"], c["state"]) for c in ours] == [(name, "0123456789ab", "running")]
         assert name in [c["name"] for c in sdocker.list_vllm_like(env)]
-        assert "sim-model" in sdocker.logs(name, env)
+        assert "non-default args: {'model_tag': 'uns-fast'" in sdocker.logs(name, env)
     finally:
         assert sdocker.stop(name, timeout_s=5, docker_env=env) is True
     server.log_follower.wait(timeout=10)  # `docker logs -f` ends with the container
     log = log_path.read_text()
-    assert "Application startup complete." in log and "sim-model" in log
+    assert "Application startup complete." in log and "Using 'FLASHINFER_B12X' NvFp4 MoE backend" in log
     assert sdocker.state(name, env)["status"] == "exited"
     assert sdocker.remove(name, env) is True
     assert sdocker.remove(name, env) is False

@@ -256,12 +256,9 @@ def stop(name: str, timeout_s: int = 10, docker_env: dict | None = None) -> bool
 
 def remove(name: str, docker_env: dict | None = None) -> bool:
     """Remove a container, running or not. Returns whether it existed."""
-    try:
-        _docker(["rm", "--force", name], docker_env)
-    except DockerError as exc:
-        if _missing(exc):
-            return False
-        raise
+    if state(name, docker_env)["status"] == "missing":  # `rm --force` itself is silent about missing ones
+        return False
+    _docker(["rm", "--force", name], docker_env)
     return True
 
 
