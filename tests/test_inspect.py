@@ -215,6 +215,21 @@ def test_index_naming_a_missing_shard(tmp_path):
         inspect_local(folder)
 
 
+def test_index_and_shards_that_disagree_are_warned_about(tmp_path):
+    tensors, config, extra = qwen_moe("nv")
+    folder = Path(write_checkpoint(str(tmp_path / "nv"), tensors, config, extra=extra))
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"]["lm_head.weight"] = "model-00003-of-00003.safetensors"  # it is in 00002
+    index["weight_map"]["model.language_model.layers.9.mlp.gate.weight"] = "model-00001-of-00003.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    write_safetensors(str(folder / "stray.safetensors"), {"x.weight": ("BF16", [2, 2])})
+    warnings = inspect_checkpoint(str(folder))["warnings"]
+    assert sorted(warnings) == sorted([
+        "1 tensor(s) named in the index are in no shard (incomplete download?)",
+        "lm_head.weight is in model-00002-of-00003.safetensors but the index says model-00003-of-00003.safetensors",
+        "stray.safetensors is not in the index; loaders ignore it"])
+
+
 def test_missing_path(tmp_path):
     with pytest.raises(UserError, match="no such checkpoint"):
         inspect_local(str(tmp_path / "nowhere"))

@@ -312,6 +312,9 @@ def inspect_checkpoint(path: str) -> dict:
             size = entry["data_offsets"][1] - entry["data_offsets"][0]
             module = module_of(name)
             tensors.append((name, entry["dtype"], entry["shape"], size, role(module), module))
+    missing = len(set(weight_map) - {t[0] for t in tensors})
+    if missing:
+        warnings.append(f"{missing} tensor(s) named in the index are in no shard (incomplete download?)")
     modules = _modules(tensors)
     summary = {"path": path, "name": os.path.basename(path.rstrip("/")), "shards": len(shards),
                "tensors": len(tensors), "quant_configs": quant_configs}
