@@ -13,6 +13,8 @@ from agent.errors import UserError
 from agent.sim import image
 
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
+pytest_plugins = ["tests.fixtures_docker"]  # dockerd: one per session
+
 PRUNED = ("/test/", "/idlelib/", "/tkinter/", "/ensurepip/", "/__pycache__/", "/config-3")
 
 
@@ -70,3 +72,16 @@ def test_the_rootfs_runs_python_and_the_agent_without_the_host(rootfs_tar, tmp_p
 def test_a_missing_busybox_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="busybox-static"):
         image.rootfs_plan(busybox=str(tmp_path / "busybox"))
+
+
+@pytest.mark.docker
+def test_build_from_the_command_line_into_a_given_daemon(dockerd, capsys):
+    from agent.hostside import docker as sdocker
+
+    tag = f"{dockerd.registry}/vllm-sim:cli"
+    assert image.main(["--tag", tag, "--docker-host", dockerd.host]) == 0
+    image_id = capsys.readouterr().out.strip()
+    assert image_id.startswith("sha256:") and sdocker.image_present(image_id, dockerd.env)
+    entrypoint = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Entrypoint}}", tag],
+                                env=dockerd.env, capture_output=True, text=True).stdout.strip()
+    assert entrypoint == '["python3","-m","agent.sim","serve"]'

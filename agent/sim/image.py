@@ -175,3 +175,21 @@ def build_image(tag: str, docker_env: dict | None = None, python: str = PYTHON, 
             return sdocker.import_image(tar_path, tag, IMAGE_CHANGES, docker_env)
         except sdocker.DockerError as exc:
             raise UserError(f"building the simulator image {tag}: {exc}") from None
+
+
+def main(argv: list[str]) -> int:
+    """`spark-agent sim image build --tag T [--docker-host H]` (argv after `image build`)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="spark-agent sim image build", description=__doc__)
+    parser.add_argument("--tag", required=True, help="image name:tag, e.g. vllm-sim:local (keep 'vllm-sim' in it)")
+    parser.add_argument("--docker-host", help="DOCKER_HOST of the daemon to build in (default: the environment's)")
+    args = parser.parse_args(argv)
+    print(build_image(args.tag, sdocker.docker_env_for(args.docker_host)))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
