@@ -11,6 +11,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+import structlog
 
 from agent.cli import main
 from agent.errors import UserError
@@ -236,6 +237,13 @@ def test_missing_path(tmp_path):
 
 
 # ---------------------------------------------------------------- command line
+
+
+@pytest.fixture(autouse=True)
+def _unbind_logs():
+    """main() points structlog at this test's captured stderr; later tests must not write to it once closed."""
+    yield
+    structlog.reset_defaults()
 
 
 def test_cli_text_and_compare(qwen, capsys):

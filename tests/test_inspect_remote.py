@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from agent.cli import main
 from agent.errors import UserError
 from agent.hostside.safetensors import inspect_checkpoint
 from agent.inspect import inspect
 
 from .test_inspect_build import build_qwen
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_remote_summary_equals_local(ssh_fleet):
@@ -21,12 +26,16 @@ def test_remote_summary_equals_local(ssh_fleet):
     assert remote["high_precision_expert_layers"][0]["text"] == "layers 2–3 experts FP8"
 
 
-def test_remote_cli_compares_two_checkpoints_on_the_host(ssh_fleet, capsys):
+def test_remote_cli_compares_two_checkpoints_on_the_host(ssh_fleet):
+    """The real command line, in its own process: --json stdout is the JSON document alone."""
     workdir = ssh_fleet.host("spark-b").workdir
     a, b = (build_qwen(str(workdir / v), v) for v in ("nv", "uns-fast"))
-    assert main(["inspect", a, b, "--host", "spark-b", "-i", str(ssh_fleet.inventory)]) == 0
-    assert "nv vs uns-fast: byte-twins: 120 vs 120 packed FP4 tensors, the same 14 high-precision weights" \
-        in capsys.readouterr().out
+    done = subprocess.run([sys.executable, "-m", "agent.cli", "inspect", a, b, "--host", "spark-b",
+                           "-i", str(ssh_fleet.inventory), "--json"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    comparison = json.loads(done.stdout)["comparison"]
+    assert comparison["headline"] == "byte-twins: 120 vs 120 packed FP4 tensors, the same 14 high-precision weights"
 
 
 def test_remote_bad_header_names_host_and_file(ssh_fleet):
