@@ -7,6 +7,7 @@ Run with the vLLM venv's python (it needs torch, transformers, tokenizers):
 Idempotent: a model folder whose stamp file matches the recipe is left alone.
 - tiny-llama:     Llama, hidden 128, 2 layers, 4 heads (2 KV heads), head_dim 32 (a CPU attention head size).
 - tiny-qwen3-moe: Qwen3-MoE with the same trunk, 4 experts, top-2.
+Both decode greedily by default (generation_config.json), so a random model loops and ngram drafts get accepted.
 Both share a byte-level BPE tokenizer (vocab 512) trained here on text from Python's own standard library.
 """
 
@@ -24,6 +25,9 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant: {% endif %}"
 )
+# Greedy by default (vLLM takes sampling defaults from generation_config.json): a random model then falls into
+# loops, so the ngram speculator finds matches and the spec_decode counters move, as with a real model.
+GENERATION_CONFIG = {"bos_token_id": 0, "eos_token_id": 0, "do_sample": False, "temperature": 0.0}
 
 TRUNK = dict(
     vocab_size=VOCAB_SIZE,
@@ -50,7 +54,7 @@ MODELS = {
 
 def recipe_hash(name):
     kind, extra = MODELS[name]
-    text = json.dumps([kind, TRUNK, extra, VOCAB_SIZE, CHAT_TEMPLATE], sort_keys=True)
+    text = json.dumps([kind, TRUNK, extra, VOCAB_SIZE, CHAT_TEMPLATE, GENERATION_CONFIG], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -96,6 +100,7 @@ def make_model(name, out_dir, tokenizer):
     model.config.dtype = "bfloat16"
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
+    (out_dir / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG, indent=2) + "\n")
     (out_dir / STAMP).write_text(recipe_hash(name) + "\n")
 
 
