@@ -74,7 +74,13 @@ def test_pin_resolves_a_tag_on_the_host_and_writes_the_spec(dockerd, sim_image, 
     assert sim_image in capsys.readouterr().out
 
     assert main(["pin", f"{name}:no-such-tag", "--host", "spark-local", "-i", inventory]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("spark-agent: error: spark-local: cannot resolve") and "not found" in err
+    assert "not found" in _error_line(capsys.readouterr().err, "spark-local: cannot resolve")
     assert main(["pin", f"{name}:test", "--host", "spark-9", "-i", inventory]) == 2
-    assert "spark-9" in capsys.readouterr().err
+    assert "is spark-9 in" in _error_line(capsys.readouterr().err, "host spark-9")
+
+
+def _error_line(stderr: str, start: str) -> str:
+    """The CLI's one error line (structured progress logs may share stderr)."""
+    lines = [line for line in stderr.splitlines() if line.startswith("spark-agent: error: ")]
+    assert len(lines) == 1 and lines[0].startswith(f"spark-agent: error: {start}"), stderr
+    return lines[0]
