@@ -119,13 +119,6 @@ def _entry_problem(entry, data_len: int) -> str:
     return ""
 
 
-def _product(shape: list) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def _read_json(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as f:
