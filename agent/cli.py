@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from .commands import NAMES
+from . import logs
 from .errors import UserError
 
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logs.configure("console")  # commands with --log-format reconfigure
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

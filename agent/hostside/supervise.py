@@ -143,7 +143,11 @@ def occupants(workdir: str, scope: str, docker_present: bool) -> list[dict]:
     found = [dict(kind="process", **p) for p in find_engines(workdir, scope)]
     if docker_present:
         ours_prefix = container_prefix(workdir)
-        for c in docker.list_vllm_like():
+        try:
+            containers = docker.list_vllm_like()
+        except docker.DockerError:  # no daemon running: no containers either
+            containers = []
+        for c in containers:
             name = c.get("name", "")
             ours = name.startswith(ours_prefix)
             if scope == "workdir" and not ours:
@@ -229,9 +233,9 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         child_env[WORKDIR_ENV] = str(Path(os.path.expanduser(workdir)))
         log = open(info["log"], "ab", buffering=0)
         if runtime == "docker":
-                docker.run_server(image, info["container"], [str(a) for a in argv], env, cell_id=info["cell_id"])
-            proc = subprocess.Popen(["docker", "logs", "-f", info["container"]], stdout=log,
-                                    stderr=subprocess.STDOUT, env=child_env)
+            container = docker.run_server(image, info["container"], [str(a) for a in argv], env,
+                                          label=info["cell_id"], log_path=info["log"])
+            proc = container.log_follower  # `docker logs -f` ends when the container does
         else:
             proc = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, env=child_env,
                                     start_new_session=True)

@@ -1,0 +1,186 @@
+"""The spine end to end: a sweep over real SSH (real sshd, real Ansible via ansible-runner) against the simulated
+Spark on two hosts in parallel; resume; SIGKILL and re-run; bad input refused before any host is touched."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent import results
+from agent.hostside import supervise
+from agent.inventory import load_inventory
+from agent.spec import load_spec
+from agent.sweep import run_sweep
+
+from .sshd_hosts import inventory_for
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "agent.cli"]
+
+SPEC = """
+[sweep]
+name = "{name}"
+[image]
+ref = "nvcr.io/nvidia/vllm@sha256:{digest}"
+vllm_version = "0.24.0"
+[[checkpoints]]
+name = "uns-fast"
+model = "uns-fast"
+quant = "nvfp4"
+[server]
+max_model_len = 8192
+max_num_seqs = 8
+[matrix]
+moe_backend = {backends}
+concurrency = [1, 2]
+duration_s = {duration}
+warmup = 1
+repeats = {repeats}
+[load]
+prompt_len = 64
+output_len = 32
+"""
+
+
+def write_spec(tmp_path: Path, name: str, backends=("marlin", "flashinfer_b12x"), duration=1.0, repeats=1) -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(SPEC.format(name=name, digest="ab" * 32, backends=list(backends), duration=duration,
+                                repeats=repeats).replace("'", '"'))
+    return path
+
+
+@pytest.fixture(scope="module")
+def sim_inventory(ssh_fleet, tmp_path_factory) -> Path:
+    """The SSH test hosts as simulated GB10 Sparks: process runtime, the simulator as the engine."""
+    inv = inventory_for(ssh_fleet, {
+        "spark_runtime": "process", "spark_simulate_gpu": "gb10", "spark_host_scope": "workdir",
+        "spark_port": 8000, "spark_health_timeout": 60,
+        "spark_serve_cmd": ["/usr/bin/python3", "-m", "agent.sim", "serve"],
+        "spark_serve_env": {"PYTHONPATH": str(REPO)},
+    })
+    path = tmp_path_factory.mktemp("inv") / "sim-fleet.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return path
+
+
+def engines_running(ssh_fleet) -> list[dict]:
+    return [e for h in ssh_fleet.hosts for e in supervise.find_engines(str(h.workdir), scope="workdir")]
+
+
+def test_two_host_sweep_over_ssh(tmp_path, sim_inventory, ssh_fleet):
+    spec = load_spec(write_spec(tmp_path, "two-hosts"))
+    hosts = load_inventory(sim_inventory)
+    outcome = run_sweep(spec, sim_inventory, hosts, tmp_path / "results")
+    assert sorted(outcome.hosts) == ["spark-a", "spark-b"]
+    for host in ("spark-a", "spark-b"):
+        assert len(outcome.hosts[host].done) == 2 and not outcome.hosts[host].lost
+        cells = results.load_cells(tmp_path / "results" / "two-hosts" / host)
+        assert sorted(c["config"]["moe_backend"] for c in cells) == ["flashinfer_b12x", "marlin"]
+        for cell in cells:
+            d = Path(cell["dir"])
+            assert {p.name for p in d.iterdir()} == {"cell.toml", "server.log", "launch.txt", "c001-r1.toml",
+                                                     "c002-r1.toml"}
+            assert cell["verdict"] == "valid", cell["verdict_reasons"]
+            assert cell["attestation"]["moe_backend"] == cell["config"]["moe_backend"]
+            assert cell["facts"]["arch"] == "gb10" and cell["env"]["CUTE_DSL_ARCH"] == "sm_121a"
+            assert "--moe-backend " + cell["config"]["moe_backend"] in (d / "launch.txt").read_text()
+            assert [r["concurrency"] for r in cell["runs"]] == [1, 2]
+            assert all(r["ok"] and r["output_throughput"] > 0 for r in cell["runs"])
+    # the same cell has the same id on both hosts: the id hashes the configuration, not the host
+    ids = {h: sorted(p.name for p in (tmp_path / "results" / "two-hosts" / h).iterdir()) for h in ("spark-a", "spark-b")}
+    assert ids["spark-a"] == ids["spark-b"]
+    assert engines_running(ssh_fleet) == []
+
+    # resume is the default: nothing is measured again, no file changes
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.toml")}
+    again = run_sweep(spec, sim_inventory, hosts, tmp_path / "results")
+    assert all(len(o.skipped) == 2 and not o.done for o in again.hosts.values())
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.toml")} == before
+
+
+def test_startup_failure_is_classified_and_the_sweep_goes_on(tmp_path, sim_inventory, ssh_fleet):
+    """Without the GB10 rule's FLASHINFER_DISABLE_VERSION_CHECK the simulated b12x server dies at startup."""
+    path = write_spec(tmp_path, "failing")
+    path.write_text(path.read_text() + '\n[env]\nFLASHINFER_DISABLE_VERSION_CHECK = "0"\n')
+    spec = load_spec(path)
+    hosts = load_inventory(sim_inventory, limit="spark-a")
+    t0 = time.monotonic()
+    run_sweep(spec, sim_inventory, hosts, tmp_path / "results")
+    cells = {c["config"]["moe_backend"]: c for c in results.load_cells(tmp_path / "results" / "failing")}
+    failed = [c for c in cells.values() if c["status"] == "failed"]
+    assert failed, "expected at least one cell to fail at startup"
+    for cell in failed:
+        assert cell["verdict"] == "failed" and cell["failure_class"] == "flashinfer_version"
+        assert any("FLASHINFER_DISABLE_VERSION_CHECK" in line for line in cell["failure_evidence"])
+        assert cell["runs"] == []
+    assert time.monotonic() - t0 < 120  # fail fast: no health timeout
+    assert engines_running(ssh_fleet) == []
+
+
+def test_sigkill_mid_sweep_then_rerun_measures_only_unfinished(tmp_path, sim_inventory, ssh_fleet):
+    spec_path = write_spec(tmp_path, "killed", backends=("marlin", "flashinfer_b12x", "cutlass"), duration=1.5)
+    out = tmp_path / "results"
+    cmd = CLI + ["sweep", str(spec_path), "-i", str(sim_inventory), "--limit", "spark-a", "--results", str(out),
+                 "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not list(out.glob("killed/spark-a/*/cell.toml")) and time.monotonic() < deadline:
+            assert proc.poll() is None, "the sweep ended before it could be killed"
+            time.sleep(0.2)
+        time.sleep(1.0)  # well inside the second cell
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+    first = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("killed/spark-a/*/cell.toml")}
+    assert len(first) == 1
+    assert not list(out.rglob("*.tmp")), "a killed controller must leave no partial file"
+
+    rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("killed/spark-a/*/cell.toml")}
+    assert len(finished) == 3
+    for cell_id, mtime in first.items():
+        assert finished[cell_id] == mtime, "a finished cell was measured again"
+    for d in out.glob("killed/spark-a/*"):
+        names = sorted(p.name for p in d.iterdir())
+        assert names.count("cell.toml") == 1 and not [n for n in names if n.endswith(".tmp")]
+    assert engines_running(ssh_fleet) == []
+
+
+@pytest.mark.parametrize("case", ["tag", "not_in_inventory", "unreachable", "concurrency_zero"])
+def test_bad_input_exits_2_before_touching_a_host(tmp_path, sim_inventory, case):
+    spec = write_spec(tmp_path, "bad")
+    inventory = sim_inventory
+    extra: list[str] = []
+    if case == "tag":
+        spec.write_text(spec.read_text().replace("nvcr.io/nvidia/vllm@sha256:" + "ab" * 32, "nvcr.io/nvidia/vllm:25.11"))
+    elif case == "not_in_inventory":
+        extra = ["--limit", "spark-zz"]
+    elif case == "unreachable":
+        inv = yaml.safe_load(sim_inventory.read_text())
+        inv["all"]["children"]["sparks"]["hosts"]["spark-a"]["ansible_host"] = "127.0.0.99"
+        inventory = tmp_path / "unreachable.yml"
+        inventory.write_text(yaml.safe_dump(inv))
+    elif case == "concurrency_zero":
+        spec.write_text(spec.read_text().replace("concurrency = [1, 2]", "concurrency = [0, 2]"))
+    out = tmp_path / "results"
+    proc = subprocess.run(CLI + ["sweep", str(spec), "-i", str(inventory), "--results", str(out)] + extra,
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    message = proc.stderr.strip().splitlines()[-1]
+    assert message.startswith("spark-agent: error:")
+    expected = {"tag": f"{spec}:", "not_in_inventory": "spark-zz", "unreachable": "spark-a (127.0.0.99:2222)",
+                "concurrency_zero": f"{spec}:"}[case]
+    assert expected in message
+    assert not out.exists(), "nothing may be written for bad input"
