@@ -297,12 +297,16 @@ def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) 
     cols = min(3, max(1, len(panels)))
     rows = max(1, math.ceil(len(panels) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
+    backends = sorted({s.backend for cells in panels.values() for s in cells})
+    colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}  # one colour per backend in every panel
     for ax, (name, cells) in zip(axes.flat, panels.items()):
-        _panel(ax, name, cells, ylabel, attr)
+        _panel(ax, name, cells, ylabel, attr, colours)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.suptitle(f"{title} (dotted: INVALID, never ranked; circled: unstable point)")
-    fig.tight_layout()
+    # Fixed margins instead of tight_layout: that would draw every figure twice (half the report's time).
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.6 / (4.2 * rows), top=1 - 0.6 / (4.2 * rows),
+                        wspace=0.25, hspace=0.45)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
     plt.close(fig)
@@ -317,22 +321,26 @@ def _panels(summaries: Sequence[CellSummary]) -> dict[str, list[CellSummary]]:
     return panels or {"no measurements": []}
 
 
-def _panel(ax: Any, name: str, cells: list[CellSummary], ylabel: str, attr: str) -> None:
-    label_of = _line_labels(cells)
-    for s in cells:
-        pts = [(c, getattr(p, attr)) for c, p in s.points.items() if getattr(p, attr) is not None]
+def _panel(ax: Any, name: str, cells: list[CellSummary], ylabel: str, attr: str, colours: dict[str, str]) -> None:
+    from matplotlib.ticker import NullLocator
+
+    lines = _lines(cells)
+    for label, members in lines.items():
+        pts = _pooled(members, attr)
         if not pts:
             continue
-        xs = [c for c, _ in pts]
-        mids = [st.median for _, st in pts]
-        err = [[st.median - st.lo for _, st in pts], [st.hi - st.median for _, st in pts]]
-        style = "-" if s.rankable else ":"
-        line = ax.errorbar(xs, mids, yerr=err, fmt="o" + style, capsize=3, label=label_of[id(s)])
-        bad = [(c, getattr(s.points[c], attr).median) for c in xs if s.points[c].unstable]
+        xs = [c for c, _, _ in pts]
+        mids = [st.median for _, st, _ in pts]
+        err = [[st.median - st.lo for _, st, _ in pts], [st.hi - st.median for _, st, _ in pts]]
+        style = "-" if members[0].rankable else ":"
+        line = ax.errorbar(xs, mids, yerr=err, fmt="o" + style, capsize=3, label=label,
+                           color=colours.get(members[0].backend))
+        bad = [(c, st.median) for c, st, unstable in pts if unstable]
         if bad:
             ax.scatter([c for c, _ in bad], [m for _, m in bad], s=140, facecolors="none",
                        edgecolors=line[0].get_color(), linewidths=1.5)
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_minor_locator(NullLocator())  # no minor ticks: labels only at measured concurrencies
     ticks = sorted({c for s in cells for c in s.points})
     ax.set_xticks(ticks or [1])
     ax.set_xticklabels([str(t) for t in ticks] or ["1"])
@@ -340,22 +348,36 @@ def _panel(ax: Any, name: str, cells: list[CellSummary], ylabel: str, attr: str)
     ax.set_xlabel("concurrency")
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
-    if cells:
-        ax.legend(fontsize="small" if len(cells) <= 8 else "xx-small")
+    if lines:
+        ax.legend(fontsize="small" if len(lines) <= 8 else "xx-small")
 
 
-def _line_labels(cells: list[CellSummary]) -> dict[int, str]:
-    """Backend, plus whatever else differs between the cells of one panel (host, image, ...)."""
+def _pooled(members: list[CellSummary], attr: str) -> list[tuple[int, Stat, bool]]:
+    """(c, Stat over every repeat of every member, any member unstable there): one line per backend, even when
+    several hosts measured it (ranking stays per host; the plot shows the fleet's range)."""
+    out = []
+    for c in sorted({c for s in members for c in s.points}):
+        points = [s.points[c] for s in members if c in s.points and getattr(s.points[c], attr) is not None]
+        st = stats.describe([v for p in points for v in getattr(p, attr).values])
+        if st is not None:
+            out.append((c, st, any(p.unstable for p in points)))
+    return out
+
+
+def _lines(cells: list[CellSummary]) -> dict[str, list[CellSummary]]:
+    """Line label → its cells: the backend, plus whatever else differs between the cells of one panel (image,
+    speculative, ...) except the host, over which a line pools."""
     keys = sorted({k for s in cells for k in s.config} - set(stats.BACKEND_FIELDS) - set(stats.SCHEDULE_FIELDS)
                   - {"checkpoint"})
     varying = [k for k in keys if len({str(s.config.get(k)) for s in cells}) > 1]
-    hosts = len({s.cell.get("host") for s in cells}) > 1
-    out = {}
+    lines: dict[str, list[CellSummary]] = {}
     for s in cells:
-        extra = [f"{k}={_short(s.config.get(k))}" for k in varying] + ([f"@{s.cell.get('host')}"] if hosts else [])
+        extra = [f"{k}={_short(s.config.get(k))}" for k in varying]
         tag = "" if s.rankable else f" ({s.verdict.upper()})"
-        out[id(s)] = " ".join([s.backend] + extra) + tag
-    return out
+        lines.setdefault(" ".join([s.backend] + extra) + tag, []).append(s)
+    hosts = {label: len({s.cell.get("host") for s in members}) for label, members in lines.items()}
+    return {(f"{label}, {hosts[label]} hosts" if hosts[label] > 1 else label): members
+            for label, members in lines.items()}
 
 
 def _short(value: Any) -> str:
