@@ -6,7 +6,7 @@ on its PATH lets `--gpus all` work here (a real Spark has the real hook). The re
 docker-registry on 127.0.0.1:<free port> (docker trusts 127.0.0.0/8 over plain HTTP). Everything is
 stopped by PID and deleted afterwards, also when a test fails.
 
-Use from conftest.py:  from .fixtures_docker import dockerd, sim_image, docker_host  # noqa: F401
+Use from conftest.py:  pytest_plugins = ["tests.fixtures_docker"]   (fixtures: dockerd, sim_image, docker_host)
 """
 
 from __future__ import annotations
@@ -41,6 +41,13 @@ class DockerDaemon:
     registry: str = ""              # 127.0.0.1:PORT
     pids: dict = field(default_factory=dict)   # "dockerd" / "registry" -> pid
     startup_s: float = 0.0          # dockerd + registry, until both answer
+
+    # Helpers reached through the fixture, so test modules need not import this module (see pytest_plugins).
+    def free_port(self) -> int:
+        return free_port()
+
+    def inventory(self, path: Path, hosts: dict[str, dict] | None = None) -> Path:
+        return local_inventory(path, self, hosts)
 
 
 def free_port(address: str = "127.0.0.1") -> int:

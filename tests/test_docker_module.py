@@ -12,9 +12,6 @@ import pytest
 from agent import fleet
 from agent.hostside import docker as sdocker
 
-pytest.register_assert_rewrite("tests.fixtures_docker")
-from .fixtures_docker import local_inventory  # noqa: E402
-
 pytest_plugins = ["tests.fixtures_docker"]  # dockerd, sim_image: one of each per session
 
 pytestmark = pytest.mark.docker
@@ -34,7 +31,7 @@ PLAYBOOK = """\
 def test_provision_pulls_once_and_fails_clearly(dockerd, sim_image, tmp_path):
     name, digest = sdocker.parse_ref(sim_image)
     missing = f"{name}@sha256:" + "0" * 64
-    inventory = local_inventory(tmp_path / "inventory.yml", dockerd, {
+    inventory = dockerd.inventory(tmp_path / "inventory.yml", {
         "spark-ok": {"image_ref": sim_image},
         "spark-missing": {"image_ref": missing},
         "spark-tag": {"image_ref": f"{name}:test"},

@@ -11,9 +11,6 @@ import pytest
 
 from agent.hostside import docker as sdocker
 
-pytest.register_assert_rewrite("tests.fixtures_docker")
-from .fixtures_docker import free_port  # noqa: E402
-
 pytest_plugins = ["tests.fixtures_docker"]  # dockerd, sim_image: one of each per session
 
 pytestmark = pytest.mark.docker
@@ -75,7 +72,7 @@ def test_a_tag_resolves_to_the_pushed_digest(dockerd, sim_image):
 
 
 def test_the_simulator_runs_as_a_cell_container(dockerd, sim_image, tmp_path):
-    env, port, name = dockerd.env, free_port(), "spark-agent-cell-0123456789ab"
+    env, port, name = dockerd.env, dockerd.free_port(), "spark-agent-cell-0123456789ab"
     sdocker.pull(sim_image, env)
     log_path = tmp_path / "server.log"
     gb10_env = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_DISABLE_VERSION_CHECK": "1", "SPARK_SIM_STARTUP_S": "0.2"}

@@ -11,9 +11,6 @@ from agent.commands.pin import write_image_ref
 from agent.errors import UserError
 from agent.hostside import docker as sdocker
 
-pytest.register_assert_rewrite("tests.fixtures_docker")
-from .fixtures_docker import local_inventory  # noqa: E402
-
 pytest_plugins = ["tests.fixtures_docker"]  # dockerd, sim_image: one of each per session
 
 PINNED = "nvcr.io/nvidia/vllm@sha256:" + "ab" * 32
@@ -65,7 +62,7 @@ def test_write_refuses_what_it_cannot_edit_safely(tmp_path):
 @pytest.mark.docker
 def test_pin_resolves_a_tag_on_the_host_and_writes_the_spec(dockerd, sim_image, tmp_path, capsys):
     name = sdocker.parse_ref(sim_image)[0]
-    inventory = str(local_inventory(tmp_path / "inventory.yml", dockerd))
+    inventory = str(dockerd.inventory(tmp_path / "inventory.yml"))
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC)
 
