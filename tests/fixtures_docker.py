@@ -146,6 +146,35 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _shims_of(root: Path) -> list[int]:
+    """PIDs of containerd shims that serve this daemon's containerd (their -address is under `root`)."""
+    address = str(root / "exec" / "containerd" / "containerd.sock").encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0") if entry.isdigit() else []
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and address in argv:
+            pids.append(int(entry))
+    return pids
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL: a container's init ignores SIGTERM."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _unmount_under(root: Path) -> None:
     """Lazily unmount whatever a killed dockerd left mounted under `root`, deepest first."""
     with open("/proc/self/mounts") as mounts:
@@ -167,6 +196,10 @@ def stop_daemon(daemon: DockerDaemon) -> None:
             stop_pid(daemon.pids[name])
     if containerd_pid and _alive(containerd_pid):  # dockerd's child; orphaned only if dockerd was killed
         stop_pid(containerd_pid)
+    for shim in _shims_of(daemon.root):  # likewise: a shim and its container outlive a killed dockerd
+        for child in _children(shim):
+            _kill(child)
+        _kill(shim)
     _unmount_under(daemon.root)
     shutil.rmtree(daemon.root, ignore_errors=True)
 
