@@ -107,14 +107,15 @@ def rootfs_plan(python: str = PYTHON, busybox: str = BUSYBOX) -> dict[str, str]:
     files = _stdlib_files(layout["stdlib"])
     for path in files:
         plan[path] = path
-    binaries = [exe] + [f for f in files if f.endswith(".so")]
-    for binary in binaries:
+    try:
+        plan.update({lib: lib for lib in shared_libraries(exe)})
+    except FileNotFoundError as exc:
+        raise UserError(f"{exc}: python itself cannot run here; reinstall it (apt install --reinstall python3)") from None
+    for extension in (f for f in files if f.endswith(".so")):
         try:
-            libs = shared_libraries(binary)
-        except FileNotFoundError:  # an extension whose library this host lacks: leave the extension out
-            plan.pop(binary, None)
-            continue
-        plan.update({lib: lib for lib in libs})
+            plan.update({lib: lib for lib in shared_libraries(extension)})
+        except FileNotFoundError:  # its library is not on this host: leave the extension out
+            del plan[extension]
     plan.update({dest: src for src, dest in _agent_files()})
     return plan
 
