@@ -186,6 +186,8 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
         out += verdict_lines(rec)
     out += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
     out += ["## Medians", ""] + medians_table_md(data.summaries) + [""]
+    out += ["## Single stream vs the bandwidth ceiling (c=1)", ""]
+    out += ceiling_lines(data.summaries) or ["No cell carries checkpoint_info.bytes_per_token: no ceiling.", ""]
     out += ["## Unstable points", ""] + _or_none(unstable_lines(data.summaries, data.threshold)) + [""]
     out += ["## Failed runs (left out of the medians)", ""] + _or_none(failed_run_lines(data.summaries)) + [""]
     out += ["## INVALID cells (never ranked)", ""] + _or_none(invalid_lines(data.summaries)) + [""]
@@ -277,6 +279,52 @@ def failed_cell_lines(summaries: Sequence[CellSummary]) -> list[str]:
                      + (f" — {reasons}" if reasons else ""))
         lines += [f"    - evidence: `{e}`" for e in s.cell.get("failure_evidence", [])[:3]]
     return lines
+
+
+def ceiling_lines(summaries: Sequence[CellSummary]) -> list[str]:
+    """Single-stream decode (c=1) as % of the bandwidth ceiling, for cells that carry
+    checkpoint_info.bytes_per_token; and whether bytes explain the differences between checkpoints
+    on the same backend (agent.bandwidth)."""
+    from . import bandwidth
+
+    groups: dict[tuple[str, str], list[CellSummary]] = {}
+    for s in summaries:
+        if s.rankable and _c1(s) and s.cell.get("checkpoint_info", {}).get("bytes_per_token"):
+            groups.setdefault((_arch(s.cell), s.backend), []).append(s)
+    lines: list[str] = []
+    for (arch, backend), cells in sorted(groups.items()):
+        try:
+            gbs, source = bandwidth.bandwidth_for(arch)
+        except UserError as exc:
+            lines += [f"- {arch} · {backend}: no ceiling ({exc.message})", ""]
+            continue
+        notes = bandwidth.ceiling_notes([_ceiling_point(s) for s in cells], gbs, source)
+        lines += [f"{arch} · {backend}: {gbs:g} GB/s ({source})", "",
+                  "| checkpoint | bytes/token | ceiling tok/s | c=1 tok/s | % of ceiling | note |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['label']} | {r['bytes_per_token']:,} | {num(r['ceiling_tok_s'])} | {num(r['tok_s'])} "
+                  f"| {num(r['pct_of_ceiling'])} | {r['note']} |" for r in notes["rows"]]
+        lines += [""] + [f"- {p['note']}" for p in notes["pairs"]] + [""]
+    return lines
+
+
+def _c1(s: CellSummary) -> Point | None:
+    p = s.points.get(1)
+    return p if p is not None and p.throughput is not None else None
+
+
+def _arch(cell: dict[str, Any]) -> str:
+    facts = cell.get("facts", {})
+    return facts.get("arch") or facts.get("gpu_name") or "unknown"
+
+
+def _ceiling_point(s: CellSummary) -> dict[str, Any]:
+    from .bandwidth import single_stream_tok_s
+
+    p = _c1(s)
+    medians = {"median_tpot_ms": p.tpot.median if p.tpot else 0.0, "output_throughput": p.throughput.median}
+    return {"label": s.checkpoint, "bytes_per_token": int(s.cell["checkpoint_info"]["bytes_per_token"]),
+            "tok_s": single_stream_tok_s(medians), "speculative": bool(s.config.get("speculative"))}
 
 
 # ---------------------------------------------------------------- plots

@@ -23,8 +23,9 @@ DEEP_GEMM_ASSERT = 'assert cached is not None, "DeepGemmQuantScaleFMT oracle cac
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
-    for ck in ("nv", "uns-fast"):
-        write_cell(root, checkpoint=ck, backend="marlin", values={c: [60.0 * c, 61.0 * c, 59.0 * c] for c in C})
+    for ck, bpt in (("nv", 2_730_000_000), ("uns-fast", 3_150_000_000)):  # 100 and 86.7 tok/s at 273 GB/s
+        write_cell(root, checkpoint=ck, backend="marlin", values={c: [60.0 * c, 61.0 * c, 59.0 * c] for c in C},
+                   checkpoint_info={"bytes_per_token": bpt})
         write_cell(root, checkpoint=ck, backend="flashinfer_b12x",
                    values={c: [25.0 * c, 30.0 * c, 40.0 * c] for c in C})  # 2× slower, spread 50%
     fp8 = dict(checkpoint="fp8", quant="fp8", env={"VLLM_USE_DEEP_GEMM": "0"})
@@ -79,6 +80,16 @@ def test_medians_table_and_provenance(tree):
     assert "vLLM version (from the server log): 0.24.0" in md
     assert "fingerprint a1b2c3d4" in md
     assert "6 valid, 1 INVALID, 1 failed" in md
+
+
+def test_percent_of_bandwidth_ceiling_at_c1(tree):
+    md = (tree / "report.md").read_text()
+    ceiling = section(md, "## Single stream vs the bandwidth ceiling")
+    assert "gb10 · marlin: 273 GB/s" in ceiling
+    assert "| nv | 2,730,000,000 | 100.0 | 60.0 | 60.0 |" in ceiling  # 1000 / median TPOT at c=1
+    assert "| uns-fast | 3,150,000,000 | 86.7 | 60.0 | 69.2 |" in ceiling
+    assert "uns-fast vs nv: bytes predict -13.3%, measured +0.0%: not explained by bytes" in ceiling
+    assert "flashinfer_b12x" not in ceiling  # no checkpoint_info on those cells
 
 
 def test_plots_are_real_pngs_with_content(tree):

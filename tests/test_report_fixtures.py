@@ -43,6 +43,7 @@ def write_cell(
     started_at: str = "2026-11-29T19:10:00Z",
     finished_at: str = "2026-11-29T19:14:00Z",
     elapsed_s: float = 240.0,
+    checkpoint_info: dict[str, Any] | None = None,
 ) -> Path:
     """One finished cell; returns its folder. TTFT/TPOT are derived from the throughput so they move with it."""
     config = {
@@ -72,6 +73,8 @@ def write_cell(
         "attestation": {"vllm_version": "0.24.0", "moe_backend": loaded or backend,
                         "moe_backend_raw": (loaded or backend).upper(), "moe_quant": quant},
     }
+    if checkpoint_info:
+        cell["checkpoint_info"] = checkpoint_info
     atomic_write_toml(folder / "cell.toml", cell)
     return folder
 
