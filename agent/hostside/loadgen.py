@@ -2,9 +2,10 @@
 
 Standard library only: it runs on the Spark next to the server and is imported by the controller.
 Exactly `concurrency` requests are in flight at all times; each streams with `ignore_eos` and
-`continuous_usage_stats`, so every chunk says how many tokens it carried. After a warmup, one or
-more back-to-back measurement windows are cut out of the same load; a window counts what arrived
-inside it (a request still streaming at the close counts only its in-window tokens).
+`continuous_usage_stats`, so every chunk says how many tokens it carried. Per level: a warmup
+window, then each measured window is one run of the load, like one `vllm bench serve` run: the c
+requests start together, and at the close the requests still streaming are cut and count only the
+tokens that arrived inside the window. Between runs the server idles briefly (SETTLE_S).
 
 The HTTP client is hand-written on asyncio streams (one connection per request, chunked or plain
 bodies, SSE `data:` lines): http.client in threads cannot keep up with 10k tokens/s on one core.
@@ -35,6 +36,7 @@ DEFAULT_TIMEOUT_S = 600.0
 MAX_ERRORS_LISTED = 5
 FAILURE_BACKOFF_S = 0.1
 POLL_S = 0.25
+SETTLE_S = 0.5
 
 # Common English words: nearly every tokenizer maps " word" to one token, so n words ~ n tokens.
 WORDS = (
@@ -233,31 +235,40 @@ class _Load:
     """`concurrency` workers, each sending its next request the moment the previous one ends."""
 
     def __init__(self, url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock):
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1, got %r" % (concurrency,))
         self.host, self.port, self.path = parse_url(url)
         self.model = model
         self.concurrency = concurrency
         self.lengths = (profile, prompt_len, output_len)
-        self.rng = rng
+        self.rng = rng                  # one stream per level: no two requests share a prompt
         self.timeout_s = timeout_s
         self.clock = clock
         self.requests = []
         self.failures_in_row = 0
         self.abort_reason = ""
+        self.running = False
 
-    def start(self):
-        self.tasks = [asyncio.ensure_future(self._worker()) for _ in range(self.concurrency)]
-
-    async def stop(self):
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-
-    def forget_before(self, t: float):
-        """Drop requests that ended before t: no later window can count them."""
-        self.requests = [r for r in self.requests if r.end is None or r.end >= t]
+    async def run(self, duration_s: float):
+        """Keep the load on for duration_s (clock units), then cut it; -> (requests, t0, t1)."""
+        self.requests = []
+        t0 = self.clock()
+        t1 = t0 + duration_s
+        self.running = True
+        tasks = [asyncio.ensure_future(self._worker()) for _ in range(self.concurrency)]
+        try:
+            while not self.abort_reason and self.clock() < t1:
+                await asyncio.sleep(min(t1 - self.clock(), POLL_S))
+        finally:
+            # The flag as well as cancel(): wait_for may swallow a cancel that races the request's end.
+            self.running = False
+            for task in tasks:
+                task.cancel()   # the server sees the disconnect and aborts the request
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return self.requests, t0, t1
 
     async def _worker(self):
-        while not self.abort_reason:
+        while self.running and not self.abort_reason:
             prompt_len, output_len = request_lengths(*self.lengths, rng=self.rng)
             request = build_request(self.host, self.port, self.path, self.model,
                                     make_prompt(prompt_len, self.rng), output_len)
@@ -282,53 +293,36 @@ class _Load:
         self.failures_in_row += 1
         # Nothing but failures, many times over: the server is gone; stop instead of spinning to the end.
         if self.failures_in_row >= max(8, 2 * self.concurrency):
-            self.abort_reason = "aborted after %d failed requests in a row; last: %s" % (self.failures_in_row, record.error)
+            self.abort_reason = "aborted after %d failed requests in a row; last: %s" % (
+                self.failures_in_row, record.error)
 
 
-async def _sleep_until(t: float, load: _Load):
-    while not load.abort_reason:
-        left = t - load.clock()
-        if left <= 0:
-            return
-        await asyncio.sleep(min(left, POLL_S))
+async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
+    """One warmup window, then `repeats` measured windows, each its own run of the load.
 
-
-async def _measure(url, model, concurrency, duration_s, warmup_s, windows, prompt_len, output_len, profile,
-                   rng, timeout_s, clock, on_boundary):
-    """Run the load through a warmup and `windows` back-to-back windows; return one result per window.
-
-    on_boundary(i) is awaited at every window boundary (i = 0..windows) while the load keeps running;
-    what it returns is passed to on_window(i, result, mark_before, mark_after) via the result list.
+    Between runs the load is off for SETTLE_S: cancelled requests are aborted and counted by the server
+    before /metrics is read, and the next window starts on an idle server (as a fresh benchmark run does).
+    finish(result, repeat, before, after) gets each window's result and its two scrapes as soon as it exists.
     """
-    if concurrency < 1:
-        raise ValueError("concurrency must be >= 1, got %r" % (concurrency,))
-    load = _Load(url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock)
-    start = clock()
-    bounds = [start + warmup_s + i * duration_s for i in range(windows + 1)]
-    load.start()
-    results = []
-    try:
-        marks = []
-        for i, bound in enumerate(bounds):
-            await _sleep_until(bound, load)
-            marks.append((time.time(), await on_boundary(i) if on_boundary else None))
-            if i == 0:
-                continue
-            result = summarize(load.requests, bounds[i - 1], bound, concurrency)
-            result["started_at"] = _iso(marks[i - 1][0])
-            if load.abort_reason:
-                result.update(ok=False, error=load.abort_reason)
-            results.append((result, marks[i - 1][1], marks[i][1]))
-            load.forget_before(bound)
-            if load.abort_reason:
-                break
-    finally:
-        await load.stop()
-    for i in range(len(results), windows):  # windows the abort never reached
-        result = summarize([], 0.0, duration_s, concurrency)
-        result.update(ok=False, error=load.abort_reason, started_at=_iso(time.time()))
-        results.append((result, None, None))
-    return results
+    if warmup_s > 0:
+        await load.run(warmup_s)
+        await asyncio.sleep(SETTLE_S)
+    for repeat in range(1, repeats + 1):
+        if load.abort_reason:   # the server is gone: the remaining windows are not measured
+            result = summarize([], 0.0, duration_s, load.concurrency)
+            result.update(ok=False, error=load.abort_reason, started_at=_iso(time.time()))
+            finish(result, repeat, None, None)
+            continue
+        before = await scrape() if scrape else None
+        wall = time.time()
+        requests, t0, t1 = await load.run(duration_s)
+        await asyncio.sleep(SETTLE_S)
+        after = await scrape() if scrape else None
+        result = summarize(requests, t0, t1, load.concurrency)
+        result["started_at"] = _iso(wall)
+        if load.abort_reason:
+            result.update(ok=False, error=load.abort_reason)
+        finish(result, repeat, before, after)
 
 
 def _iso(wall: float) -> str:
@@ -421,38 +415,47 @@ def percentile(values, q: float) -> float:
 
 def run_level(url, model, concurrency, duration_s, warmup_s, prompt_len, output_len, profile="uniform", seed=0,
               timeout_s=DEFAULT_TIMEOUT_S, clock=time.monotonic) -> dict:
-    """One concurrency level: warmup, then one measurement window. Never raises for request failures."""
-    rng = random.Random("%s:%s" % (seed, concurrency))
-    results = asyncio.run(_measure(url, model, concurrency, duration_s, warmup_s, 1, prompt_len, output_len,
-                                   profile, rng, timeout_s, clock, None))
-    return results[0][0]
+    """One concurrency level: a warmup window, then one measured window. Request failures never raise:
+    they are counted, and a window without output tokens comes back with ok=False and the error."""
+    load = _Load(url, model, concurrency, prompt_len, output_len, profile, _level_rng(seed, concurrency),
+                 timeout_s, clock)
+    results = []
+    asyncio.run(_level(load, duration_s, warmup_s, 1, None, lambda result, *_: results.append(result)))
+    return results[0]
 
 
 def run_levels(url, model, levels, duration_s, warmup_s, repeats, prompt_len=1024, output_len=256,
                profile="uniform", seed=0, timeout_s=DEFAULT_TIMEOUT_S, clock=time.monotonic, on_result=None,
                metrics_timeout_s=10.0) -> list:
-    """Per level: one warmup window, then `repeats` measured windows under the same load, each with the
-    /metrics counter deltas over it. on_result(result) is called as soon as each window is summarized."""
+    """Per level: one warmup window, then `repeats` measured windows against the same server, each with
+    `repeat`, the /metrics counter deltas over it (`metrics_delta`) and `spec_decode_acceptance_rate`.
+    on_result(result) is called as soon as each window's result exists. Warmups are not returned."""
     results = []
+
+    async def scrape():
+        loop = asyncio.get_event_loop()
+        try:
+            return await loop.run_in_executor(None, metrics.scrape, url, metrics_timeout_s)
+        except OSError as exc:
+            return exc
+
+    def finish(result, repeat, before, after):
+        _add_counters(result, before, after)
+        result["repeat"] = repeat
+        results.append(result)
+        if on_result:
+            on_result(result)
+
     for concurrency in levels:
-        rng = random.Random("%s:%s" % (seed, concurrency))
-
-        async def scrape(_i):
-            loop = asyncio.get_event_loop()
-            try:
-                return await loop.run_in_executor(None, metrics.scrape, url, metrics_timeout_s)
-            except OSError as exc:
-                return exc
-
-        windows = asyncio.run(_measure(url, model, concurrency, duration_s, warmup_s, repeats, prompt_len,
-                                       output_len, profile, rng, timeout_s, clock, scrape))
-        for repeat, (result, before, after) in enumerate(windows, start=1):
-            _add_counters(result, before, after)
-            result["repeat"] = repeat
-            results.append(result)
-            if on_result:
-                on_result(result)
+        load = _Load(url, model, concurrency, prompt_len, output_len, profile, _level_rng(seed, concurrency),
+                     timeout_s, clock)
+        asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish))
     return results
+
+
+def _level_rng(seed, concurrency) -> random.Random:
+    # Seeded per level, so no level replays another's prompts into the server's prefix cache.
+    return random.Random("%s:%s" % (seed, concurrency))
 
 
 def _add_counters(result: dict, before, after):
