@@ -152,6 +152,9 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     lines = [f"### {rec.hardware} · {rec.quant}", ""]
     if rec.winner:
         lines.append(f"**Run {rec.winner}.** {rec.reason}.")
+        runner_up = min(rec.versus, key=lambda v: v.ratio_median)
+        lines += ["", f"Margin: {ratio_text(runner_up.ratio_median)} over the runner-up, {runner_up.backend} "
+                      f"(median of the per-point ratios; {runner_up.ratio_lo:.2f}× to {runner_up.ratio_hi:.2f}×)."]
     else:
         lines.append(f"**{CANNOT_RANK.capitalize()}.** {rec.reason}.")
     lines.append("")

@@ -49,11 +49,13 @@ def test_what_to_run_names_the_winner_per_format_with_margin(tree):
     md = (tree / "report.md").read_text()
     nvfp4 = section(md, "### gb10 · nvfp4")
     assert "**Run marlin.**" in nvfp4
+    assert "Margin: 2.00× over the runner-up, flashinfer_b12x" in nvfp4
     assert "measured slower: **flashinfer_b12x**, 2.0× slower" in nvfp4  # 60 / 30 at every point
     assert "vllm serve nvidia/Qwen3.6-35B-A3B-NVFP4" in nvfp4 and "--moe-backend marlin" in nvfp4
     assert "CUTE_DSL_ARCH=sm_121a vllm serve" in nvfp4
     fp8 = section(md, "### gb10 · fp8")
     assert "**Run triton.**" in fp8
+    assert "Margin: +9% over the runner-up, marlin" in fp8
     assert "VLLM_USE_DEEP_GEMM=0 vllm serve Qwen/Qwen3.6-35B-A3B-FP8" in fp8
     assert "measured slower: **marlin**, 9% slower" in fp8  # 1 - 50.25/55
     assert "cutlass" not in fp8.split("Not ranked")[0]  # the INVALID cell is never the winner nor a loser
