@@ -77,7 +77,7 @@ def test_the_simulator_runs_as_a_cell_container(dockerd, sim_image, tmp_path):
     log_path = tmp_path / "server.log"
     gb10_env = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_DISABLE_VERSION_CHECK": "1", "SPARK_SIM_STARTUP_S": "0.2"}
     server = sdocker.run_server(
-        sim_image, name, ["uns-fast", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096"],
+        sim_image, name, ["vllm", "serve", "uns-fast", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096"],
         env=gb10_env, label="0123456789ab", log_path=str(log_path), docker_env=env,
     )
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -30,6 +31,20 @@ def rootfs_tar(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def rootfs(rootfs_tar, tmp_path_factory):
+    """The rootfs unpacked, to chroot into."""
+    root = tmp_path_factory.mktemp("rootfs")
+    with tarfile.open(rootfs_tar) as tar:
+        tar.extractall(root, filter="fully_trusted")
+    return root
+
+
+def _in_chroot(root, argv):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": image.SITE}  # what the image's ENV sets
+    return subprocess.run([CHROOT, str(root), *argv], env=env, capture_output=True, text=True)
+
+
 def test_the_rootfs_holds_busybox_python_its_libraries_and_the_agent(plan):
     exe = os.path.realpath(image.PYTHON)
     assert plan["/bin/busybox"] == image.BUSYBOX and plan[exe] == exe
@@ -55,18 +70,19 @@ def test_the_tar_has_links_a_tmp_and_root_ownership(rootfs_tar):
     assert {(m.uid, m.gid) for m in members.values()} == {(0, 0)}
 
 
-def test_the_rootfs_runs_python_and_the_agent_without_the_host(rootfs_tar, tmp_path):
-    root = tmp_path / "root"
-    root.mkdir()
-    with tarfile.open(rootfs_tar) as tar:
-        tar.extractall(root, filter="fully_trusted")
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": image.SITE}
+def test_the_rootfs_runs_python_and_the_agent_without_the_host(rootfs):
     code = "import ssl, sqlite3, json, tomllib, agent.sim.options, agent.hostside.docker; print('imports ok')"
-    proc = subprocess.run([CHROOT, str(root), "python3", "-c", code], env=env, capture_output=True, text=True)
+    proc = _in_chroot(rootfs, ["python3", "-c", code])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "imports ok"
-    proc = subprocess.run([CHROOT, str(root), "sh", "-c", "ls /usr/bin"], env=env, capture_output=True, text=True)
-    assert "python3" in proc.stdout.split()
+    assert "python3" in _in_chroot(rootfs, ["sh", "-c", "ls /usr/bin"]).stdout.split()
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["vllm", "serve", "--help"]])
+def test_the_entrypoint_takes_bare_serve_arguments_or_a_vllm_command(rootfs, argv):
+    proc = _in_chroot(rootfs, [image.ENTRYPOINT, *argv])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Simulated vLLM")
 
 
 def test_a_missing_busybox_is_a_user_error(tmp_path):
@@ -84,4 +100,4 @@ def test_build_from_the_command_line_into_a_given_daemon(dockerd, capsys):
     assert image_id.startswith("sha256:") and sdocker.image_present(image_id, dockerd.env)
     entrypoint = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Entrypoint}}", tag],
                                 env=dockerd.env, capture_output=True, text=True).stdout.strip()
-    assert entrypoint == '["python3","-m","agent.sim","serve"]'
+    assert entrypoint == json.dumps([image.ENTRYPOINT])

@@ -2,8 +2,9 @@
 
 The rootfs holds busybox-static (a shell and coreutils for debugging), the host's python (its binary,
 the shared libraries ldd names, its pruned standard library) and the `agent` package (sim + hostside
-only). `docker import` turns it into an image whose entrypoint is `python3 -m agent.sim serve`, so
-`docker run IMAGE MODEL --port P ...` behaves like `vllm serve MODEL --port P ...`.
+only). `docker import` turns it into an image whose entrypoint runs `python3 -m agent.sim serve`, so
+`docker run IMAGE MODEL --port P ...` behaves like `vllm serve MODEL --port P ...`; so does
+`docker run IMAGE vllm serve MODEL --port P ...` (the form NVIDIA's vLLM image takes).
 """
 
 from __future__ import annotations
@@ -35,8 +36,18 @@ PRUNE_FILE = re.compile(
     r"|^sitecustomize\.py$"
 )
 
+ENTRYPOINT = "/usr/local/bin/spark-sim-entrypoint"
+# Both conventions of vLLM images work: bare arguments are `vllm serve`'s (like vllm/vllm-openai, whose
+# entrypoint is `vllm serve`), and a `vllm ...` command runs as given (like NVIDIA's image, which the
+# agent's docker runtime drives with `vllm serve MODEL ...`).
+ENTRYPOINT_SCRIPT = """#!/bin/sh
+if [ "$1" = vllm ] || [ "$1" = python3 ] || [ "$1" = sh ]; then exec "$@"; fi
+exec python3 -m agent.sim serve "$@"
+"""
+VLLM_SCRIPT = '#!/bin/sh\n# `vllm serve MODEL ...` is the simulator\nexec python3 -m agent.sim "$@"\n'
+
 IMAGE_CHANGES = [
-    'ENTRYPOINT ["python3", "-m", "agent.sim", "serve"]',
+    f'ENTRYPOINT ["{ENTRYPOINT}"]',
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     f"ENV PYTHONPATH={SITE}",
     "ENV PYTHONUNBUFFERED=1",  # log lines reach `docker logs` as they are written
@@ -137,7 +148,7 @@ def write_rootfs_tar(out_path: str, python: str = PYTHON, busybox: str = BUSYBOX
     """Write the simulator's rootfs as an uncompressed tar. Returns the number of regular files."""
     plan = rootfs_plan(python, busybox)
     exe = os.path.realpath(python)  # the same file sys.executable names
-    dirs = {"/tmp", "/etc", "/root", "/usr/bin"} | {str(p) for dest in plan for p in Path(dest).parents if str(p) != "/"}
+    dirs = {"/tmp", "/etc", "/root", "/usr/bin", "/usr/local/bin"} | {str(p) for dest in plan for p in Path(dest).parents if str(p) != "/"}
     with tarfile.open(out_path, "w") as tar:
         for folder in sorted(dirs):
             tar.addfile(_tarinfo(folder, tarfile.DIRTYPE, 0o1777 if folder == "/tmp" else 0o755))
@@ -147,6 +158,8 @@ def write_rootfs_tar(out_path: str, python: str = PYTHON, busybox: str = BUSYBOX
                 mode = os.stat(src).st_mode & 0o755 | 0o644
                 tar.addfile(_tarinfo(dest, tarfile.REGTYPE, mode, size), handle)
         _add_links(tar, plan, exe, busybox)
+        _add_text(tar, ENTRYPOINT, ENTRYPOINT_SCRIPT, mode=0o755)
+        _add_text(tar, "/usr/bin/vllm", VLLM_SCRIPT, mode=0o755)
         _add_text(tar, "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
         _add_text(tar, "/etc/group", "root:x:0:\nnogroup:x:65534:\n")
     return len(plan)
@@ -162,9 +175,9 @@ def _add_links(tar: tarfile.TarFile, plan: dict, exe: str, busybox: str) -> None
             tar.addfile(_tarinfo(f"/bin/{applet}", tarfile.SYMTYPE, 0o777, link="busybox"))
 
 
-def _add_text(tar: tarfile.TarFile, name: str, text: str) -> None:
+def _add_text(tar: tarfile.TarFile, name: str, text: str, mode: int = 0o644) -> None:
     data = text.encode()
-    tar.addfile(_tarinfo(name, tarfile.REGTYPE, 0o644, len(data)), io.BytesIO(data))
+    tar.addfile(_tarinfo(name, tarfile.REGTYPE, mode, len(data)), io.BytesIO(data))
 
 
 def build_image(tag: str, docker_env: dict | None = None, python: str = PYTHON, busybox: str = BUSYBOX) -> str:
