@@ -410,12 +410,15 @@ class Follower:
             return
         if _READY.search(msg):
             self.ready = True
+            self._in_draft = False
             return
         if _ENGINE_READY in msg:
             f["engine_ready"] = True
+            self._in_draft = False
             return
         m = _KV_TOKENS.search(msg)
         if m:
+            self._in_draft = False  # models are loaded once the KV cache is sized, even with no "Model loading took"
             if f["kv_cache_tokens"] < 0:
                 f["kv_cache_tokens"] = int(m.group(1).replace(",", ""))
             return
