@@ -55,6 +55,7 @@ class Engine:
         self.idle_since = 0.0
         self.phase_lengths: set = set()
         self.step_end: float | None = None
+        self.max_lag_s = 1.0                 # catch up on missed steps for at most this long
         self.dead = False
 
     # -- admission ----------------------------------------------------------------------------
@@ -108,15 +109,21 @@ class Engine:
     async def _timed_step(self, loop) -> None:
         now = loop.time()
         first_ready = min(r.ready_at for r in self.running)
-        if first_ready > now:  # everyone is still in prefill
+        if first_ready > now:  # everyone is still in prefill: wait for it, or for a new arrival
             self.step_end = None
-            await asyncio.sleep(first_ready - now)
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), first_ready - now)
+            except asyncio.TimeoutError:
+                pass
             return
         dt = self.rate.step_s(len(self.running), self.mixed())
-        if self.step_end is None or self.step_end < now - dt:  # restart the clock after a pause
-            self.step_end = now
-        started = now
+        if self.step_end is None or self.step_end < now - self.max_lag_s:
+            self.step_end = now  # (re)start the clock: after a pause, or when hopelessly behind
+        started = self.step_end
         self.step_end += dt
+        # When the process was starved the deadline has passed: the missed steps run back to back (the
+        # GPU would not have waited), yielding to I/O between them.
         await asyncio.sleep(max(0.0, self.step_end - loop.time()))
         self._step(started)
         self._flush()
