@@ -11,6 +11,7 @@ precompiled prefilter search; only the few lines that pass are unwrapped and mat
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import re
 
@@ -205,6 +206,10 @@ _PARSE_CHUNK = 1 << 20
 
 
 def _new_facts() -> dict:
+    """The facts of a log, "" / -1 / [] / {} where the log does not say. Backends are normalised (see
+    normalise_backend), `*_raw` as logged. spec_acceptance_rates: fractions 0..1, one per logged interval.
+    evidence: axis (moe, attention, linear, linear_fallback, marlin_fp4, draft_load, draft_moe, version,
+    unknown_env:VAR) -> the first line that said it."""
     return {
         "vllm_version": "",
         "served_model": "",
@@ -290,9 +295,7 @@ class Follower:
 
     # -- output --
     def facts(self) -> dict:
-        f = dict(self._f)
-        f["speculative"] = dict(f["speculative"])
-        f["evidence"] = dict(f["evidence"])
+        f = copy.deepcopy(self._f)  # the caller's to keep: later lines must not change it
         f["startup_complete"] = self.ready or (f["engine_ready"] and not self._server_seen)
         backends = sorted({linear_backend_of(k) for k in f["linear_kernels"]} - {""})
         f["linear_backend"] = backends[0] if len(backends) == 1 else ("mixed" if backends else "")
