@@ -142,3 +142,16 @@ def test_follower_chunks_at_any_boundary_give_the_same_facts(seed):
         pos += step
     follower.flush()
     assert follower.facts() == parse(text)
+
+
+def test_unquantized_moe_error_with_a_quantized_main_model_points_at_the_draft():
+    spec_args = ("(APIServer pid=7) INFO 11-29 19:02:10 [api_utils.py:273] non-default args: {'model': '/m', "
+                 "'moe_backend': 'marlin', 'speculative_config': {'method': 'mtp', 'num_speculative_tokens': 2}}")
+    main_moe = ENGINE + ("INFO 11-29 19:02:22 [nvfp4_moe.py:180] Using 'MARLIN' NvFp4 MoE backend out of potential "
+                         "backends: ['MARLIN']")
+    error = "ValueError: moe_backend='marlin' is not supported for Unquantized MoE. Expected one of ['triton']"
+    failure = classify("\n".join([spec_args, main_moe] + engine_traceback(error) + [DIED]))
+    assert failure["class"] == "unsupported_moe_backend" and failure["draft_model"] is False
+    assert failure["root_cause"].startswith("probably the draft model") and failure["root_cause"].endswith(error)
+    without_spec = classify("\n".join([STARTING[0], main_moe] + engine_traceback(error) + [DIED]))
+    assert without_spec["root_cause"] == error  # no speculative decoding: no guess

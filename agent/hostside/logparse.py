@@ -201,6 +201,8 @@ _ENGINE_DYING = re.compile(r"EngineCore failed to start|WorkerProc failed to sta
                            r"|EngineCore encountered a fatal error")
 _ENGINE_DIED = re.compile(r"Engine core initialization failed|Engine process failed to start|EngineDeadError")
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::|$)")
+_MOE_CLASSES = ("no_moe_backend", "unsupported_moe_backend", "backend_unsupported_config")
+_MOE_ERROR_QUANT = re.compile(r"(\w+) MoE\b")
 _MAX_EVIDENCE = 12
 _PARSE_CHUNK = 1 << 20
 
@@ -511,12 +513,23 @@ class Follower:
         elif level in ("ERROR", "CRITICAL"):
             self._last_error = msg
 
+    def _draft_hint(self, cls: str, cause: str) -> str:
+        """vLLM's MoE errors do not say which model they are about. With speculative decoding on and a quantized
+        main model whose MoE already loaded, an error about an unquantized MoE is the (BF16) draft head's."""
+        m = _MOE_ERROR_QUANT.search(cause)
+        main = self._f["moe_quant"]
+        if (cls in _MOE_CLASSES and m and _quant_of(m.group(1)) == "unquantized" and main not in ("", "unquantized")
+                and self._f["speculative"]["method"]):
+            return (f"probably the draft model (the main model's MoE is {main} and loaded; set moe_backend in "
+                    "--speculative-config): ")
+        return ""
+
     def _keep(self, line: str) -> None:
         if len(self._fail_lines) < _MAX_EVIDENCE:
             _append_unique(self._fail_lines, line)
 
     def _declare(self, cls: str, cause: str) -> None:
-        where = "while loading the draft model: " if self._in_draft else ""
+        where = "while loading the draft model: " if self._in_draft else self._draft_hint(cls, cause)
         self.fatal = {"class": cls, "evidence": self._evidence_lines(), "root_cause": where + cause,
                       "draft_model": self._in_draft}
 
