@@ -69,6 +69,7 @@ async def serve(opts: Options, plan: Plan, log: VllmLog) -> int:
     log.uvicorn("Waiting for application startup.")
     log.uvicorn("Application startup complete.")
     tasks = [asyncio.ensure_future(engine.run()), asyncio.ensure_future(periodic_log(engine, log, opts.sim["log_interval"]))]
+    tasks[0].add_done_callback(lambda task: _engine_ended(task, engine, log, stopped))
     if opts.sim["crash_after"] is not None:
         tasks.append(asyncio.ensure_future(crash_after(opts.sim["crash_after"], engine, log, stopped)))
     code = await stopped
@@ -78,6 +79,18 @@ async def serve(opts: Options, plan: Plan, log: VllmLog) -> int:
     for task in tasks:
         task.cancel()
     return code
+
+
+def _engine_ended(task: asyncio.Task, engine: Engine, log: VllmLog, stopped: asyncio.Future) -> None:
+    """A bug in the simulator's engine ends the process the way a dead vLLM engine would: loudly, exit 1."""
+    if task.cancelled() or task.exception() is None:
+        return
+    import traceback
+    log.error(ENGINE, "core.py:1037", "EngineCore encountered a fatal error.")
+    traceback.print_exception(task.exception())
+    engine.kill()
+    if not stopped.done():
+        stopped.set_result(1)
 
 
 async def crash_after(delay: float, engine: Engine, log: VllmLog, stopped: asyncio.Future) -> None:
