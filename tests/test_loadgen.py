@@ -365,7 +365,7 @@ def test_cli_writes_one_file_per_window_and_a_summary_line(sim, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "agent.hostside.loadgen", "--url", sim.url, "--model", MODEL, "--levels", "1,2",
          "--duration", "0.5", "--warmup", "0.2", "--repeats", "2", "--prompt-len", "16", "--output-len", "8",
-         "--out-dir", str(out)], capture_output=True, text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(
+         "--out-dir", str(out), "--json"], capture_output=True, text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(
              os.path.abspath(__file__))))
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -378,6 +378,9 @@ def test_cli_writes_one_file_per_window_and_a_summary_line(sim, tmp_path):
         assert data["ok"] is True and data["spec_decode_acceptance_rate"] == -1.0
         assert data["metrics_delta"]["generation_tokens"] >= data["total_output_tokens"] > 0
     assert [w["repeat"] for w in summary["windows"]] == [1, 2, 1, 2]
+    assert summary["files"] == [str(out / name) for name in names]
+    assert [r["total_output_tokens"] for r in summary["results"]] == [
+        json.loads((out / name).read_text())["total_output_tokens"] for name in names]
 
 
 def test_cli_rejects_bad_levels():

@@ -433,7 +433,7 @@ def run_levels(url, model, levels, duration_s, warmup_s, repeats, prompt_len=102
     results = []
 
     async def scrape():
-        loop = asyncio.get_event_loop()
+        loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(None, metrics.scrape, url, metrics_timeout_s)
         except OSError as exc:
@@ -513,6 +513,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-request timeout, seconds")
     p.add_argument("--out-dir", default="", help="write one cNNN-rK.json per window here")
+    p.add_argument("--json", action="store_true", help="also put every full result into the summary line")
     return p
 
 
@@ -537,6 +538,8 @@ def main(argv=None) -> int:
         "windows": [{key: r[key] for key in ("concurrency", "repeat", "ok", "error", "output_throughput",
                                              "request_throughput", "completed", "failed")} for r in results],
     }
+    if args.json:
+        summary["results"] = results
     print(json.dumps(summary), flush=True)
     return 0 if summary["ok"] else 1
 
