@@ -15,6 +15,6 @@ def configure(fmt: str = "console", verbose: bool = False) -> None:
         processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
                     renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=lambda *args: structlog.PrintLogger(sys.stderr),  # the stream at call time (pytest swaps it)
         cache_logger_on_first_use=False,
     )
