@@ -80,6 +80,7 @@ def test_nvfp4_mtp_without_triton_for_the_draft_fails_without_naming_the_draft()
     code, log = _fails("nv", "--moe-backend", "marlin", "--speculative-config", spec, env=GB10_ENV)
     error = [line for line in log.splitlines() if line.startswith("ValueError")]
     assert code == 1 and error and "draft" not in error[0].lower() and "mtp" not in error[0].lower()
+    assert logparse.classify(log)["draft_model"]  # only the position in the log (after the drafter line) tells
     spec = '{"method":"mtp","num_speculative_tokens":2,"moe_backend":"triton"}'
     assert "Application startup complete." in _starts("nv", "--moe-backend", "marlin", "--speculative-config", spec, env=GB10_ENV)
 

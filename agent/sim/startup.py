@@ -151,10 +151,11 @@ class Startup:
         ckpt = calibration.load()["checkpoints"][self.plan.checkpoint]
         self.log.info(ENGINE, "default_loader.py:267", f"Loading weights took {self.total_s * 0.2:.2f} seconds")
         self.log.info(ENGINE, "gpu_model_runner.py:3602", f"Model loading took {ckpt['weights_gib']:.4f} GiB memory and {self.total_s * 0.3:.6f} seconds")
+        if self.plan.spec_tokens:  # the drafter loads next (and is where an MTP misconfiguration fails)
+            self.log.info(ENGINE, "eagle.py:1071", "Loading drafter model...")
 
     def _draft(self) -> None:
-        if self.plan.spec_tokens:
-            self.log.info(ENGINE, "eagle.py:1071", "Loading drafter model...")
+        pass  # the drafter loaded (its line comes right after the target's weights)
 
     def _kv(self) -> None:
         plan = self.plan
