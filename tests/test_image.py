@@ -78,6 +78,14 @@ def test_the_rootfs_runs_python_and_the_agent_without_the_host(rootfs):
     assert "python3" in _in_chroot(rootfs, ["sh", "-c", "ls /usr/bin"]).stdout.split()
 
 
+def test_the_simulator_starts_without_compiling_anything(rootfs):
+    before = set(rootfs.rglob("*.pyc"))
+    assert rootfs / "opt/spark-agent/agent/sim/__pycache__/main.cpython-311.pyc" in before
+    code = "import agent.sim.main, agent.hostside.docker; print('ok')"
+    assert _in_chroot(rootfs, ["python3", "-c", code]).stdout.strip() == "ok"
+    assert set(rootfs.rglob("*.pyc")) == before  # everything it imported came with bytecode
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["vllm", "serve", "--help"]])
 def test_the_entrypoint_takes_bare_serve_arguments_or_a_vllm_command(rootfs, argv):
     proc = _in_chroot(rootfs, [image.ENTRYPOINT, *argv])

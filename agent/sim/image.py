@@ -9,6 +9,7 @@ only). `docker import` turns it into an image whose entrypoint runs `python3 -m 
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -112,12 +113,16 @@ def _check_tools(python: str, busybox: str) -> None:
 def rootfs_plan(python: str = PYTHON, busybox: str = BUSYBOX) -> dict[str, str]:
     """path in image -> source file on this machine (symlinks followed). The whole image, as data."""
     _check_tools(python, busybox)
+    return {"/bin/busybox": busybox, **_python_files(python), **{dest: src for src, dest in _agent_files()}}
+
+
+@functools.lru_cache(maxsize=4)  # an installed python does not change under us; ldd over it is the slow part
+def _python_files(python: str) -> dict[str, str]:
+    """The interpreter, its pruned standard library and every shared library they load."""
     layout = _python_layout(python)
     exe = layout["exe"]
-    plan = {"/bin/busybox": busybox, exe: exe}
     files = _stdlib_files(layout["stdlib"])
-    for path in files:
-        plan[path] = path
+    plan = {exe: exe, **{path: path for path in files}}
     try:
         plan.update({lib: lib for lib in shared_libraries(exe)})
     except FileNotFoundError as exc:
@@ -127,7 +132,6 @@ def rootfs_plan(python: str = PYTHON, busybox: str = BUSYBOX) -> dict[str, str]:
             plan.update({lib: lib for lib in shared_libraries(extension)})
         except FileNotFoundError:  # its library is not on this host: leave the extension out
             del plan[extension]
-    plan.update({dest: src for src, dest in _agent_files()})
     return plan
 
 
@@ -144,9 +148,55 @@ def _tarinfo(name: str, kind: bytes, mode: int, size: int = 0, link: str = "") -
     return info
 
 
+# Run by the image's own python: import every simulator and hostside module, then compile each source file
+# that got loaded to where the image keeps its bytecode. Prints {source path in image: .pyc path in image}.
+_COMPILE_SCRIPT = r"""
+import importlib, importlib.util, json, os, pkgutil, py_compile, sys, sysconfig
+out, site, parent = sys.argv[1:4]
+sys.path.insert(0, parent)
+for package in ("agent.sim", "agent.hostside"):
+    for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+        if not info.name.endswith("__main__"):
+            try:
+                importlib.import_module(info.name)
+            except Exception:
+                pass
+stdlib, agent = sysconfig.get_paths()["stdlib"] + "/", os.path.join(parent, "agent") + "/"
+pycs = {}
+for module in list(sys.modules.values()):
+    source = getattr(module, "__file__", None) or ""
+    if source.endswith(".py") and source.startswith((stdlib, agent)):
+        dest = site + "/agent/" + source[len(agent):] if source.startswith(agent) else source
+        pycs[dest] = importlib.util.cache_from_source(dest)
+        py_compile.compile(source, cfile=out + pycs[dest], dfile=dest, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+print(json.dumps(pycs))
+"""
+
+
+def startup_bytecode(python: str, plan: dict[str, str], out_dir: str) -> dict[str, str]:
+    """.pyc path in image -> compiled file under out_dir, for every module the simulator imports.
+
+    Without them each new container compiles its imports first (seconds per cell on a busy host).
+    Hash-checked bytecode stays valid whatever the files' times in the image are."""
+    argv = [python, "-I", "-c", _COMPILE_SCRIPT, out_dir, SITE, str(AGENT_ROOT.parent)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compiling the simulator's modules with {python} failed:\n{proc.stderr[-2000:]}")
+    pycs = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {pyc: out_dir + pyc for source, pyc in pycs.items() if source in plan}
+
+
 def write_rootfs_tar(out_path: str, python: str = PYTHON, busybox: str = BUSYBOX) -> int:
     """Write the simulator's rootfs as an uncompressed tar. Returns the number of regular files."""
-    plan = rootfs_plan(python, busybox)
+    with tempfile.TemporaryDirectory(prefix="spark-sim-pyc-") as pyc_dir:
+        plan = rootfs_plan(python, busybox)
+        plan.update(startup_bytecode(python, plan, pyc_dir))
+        _write_tar(out_path, plan, python, busybox)
+    return len(plan)
+
+
+def _write_tar(out_path: str, plan: dict[str, str], python: str, busybox: str) -> None:
     exe = os.path.realpath(python)  # the same file sys.executable names
     dirs = {"/tmp", "/etc", "/root", "/usr/bin", "/usr/local/bin"} | {str(p) for dest in plan for p in Path(dest).parents if str(p) != "/"}
     with tarfile.open(out_path, "w") as tar:
@@ -162,7 +212,6 @@ def write_rootfs_tar(out_path: str, python: str = PYTHON, busybox: str = BUSYBOX
         _add_text(tar, "/usr/bin/vllm", VLLM_SCRIPT, mode=0o755)
         _add_text(tar, "/etc/passwd", "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
         _add_text(tar, "/etc/group", "root:x:0:\nnogroup:x:65534:\n")
-    return len(plan)
 
 
 def _add_links(tar: tarfile.TarFile, plan: dict, exe: str, busybox: str) -> None:
