@@ -16,6 +16,7 @@ from typing import Any
 
 from . import results, verdict
 from .hostside import logparse
+from .hostside.serving import launch_command
 from .plan import Cell
 
 INCOMING = ".incoming"
@@ -87,6 +88,7 @@ def _cell_record(cell: Cell, facts: dict, attestation: dict, outcome: dict, fail
         "verdict": "failed" if failed else outcome["verdict"],
         "verdict_reasons": outcome["reasons"] if not failed else [f"startup failed: {failure.get('class', 'other')}"],
         "verdict_evidence": outcome.get("evidence", []),
+        "verdict_notes": outcome.get("notes", []),
         "failure_class": failure.get("class", "") if failed else "",
         "failure_evidence": list(failure.get("evidence", [])) if failed else [],
         "failure_root_cause": failure.get("root_cause", "") if failed else "",
@@ -104,7 +106,6 @@ def _cell_record(cell: Cell, facts: dict, attestation: dict, outcome: dict, fail
 
 
 def _launch_line(cell: Cell) -> str:
-    from .hostside.serving import launch_command
     return launch_command(cell.config["runtime"], cell.argv, cell.env, cell.config["image"])
 
 

@@ -10,10 +10,11 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from .. import envrules, fleet, plan
+from .. import envrules, plan
 from ..errors import UserError
 from ..hostside import facts as hostfacts
-from ..inventory import DEFAULT_INVENTORY, load_inventory
+from ..inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
+from ..sweep import gather_facts
 from ..spec import load_spec
 
 
@@ -56,10 +57,9 @@ def hosts_with_facts(args: argparse.Namespace) -> list[tuple[str, dict, dict]]:
             raise UserError(f"--simulate-gpu: {exc}") from None
     inventory = args.inventory or DEFAULT_INVENTORY
     hosts = load_inventory(inventory, limit=args.host)
-    run = fleet.run_playbook("provision", inventory, limit=",".join(host.name for host in hosts), tags="facts")
-    for name, message in {**run.unreachable, **run.failures}.items():
-        raise UserError(f"host {name}: cannot gather host facts: {message}")
-    return [(host.name, run.results[host.name]["facts"]["spark_facts"], host.vars) for host in hosts]
+    check_reachable(hosts)
+    facts = gather_facts(inventory, hosts)
+    return [(host.name, facts[host.name], host.vars) for host in hosts]
 
 
 def _table(cell: plan.Cell) -> Table:

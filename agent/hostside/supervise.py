@@ -363,7 +363,7 @@ def _feed_new_lines(log_path: str, offset: int, partial: str, follower) -> tuple
 
 
 def _exit_failure(info: dict, follower) -> dict:
-    failure = logparse.classify(follower.facts()) if hasattr(logparse, "classify") else {}
+    failure = logparse.classify(follower.facts())
     if failure and failure.get("class"):
         return failure
     return {"class": "other", "evidence": ["the server process exited before it became healthy"],

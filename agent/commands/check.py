@@ -1,0 +1,72 @@
+"""spark-agent check [-i INVENTORY] [--limit HOSTS]: every host's facts as a table, and what would stop a sweep."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from .. import envrules, fleet
+from ..inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
+from ..sweep import gather_facts
+
+
+
+def _columns(f: dict) -> dict[str, str]:
+    """The facts that matter when choosing what to run, compactly."""
+    sim = " (simulated)" if f.get("simulated") else ""
+    return {
+        "gpu": f"{f.get('gpu_name') or '-'}{sim}\ncc {f.get('compute_capability') or '-'} {f.get('arch') or '?'} "
+               f"{f.get('sm') or ''}",
+        "driver / cuda": f"{f.get('driver') or '-'} / {f.get('cuda') or '-'}",
+        "memory / disk": f"{f.get('mem_total_gib', 0):.0f} GiB / {f.get('disk_free_gib', 0):.0f} GiB free",
+        "docker": ("yes" if f.get("docker") else "no") + (" +nvidia" if f.get("nvidia_runtime") else ""),
+        "python": str(f.get("python", "")),
+        "fingerprint": str(f.get("fingerprint", "")),
+    }
+
+
+def register(sub) -> None:
+    p = sub.add_parser("check", help="reach every host, print its facts and anything that would stop a sweep")
+    p.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY))
+    p.add_argument("--limit", help="only these hosts or groups (comma-separated)")
+    p.set_defaults(func=run)
+
+
+def blockers(host_vars: dict, facts: dict, status: dict) -> list[str]:
+    """What would stop (or silently spoil) a sweep on this host."""
+    out = []
+    runtime = host_vars.get("spark_runtime", "docker")
+    if runtime == "docker" and not facts.get("docker"):
+        out.append("spark_runtime=docker but docker is not usable here")
+    if runtime == "docker" and facts.get("docker") and not facts.get("nvidia_runtime") and not facts.get("simulated"):
+        out.append("docker has no nvidia runtime: --gpus all will fail (install the NVIDIA container toolkit)")
+    if not facts.get("arch"):
+        out.append("unknown GPU architecture: no environment rules apply")
+    if status.get("running"):
+        holder = status.get("holder") or {}
+        out.append(f"busy: a spark-agent server runs here for {holder.get('user', '?')}@"
+                   f"{holder.get('controller_host', '?')} since {holder.get('since', '?')}")
+    notes = [n for n in facts.get("notes", []) if "no rules apply" not in n]
+    if runtime != "docker":  # docker's health does not matter to a process-runtime host
+        notes = [n for n in notes if "docker" not in n]
+    return out + notes
+
+
+def run(args) -> int:
+    hosts = load_inventory(args.inventory, args.limit)
+    check_reachable(hosts)
+    facts = {name: envrules.classify(f) for name, f in gather_facts(args.inventory, hosts).items()}
+    status = fleet.run_playbook("teardown", args.inventory, {"cell": {"id": ""}}, limit=",".join(h.name for h in hosts),
+                                tags="status")
+    table = Table(title="spark-agent check")
+    for col in ("host", *_columns({}), "would stop a sweep"):
+        table.add_column(col, overflow="fold", style="red" if col == "would stop a sweep" else None)
+    problems = 0
+    for h in hosts:
+        f = facts[h.name]
+        st = status.results.get(h.name, {}).get("status", {})
+        issues = blockers(h.vars, f, st)
+        problems += bool(issues)
+        table.add_row(h.name, *_columns(f).values(), "\n".join(issues) or "-")
+    Console(width=max(Console().width, 140)).print(table)
+    return 1 if problems else 0
