@@ -11,7 +11,7 @@ from .engine import Engine, Request
 from .options import Options
 from .plan import Plan
 from .streams import Stream
-from .vlog import API, VllmLog
+from .vlog import VllmLog
 
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 

@@ -7,7 +7,7 @@ import time
 
 from . import calibration
 from .options import Options
-from .plan import STAGES, Plan
+from .plan import Plan
 from .vlog import API, ENGINE, VllmLog
 
 SITE = "/usr/local/lib/python3.12/dist-packages/"
