@@ -376,10 +376,12 @@ def _panel(ax: Any, name: str, cells: list[CellSummary], ylabel: str, attr: str,
     from matplotlib.ticker import NullLocator
 
     lines = _lines(cells)
+    drawn = 0
     for label, members in lines.items():
         pts = _pooled(members, attr)
         if not pts:
             continue
+        drawn += 1
         xs = [c for c, _, _ in pts]
         mids = [st.median for _, st, _ in pts]
         err = [[st.median - st.lo for _, st, _ in pts], [st.hi - st.median for _, st, _ in pts]]
@@ -399,8 +401,10 @@ def _panel(ax: Any, name: str, cells: list[CellSummary], ylabel: str, attr: str,
     ax.set_xlabel("concurrency")
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
-    if lines:
-        ax.legend(fontsize="small" if len(lines) <= 8 else "xx-small")
+    if drawn:
+        ax.legend(fontsize="small" if drawn <= 8 else "xx-small")
+    else:
+        ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="grey")
 
 
 def _pooled(members: list[CellSummary], attr: str) -> list[tuple[int, Stat, bool]]:

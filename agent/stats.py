@@ -94,8 +94,9 @@ def summarize_point(concurrency: int, runs: Iterable[dict[str, Any]], threshold:
     return Point(
         concurrency=concurrency,
         throughput=throughput,
-        ttft=describe([r.get("median_ttft_ms", 0.0) for r in ok]),
-        tpot=describe([r.get("median_tpot_ms", 0.0) for r in ok]),
+        # 0 means "not measured" (e.g. no request finished inside a short window), never a real latency.
+        ttft=describe([r["median_ttft_ms"] for r in ok if r.get("median_ttft_ms", 0.0) > 0]),
+        tpot=describe([r["median_tpot_ms"] for r in ok if r.get("median_tpot_ms", 0.0) > 0]),
         failed=tuple(failed),
         unstable=throughput is not None and throughput.spread > threshold,
     )

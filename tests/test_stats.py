@@ -42,6 +42,13 @@ def test_failed_run_left_out_of_median_but_listed():
     assert p.values == (100.0, 104.0)
 
 
+def test_zero_latency_means_not_measured():
+    runs = [run(1, 1, 30.0), run(1, 2, 31.0)]
+    runs[0]["median_tpot_ms"] = 0.0  # no request finished inside the window
+    p = stats.summarize_point(1, runs)
+    assert p.tpot.values == (4.0,) and p.throughput.median == 30.5
+
+
 def test_all_failed_point_has_no_median():
     p = stats.summarize_point(1, [run(1, 1, 0.0, ok=False, error="x")])
     assert p.throughput is None and not p.unstable and len(p.failed) == 1
