@@ -70,9 +70,9 @@ def server_args(config: dict[str, Any]) -> list[str]:
 
 def launch_argv(config: dict[str, Any], host_vars: dict[str, Any]) -> list[str]:
     """The full server command on a host: the engine command, MODEL, the cell's flags, then bind and port."""
+    # process: the engine command; docker: the command after the image (NVIDIA's image runs `vllm serve`;
+    # the simulator's image has it as its entrypoint, so its hosts set spark_serve_cmd: [])
     prefix = [str(a) for a in host_vars.get("spark_serve_cmd", ["vllm", "serve"])]
-    if host_vars.get("spark_runtime", "docker") == "docker" and prefix == ["vllm", "serve"]:
-        prefix = ["vllm", "serve"]  # NVIDIA's image runs the command we give it
     bind = str(host_vars.get("spark_bind_host", "127.0.0.1"))
     port = str(host_vars.get("spark_port", 8000))
     return prefix + [config["model"]] + server_args(config) + ["--host", bind, "--port", port]
