@@ -58,3 +58,12 @@ def test_a_host_without_docker_gets_a_clear_message(tmp_path):
     with pytest.raises(sdocker.DockerError, match="command not found"):
         sdocker.logs("any", no_docker)
     assert sdocker.image_present(f"x@sha256:{HEX}", no_docker) is False
+
+
+def test_the_launch_line_spells_out_what_run_server_runs():
+    line = sdocker.launch_line(f"x@sha256:{HEX}", "cell-1", ["vllm", "serve", "m"], {"A": "1 2"}, "abc")
+    assert line == (
+        "docker run --detach --name cell-1 --label spark-agent=1 --label spark-agent.cell=abc --network host "
+        "--ipc host --gpus all --env 'A=1 2' "
+        f"x@sha256:{HEX} vllm serve m"
+    )

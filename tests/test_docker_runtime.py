@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tarfile
 import time
 import urllib.request
 
@@ -86,6 +87,7 @@ def test_the_simulator_runs_as_a_cell_container(dockerd, sim_image, tmp_path):
         gpu_requests = _inspect(name, "{{json .HostConfig.DeviceRequests}}", env)
         assert gpu_requests[0]["Count"] == -1 and ["gpu"] in gpu_requests[0]["Capabilities"]  # --gpus all
         assert _inspect(name, "{{json .HostConfig.NetworkMode}}", env) == "host"
+        assert _inspect(name, "{{json .HostConfig.IpcMode}}", env) == "host"
 
         sdocker.verify_running_digest(name, sim_image, env)
         assert sdocker.container_digest(name, env) == sdocker.parse_ref(sim_image)[1]
@@ -127,3 +129,23 @@ def test_one_model_check_sees_foreign_vllm_containers_only(dockerd, sim_image):
     finally:
         for container in started:
             sdocker.remove(container, env)
+
+
+def test_a_server_that_cannot_start_leaves_no_container_behind(dockerd, tmp_path):
+    env = dockerd.env
+    rootfs = tmp_path / "empty.tar"
+    with tarfile.open(rootfs, "w") as tar:  # an image whose entrypoint does not exist: created, then fails to start
+        tar.addfile(_dir("etc"))
+    tag = f"{dockerd.registry}/broken-vllm:1"
+    sdocker.import_image(str(rootfs), tag, ['ENTRYPOINT ["/no/such/server"]'], env)
+    ref = sdocker.push(tag, env)
+    with pytest.raises(sdocker.DockerError) as info:
+        sdocker.run_server(ref, "cannot-start", ["vllm", "serve", "uns-fast"], {}, "c0ffee", docker_env=env)
+    assert "/no/such/server" in str(info.value)
+    assert sdocker.state("cannot-start", env)["status"] == "missing"
+
+
+def _dir(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = tarfile.DIRTYPE, 0o755
+    return info

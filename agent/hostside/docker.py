@@ -190,6 +190,20 @@ def _env_file_text(env: dict) -> str:
     return "".join(lines)
 
 
+def _run_options(name: str, label: str, gpus: bool, network: str, ipc: str) -> list[str]:
+    """`docker run` options of a cell's server (vLLM's docs: --ipc host, for its shared-memory workers)."""
+    args = ["--name", name, "--label", f"{OUR_LABEL}=1", "--label", f"{CELL_LABEL}={label}",
+            "--network", network, "--ipc", ipc]
+    return args + (["--gpus", "all"] if gpus else [])
+
+
+def launch_line(ref: str, name: str, argv: list[str], env: dict, label: str, gpus: bool = True,
+                network: str = "host", ipc: str = "host") -> str:
+    """The `docker run` that run_server performs, environment spelled out as --env: for launch.txt."""
+    env_args = [arg for key, value in env.items() for arg in ("--env", f"{key}={value}")]
+    return shlex.join(["docker", "run", "--detach", *_run_options(name, label, gpus, network, ipc), *env_args, ref, *argv])
+
+
 def run_server(
     ref: str,
     name: str,
@@ -200,22 +214,24 @@ def run_server(
     network: str = "host",
     log_path: str | None = None,
     docker_env: dict | None = None,
+    ipc: str = "host",
 ) -> ServerContainer:
     """Start the server of one cell, detached: container `name`, labelled with the cell id `label`.
 
-    `argv` follows the image's entrypoint (for vLLM images: `serve MODEL ...` or the model and flags).
-    `env` travels through an --env-file so values never show up in `ps`. With `log_path`, a
-    `docker logs -f` process appends the container's output there until the container ends.
+    `argv` follows the image's entrypoint (NVIDIA's vLLM image: `vllm serve MODEL ...`). `env` travels
+    through an --env-file so values never show up in `ps`. With `log_path`, a `docker logs -f`
+    process appends the container's output there until the container ends.
     """
     parse_ref(ref)
     with tempfile.NamedTemporaryFile("w", prefix="spark-agent-env-", suffix=".list") as env_file:
         env_file.write(_env_file_text(env))
         env_file.flush()
-        args = ["run", "--detach", "--name", name, "--label", f"{OUR_LABEL}=1", "--label", f"{CELL_LABEL}={label}"]
-        args += ["--network", network, "--env-file", env_file.name]
-        if gpus:
-            args += ["--gpus", "all"]
-        container_id = _docker([*args, ref, *argv], docker_env).strip()
+        args = ["run", "--detach", *_run_options(name, label, gpus, network, ipc), "--env-file", env_file.name]
+        try:
+            container_id = _docker([*args, ref, *argv], docker_env).strip()
+        except DockerError:
+            remove(name, docker_env)  # a container that failed to start stays "created" and blocks the name
+            raise
     follower = follow_logs(name, log_path, docker_env) if log_path else None
     return ServerContainer(name=name, container_id=container_id, log_follower=follower)
 
