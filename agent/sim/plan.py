@@ -105,7 +105,7 @@ def _select_moe(plan: Plan, opts: Options, env: dict, hw: dict) -> None:
     fallback = opts.sim["silent_fallback"].lower()
     plan.moe_loaded = fallback if fallback in hw["moe"][plan.quant] else chosen
     entry = hw["moe"][plan.quant].get(plan.moe_loaded, {"fails": "no_moe_backend"})
-    if plan.moe_loaded == "deep_gemm" and hw.get("env_checks"):
+    if plan.moe_loaded == "deep_gemm" and hw["deep_gemm_faults"]:
         _fail(plan, "deep_gemm_assert", "profile")
     elif "fails" in entry:
         _fail(plan, entry["fails"], "moe_select", moe_label=label, backend_enum=cal["moe_backends"]["names"][plan.moe_loaded])
