@@ -174,7 +174,11 @@ def verdict_lines(rec: Recommendation) -> list[str]:
                   "```sh", serve_command(s.cell), "```"]
         lines += [f"- dropped by the env rules: {d}" for d in dropped_env(s.cell)]
     if rec.invalid or rec.failed:
-        lines += ["", f"Not ranked: {len(rec.invalid)} INVALID cell(s), {len(rec.failed)} failed cell(s) (listed below)."]
+        lines += ["", f"Not ranked: {len(rec.invalid)} INVALID cell(s), {len(rec.failed)} failed cell(s) (details below)."]
+        lines += [f"- INVALID: {s.backend} on {s.checkpoint} ({'; '.join(s.cell.get('verdict_reasons', [])) or 'no reason'})"
+                  for s in rec.invalid]
+        lines += [f"- failed to start: {s.backend} on {s.checkpoint} (class `{s.cell.get('failure_class') or 'other'}`)"
+                  for s in rec.failed]
     return lines + [""]
 
 

@@ -59,6 +59,8 @@ def test_what_to_run_names_the_winner_per_format_with_margin(tree):
     assert "VLLM_USE_DEEP_GEMM=0 vllm serve Qwen/Qwen3.6-35B-A3B-FP8" in fp8
     assert "measured slower: **marlin**, 9% slower" in fp8  # 1 - 50.25/55
     assert "cutlass" not in fp8.split("Not ranked")[0]  # the INVALID cell is never the winner nor a loser
+    assert "- failed to start: deep_gemm on fp8 (class `deep_gemm_assert`)" in fp8
+    assert "- INVALID: cutlass on fp8 (moe: requested cutlass, loaded TRITON)" in fp8
 
 
 def test_unstable_failed_and_invalid_are_listed_apart_with_evidence(tree):
