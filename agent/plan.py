@@ -26,6 +26,7 @@ class Cell:
     provenance: list[dict]                 # the [[env_provenance]] rows
     notes: list[str] = field(default_factory=list)   # warnings and rule notes, shown before the run
     argv: list[str] = field(default_factory=list)    # the server command line on this host
+    host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
 
     @property
     def label(self) -> str:
@@ -45,7 +46,7 @@ class Cell:
         return {"id": self.id, "argv": self.argv, "image": c["image"], "model": c["model"],
                 "concurrency": c["concurrency"], "duration_s": c["duration_s"], "warmup": c["warmup"],
                 "repeats": c["repeats"], "prompt_len": c["prompt_len"], "output_len": c["output_len"],
-                "profile": c["profile"], "seed": c["seed"]}
+                "profile": c["profile"], "seed": c["seed"], "host_env": self.host_env}
 
 
 def _auto(value: str) -> str:
@@ -107,7 +108,18 @@ def _cell(spec: Spec, host: str, facts: dict, host_vars: dict, ckpt: Checkpoint,
     cell = Cell(id=cell_id(config, resolved.env), sweep=spec.name, host=host, config=config, env=resolved.env,
                 provenance=resolved.provenance, notes=list(resolved.warnings) + notes)
     cell.argv = launch_argv(config, host_vars)
+    cell.host_env = simulator_env(spec, facts)
     return cell
+
+
+def simulator_env(spec: Spec, facts: dict) -> dict[str, str]:
+    """A simulated host plays the chip its facts report, and the vLLM version the spec says its image has."""
+    if not facts.get("simulated"):
+        return {}
+    env = {"SPARK_SIM_HARDWARE": str(facts.get("arch") or "gb10")}
+    if spec.vllm_version:
+        env["SPARK_SIM_VLLM_VERSION"] = spec.vllm_version
+    return env
 
 
 def spec_warnings(spec: Spec) -> list[str]:

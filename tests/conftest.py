@@ -6,6 +6,8 @@ import pytest
 
 from .sshd_hosts import start_fleet, stop_fleet
 
+pytest_plugins = ["tests.fixtures_docker"]
+
 
 @pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory):

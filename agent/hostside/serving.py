@@ -40,8 +40,7 @@ def read_env_file(path: str) -> dict:
 def launch_command(runtime: str, argv: list, env: dict, image: str) -> str:
     """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line)."""
     if runtime == "docker":
-        env_args = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in sorted(env.items()))
-        return f"docker run --rm --gpus all --network host --ipc host {env_args} {image} " + shlex.join(argv)
+        return docker.launch_line(image, "<container>", [str(a) for a in argv], env, label="<cell>")
     assigns = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))
     return (assigns + " " if assigns else "") + shlex.join([str(a) for a in argv])
 

@@ -24,7 +24,6 @@ from . import docker, logparse  # imported up front: the forked supervisor must 
 
 CELL_ENV = "SPARK_AGENT_CELL"          # marks every server process we start
 WORKDIR_ENV = "SPARK_AGENT_WORKDIR"    # which host work dir started it (several test hosts can share a machine)
-ENGINE_MARKERS = ("vllm serve", "vllm.entrypoints", "agent.sim serve", "agent.sim", "spark-agent sim serve")
 
 
 class HostBusy(Exception):
@@ -80,11 +79,30 @@ def describe_holder(holder: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- one model per machine
-def _cmdline(pid: int) -> str:
+def _argv(pid: int) -> list:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return ""
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def is_engine(argv: list) -> bool:
+    """A model server by the shape of its command line, not by a word anywhere in it (an ansible-playbook
+    command line that carries a server's argv as data is not a server)."""
+    if not argv:
+        return False
+    if argv[0].startswith("VLLM::"):  # vLLM's renamed engine/worker processes
+        return True
+    for i, arg in enumerate(argv[:-1]):
+        nxt = argv[i + 1]
+        if os.path.basename(arg) == "vllm" and nxt == "serve":
+            return True
+        if arg == "-m" and (nxt.startswith("vllm.entrypoints") or (nxt == "agent.sim" and "serve" in argv[i + 2:i + 3])):
+            return True
+        if os.path.basename(arg) == "spark-agent" and argv[i + 1:i + 3] == ["sim", "serve"]:
+            return True
+    return False
 
 
 def _environ(pid: int) -> dict:
@@ -108,11 +126,10 @@ def find_engines(workdir: str, scope: str = "machine") -> list[dict]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
-        cmd = _cmdline(int(entry))
-        if not cmd or not any(marker in cmd for marker in ENGINE_MARKERS):
+        argv = _argv(int(entry))
+        if not is_engine(argv):
             continue
-        if "hostside.supervise" in cmd or "spark_server" in cmd:
-            continue
+        cmd = " ".join(argv)
         env = _environ(int(entry))
         ours = CELL_ENV in env
         same_workdir = env.get(WORKDIR_ENV) == str(Path(os.path.expanduser(workdir)))
@@ -250,7 +267,7 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         signal.signal(signal.SIGINT, on_term)
         code = proc.wait()
         if runtime == "docker":
-            info["exit_code"] = _docker_exit_code(info["container"])
+            info["exit_code"] = docker.state(info["container"]).get("exit_code", -1)
         else:
             info["exit_code"] = code
         info["exited"] = time.time()
@@ -265,12 +282,6 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         code = 1
     finally:
         os._exit(code)
-
-
-def _docker_exit_code(container: str) -> int:
-    out = subprocess.run(["docker", "inspect", "--format", "{{.State.ExitCode}}", container],
-                         capture_output=True, text=True)
-    return int(out.stdout.strip()) if out.stdout.strip().lstrip("-").isdigit() else -1
 
 
 def _stop_server(info: dict, proc: subprocess.Popen) -> None:
