@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UserError
+from .hostside import docker
 
 QUANTS = ("nvfp4", "fp8", "bf16")
 PROFILES = ("uniform", "mixed")
-DIGEST_REF = re.compile(r"^(?P<name>[a-z0-9][a-z0-9._/:-]*?)@sha256:(?P<digest>[0-9a-f]{64})$")
 SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -148,14 +148,15 @@ def _check_table(path: Path, lines: _Lines, table: str, values: dict, index: int
     return out
 
 
-def check_image_ref(ref: str) -> str:
-    """Return an error message for anything but name@sha256:<64 hex>, or '' when the ref is pinned."""
-    if DIGEST_REF.match(ref):
-        return ""
-    if "@sha256:" in ref:
-        return f"image ref '{ref}' has a malformed digest (want name@sha256:<64 lowercase hex>)"
-    return (f"image ref '{ref}' is a tag, not a digest; pin it with: "
-            f"spark-agent pin {ref} --host <HOST> --write <SPEC>")
+def check_image_ref(ref: str, spec_path: Path | None = None) -> str:
+    """An error message for anything but name@sha256:<64 hex> (with the pin command for a tag), or ''."""
+    try:
+        docker.parse_ref(ref)
+    except ValueError as exc:
+        if "@" in ref:
+            return str(exc)
+        return f"{exc}; pin it with: " + docker.pin_command(ref, "<HOST>", write=str(spec_path) if spec_path else None)
+    return ""
 
 
 def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
@@ -169,7 +170,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
     if not SWEEP_NAME.match(sweep["name"]):
         raise _err(path, lines.of("sweep", "name"), f"sweep name '{sweep['name']}' must be letters, digits, . _ -")
     image = _check_table(path, lines, "image", raw["image"])
-    problem = check_image_ref(image["ref"])
+    problem = check_image_ref(image["ref"], path)
     if problem:
         raise _err(path, lines.of("image", "ref"), problem)
     checkpoints = _checkpoints(path, lines, raw["checkpoints"])

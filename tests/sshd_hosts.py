@@ -19,7 +19,6 @@ from pathlib import Path
 import yaml
 
 SSHD = "/usr/sbin/sshd"
-SSH_PORT = 2222
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -30,6 +29,7 @@ class SshHost:
     port: int
     workdir: Path
     pid: int = 0
+    proc: subprocess.Popen | None = None
 
 
 @dataclass
@@ -56,9 +56,18 @@ def _keygen(path: Path, kind: str = "ed25519") -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(path)], check=True)
 
 
-def _wait_port(address: str, port: int, timeout: float = 10.0) -> None:
+def free_port(address: str) -> int:
+    """A port nobody listens on at `address`: each fleet gets its own, so SSH control sockets never mix fleets."""
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(address: str, port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sshd for {address}:{port} exited with {proc.returncode} (port taken?)")
         try:
             with socket.create_connection((address, port), timeout=0.5):
                 return
@@ -120,7 +129,8 @@ def start_fleet(root: Path, count: int = 2) -> SshFleet:
     names = "abcdefgh"
     try:
         for i in range(count):
-            host = SshHost(name=f"spark-{names[i]}", address=f"127.0.0.{11 + i}", port=SSH_PORT,
+            address = f"127.0.0.{11 + i}"
+            host = SshHost(name=f"spark-{names[i]}", address=address, port=free_port(address),
                            workdir=root / "hosts" / f"spark-{names[i]}")
             host.workdir.mkdir(parents=True, exist_ok=True)
             _keygen(root / f"hostkey_{host.name}")
@@ -129,10 +139,11 @@ def start_fleet(root: Path, count: int = 2) -> SshFleet:
             config = _sshd_config(root, host, authorized)
             proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(root / f"sshd_{host.name}.log")])
             host.pid = proc.pid
+            host.proc = proc
             fleet.hosts.append(host)
         fleet.known_hosts.write_text("\n".join(known) + "\n")
         for host in fleet.hosts:
-            _wait_port(host.address, host.port)
+            _wait_port(host.address, host.port, host.proc)
         fleet.inventory = root / "inventory.yml"
         fleet.inventory.write_text(yaml.safe_dump(inventory_for(fleet), sort_keys=False))
     except BaseException:

@@ -180,7 +180,7 @@ def test_bad_input_exits_2_before_touching_a_host(tmp_path, sim_inventory, case)
     assert proc.returncode == 2, proc.stderr
     message = proc.stderr.strip().splitlines()[-1]
     assert message.startswith("spark-agent: error:")
-    expected = {"tag": f"{spec}:", "not_in_inventory": "spark-zz", "unreachable": "spark-a (127.0.0.99:2222)",
+    expected = {"tag": f"{spec}:", "not_in_inventory": "spark-zz", "unreachable": "spark-a (127.0.0.99:",
                 "concurrency_zero": f"{spec}:"}[case]
     assert expected in message
     assert not out.exists(), "nothing may be written for bad input"

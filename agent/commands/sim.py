@@ -1,4 +1,5 @@
 """`spark-agent sim serve MODEL [vllm serve flags] [--sim-* flags]`: the simulated Spark (embedded default engine).
+`spark-agent sim image build --tag T`: the same simulator as a container image, built locally from a rootfs.
 
 The command line is `vllm serve`'s; `spark-agent sim serve --help` lists the simulator's own settings.
 """
@@ -16,6 +17,10 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    if args.argv[:2] == ["image", "build"]:  # spark-agent sim image build --tag T: the simulator as a container image
+        from ..sim.image import main as image_main
+
+        return image_main(args.argv[2:])
     from ..sim.main import main  # the same entry point as `python3 -m agent.sim`
 
     return main(args.argv)
