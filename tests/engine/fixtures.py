@@ -46,7 +46,8 @@ class ServerFailed(RuntimeError):
     """The server exited (or never became healthy); .log holds its full log."""
 
     def __init__(self, message: str, log: str):
-        super().__init__(message)
+        tail = "\n".join(log.splitlines()[-40:])
+        super().__init__(f"{message}; last lines of its log:\n{tail}")
         self.log = log
 
 

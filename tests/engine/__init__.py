@@ -1,0 +1,1 @@
+"""The `engine` test tier: the real CPU build of vLLM (see README.md)."""
