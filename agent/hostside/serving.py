@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import shutil
+import tarfile
 from pathlib import Path
 
 from . import docker, supervise
@@ -71,3 +72,15 @@ def serve_cell(p: dict) -> dict:
     (rdir / "serve.json").write_text(json.dumps(outcome, indent=1, default=str))
     return {"ready": outcome["ready"], "failure": outcome["failure"], "startup_s": round(outcome["startup_s"], 2),
             "attestation": outcome["facts"], "run_dir": str(rdir)}
+
+
+def seal(workdir: str, cell_id: str) -> str:
+    """Pack the cell's run folder (log, launch line, results) into one tar for collection; returns its path."""
+    rdir = run_dir(workdir, cell_id)
+    tar_path = str(rdir) + ".tar"
+    tmp = tar_path + ".tmp"
+    with tarfile.open(tmp, "w") as tar:
+        for path in sorted(rdir.iterdir()):
+            tar.add(str(path), arcname=path.name)
+    os.replace(tmp, tar_path)
+    return tar_path

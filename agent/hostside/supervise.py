@@ -289,11 +289,13 @@ def _stop_server(info: dict, proc: subprocess.Popen) -> None:
         docker.remove(info["container"])
         proc.terminate()
         return
-    _terminate_tree(proc.pid, grace=20, popen=proc)
+    _terminate_tree(proc.pid, grace=20)
 
 
-def _terminate_tree(pid: int, grace: float, popen: subprocess.Popen | None = None) -> None:
-    """SIGTERM the process group (vLLM forks engine workers), then SIGKILL what is left after `grace` s."""
+def _terminate_tree(pid: int, grace: float) -> None:
+    """SIGTERM the process group (vLLM forks engine workers), then SIGKILL what is left after `grace` s.
+    Liveness is read from /proc, not Popen.poll(): inside a signal handler that interrupted Popen.wait(),
+    poll() cannot take Popen's lock and always says "running"."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(os.getpgid(pid), sig)
@@ -304,9 +306,7 @@ def _terminate_tree(pid: int, grace: float, popen: subprocess.Popen | None = Non
                 return
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            if popen is not None and popen.poll() is not None:
-                return
-            if popen is None and not _alive(pid):
+            if not _alive(pid):
                 return
             time.sleep(0.05)
 
@@ -325,7 +325,7 @@ def _alive(pid: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- health wait
-def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.25) -> dict:
+def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) -> dict:
     """Wait for /health while tailing the log. Stop at once on a fatal log line or a dead server.
 
     Returns {"ready": bool, "failure": {...} or {}, "facts": parsed log facts, "startup_s": float}.

@@ -19,6 +19,7 @@ ARGS = dict(
     scope=dict(type="str", default="machine", choices=["machine", "workdir"]),
     evict=dict(type="bool", default=False),
     holder=dict(type="dict", default={}),
+    seal=dict(type="bool", default=False),
 )
 
 
@@ -29,6 +30,8 @@ def main():
         module.exit_json(changed=False, **supervise.status(p["workdir"]))
     if p["state"] == "stopped":
         result = supervise.stop(p["workdir"], cell_id=p["cell_id"], holder=p["holder"] or None)
+        if p["seal"] and p["cell_id"]:  # the log is final now: pack the run folder for collect
+            result["sealed"] = serving.seal(p["workdir"], p["cell_id"])
         module.exit_json(changed=result["stopped"], **result)
     try:
         result = serving.serve_cell(p)
