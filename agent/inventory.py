@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,12 +56,28 @@ def load_inventory(path: str | Path | None, limit: str | None = None) -> list[Ho
             selected += [m for m in matched if m not in selected]
         names = selected
     variables = VariableManager(loader=loader, inventory=inv)
-    hosts = [Host(n, dict(variables.get_vars(host=inv.get_host(n)))) for n in names]
+    hosts = [Host(n, _templated(loader, variables.get_vars(host=inv.get_host(n)))) for n in names]
     for h in hosts:
         runtime = h.vars.get("spark_runtime", "docker")
         if runtime not in RUNTIMES:
             raise UserError(f"{path}: host {h.name}: spark_runtime={runtime!r} must be one of {', '.join(RUNTIMES)}")
     return hosts
+
+
+def _templated(loader, host_vars: dict) -> dict[str, Any]:
+    """Host vars as a playbook run sees them (Jinja filled in), so what we record is what runs."""
+    from ansible.template import Templar
+
+    magic = {"ansible_playbook_python": sys.executable, "playbook_dir": str(REPO / "playbooks")}
+    merged = {**dict(host_vars), **magic}
+    templar = Templar(loader=loader, variables=merged)
+    out = {}
+    for key, value in merged.items():
+        try:
+            out[key] = templar.template(value)
+        except Exception:  # a var that only resolves during a play (e.g. from facts): keep it as written
+            out[key] = value
+    return out
 
 
 def check_reachable(hosts: list[Host], timeout: float = 3.0) -> None:
