@@ -101,6 +101,7 @@ def _cell_record(cell: Cell, facts: dict, attestation: dict, outcome: dict, fail
         "env_provenance": cell.provenance,
         "launch": {"argv": cell.argv, "command": _launch_line(cell)},
         "facts": facts,
+        "checkpoint_info": cell.checkpoint_info,
         "attestation": attestation,
     }
 

@@ -27,6 +27,7 @@ class Cell:
     notes: list[str] = field(default_factory=list)   # warnings and rule notes, shown before the run
     argv: list[str] = field(default_factory=list)    # the server command line on this host
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
+    checkpoint_info: dict[str, Any] = field(default_factory=dict)  # from the weight headers on the host, if any
 
     @property
     def label(self) -> str:

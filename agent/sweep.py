@@ -68,10 +68,33 @@ def plan_fleet(spec: Spec, hosts: list[Host], facts: dict[str, dict]) -> dict[st
 def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, list[Cell]]) -> fleet.FleetRun:
     """The image present by digest and each cell's env file on its host. Idempotent."""
     by_host = {h: [{"id": c.id, "env": c.env} for c in cs] for h, cs in cells.items()}
-    run = fleet.run_playbook("provision", inventory, {"image": spec.image, "cells_by_host": by_host},
-                             limit=_limit(hosts))
+    checkpoints = [{"name": c.name, "model": c.model} for c in spec.checkpoints]
+    run = fleet.run_playbook("provision", inventory, {"image": spec.image, "cells_by_host": by_host,
+                                                      "checkpoints": checkpoints}, limit=_limit(hosts))
     _raise_host_errors(run, "provisioning")
+    for host, cs in cells.items():
+        infos = checkpoint_infos(run, host)
+        for cell in cs:
+            cell.checkpoint_info = infos.get(cell.config["model"], {})
     return run
+
+
+def checkpoint_infos(run: fleet.FleetRun, host: str) -> dict[str, dict]:
+    """What the weight headers on the host say per checkpoint folder (bytes per token for the decode ceiling)."""
+    out = {}
+    for item in run.items.get(host, {}).get("checkpoints", []):
+        summary = item.get("summary")
+        if summary:
+            out[item["item"]["model"]] = {
+                "bytes_per_token": int(summary.get("bytes_per_token", 0)),
+                "total_gib": float(summary.get("total_gib", 0.0)),
+                "packed_fp4_tensors": int(summary.get("packed_fp4_tensors", 0)),
+                "high_precision_weights": int(summary.get("high_precision_weights", 0)),
+                "expert_format": str(summary.get("expert_format", "")),
+                "mtp_present": bool(summary.get("mtp", {}).get("present", False)),
+                "mtp_quantized": bool(summary.get("mtp", {}).get("quantized", False)),
+            }
+    return out
 
 
 def run_sweep(spec: Spec, inventory: Path, hosts: list[Host], results_root: Path, fresh: bool = False,

@@ -206,3 +206,24 @@ def test_ctrl_c_stops_the_server_before_the_cli_exits(tmp_path, sim_inventory, s
     assert proc.returncode == 130, err[-2000:]
     assert engines_running(ssh_fleet) == [], "Ctrl-C must stop the server on every host"
     assert not list((tmp_path / "results").rglob("cell.toml")), "an interrupted cell is not a finished cell"
+
+
+def test_checkpoint_headers_on_the_host_feed_the_decode_ceiling(tmp_path, sim_inventory, ssh_fleet):
+    """A checkpoint given as a folder on the host is inspected there during provision (headers only); its bytes
+    per token reach cell.toml and the report's single-stream ceiling."""
+    from agent.report import write_report
+    from agent.hostside.safetensors import inspect_checkpoint
+
+    from .test_inspect_build import build_qwen
+
+    folder = build_qwen(str(tmp_path / "models" / "uns-fast"), "uns-fast")  # the simulator serves it as uns-fast
+    path = write_spec(tmp_path, "headers", backends=("marlin",))
+    path.write_text(path.read_text().replace('model = "uns-fast"', f'model = "{folder}"'))
+    spec = load_spec(path)
+    run_sweep(spec, sim_inventory, load_inventory(sim_inventory, limit="spark-b"), tmp_path / "results")
+    (cell,) = results.load_cells(tmp_path / "results" / "headers")
+    assert cell["verdict"] == "valid", cell["verdict_reasons"]
+    assert cell["checkpoint_info"]["bytes_per_token"] == inspect_checkpoint(folder)["bytes_per_token"] > 0
+    write_report(tmp_path / "results" / "headers")
+    text = (tmp_path / "results" / "headers" / "report.md").read_text()
+    assert "no ceiling" not in text and "% of" in text
