@@ -43,9 +43,10 @@ def llama(vllm_cpu_python, tiny_models, tmp_path_factory):
         yield server
 
 
-@pytest.fixture(scope="module")
-def llama_ngram(vllm_cpu_python, tiny_models, tmp_path_factory):
-    log = tmp_path_factory.mktemp("vllm-ngram") / "server.log"
+@pytest.fixture
+def llama_ngram(vllm_cpu_python, tiny_models, tmp_path):
+    """The tiny Llama with ngram speculative decoding; one test uses it, so it stops right after."""
+    log = tmp_path / "server.log"
     args = ["--speculative-config", json.dumps(NGRAM)]
     with running_server(vllm_cpu_python, tiny_models["tiny-llama"], log, args) as server:
         yield server
