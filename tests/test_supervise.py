@@ -59,6 +59,7 @@ def test_a_foreign_server_is_left_alone_unless_evicted(tmp_path):
         assert foreign.poll() is None, "a foreign server must never be stopped without --evict"
         supervise._clear_the_machine(str(tmp_path), "workdir", evict=True, docker_present=False)
         assert foreign.wait(timeout=30) is not None
+        assert os.getpgid(0) == os.getpgid(os.getpid()), "eviction must not signal the caller's process group"
     finally:
         if foreign.poll() is None:
             foreign.kill()

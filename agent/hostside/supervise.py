@@ -293,17 +293,22 @@ def _stop_server(info: dict, proc: subprocess.Popen) -> None:
 
 
 def _terminate_tree(pid: int, grace: float) -> None:
-    """SIGTERM the process group (vLLM forks engine workers), then SIGKILL what is left after `grace` s.
+    """SIGTERM the server's process group (vLLM forks engine workers) if it leads one, else the process alone;
+    SIGKILL what is left after `grace` s.
     Liveness is read from /proc, not Popen.poll(): inside a signal handler that interrupted Popen.wait(),
     poll() cannot take Popen's lock and always says "running"."""
+    try:
+        leads_group = os.getpgid(pid) == pid  # only a group the server leads is its own to signal
+    except OSError:
+        return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            os.killpg(os.getpgid(pid), sig)
-        except (ProcessLookupError, PermissionError, OSError):
-            try:
+            if leads_group:
+                os.killpg(pid, sig)
+            else:
                 os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                return
+        except (ProcessLookupError, PermissionError):
+            return
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             if not _alive(pid):
