@@ -49,6 +49,7 @@ def test_a_foreign_server_is_left_alone_unless_evicted(tmp_path):
     foreign = subprocess.Popen([sys.executable, "-m", "agent.sim", "serve", "uns-fast", "--moe-backend", "marlin",
                                 "--port", "18911", "--sim-startup-s", "0"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    bystander = subprocess.Popen(["sleep", "60"])  # same process group as the foreign server (ours)
     try:
         deadline = time.monotonic() + 20
         while not any(e["pid"] == foreign.pid for e in supervise.find_engines(str(tmp_path), "workdir")):
@@ -59,8 +60,9 @@ def test_a_foreign_server_is_left_alone_unless_evicted(tmp_path):
         assert foreign.poll() is None, "a foreign server must never be stopped without --evict"
         supervise._clear_the_machine(str(tmp_path), "workdir", evict=True, docker_present=False)
         assert foreign.wait(timeout=30) is not None
-        assert os.getpgid(0) == os.getpgid(os.getpid()), "eviction must not signal the caller's process group"
+        assert bystander.poll() is None, "eviction must not signal the process group the foreign server sits in"
     finally:
-        if foreign.poll() is None:
-            foreign.kill()
-            foreign.wait()
+        for proc in (foreign, bystander):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
