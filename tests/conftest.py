@@ -6,7 +6,7 @@ import pytest
 
 from .sshd_hosts import start_fleet, stop_fleet
 
-pytest_plugins = ["tests.fixtures_docker"]
+pytest_plugins = ["tests.fixtures_docker", "tests.engine.fixtures"]
 
 
 @pytest.fixture(scope="session")
