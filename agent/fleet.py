@@ -98,6 +98,33 @@ def run_playbook(playbook: str, inventory: str | Path, extravars: dict[str, Any]
                  limit: str | None = None, tags: str | None = None, on_event: EventHook | None = None,
                  cancel: threading.Event | None = None) -> FleetRun:
     """Run one playbook with ansible-runner and return what happened on each host."""
+    cancel = cancel or threading.Event()
+    outcome: dict[str, Any] = {}
+    # ansible-runner installs its own SIGINT/SIGTERM handlers when called from the main thread (and leaves them
+    # there, swallowing every later Ctrl-C); in a worker thread it doesn't, and Ctrl-C reaches us.
+    worker = threading.Thread(target=_run_in_thread, name="ansible-runner", daemon=True,
+                              args=(playbook, inventory, extravars, limit, tags, on_event, cancel, outcome))
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(timeout=0.2)
+    except KeyboardInterrupt:
+        cancel.set()
+        worker.join()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["run"]
+
+
+def _run_in_thread(playbook, inventory, extravars, limit, tags, on_event, cancel, outcome) -> None:
+    try:
+        outcome["run"] = _run(playbook, inventory, extravars, limit, tags, on_event, cancel)
+    except BaseException as exc:  # handed to the caller's thread
+        outcome["error"] = exc
+
+
+def _run(playbook, inventory, extravars, limit, tags, on_event, cancel) -> FleetRun:
     run = FleetRun(rc=-1, status="unstarted")
     collector = _Collector(run, on_event)
     private = Path(tempfile.mkdtemp(prefix="spark-agent-runner-"))
@@ -111,7 +138,7 @@ def run_playbook(playbook: str, inventory: str | Path, extravars: dict[str, Any]
             tags=tags,
             envvars=ansible_env(),
             event_handler=collector,
-            cancel_callback=(lambda: cancel.is_set()) if cancel else None,
+            cancel_callback=cancel.is_set,
             quiet=True,
             suppress_env_files=True,
             settings={"suppress_ansible_output": True},

@@ -227,3 +227,27 @@ def test_checkpoint_headers_on_the_host_feed_the_decode_ceiling(tmp_path, sim_in
     write_report(tmp_path / "results" / "headers")
     text = (tmp_path / "results" / "headers" / "report.md").read_text()
     assert "no ceiling" not in text and "% of" in text
+
+
+def test_a_second_controller_is_refused_with_the_holder_named(tmp_path, sim_inventory, ssh_fleet):
+    """Another controller holds spark-a's host lock: our sweep refuses that host, names the holder, touches
+    nothing of theirs, and still measures spark-b."""
+    workdir = str(ssh_fleet.host("spark-a").workdir)
+    holder = {"user": "alice", "controller_host": "alice-laptop", "controller_pid": 4242,
+              "since": "2026-11-29T18:00:00Z", "sweep": "theirs", "cell_id": "feedfacecafe"}
+    code = ("import sys, json, time; from agent.hostside import supervise as s\n"
+            "fd = s.acquire_lock(sys.argv[1], json.loads(sys.argv[2])); print('locked', flush=True); time.sleep(600)\n")
+    other = subprocess.Popen([sys.executable, "-c", code, workdir, __import__("json").dumps(holder)], cwd=REPO,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "locked"
+        spec = load_spec(write_spec(tmp_path, "contended", backends=("marlin",)))
+        outcome = run_sweep(spec, sim_inventory, load_inventory(sim_inventory), tmp_path / "results")
+        a, b = outcome.hosts["spark-a"], outcome.hosts["spark-b"]
+        assert "alice@alice-laptop pid 4242 since 2026-11-29T18:00:00Z" in a.error
+        assert a.lost and not a.done
+        assert len(b.done) == 1
+        assert other.poll() is None, "the other controller's lock holder must be left alone"
+    finally:
+        other.kill()
+        other.wait()
