@@ -26,7 +26,8 @@ def incoming_tar(root: Path, sweep: str, host: str, cell_id: str) -> Path:
     return Path(root) / INCOMING / sweep / host / f"{cell_id}.tar"
 
 
-def finalize_cell(root: Path, cell: Cell, facts: dict[str, Any], started: float, finished: float) -> dict | None:
+def finalize_cell(root: Path, cell: Cell, facts: dict[str, Any], started: float, finished: float,
+                  measure_s: float = 0.0) -> dict | None:
     """Write the cell's results from its incoming tar. Returns the cell record, or None if nothing came back."""
     tar_path = incoming_tar(root, cell.sweep, cell.host, cell.id)
     if not tar_path.exists():
@@ -34,12 +35,13 @@ def finalize_cell(root: Path, cell: Cell, facts: dict[str, Any], started: float,
     with tempfile.TemporaryDirectory(prefix="spark-agent-collect-") as tmp:
         with tarfile.open(tar_path) as tar:
             tar.extractall(tmp, filter="data")
-        record = _write_cell(root, cell, facts, Path(tmp), started, finished)
+        record = _write_cell(root, cell, facts, Path(tmp), started, finished, measure_s)
     tar_path.unlink()
     return record
 
 
-def _write_cell(root: Path, cell: Cell, facts: dict, src: Path, started: float, finished: float) -> dict:
+def _write_cell(root: Path, cell: Cell, facts: dict, src: Path, started: float, finished: float,
+                measure_s: float) -> dict:
     dest = results.cell_dir(root, cell.sweep, cell.host, cell.id)
     dest.mkdir(parents=True, exist_ok=True)
     log_text = (src / "server.log").read_text(errors="replace") if (src / "server.log").exists() else ""
@@ -54,6 +56,7 @@ def _write_cell(root: Path, cell: Cell, facts: dict, src: Path, started: float, 
     if not serve.get("ready") and not failure:
         failure = attestation.get("failure") or {"class": "other", "evidence": ["the server never became ready"]}
     record = _cell_record(cell, facts, attestation, outcome, failure, serve, runs, started, finished)
+    record["measure_s"] = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
     results.atomic_write_toml(dest / results.CELL_FILE, record)
     return record
 

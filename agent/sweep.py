@@ -181,7 +181,8 @@ def run_cell(inventory: Path, host: Host, cell: Cell, facts: dict, results_root:
         raise UserError(f"host {host.name}: {busy.get('msg')}")
     if host.name in run.unreachable:
         raise UserError(f"host {host.name} became unreachable: {run.unreachable[host.name]}")
-    record = collect.finalize_cell(results_root, cell, facts, started, time.time())
+    measure_s = sum(float(i.get("elapsed_s", 0.0)) for i in run.items.get(host.name, {}).get("bench", []))
+    record = collect.finalize_cell(results_root, cell, facts, started, time.time(), measure_s)
     progress.cell_finished(host.name, cell, record)
     log.info("cell_done", host=host.name, cell=cell.id, label=cell.label,
              verdict=record["verdict"] if record else "lost",

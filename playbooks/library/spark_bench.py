@@ -2,6 +2,7 @@
 """Ansible module: drive load at one concurrency level against the local server (logic: hostside/loadgen.py)."""
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.spark_hostside import loadgen, metrics  # noqa: F401
@@ -30,13 +31,14 @@ def main():
         loadgen.write_json_atomic(os.path.join(p["out_dir"], loadgen.result_filename(p["level"], result["repeat"])),
                                   result)
 
+    started = time.monotonic()
     runs = loadgen.run_levels(
         p["url"], p["model"], [p["level"]], duration_s=p["duration"], warmup_s=p["warmup"] * p["duration"],
         repeats=p["repeats"], prompt_len=p["prompt_len"], output_len=p["output_len"], profile=p["profile"],
         seed=p["seed"], on_result=save)
     summary = [{"repeat": r.get("repeat"), "ok": r.get("ok"), "output_throughput": r.get("output_throughput"),
                 "error": r.get("error", "")} for r in runs]
-    module.exit_json(changed=True, level=p["level"], runs=summary)
+    module.exit_json(changed=True, level=p["level"], runs=summary, elapsed_s=round(time.monotonic() - started, 3))
 
 
 if __name__ == "__main__":
