@@ -56,20 +56,6 @@ def write_spec(tmp_path: Path, name: str, backends=("marlin", "flashinfer_b12x")
     return path
 
 
-@pytest.fixture(scope="module")
-def sim_inventory(ssh_fleet, tmp_path_factory) -> Path:
-    """The SSH test hosts as simulated GB10 Sparks: process runtime, the simulator as the engine."""
-    inv = inventory_for(ssh_fleet, {
-        "spark_runtime": "process", "spark_simulate_gpu": "gb10", "spark_host_scope": "workdir",
-        "spark_port": 8000, "spark_health_timeout": 60,
-        "spark_serve_cmd": ["/usr/bin/python3", "-m", "agent.sim", "serve"],
-        "spark_serve_env": {"PYTHONPATH": str(REPO)},
-    })
-    path = tmp_path_factory.mktemp("inv") / "sim-fleet.yml"
-    path.write_text(yaml.safe_dump(inv))
-    return path
-
-
 def engines_running(ssh_fleet) -> list[dict]:
     return [e for h in ssh_fleet.hosts for e in supervise.find_engines(str(h.workdir), scope="workdir")]
 

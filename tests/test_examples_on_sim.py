@@ -1,0 +1,55 @@
+"""The article's two backend sweeps (examples/gb10-*.toml) on the simulated Spark with --duration 3, through the
+real CLI over real SSH, and what the report must then say: marlin for NVFP4; triton with VLLM_USE_DEEP_GEMM=0 for
+FP8; the four FP8 backends that failed to start, with their classes; b12x unstable. (About 8 minutes: both
+sweeps run at once, one per test host.)"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "agent.cli"]
+
+
+@pytest.fixture(scope="module")
+def example_reports(sim_inventory, tmp_path_factory) -> dict[str, str]:
+    out = tmp_path_factory.mktemp("examples")
+    procs = {}
+    for name, host in (("gb10-nvfp4", "spark-a"), ("gb10-fp8", "spark-b")):
+        procs[name] = subprocess.Popen(
+            CLI + ["sweep", f"examples/{name}.toml", "-i", str(sim_inventory), "--limit", host, "--duration", "3",
+                   "--results", str(out), "--no-progress", "--log-format", "json"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    reports = {}
+    for name, proc in procs.items():
+        output, _ = proc.communicate(timeout=1800)
+        assert proc.returncode in (0, 1), output[-3000:]  # 1: some cells failed to start, as they should
+        report = subprocess.run(CLI + ["report", str(out / name)], cwd=REPO, capture_output=True, text=True)
+        assert report.returncode == 0, report.stderr
+        reports[name] = (out / name / "report.md").read_text()
+    return reports
+
+
+def test_nvfp4_report_names_marlin_and_shows_b12x_unstable(example_reports):
+    text = example_reports["gb10-nvfp4"]
+    assert "**Run marlin.**" in text
+    assert "measured slower: **flashinfer_b12x**" in text
+    unstable = text.split("## Unstable points", 1)[1].split("##", 1)[0]
+    assert re.search(r"/flashinfer_b12x c=\d+: spread", unstable), unstable[:2000]
+    assert "CUTE_DSL_ARCH=sm_121a" in text and "FLASHINFER_DISABLE_VERSION_CHECK=1" in text
+
+
+def test_fp8_report_names_triton_without_deep_gemm_and_lists_the_failures(example_reports):
+    text = example_reports["gb10-fp8"]
+    assert "**Run triton.**" in text
+    what_to_run = text.split("## What to run", 1)[1].split("## Plots", 1)[0]
+    assert "VLLM_USE_DEEP_GEMM=0" in what_to_run and "--moe-backend triton" in what_to_run
+    failed = dict(re.findall(r"- failed to start: (\S+) on fp8 \(class `(\w+)`\)", what_to_run))
+    assert set(failed) == {"deep_gemm", "cutlass", "flashinfer_cutlass", "flashinfer_trtllm"}, failed
+    assert failed["deep_gemm"] == "deep_gemm_assert"
+    assert "measured slower: **marlin**" in what_to_run
