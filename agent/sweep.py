@@ -176,9 +176,9 @@ def run_cell(inventory: Path, host: Host, cell: Cell, facts: dict, results_root:
     if _stale_lock_reclaimed(inventory, host, run):
         run = fleet.run_playbook("cell", inventory, extravars, limit=host.name,
                                  on_event=progress.event_hook(host.name), cancel=cancel)
-    busy = run.results.get(host.name, {}).get("serve", {})
-    if busy.get("busy"):
-        raise UserError(f"host {host.name}: {busy.get('msg')}")
+    serve = run.results.get(host.name, {}).get("serve", {})
+    if serve.get("host_error"):  # busy, port taken, no docker...: the cell is not measured, nor counted as failed
+        raise UserError(f"host {host.name}: {serve.get('msg')}")
     if host.name in run.unreachable:
         raise UserError(f"host {host.name} became unreachable: {run.unreachable[host.name]}")
     measure_s = sum(float(i.get("elapsed_s", 0.0)) for i in run.items.get(host.name, {}).get("bench", []))

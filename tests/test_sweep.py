@@ -237,3 +237,22 @@ def test_a_second_controller_is_refused_with_the_holder_named(tmp_path, sim_inve
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_busy_port_is_a_clear_cell_error_not_someone_elses_numbers(tmp_path, sim_inventory, ssh_fleet):
+    """Whatever already listens on the host's server port must not be measured in place of our server."""
+    import socket
+
+    address = ssh_fleet.host("spark-b").address
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the last server's TIME_WAIT is no squatter
+    squatter.bind((address, 8000))
+    squatter.listen()
+    try:
+        spec = load_spec(write_spec(tmp_path, "port-taken", backends=("marlin",)))
+        outcome = run_sweep(spec, sim_inventory, load_inventory(sim_inventory, limit="spark-b"), tmp_path / "results")
+    finally:
+        squatter.close()
+    assert not outcome.hosts["spark-b"].done and outcome.hosts["spark-b"].lost
+    assert f"{address}:8000 is already in use" in outcome.hosts["spark-b"].error
+    assert not list((tmp_path / "results").rglob("cell.toml")), "a host problem is not a finished (failed) cell"

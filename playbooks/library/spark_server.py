@@ -35,10 +35,11 @@ def main():
         module.exit_json(changed=result["stopped"], **result)
     try:
         result = serving.serve_cell(p)
+    # the host cannot take this cell (busy, port taken, no docker, wrong digest): not a result of the cell
     except supervise.HostBusy as exc:
-        module.fail_json(msg=str(exc), holder=exc.holder, busy=True)
+        module.fail_json(msg=str(exc), holder=exc.holder, busy=True, host_error=True)
     except serving.ServeError as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=str(exc), host_error=True)
     module.exit_json(changed=True, **result)
 
 
