@@ -56,6 +56,8 @@ def _write_cell(root: Path, cell: Cell, facts: dict, src: Path, started: float, 
     if not serve.get("ready") and not failure:
         failure = attestation.get("failure") or {"class": "other", "evidence": ["the server never became ready"]}
     record = _cell_record(cell, facts, attestation, outcome, failure, serve, runs, started, finished)
+    if (src / "launch.txt").exists():  # the host wrote what it really ran
+        record["launch"]["command"] = (src / "launch.txt").read_text().strip()
     record["measure_s"] = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
     results.atomic_write_toml(dest / results.CELL_FILE, record)
     return record

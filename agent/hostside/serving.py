@@ -40,10 +40,11 @@ def read_env_file(path: str) -> dict:
     return env
 
 
-def launch_command(runtime: str, argv: list, env: dict, image: str) -> str:
+def launch_command(runtime: str, argv: list, env: dict, image: str, container: str = "spark-agent",
+                   cell_id: str = "") -> str:
     """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line)."""
     if runtime == "docker":
-        return docker.launch_line(image, "<container>", [str(a) for a in argv], env, label="<cell>")
+        return docker.launch_line(image, container, [str(a) for a in argv], env, label=cell_id)
     assigns = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))
     return (assigns + " " if assigns else "") + shlex.join([str(a) for a in argv])
 
@@ -68,7 +69,9 @@ def serve_cell(p: dict) -> dict:
         raise ServeError("the inventory says spark_runtime=docker but this host has no docker CLI; "
                          "install docker (and the NVIDIA container toolkit) or set spark_runtime=process")
     full_env = dict(env, **{k: str(v) for k, v in (p.get("extra_env") or {}).items()})
-    (rdir / "launch.txt").write_text(launch_command(p["runtime"], p["argv"], env, p["image"]) + "\n")
+    container = supervise.container_prefix(p["workdir"]) + p["cell_id"]
+    (rdir / "launch.txt").write_text(
+        launch_command(p["runtime"], p["argv"], full_env, p["image"], container, p["cell_id"]) + "\n")
     log_path = str(rdir / "server.log")
     _port_must_be_free(p["url"])
     supervise.start(p["cell_id"], p["workdir"], p["runtime"], p["argv"], full_env, log_path, p["holder"],
