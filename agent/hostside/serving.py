@@ -9,9 +9,7 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import tarfile
-import urllib.parse
 from pathlib import Path
 
 from . import docker, supervise
@@ -49,18 +47,6 @@ def launch_command(runtime: str, argv: list, env: dict, image: str, container: s
     return (assigns + " " if assigns else "") + shlex.join([str(a) for a in argv])
 
 
-def _port_must_be_free(url: str) -> None:
-    """Something already answering on our port would pass our health check in our server's place."""
-    parsed = urllib.parse.urlsplit(url)
-    try:
-        with socket.create_connection((parsed.hostname, parsed.port or 80), timeout=1.0):
-            pass
-    except OSError:
-        return
-    raise ServeError(f"{parsed.hostname}:{parsed.port} is already in use by another process; stop it or give this "
-                     "host another spark_port in the inventory")
-
-
 def serve_cell(p: dict) -> dict:
     """Start the cell's server and wait until it is healthy, or until the log says it died (fail fast)."""
     rdir = run_dir(p["workdir"], p["cell_id"])
@@ -73,9 +59,8 @@ def serve_cell(p: dict) -> dict:
     (rdir / "launch.txt").write_text(
         launch_command(p["runtime"], p["argv"], full_env, p["image"], container, p["cell_id"]) + "\n")
     log_path = str(rdir / "server.log")
-    _port_must_be_free(p["url"])
     supervise.start(p["cell_id"], p["workdir"], p["runtime"], p["argv"], full_env, log_path, p["holder"],
-                    image=p["image"], scope=p["scope"], evict=p["evict"],
+                    image=p["image"], scope=p["scope"], evict=p["evict"], url=p["url"],
                     docker_present=bool(shutil.which("docker")))
     outcome = supervise.wait_ready(p["workdir"], p["url"], p["health_timeout"])
     if outcome["ready"] and p["runtime"] == "docker":

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import zlib
 import urllib.request
 from pathlib import Path
@@ -187,11 +188,14 @@ def container_prefix(workdir: str) -> str:
 
 # ---------------------------------------------------------------------------------------------- start
 def start(cell_id: str, workdir: str, runtime: str, argv: list, env: dict, log_path: str, holder: dict,
-          image: str = "", scope: str = "machine", evict: bool = False, docker_present: bool = False) -> dict:
+          image: str = "", scope: str = "machine", evict: bool = False, docker_present: bool = False,
+          url: str = "") -> dict:
     """Take the lock, make sure we're alone, and fork the supervisor that runs the server. Returns server.json."""
     lock_fd = acquire_lock(workdir, holder)
     try:
         _clear_the_machine(workdir, scope, evict, docker_present)
+        if url:
+            _port_must_be_free(url)
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(log_path).write_bytes(b"")
         info = {"cell_id": cell_id, "runtime": runtime, "log": log_path, "started": time.time(),
@@ -223,6 +227,19 @@ def _stop_occupant(occ: dict) -> None:
         docker.remove(occ["name"])
     elif occ.get("pid"):
         _terminate_tree(occ["pid"], grace=15)
+
+
+def _port_must_be_free(url: str) -> None:
+    """Something already answering on our port would pass our health check in our server's place.
+    Checked after our own leftovers are gone and with the lock held."""
+    parsed = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection((parsed.hostname, parsed.port or 80), timeout=1.0):
+            pass
+    except OSError:
+        return
+    raise HostBusy(f"{parsed.hostname}:{parsed.port} is already in use by another process; stop it or give this "
+                   "host another spark_port in the inventory")
 
 
 def _wait_for_server_record(workdir: str, pid: int, timeout: float = 30.0) -> None:
