@@ -130,7 +130,8 @@ def run_sweep(spec: Spec, inventory: Path, hosts: list[Host], results_root: Path
         outcome.interrupted = True
         cancel.set()
         log.warning("interrupted", action="stopping the server on every host")
-        _join(runners)
+        _join(runners, timeout=10)
+        _stop_our_playbooks()
         teardown(inventory, hosts, spec.name)
         raise
     finally:
@@ -138,10 +139,22 @@ def run_sweep(spec: Spec, inventory: Path, hosts: list[Host], results_root: Path
     return outcome
 
 
-def _join(threads: list[threading.Thread]) -> None:
+def _join(threads: list[threading.Thread], timeout: float | None = None) -> None:
+    deadline = None if timeout is None else time.monotonic() + timeout
     for t in threads:
-        while t.is_alive():
+        while t.is_alive() and (deadline is None or time.monotonic() < deadline):
             t.join(timeout=0.2)
+
+
+def _stop_our_playbooks() -> None:
+    """ansible-runner's cancel does not always reach a running ansible-playbook (it runs in a session of its own
+    and outlives us): stop every ansible-playbook we started, by PID, before the teardown runs."""
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if any("ansible-playbook" in part for part in child.cmdline()[:3]):
+                child.kill()
+        except psutil.Error:
+            pass
 
 
 def _host_worker(inventory: Path, host: Host, all_cells: list[Cell], todo: list[Cell], facts: dict,

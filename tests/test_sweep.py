@@ -56,6 +56,13 @@ def write_spec(tmp_path: Path, name: str, backends=("marlin", "flashinfer_b12x")
     return path
 
 
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def engines_running(ssh_fleet) -> list[dict]:
     return [e for h in ssh_fleet.hosts for e in supervise.find_engines(str(h.workdir), scope="workdir")]
 
@@ -191,6 +198,10 @@ def test_ctrl_c_stops_the_server_before_the_cli_exits(tmp_path, sim_inventory, s
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert engines_running(ssh_fleet) == [], "Ctrl-C must stop the server on every host"
+    time.sleep(1.0)
+    leftovers = [pid for pid in os.listdir("/proc") if pid.isdigit() and "ansible-playbook" in _cmdline(pid)
+                 and "interrupted" in _cmdline(pid)]
+    assert leftovers == [], "Ctrl-C must not leave an ansible-playbook of ours running"
     assert not list((tmp_path / "results").rglob("cell.toml")), "an interrupted cell is not a finished cell"
 
 
