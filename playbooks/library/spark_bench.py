@@ -25,6 +25,7 @@ ARGS = dict(
 def main():
     module = AnsibleModule(argument_spec=ARGS)
     p = module.params
+    p["out_dir"] = os.path.expanduser(p["out_dir"])  # spark_workdir may start with ~ (no shell to expand it)
     os.makedirs(p["out_dir"], exist_ok=True)
 
     def save(result):  # each window's file exists as soon as the window is over
