@@ -6,9 +6,9 @@ import argparse
 import importlib
 import sys
 
-from .commands import NAMES
-from . import logs
-from .errors import UserError
+from agent.commands import NAMES
+from agent import logs
+from agent.errors import UserError
 
 
 def build_parser() -> argparse.ArgumentParser:

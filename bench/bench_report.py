@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_report_fixtures import GB10_FACTS, write_cell  # noqa: E402
 
-from agent import report  # noqa: E402
-from agent.results import load_cells  # noqa: E402
+from agent.reporting import markdown as report  # noqa: E402
+from agent.results.tree import load_cells  # noqa: E402
 
 CONCURRENCY = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
 REPEATS = 5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.bandwidth import bandwidth_for, ceiling_notes, ceiling_tok_s, single_stream_tok_s
+from agent.judging.bandwidth import bandwidth_for, ceiling_notes, ceiling_tok_s, single_stream_tok_s
 from agent.errors import UserError
 from agent.hostside.safetensors import inspect_checkpoint
 

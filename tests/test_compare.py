@@ -1,4 +1,4 @@
-"""agent.compare and `spark-agent compare`: B/A at every point under the ranking rule."""
+"""agent.reporting.compare and `spark-agent compare`: B/A at every point under the ranking rule."""
 
 import sys
 from pathlib import Path
@@ -9,8 +9,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_report_fixtures import GB10_FACTS, write_cell  # noqa: E402
 
 from agent.cli import main  # noqa: E402
-from agent.compare import IMPROVEMENT, REGRESSION, WITHIN_NOISE, compare, render_markdown  # noqa: E402
-from agent.results import load_cells  # noqa: E402
+from agent.reporting.compare import IMPROVEMENT, REGRESSION, WITHIN_NOISE, compare, render_markdown  # noqa: E402
+from agent.results.tree import load_cells  # noqa: E402
 
 C = [1, 4, 16]
 NEW_IMAGE = "nvcr.io/nvidia/vllm@sha256:" + "cd" * 32

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent import results
+from agent.results import tree as results
 
 REPO = Path(__file__).resolve().parent.parent
 

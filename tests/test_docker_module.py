@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from agent import fleet
+from agent.running import playbooks as fleet
 from agent.hostside import docker as sdocker
 
 pytest_plugins = ["tests.fixtures_docker"]  # dockerd, sim_image: one of each per session

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent import results
-from agent.inventory import load_inventory
-from agent.spec import load_spec
-from agent.sweep import run_sweep
+from agent.results import tree as results
+from agent.planning.inventory import load_inventory
+from agent.planning.spec import load_spec
+from agent.running.sweep import run_sweep
 
 from .engine.fixtures import BASE_ENV
 from .sshd_hosts import inventory_for

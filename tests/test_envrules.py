@@ -11,7 +11,8 @@ import tomllib
 import pytest
 import tomli_w
 
-from agent import envrules, logs
+from agent import logs
+from agent.planning import envrules
 from agent.commands import env as env_cmd
 from agent.errors import UserError
 from agent.hostside import facts

@@ -1,4 +1,4 @@
-"""agent.export and `spark-agent export`: one row per measurement, `vllm bench serve` key names."""
+"""agent.reporting.export and `spark-agent export`: one row per measurement, `vllm bench serve` key names."""
 
 import csv
 import io

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import fleet
+from agent.running import playbooks as fleet
 from agent.hostside import facts
 
 REPO = Path(__file__).resolve().parent.parent

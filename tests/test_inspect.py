@@ -16,7 +16,7 @@ import structlog
 from agent.cli import main
 from agent.errors import UserError
 from agent.hostside.safetensors import DTYPE_SIZES, compare, inspect_checkpoint, read_header
-from agent.inspect import inspect_local
+from agent.judging.checkpoints import inspect_local
 
 from .test_inspect_build import (EXPERTS, HIDDEN, TOP_K, VOCAB, build_qwen, deepseek_style, linear, llama_style,
                                  qwen_moe, write_checkpoint, write_safetensors)

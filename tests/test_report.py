@@ -1,4 +1,4 @@
-"""agent.report and `spark-agent report`: the content of report.md / report.html, the plots, the terminal table,
+"""agent.reporting.markdown and `spark-agent report`: the content of report.md / report.html, the plots, the terminal table,
 and the HTML rendered by a real headless Chromium."""
 
 import shutil
@@ -12,9 +12,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from test_report_fixtures import write_cell  # noqa: E402
 
-from agent import report  # noqa: E402
+from agent.reporting import markdown as report  # noqa: E402
 from agent.cli import main  # noqa: E402
-from agent.results import load_cells  # noqa: E402
+from agent.results.tree import load_cells  # noqa: E402
 
 C = [1, 2, 4, 8, 16]
 DEEP_GEMM_ASSERT = 'assert cached is not None, "DeepGemmQuantScaleFMT oracle cache not initialized"'

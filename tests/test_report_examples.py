@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from agent.spec import load_spec
+from agent.planning.spec import load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

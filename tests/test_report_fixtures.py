@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent.results import atomic_write_toml, cell_dir, run_name
+from agent.results.tree import atomic_write_toml, cell_dir, run_name
 
 DIGEST = "nvcr.io/nvidia/vllm@sha256:" + "ab" * 32
 GB10_FACTS = {

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from agent.errors import UserError
-from agent.spec import load_spec
+from agent.planning.spec import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 GOOD = (REPO / "examples" / "quick.toml").read_text()

@@ -1,4 +1,4 @@
-"""agent.stats: hand-computed medians and spreads, the ranking rule, and who may win."""
+"""agent.judging.stats: hand-computed medians and spreads, the ranking rule, and who may win."""
 
 import math
 import sys
@@ -9,8 +9,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from test_report_fixtures import write_cell  # noqa: E402
 
-from agent import stats  # noqa: E402
-from agent.results import load_cells  # noqa: E402
+from agent.judging import stats  # noqa: E402
+from agent.results.tree import load_cells  # noqa: E402
 
 
 def run(c, r, tput, ok=True, error=""):

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent import results
+from agent.results import tree as results
 from agent.hostside import supervise
-from agent.inventory import load_inventory
-from agent.spec import load_spec
-from agent.sweep import run_sweep
+from agent.planning.inventory import load_inventory
+from agent.planning.spec import load_spec
+from agent.running.sweep import run_sweep
 
 from .sshd_hosts import inventory_for
 
@@ -208,7 +208,7 @@ def test_ctrl_c_stops_the_server_before_the_cli_exits(tmp_path, sim_inventory, s
 def test_checkpoint_headers_on_the_host_feed_the_decode_ceiling(tmp_path, sim_inventory, ssh_fleet):
     """A checkpoint given as a folder on the host is inspected there during provision (headers only); its bytes
     per token reach cell.toml and the report's single-stream ceiling."""
-    from agent.report import write_report
+    from agent.reporting.markdown import write_report
     from agent.hostside.safetensors import inspect_checkpoint
 
     from .test_inspect_build import build_qwen

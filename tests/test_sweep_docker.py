@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent import results
-from agent.inventory import load_inventory
-from agent.spec import load_spec
-from agent.sweep import gather_facts, plan_fleet, provision, run_sweep
+from agent.results import tree as results
+from agent.planning.inventory import load_inventory
+from agent.planning.spec import load_spec
+from agent.running.sweep import gather_facts, plan_fleet, provision, run_sweep
 
 from .sshd_hosts import inventory_for
 from .test_sweep import write_spec

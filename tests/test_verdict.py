@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agent.hostside.logparse import parse
-from agent.verdict import attest, requested_from_args, verdict
+from agent.judging.verdict import attest, requested_from_args, verdict
 
 LOGS = Path(__file__).parent / "data" / "logs" / "synthetic"
 MARLIN_LOG = parse((LOGS / "v0.24-nvfp4-marlin-mtp.log").read_text())

@@ -12,8 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..errors import UserError
-from ..verdict import AXES, attest, axis_name
+from agent.errors import UserError
+from agent.judging.verdict import AXES, attest, axis_name
 
 EXIT = {"valid": 0, "invalid": 1, "failed": 3}
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .. import envrules, fleet
-from ..inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
-from ..sweep import gather_facts
+from agent.planning import envrules
+from agent.running import playbooks as fleet
+from agent.planning.inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
+from agent.running.sweep import gather_facts
 
 
 

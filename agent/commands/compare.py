@@ -7,10 +7,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .. import stats
-from ..compare import compare, comparison_table, render_markdown
-from ..errors import UserError
-from ..results import atomic_write_bytes, load_cells
+from agent.judging import stats
+from agent.reporting.compare import compare, comparison_table, render_markdown
+from agent.errors import UserError
+from agent.results.tree import atomic_write_bytes, load_cells
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

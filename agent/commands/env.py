@@ -10,12 +10,13 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from .. import envrules, plan
-from ..errors import UserError
-from ..hostside import facts as hostfacts
-from ..inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
-from ..sweep import gather_facts
-from ..spec import load_spec
+from agent.planning import envrules
+from agent.planning import matrix as plan
+from agent.errors import UserError
+from agent.hostside import facts as hostfacts
+from agent.planning.inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
+from agent.running.sweep import gather_facts
+from agent.planning.spec import load_spec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

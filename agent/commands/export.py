@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import UserError
-from ..export import FORMATS, rows
-from ..results import atomic_write_bytes, load_cells
+from agent.errors import UserError
+from agent.reporting.export import FORMATS, rows
+from agent.results.tree import atomic_write_bytes, load_cells
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

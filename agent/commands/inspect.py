@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..bandwidth import bandwidth_for
-from ..errors import UserError
-from ..inspect import compare, format_ceiling, format_comparison, format_summary, inspect
+from agent.judging.bandwidth import bandwidth_for
+from agent.errors import UserError
+from agent.judging.checkpoints import compare, format_ceiling, format_comparison, format_summary, inspect
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

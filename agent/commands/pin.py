@@ -12,8 +12,8 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from .. import fleet
-from ..errors import UserError
+from agent.running import playbooks as fleet
+from agent.errors import UserError
 
 DEFAULT_INVENTORY = fleet.REPO / "inventory" / "local.yml"
 

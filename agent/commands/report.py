@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import stats
-from ..report import write_report
+from agent.judging import stats
+from agent.reporting.markdown import write_report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

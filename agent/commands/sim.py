@@ -18,9 +18,9 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     if args.argv[:2] == ["image", "build"]:  # spark-agent sim image build --tag T: the simulator as a container image
-        from ..sim.image import main as image_main
+        from agent.sim.image import main as image_main
 
         return image_main(args.argv[2:])
-    from ..sim.main import main  # the same entry point as `python3 -m agent.sim`
+    from agent.sim.main import main  # the same entry point as `python3 -m agent.sim`
 
     return main(args.argv)

@@ -7,11 +7,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .. import logs, results
-from ..inventory import DEFAULT_INVENTORY, load_inventory
-from ..progress import Progress
-from ..spec import load_spec
-from ..sweep import run_sweep
+from agent import logs
+from agent.results import tree as results
+from agent.planning.inventory import DEFAULT_INVENTORY, load_inventory
+from agent.running.progress import Progress
+from agent.planning.spec import load_spec
+from agent.running.sweep import run_sweep
 
 
 def register(sub) -> None:
@@ -34,7 +35,7 @@ def run(args) -> int:
     spec = load_spec(args.spec)
     if args.duration is not None:
         if args.duration <= 0:
-            from ..errors import UserError
+            from agent.errors import UserError
             raise UserError(f"--duration must be > 0 seconds, got {args.duration}")
         spec = spec.with_duration(args.duration)
     hosts = load_inventory(args.inventory, args.limit)
@@ -54,5 +55,5 @@ def run(args) -> int:
 def _print_table(cells: list[dict], fmt: str) -> None:
     if fmt == "json" or not cells:
         return
-    from ..report import terminal_table
+    from agent.reporting.markdown import terminal_table
     Console().print(terminal_table(cells))

@@ -1,6 +1,6 @@
 """`spark-agent report`: report.md, report.html and PNG plots from a results tree; the end-of-sweep terminal table.
 
-The numbers come from agent.stats (pure); this module gathers them into a ReportData, renders it and does the I/O.
+The numbers come from agent.judging.stats (pure); this module gathers them into a ReportData, renders it and does the I/O.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import stats
-from .errors import UserError
-from .results import load_cells
-from .stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
+from agent.judging import stats
+from agent.errors import UserError
+from agent.results.tree import load_cells
+from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 
 PLOTS = {  # file name → (title, y label, which Stat of a point)
     "throughput.png": ("Output throughput vs concurrency", "output tok/s (median, min–max bars)", "throughput"),
@@ -291,8 +291,8 @@ def failed_cell_lines(summaries: Sequence[CellSummary]) -> list[str]:
 def ceiling_lines(summaries: Sequence[CellSummary]) -> list[str]:
     """Single-stream decode (c=1) as % of the bandwidth ceiling, for cells that carry
     checkpoint_info.bytes_per_token; and whether bytes explain the differences between checkpoints
-    on the same backend (agent.bandwidth)."""
-    from . import bandwidth
+    on the same backend (agent.judging.bandwidth)."""
+    from agent.judging import bandwidth
 
     groups: dict[tuple[str, str], list[CellSummary]] = {}
     for s in summaries:
@@ -326,7 +326,7 @@ def _arch(cell: dict[str, Any]) -> str:
 
 
 def _ceiling_point(s: CellSummary) -> dict[str, Any]:
-    from .bandwidth import single_stream_tok_s
+    from agent.judging.bandwidth import single_stream_tok_s
 
     p = _c1(s)
     medians = {"median_tpot_ms": p.tpot.median if p.tpot else 0.0, "output_throughput": p.throughput.median}
@@ -492,7 +492,7 @@ def _caption(recs: Sequence[Recommendation]) -> str:
 def write_report(results_dir: Path, out_dir: Path | None = None, *, threshold: float = stats.DEFAULT_THRESHOLD,
                  seed: int = stats.DEFAULT_SEED) -> list[Path]:
     """Read the tree, write report.md, report.html and the PNGs into out_dir (default: results_dir)."""
-    from . import report_html
+    from agent.reporting import htmlpage as report_html
 
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
@@ -513,7 +513,7 @@ def write_report(results_dir: Path, out_dir: Path | None = None, *, threshold: f
 
 
 def _write(path: Path, data: bytes) -> Path:
-    from .results import atomic_write_bytes
+    from agent.results.tree import atomic_write_bytes
 
     atomic_write_bytes(path, data)
     return path

@@ -2,7 +2,7 @@
 
 Cells are matched on their configuration without the image (and with the host only when one tree holds the same
 configuration on several hosts). At every concurrency B/A is computed and judged with the ranking rule of
-agent.stats: a regression is B slower than A outside the noise; inside the noise it is "within noise".
+agent.judging.stats: a regression is B slower than A outside the noise; inside the noise it is "within noise".
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from . import stats
-from .report import num, pct
-from .stats import CANNOT_RANK, CellSummary, Point, Ranking
+from agent.judging import stats
+from agent.reporting.markdown import num, pct
+from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Ranking
 
 REGRESSION, IMPROVEMENT, WITHIN_NOISE = "regression", "improvement", "within noise"
 # Fields that may differ between the two sides of a comparison: what is being compared.

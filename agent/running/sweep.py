@@ -15,13 +15,16 @@ from typing import Any
 import psutil
 import structlog
 
-from . import collect, fleet, plan, results
-from .errors import UserError
-from .hostside.supervise import controller_identity
-from .inventory import Host, check_reachable
-from .plan import Cell
-from .progress import Progress
-from .spec import Spec
+from agent.running import collect
+from agent.running import playbooks as fleet
+from agent.planning import matrix as plan
+from agent.results import tree as results
+from agent.errors import UserError
+from agent.hostside.supervise import controller_identity
+from agent.planning.inventory import Host, check_reachable
+from agent.planning.matrix import Cell
+from agent.running.progress import Progress
+from agent.planning.spec import Spec
 
 log = structlog.get_logger("spark_agent.sweep")
 

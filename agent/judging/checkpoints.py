@@ -6,10 +6,10 @@ playbooks/inspect.yml playbook runs that same module there and only the summary 
 
 from __future__ import annotations
 
-from .bandwidth import ceiling_notes
-from .errors import UserError
-from .hostside import safetensors
-from .hostside.safetensors import FORMAT_LABEL, compare, size_text
+from agent.judging.bandwidth import ceiling_notes
+from agent.errors import UserError
+from agent.hostside import safetensors
+from agent.hostside.safetensors import FORMAT_LABEL, compare, size_text
 
 __all__ = ["inspect", "inspect_local", "inspect_remote", "compare", "format_summary", "format_comparison",
            "format_ceiling"]
@@ -36,7 +36,7 @@ def inspect_local(path: str) -> dict:
 
 
 def inspect_remote(path: str, host: str, inventory: str | None) -> dict:
-    from .fleet import run_playbook  # ansible is only needed for the remote path
+    from agent.running.playbooks import run_playbook  # ansible is only needed for the remote path
 
     if not inventory:
         raise UserError(f"{host}: --host needs an inventory (-i INVENTORY) that defines it")

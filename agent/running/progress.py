@@ -12,7 +12,7 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .plan import Cell
+from agent.planning.matrix import Cell
 
 
 def _cell_seconds(cell: Cell) -> float:

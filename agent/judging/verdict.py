@@ -8,7 +8,7 @@ are never ranked or recommended. A server that never became ready is FAILED.
 
 from __future__ import annotations
 
-from .hostside.logparse import linear_backend_of, normalise_backend
+from agent.hostside.logparse import linear_backend_of, normalise_backend
 
 AXES = ("moe_backend", "linear_backend", "attention_backend", "draft_moe_backend")
 _SHORT = {"moe": "moe_backend", "linear": "linear_backend", "attention": "attention_backend",
@@ -121,7 +121,7 @@ def _unique(lines: list[str]) -> list[str]:
 def attest(text: str, requested: dict | None = None, env_set: list[str] = ()) -> dict:
     """A log a user already has: {facts, requested, verdict}. Axes not in `requested` are taken from the
     log's own non-default args, so a server that ignored its flags is caught without a spec."""
-    from .hostside.logparse import parse
+    from agent.hostside.logparse import parse
 
     facts = parse(text)
     asked = requested_from_args(facts)

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import envrules
-from .spec import Checkpoint, Spec
+from agent.planning import envrules
+from agent.planning.spec import Checkpoint, Spec
 
 
 @dataclass

@@ -5,7 +5,7 @@ measured value. Bytes per token come from `inspect_checkpoint()` (agent/hostside
 
 For the report (agent/report.py):
 
-    from agent.bandwidth import bandwidth_for, ceiling_notes, single_stream_tok_s
+    from agent.judging.bandwidth import bandwidth_for, ceiling_notes, single_stream_tok_s
     gbs, source = bandwidth_for(cell["facts"]["arch"])          # or a measured GB/s and "measured"
     notes = ceiling_notes([
         {"label": "nv", "bytes_per_token": summary_nv["bytes_per_token"],
@@ -24,9 +24,9 @@ import re
 import tomllib
 from pathlib import Path
 
-from .errors import UserError
+from agent.errors import UserError
 
-GPUS_TOML = Path(__file__).resolve().parent / "rules" / "gpus.toml"
+GPUS_TOML = Path(__file__).resolve().parent.parent / "rules" / "gpus.toml"
 
 # A difference between two points is "explained by bytes" when the measured change lies within
 # max(TOLERANCE_POINTS, TOLERANCE_SHARE * |predicted|) percentage points of the predicted change.

@@ -14,10 +14,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UserError
-from .hostside import facts as hostfacts
+from agent.errors import UserError
+from agent.hostside import facts as hostfacts
 
-RULES_DIR = Path(__file__).resolve().parent / "rules"
+RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 ENV_RULES = RULES_DIR / "env.toml"
 GPU_RULES = RULES_DIR / "gpus.toml"
 

@@ -1,4 +1,4 @@
-"""Medians, spread and honest ranking. Pure functions over cell dicts (see agent.results.load_cells): no I/O.
+"""Medians, spread and honest ranking. Pure functions over cell dicts (see agent.results.tree.load_cells): no I/O.
 
 The method (from the article): warmup + N measured repeats per (cell, concurrency); the reported value is the
 median of the repeats that succeeded; spread = (max - min) / median, and a point whose spread exceeds the threshold

@@ -11,7 +11,7 @@ import io
 import json
 from typing import Any, Iterable, Sequence
 
-from .stats import backend_label, cell_verdict, hardware_label
+from agent.judging.stats import backend_label, cell_verdict, hardware_label
 
 CELL_COLUMNS = ["sweep", "host", "cell_id", "hardware", "fingerprint", "image", "vllm_version", "checkpoint",
                 "model_id", "quant", "backend", "moe_backend", "linear_backend", "attention_backend", "speculative",

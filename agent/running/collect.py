@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import results, verdict
-from .hostside import logparse
-from .hostside.serving import launch_command
-from .plan import Cell
+from agent.results import tree as results
+from agent.judging import verdict
+from agent.hostside import logparse
+from agent.hostside.serving import launch_command
+from agent.planning.matrix import Cell
 
 INCOMING = ".incoming"
 

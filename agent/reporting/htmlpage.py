@@ -1,5 +1,5 @@
 """report.html: the very markdown report.md holds, turned into one self-contained page (plots embedded as data:
-URIs, so it works from file://). Only the markdown subset agent.report writes is understood."""
+URIs, so it works from file://). Only the markdown subset agent.reporting.markdown writes is understood."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .report import ReportData
+    from agent.reporting.markdown import ReportData
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -26,7 +26,7 @@ IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)]+)\)$")
 
 
 def render(data: "ReportData", images: dict[str, bytes]) -> str:
-    from .report import render_markdown
+    from agent.reporting.markdown import render_markdown
 
     body = markdown_to_html(render_markdown(data, images), images)
     title = html.escape(", ".join(data.provenance["sweeps"]) or "results")

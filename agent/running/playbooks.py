@@ -17,7 +17,7 @@ from typing import Any, Callable
 import ansible_runner
 import structlog
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 PLAYBOOKS = REPO / "playbooks"
 ANSIBLE_CFG = REPO / "ansible.cfg"
 

@@ -1,0 +1,1 @@
+"""Judging: what loaded vs what was asked (attest), statistics, and the bandwidth ceiling."""

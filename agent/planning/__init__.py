@@ -1,0 +1,1 @@
+"""Planning: the spec, the inventory, env rules and the matrix of cells (spec → plan)."""

@@ -1,0 +1,1 @@
+"""Reporting: markdown and HTML reports, comparisons and exports (report)."""

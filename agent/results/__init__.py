@@ -1,0 +1,1 @@
+"""The results tree: the portable record every stage after collect reads."""
