@@ -6,8 +6,8 @@ import argparse
 import importlib
 import sys
 
-from agent.commands import NAMES
 from agent import logs
+from agent.commands import NAMES
 from agent.errors import UserError
 
 

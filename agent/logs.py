@@ -12,8 +12,11 @@ def configure(fmt: str = "console", verbose: bool = False) -> None:
     level = logging.DEBUG if verbose else logging.INFO
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
-                    renderer],
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=lambda *args: structlog.PrintLogger(sys.stderr),  # the stream at call time (pytest swaps it)
         cache_logger_on_first_use=False,

@@ -23,16 +23,20 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from agent import logs  # noqa: E402
-from agent.results import tree as results  # noqa: E402
 from agent.planning.inventory import load_inventory  # noqa: E402
 from agent.planning.spec import load_spec  # noqa: E402
+from agent.results import tree as results  # noqa: E402
 from agent.running.sweep import run_sweep  # noqa: E402
 from tests.sshd_hosts import inventory_for, start_fleet, stop_fleet  # noqa: E402
 
 BACKENDS = ["marlin", "flashinfer_b12x", "auto", "humming", "emulation", "flashinfer_cutlass", "b12x", "cutlass"]
-HOST_VARS = {"spark_runtime": "process", "spark_simulate_gpu": "gb10", "spark_host_scope": "workdir",
-             "spark_serve_cmd": ["/usr/bin/python3", "-m", "agent.sim", "serve"],
-             "spark_serve_env": {"PYTHONPATH": str(REPO)}}
+HOST_VARS = {
+    "spark_runtime": "process",
+    "spark_simulate_gpu": "gb10",
+    "spark_host_scope": "workdir",
+    "spark_serve_cmd": ["/usr/bin/python3", "-m", "agent.sim", "serve"],
+    "spark_serve_env": {"PYTHONPATH": str(REPO)},
+}
 
 
 def spec_text(cells: int, duration: float) -> str:
@@ -40,7 +44,7 @@ def spec_text(cells: int, duration: float) -> str:
 [sweep]
 name = "overhead"
 [image]
-ref = "nvcr.io/nvidia/vllm@sha256:{'cd' * 32}"
+ref = "nvcr.io/nvidia/vllm@sha256:{"cd" * 32}"
 vllm_version = "0.24.0"
 [[checkpoints]]
 name = "uns-fast"
@@ -71,10 +75,19 @@ def main() -> int:
         tmp = Path(tmp)
         fleet = None
         if args.local:
-            inv = {"all": {"hosts": {"localhost": {"ansible_connection": "local",
-                                                   "ansible_python_interpreter": sys.executable,
-                                                   "spark_workdir": str(tmp / "work"), "spark_port": 18123,
-                                                   **HOST_VARS}}}}
+            inv = {
+                "all": {
+                    "hosts": {
+                        "localhost": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                            "spark_workdir": str(tmp / "work"),
+                            "spark_port": 18123,
+                            **HOST_VARS,
+                        }
+                    }
+                }
+            }
         else:
             fleet = start_fleet(tmp / "fleet", count=1)
             inv = inventory_for(fleet, HOST_VARS)
@@ -94,17 +107,32 @@ def main() -> int:
         for cell in results.load_cells(tmp / "results"):
             windows = sum(r.get("duration", 0.0) for r in cell["runs"])
             overhead = cell["elapsed_s"] - cell["measure_s"] - cell["startup_s"]
-            rows.append((cell["config"]["moe_backend"] or "auto", cell["status"], cell["elapsed_s"], windows,
-                         cell["measure_s"], cell["startup_s"], overhead))
-    print(f"\n{'backend':<20}{'status':<8}{'wall s':>8}{'windows s':>11}{'driver s':>10}{'startup s':>11}"
-          f"{'overhead s':>12}")
+            rows.append(
+                (
+                    cell["config"]["moe_backend"] or "auto",
+                    cell["status"],
+                    cell["elapsed_s"],
+                    windows,
+                    cell["measure_s"],
+                    cell["startup_s"],
+                    overhead,
+                )
+            )
+    print(
+        f"\n{'backend':<20}{'status':<8}{'wall s':>8}{'windows s':>11}{'driver s':>10}{'startup s':>11}"
+        f"{'overhead s':>12}"
+    )
     for r in rows:
         print(f"{r[0]:<20}{r[1]:<8}{r[2]:>8.2f}{r[3]:>11.2f}{r[4]:>10.2f}{r[5]:>11.2f}{r[6]:>12.2f}")
     overheads = [r[6] for r in rows]
-    print(f"\n{len(rows)} cells over {'localhost' if args.local else 'SSH'}; sweep total {total:.1f} s "
-          f"(includes facts + provision once)")
-    print(f"controller overhead per cell: median {statistics.median(overheads):.2f} s, max {max(overheads):.2f} s "
-          f"(target < 3 s)")
+    print(
+        f"\n{len(rows)} cells over {'localhost' if args.local else 'SSH'}; sweep total {total:.1f} s "
+        f"(includes facts + provision once)"
+    )
+    print(
+        f"controller overhead per cell: median {statistics.median(overheads):.2f} s, max {max(overheads):.2f} s "
+        f"(target < 3 s)"
+    )
     return 0
 
 

@@ -27,8 +27,11 @@ LAYERS, EXPERTS, HIDDEN, INTER = 40, 108, 2048, 512
 
 
 def big_moe() -> tuple[dict, dict]:
-    t = {"model.language_model.embed_tokens.weight": ("BF16", [151936, HIDDEN]),
-         "lm_head.weight": ("BF16", [151936, HIDDEN]), "model.language_model.norm.weight": ("BF16", [HIDDEN])}
+    t = {
+        "model.language_model.embed_tokens.weight": ("BF16", [151936, HIDDEN]),
+        "lm_head.weight": ("BF16", [151936, HIDDEN]),
+        "model.language_model.norm.weight": ("BF16", [HIDDEN]),
+    }
     for layer in range(LAYERS):
         p = f"model.language_model.layers.{layer}"
         t[f"{p}.input_layernorm.weight"] = ("BF16", [HIDDEN])
@@ -61,13 +64,21 @@ def main() -> int:
             summary = inspect_checkpoint(folder)
             times.append(time.perf_counter() - t0)
         disk = sum(os.stat(p).st_blocks * 512 for p in Path(folder).iterdir())
-        print(f"checkpoint: {summary['tensors']} tensors, {summary['shards']} shards, "
-              f"{summary['total_gib']:.1f} GiB of weights ({disk / 2**20:.1f} MiB on disk)")
-        print(f"inspect_checkpoint: median {statistics.median(times):.3f} s, max {max(times):.3f} s "
-              f"over {args.repeats} runs (budget 2 s)")
+        print(
+            f"checkpoint: {summary['tensors']} tensors, {summary['shards']} shards, "
+            f"{summary['total_gib']:.1f} GiB of weights ({disk / 2**20:.1f} MiB on disk)"
+        )
+        print(
+            f"inspect_checkpoint: median {statistics.median(times):.3f} s, max {max(times):.3f} s "
+            f"over {args.repeats} runs (budget 2 s)"
+        )
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "agent.cli", "inspect", folder, "--json"], cwd=REPO, check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "agent.cli", "inspect", folder, "--json"],
+            cwd=REPO,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         print(f"`spark-agent inspect --json` end to end (with interpreter start): {time.perf_counter() - t0:.3f} s")
         return 0 if max(times) < 2.0 else 1
     finally:

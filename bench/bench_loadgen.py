@@ -8,6 +8,7 @@ another; 16 closed-loop streams for --duration seconds. Re-run with:
 The driver's capacity on one core is 1 / (CPU seconds per token); the streamed rate is also bounded
 by the simulator's own core, so both figures are printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,16 +48,25 @@ def main() -> int:
     p.add_argument("--output-len", type=int, default=1024)
     args = p.parse_args()
     sim_core, driver_core = pick_cores()
-    sim = SimServer("uns-fast", "--moe-backend", "marlin", "--max-model-len", "8192", "--max-num-seqs", "256",
-                    "--sim-rate", "unlimited", env=GB10_ENV)
+    sim = SimServer(
+        "uns-fast",
+        "--moe-backend",
+        "marlin",
+        "--max-model-len",
+        "8192",
+        "--max-num-seqs",
+        "256",
+        "--sim-rate",
+        "unlimited",
+        env=GB10_ENV,
+    )
     try:
         sim.start()
         os.sched_setaffinity(sim.proc.pid, {sim_core})
         os.sched_setaffinity(0, {driver_core})
         sim.wait_ready()
         cpu0, wall0 = cpu_seconds(), time.monotonic()
-        res = loadgen.run_level(sim.url, "uns-fast", args.streams, args.duration, 0.0, args.prompt_len,
-                                args.output_len)
+        res = loadgen.run_level(sim.url, "uns-fast", args.streams, args.duration, 0.0, args.prompt_len, args.output_len)
         cpu, wall = cpu_seconds() - cpu0, time.monotonic() - wall0
     finally:
         sim.stop()
@@ -64,15 +74,23 @@ def main() -> int:
         raise SystemExit("run failed: %s" % res["error"])
     tokens = res["total_output_tokens"]
     per_token_us = 1e6 * cpu / tokens
-    print(json.dumps({
-        "streams": args.streams, "duration_s": args.duration, "output_len": args.output_len,
-        "streamed_tokens_per_s": round(res["output_throughput"], 1),
-        "completed_requests": res["completed"], "failed": res["failed"],
-        "driver_cpu_s": round(cpu, 3), "driver_wall_s": round(wall, 3),
-        "driver_cpu_us_per_token": round(per_token_us, 2),
-        "driver_capacity_tokens_per_s_one_core": round(1e6 / per_token_us),
-        "cores": {"simulator": sim_core, "driver": driver_core},
-    }))
+    print(
+        json.dumps(
+            {
+                "streams": args.streams,
+                "duration_s": args.duration,
+                "output_len": args.output_len,
+                "streamed_tokens_per_s": round(res["output_throughput"], 1),
+                "completed_requests": res["completed"],
+                "failed": res["failed"],
+                "driver_cpu_s": round(cpu, 3),
+                "driver_wall_s": round(wall, 3),
+                "driver_cpu_us_per_token": round(per_token_us, 2),
+                "driver_capacity_tokens_per_s_one_core": round(1e6 / per_token_us),
+                "cores": {"simulator": sim_core, "driver": driver_core},
+            }
+        )
+    )
     return 0
 
 

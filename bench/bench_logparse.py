@@ -16,20 +16,30 @@ from pathlib import Path
 
 from agent.hostside.logparse import Follower, parse
 
-STARTUP = Path(__file__).resolve().parent.parent / "tests" / "data" / "logs" / "synthetic" / "v0.24-nvfp4-marlin-mtp.log"
-STATS = ("(APIServer pid=1) INFO 11-29 {t} [loggers.py:273] Engine 000: Avg prompt throughput: 820.3 tokens/s, "
-         "Avg generation throughput: 276.1 tokens/s, Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.2%, "
-         "Prefix cache hit rate: 0.0%")
-SPEC = ("(APIServer pid=1) INFO 11-29 {t} [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 2.46, "
-        "Accepted throughput: 150.10 tokens/s, Drafted throughput: 206.00 tokens/s, Accepted: 1501 tokens, "
-        "Drafted: 2060 tokens, Per-position acceptance rate: 0.802, 0.655, Avg Draft acceptance rate: 72.9%")
+STARTUP = (
+    Path(__file__).resolve().parent.parent / "tests" / "data" / "logs" / "synthetic" / "v0.24-nvfp4-marlin-mtp.log"
+)
+STATS = (
+    "(APIServer pid=1) INFO 11-29 {t} [loggers.py:273] Engine 000: Avg prompt throughput: 820.3 tokens/s, "
+    "Avg generation throughput: 276.1 tokens/s, Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.2%, "
+    "Prefix cache hit rate: 0.0%"
+)
+SPEC = (
+    "(APIServer pid=1) INFO 11-29 {t} [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 2.46, "
+    "Accepted throughput: 150.10 tokens/s, Drafted throughput: 206.00 tokens/s, Accepted: 1501 tokens, "
+    "Drafted: 2060 tokens, Per-position acceptance rate: 0.802, 0.655, Avg Draft acceptance rate: 72.9%"
+)
 ACCESS = '(APIServer pid=1) INFO:     127.0.0.1:{port} - "POST /v1/completions HTTP/1.1" 200 OK'
-REQUEST = ("(APIServer pid=1) INFO 11-29 {t} [logger.py:39] Received request cmpl-{i:08x}-0: params: SamplingParams(n=1, "
-           "presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, temperature=0.0, top_p=1.0, top_k=0, "
-           "min_p=0.0, seed=None, stop=[], stop_token_ids=[], ignore_eos=True, max_tokens=256, min_tokens=0, "
-           "logprobs=None, prompt_logprobs=None, skip_special_tokens=True), lora_request: None.")
-JIT = ("(EngineCore pid=182) WARNING 11-29 {t} [jit_monitor.py:135] Triton kernel JIT compilation during inference: "
-       "_causal_conv1d_update_kernel. This causes a latency spike; consider extending warmup to cover this shape/config.")
+REQUEST = (
+    "(APIServer pid=1) INFO 11-29 {t} [logger.py:39] Received request cmpl-{i:08x}-0: params: SamplingParams(n=1, "
+    "presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, temperature=0.0, top_p=1.0, top_k=0, "
+    "min_p=0.0, seed=None, stop=[], stop_token_ids=[], ignore_eos=True, max_tokens=256, min_tokens=0, "
+    "logprobs=None, prompt_logprobs=None, skip_special_tokens=True), lora_request: None."
+)
+JIT = (
+    "(EngineCore pid=182) WARNING 11-29 {t} [jit_monitor.py:135] Triton kernel JIT compilation during inference: "
+    "_causal_conv1d_update_kernel. This causes a latency spike; consider extending warmup to cover this shape/config."
+)
 
 
 def build_log(megabytes: float, request_logs: bool = False, unknown_periodic: bool = False) -> str:
@@ -37,9 +47,13 @@ def build_log(megabytes: float, request_logs: bool = False, unknown_periodic: bo
     size, i = len(parts[0]), 0
     while size < megabytes * 1e6:
         t = f"{18 + i // 360 % 6:02d}:{i // 6 % 60:02d}:{i % 6 * 10:02d}"
-        block = [STATS.format(t=t), SPEC.format(t=t)] + [ACCESS.format(port=40000 + (i * 8 + k) % 20000) for k in range(8)]
+        block = [STATS.format(t=t), SPEC.format(t=t)] + [
+            ACCESS.format(port=40000 + (i * 8 + k) % 20000) for k in range(8)
+        ]
         if unknown_periodic:  # a future wording no cheap check knows: every line goes through the prefilter
-            block = [x.replace("Avg prompt throughput", "Mean prompt rate").replace("HTTP/1.1", "HTTP/2") for x in block]
+            block = [
+                x.replace("Avg prompt throughput", "Mean prompt rate").replace("HTTP/1.1", "HTTP/2") for x in block
+            ]
         if request_logs:  # `--enable-log-requests`: one line per request that no cheap check skips
             block += [REQUEST.format(t=t, i=i * 8 + k) for k in range(8)]
         if i % 500 == 0:
@@ -63,7 +77,7 @@ def best_seconds(fn, repeats: int) -> float:
 def follow_in_chunks(text: str, chunk: int = 1 << 16) -> dict:
     follower = Follower()
     for pos in range(0, len(text), chunk):
-        follower.feed_chunk(text[pos:pos + chunk])
+        follower.feed_chunk(text[pos : pos + chunk])
     follower.flush()
     return follower.facts()
 
@@ -72,10 +86,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=200.0, help="log size in MB (default %(default)s)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--request-logs", action="store_true", help="add a request-log line per request (vLLM's "
-                                                                    "--enable-log-requests)")
-    ap.add_argument("--unknown-periodic", action="store_true", help="periodic lines in a wording the noise "
-                                                                        "skip does not know (the slow path)")
+    ap.add_argument(
+        "--request-logs", action="store_true", help="add a request-log line per request (vLLM's --enable-log-requests)"
+    )
+    ap.add_argument(
+        "--unknown-periodic",
+        action="store_true",
+        help="periodic lines in a wording the noise skip does not know (the slow path)",
+    )
     ap.add_argument("--follower", action="store_true", help="also time Follower.feed_chunk over 64 KiB chunks")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
@@ -85,7 +103,9 @@ def main() -> None:
     facts = parse(text)
     assert facts["moe_backend"] == "marlin" and len(facts["spec_acceptance_rates"]) > 1000, "the bench log parses wrong"
     seconds = best_seconds(lambda: parse(text), args.repeats)
-    print(f"parse: {mb:.1f} MB ({text.count(chr(10)):,} lines) in {seconds:.3f} s = {mb / seconds:.0f} MB/s on one core")
+    print(
+        f"parse: {mb:.1f} MB ({text.count(chr(10)):,} lines) in {seconds:.3f} s = {mb / seconds:.0f} MB/s on one core"
+    )
     if args.follower:
         seconds = best_seconds(lambda: follow_in_chunks(text), args.repeats)
         print(f"Follower.feed_chunk: {mb / seconds:.0f} MB/s")

@@ -19,19 +19,24 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_report_fixtures import GB10_FACTS, write_cell  # noqa: E402
+from test_report_fixtures import GB10_FACTS, write_cell
 
-from agent.reporting import markdown as report  # noqa: E402
-from agent.results.tree import load_cells  # noqa: E402
+from agent.reporting import markdown as report
+from agent.results.tree import load_cells
 
 CONCURRENCY = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
 REPEATS = 5
 # (checkpoint, quant, backend, base tok/s at c=1, noise, verdict)
-CELLS = [(ck, "nvfp4", "marlin", 64.0, 0.0125, "valid") for ck in ("nv", "uns", "uns-fast")] + \
-        [(ck, "nvfp4", "flashinfer_b12x", 32.0, 0.30, "valid") for ck in ("nv", "uns", "uns-fast")] + \
-        [(ck, "nvfp4", "cutlass", 70.0, 0.02, "invalid") for ck in ("nv", "uns", "uns-fast")] + \
-        [("fp8", "fp8", "triton", 39.1, 0.0125, "valid"), ("fp8", "fp8", "marlin", 35.6, 0.0125, "valid"),
-         ("fp8", "fp8", "deep_gemm", 0.0, 0.0, "failed")]
+CELLS = (
+    [(ck, "nvfp4", "marlin", 64.0, 0.0125, "valid") for ck in ("nv", "uns", "uns-fast")]
+    + [(ck, "nvfp4", "flashinfer_b12x", 32.0, 0.30, "valid") for ck in ("nv", "uns", "uns-fast")]
+    + [(ck, "nvfp4", "cutlass", 70.0, 0.02, "invalid") for ck in ("nv", "uns", "uns-fast")]
+    + [
+        ("fp8", "fp8", "triton", 39.1, 0.0125, "valid"),
+        ("fp8", "fp8", "marlin", 35.6, 0.0125, "valid"),
+        ("fp8", "fp8", "deep_gemm", 0.0, 0.0, "failed"),
+    ]
+)
 
 
 def generate(root: Path, measurements: int, seed: int = 0) -> int:
@@ -42,13 +47,26 @@ def generate(root: Path, measurements: int, seed: int = 0) -> int:
     for h in range(hosts):
         facts = dict(GB10_FACTS, fingerprint=f"{h:08x}")
         for ck, quant, backend, base, noise, verdict in CELLS:
-            values = {} if verdict == "failed" else {
-                c: [_value(rng, base * c ** 0.8, noise) for _ in range(REPEATS)] for c in CONCURRENCY}
-            write_cell(root, backend=backend, values=values, checkpoint=ck, quant=quant, host=f"spark-{h + 1}",
-                       sweep="bench", verdict=verdict, status="failed" if verdict == "failed" else "done",
-                       verdict_reasons=["moe: requested cutlass, loaded MARLIN"] if verdict == "invalid" else [],
-                       failure_class="deep_gemm_assert" if verdict == "failed" else "", facts=facts,
-                       env={"VLLM_USE_DEEP_GEMM": "0"} if quant == "fp8" else None)
+            values = (
+                {}
+                if verdict == "failed"
+                else {c: [_value(rng, base * c**0.8, noise) for _ in range(REPEATS)] for c in CONCURRENCY}
+            )
+            write_cell(
+                root,
+                backend=backend,
+                values=values,
+                checkpoint=ck,
+                quant=quant,
+                host=f"spark-{h + 1}",
+                sweep="bench",
+                verdict=verdict,
+                status="failed" if verdict == "failed" else "done",
+                verdict_reasons=["moe: requested cutlass, loaded MARLIN"] if verdict == "invalid" else [],
+                failure_class="deep_gemm_assert" if verdict == "failed" else "",
+                facts=facts,
+                env={"VLLM_USE_DEEP_GEMM": "0"} if quant == "fp8" else None,
+            )
             written += sum(map(len, values.values()))
     return written
 
@@ -75,9 +93,11 @@ def main() -> int:
         parts = _parts(root)
         print("parts (wall): " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items()))
         load = os.getloadavg()[0]
-        print(f"report over {n} measurements: {total:.2f} s wall, {cpu:.2f} s CPU, "
-              f"{os.cpu_count()} CPUs, load average {load:.1f} "
-              f"({'PASS' if total < 10 else 'FAIL'}: target < 10 s wall)")
+        print(
+            f"report over {n} measurements: {total:.2f} s wall, {cpu:.2f} s CPU, "
+            f"{os.cpu_count()} CPUs, load average {load:.1f} "
+            f"({'PASS' if total < 10 else 'FAIL'}: target < 10 s wall)"
+        )
     return 0 if total < 10 else 1
 
 

@@ -41,10 +41,20 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _request(port: int, max_tokens: int) -> bytes:
-    body = json.dumps({"model": "uns-fast", "prompt": "hello", "max_tokens": max_tokens, "stream": True,
-                       "ignore_eos": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
-    return (f"POST /v1/completions HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}").encode()
+    body = json.dumps(
+        {
+            "model": "uns-fast",
+            "prompt": "hello",
+            "max_tokens": max_tokens,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+    )
+    return (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {HOST}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}"
+    ).encode()
 
 
 def _stream_once(port: int, max_tokens: int, deadline: float) -> int:
@@ -95,8 +105,9 @@ def _spread(streams: int, cpus: list) -> list[tuple[int, int | None]]:
 
 def _generation_tokens(port: int) -> float:
     text = urllib.request.urlopen(f"http://{HOST}:{port}/metrics", timeout=10).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("vllm:generation_tokens_total{"))
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:generation_tokens_total{")
+    )
 
 
 def main() -> int:
@@ -105,18 +116,44 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--mtp", action="store_true", help="serve with MTP (chunks carry 1..3 tokens)")
-    parser.add_argument("--client-procs", type=int, default=4, help="client processes (each on its own core when there are enough)")
+    parser.add_argument(
+        "--client-procs", type=int, default=4, help="client processes (each on its own core when there are enough)"
+    )
     args = parser.parse_args()
     cores = sorted(os.sched_getaffinity(0))
     server_cpu = cores[-1]
-    client_cpus = cores[:-1][-args.client_procs:] or [None]
+    client_cpus = cores[:-1][-args.client_procs :] or [None]
     port = _free_port()
-    argv = [sys.executable, "-m", "agent.sim", "serve", "uns-fast", "--moe-backend", "marlin", "--host", HOST,
-            "--port", str(port), "--sim-rate", "unlimited", "--sim-startup-s", "0", "--sim-seed", "1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "agent.sim",
+        "serve",
+        "uns-fast",
+        "--moe-backend",
+        "marlin",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--sim-rate",
+        "unlimited",
+        "--sim-startup-s",
+        "0",
+        "--sim-seed",
+        "1",
+    ]
     if args.mtp:
         argv += ["--speculative-config", '{"method":"mtp","num_speculative_tokens":2,"moe_backend":"triton"}']
-    server = subprocess.Popen(argv, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, preexec_fn=lambda: os.sched_setaffinity(0, {server_cpu}))
+    server = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, {server_cpu}),
+    )
     try:
         for line in server.stdout:
             if "Application startup complete." in line:
@@ -126,8 +163,10 @@ def main() -> int:
             return 1
         before_tokens, before_cpu, t0 = _generation_tokens(port), _cpu_seconds(server.pid), time.monotonic()
         queue = multiprocessing.Queue()
-        clients = [multiprocessing.Process(target=_client, args=(port, n, args.seconds, args.max_tokens, cpu, queue))
-                   for n, cpu in _spread(args.streams, client_cpus)]
+        clients = [
+            multiprocessing.Process(target=_client, args=(port, n, args.seconds, args.max_tokens, cpu, queue))
+            for n, cpu in _spread(args.streams, client_cpus)
+        ]
         for client in clients:
             client.start()
         received = sum(queue.get() for _ in clients)
@@ -142,13 +181,25 @@ def main() -> int:
         rest = server.communicate(timeout=10)[0]
     if server.returncode not in (0, -15):
         print(rest, file=sys.stderr)
-    print(json.dumps({
-        "streams": args.streams, "seconds": round(elapsed, 2), "mtp": args.mtp, "server_core": server_cpu,
-        "tokens_received": received, "tokens_served": int(served),
-        "tokens_per_s": round(received / elapsed), "server_cpu_s": round(cpu, 2),
-        "tokens_per_server_cpu_s": round(served / cpu) if cpu else None,
-        "cores_visible": len(cores), "client_procs": len(_spread(args.streams, client_cpus)), "loadavg": os.getloadavg()[0],
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "streams": args.streams,
+                "seconds": round(elapsed, 2),
+                "mtp": args.mtp,
+                "server_core": server_cpu,
+                "tokens_received": received,
+                "tokens_served": int(served),
+                "tokens_per_s": round(received / elapsed),
+                "server_cpu_s": round(cpu, 2),
+                "tokens_per_server_cpu_s": round(served / cpu) if cpu else None,
+                "cores_visible": len(cores),
+                "client_procs": len(_spread(args.streams, client_cpus)),
+                "loadavg": os.getloadavg()[0],
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -24,9 +24,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.hostside import loadgen, metrics  # noqa: E402
-from tests.engine.bench_serve import BenchServe  # noqa: E402
-from tests.engine.fixtures import BASE_ENV, make_tiny_models, running_server, setup_vllm_cpu  # noqa: E402
+from agent.hostside import loadgen, metrics
+from tests.engine.bench_serve import BenchServe
+from tests.engine.fixtures import BASE_ENV, make_tiny_models, running_server, setup_vllm_cpu
 
 PROMPT_WORDS = 32
 OUTPUT_LEN = 64
@@ -59,17 +59,39 @@ def measured(server, client_cpu, run):
     time.sleep(0.5)  # let cut requests be counted
     after = metrics.scrape(server.url)
     server_tokens = metrics.window_counters(before, after)["generation_tokens"]
-    return {"output_throughput": result["output_throughput"], "duration": result["duration"],
-            "client_tokens": result["total_output_tokens"], "server_tokens": server_tokens,
-            "client_cpu_s": client_cpu_used, "server_cpu_s": server_cpu}
+    return {
+        "output_throughput": result["output_throughput"],
+        "duration": result["duration"],
+        "client_tokens": result["total_output_tokens"],
+        "server_tokens": server_tokens,
+        "client_cpu_s": client_cpu_used,
+        "server_cpu_s": server_cpu,
+    }
 
 
 def crosscheck(server, python, levels, repeats, window_s, workdir):
     first = loadgen.run_level(server.url, server.model, 1, window_s, 1.0, PROMPT_WORDS, OUTPUT_LEN, seed=0)
     input_len = round(first["total_input_tokens"] / first["completed"])
-    flags = ["--backend", "vllm", "--base-url", server.url, "--model", server.model, "--tokenizer", server.model,
-             "--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len",
-             str(OUTPUT_LEN), "--ignore-eos", "--num-warmups", "0", "--disable-tqdm"]
+    flags = [
+        "--backend",
+        "vllm",
+        "--base-url",
+        server.url,
+        "--model",
+        server.model,
+        "--tokenizer",
+        server.model,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(OUTPUT_LEN),
+        "--ignore-eos",
+        "--num-warmups",
+        "0",
+        "--disable-tqdm",
+    ]
     bench = BenchServe(python, Path(workdir) / "bench", flags, env={**os.environ, **BASE_ENV})
     bench_cpu = lambda: sum(psutil.Process(bench.proc.pid).cpu_times()[:2])  # noqa: E731
     rows = []
@@ -79,8 +101,13 @@ def crosscheck(server, python, levels, repeats, window_s, workdir):
             num_prompts = max(4 * c, probe["completed"])
             for repeat in range(1, repeats + 1):
                 # No warmup window for either client (the server is warm): both runs are the measured span only.
-                ours = measured(server, own_cpu_s, lambda: loadgen.run_level(
-                    server.url, server.model, c, window_s, 0.0, PROMPT_WORDS, OUTPUT_LEN, seed=repeat))
+                ours = measured(
+                    server,
+                    own_cpu_s,
+                    lambda: loadgen.run_level(
+                        server.url, server.model, c, window_s, 0.0, PROMPT_WORDS, OUTPUT_LEN, seed=repeat
+                    ),
+                )
                 theirs = measured(server, bench_cpu, lambda: bench.run(c, num_prompts, repeat))
                 for client, row in (("loadgen", ours), ("bench", theirs)):
                     rows.append({"client": client, "concurrency": c, "repeat": repeat, **row})
@@ -92,16 +119,20 @@ def crosscheck(server, python, levels, repeats, window_s, workdir):
 
 def summary(report) -> str:
     lines = [f"prompt {report['input_len']} tokens, output {report['output_len']} tokens; medians over the runs"]
-    lines.append(f"{'c':>3} {'client':8} {'tok/s':>7} {'srv tok/s':>9} {'client CPU/tok ms':>17} {'srv CPU %':>9}"
-                 "   (srv: the server's own /metrics token count and CPU use over the same span)")
+    lines.append(
+        f"{'c':>3} {'client':8} {'tok/s':>7} {'srv tok/s':>9} {'client CPU/tok ms':>17} {'srv CPU %':>9}"
+        "   (srv: the server's own /metrics token count and CPU use over the same span)"
+    )
     for c in sorted({r["concurrency"] for r in report["rows"]}):
         for client in ("loadgen", "bench"):
             rows = [r for r in report["rows"] if r["concurrency"] == c and r["client"] == client]
             med = lambda f: statistics.median(f(r) for r in rows)  # noqa: E731
-            lines.append(f"{c:>3} {client:8} {med(lambda r: r['output_throughput']):7.0f} "
-                         f"{med(lambda r: r['server_tokens'] / r['duration']):9.0f} "
-                         f"{med(lambda r: 1000 * r['client_cpu_s'] / max(1, r['client_tokens'])):17.3f} "
-                         f"{med(lambda r: 100 * r['server_cpu_s'] / r['duration']):9.0f}")
+            lines.append(
+                f"{c:>3} {client:8} {med(lambda r: r['output_throughput']):7.0f} "
+                f"{med(lambda r: r['server_tokens'] / r['duration']):9.0f} "
+                f"{med(lambda r: 1000 * r['client_cpu_s'] / max(1, r['client_tokens'])):17.3f} "
+                f"{med(lambda r: 100 * r['server_cpu_s'] / r['duration']):9.0f}"
+            )
     return "\n".join(lines)
 
 
@@ -116,8 +147,9 @@ def main(argv=None) -> int:
     model = make_tiny_models(python)["tiny-llama"]
     with tempfile.TemporaryDirectory() as workdir:
         with running_server(python, model, Path(workdir) / "server.log") as server:
-            report = crosscheck(server, python, [int(c) for c in args.levels.split(",")], args.repeats,
-                                args.window, workdir)
+            report = crosscheck(
+                server, python, [int(c) for c in args.levels.split(",")], args.repeats, args.window, workdir
+            )
     print(summary(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

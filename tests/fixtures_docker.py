@@ -36,11 +36,11 @@ HOOK_STANDIN = "#!/bin/sh\n# stand-in for NVIDIA's OCI prestart hook: --gpus all
 @dataclass
 class DockerDaemon:
     root: Path
-    host: str                       # DOCKER_HOST value: unix:///…/docker.sock
-    env: dict                       # os.environ + DOCKER_HOST, for the docker CLI
-    registry: str = ""              # 127.0.0.1:PORT
-    pids: dict = field(default_factory=dict)   # "dockerd" / "registry" -> pid
-    startup_s: float = 0.0          # dockerd + registry, until both answer
+    host: str  # DOCKER_HOST value: unix:///…/docker.sock
+    env: dict  # os.environ + DOCKER_HOST, for the docker CLI
+    registry: str = ""  # 127.0.0.1:PORT
+    pids: dict = field(default_factory=dict)  # "dockerd" / "registry" -> pid
+    startup_s: float = 0.0  # dockerd + registry, until both answer
 
     # Helpers reached through the fixture, so test modules need not import this module (see pytest_plugins).
     def free_port(self) -> int:
@@ -96,8 +96,9 @@ def start_registry(root: Path) -> tuple[subprocess.Popen, str]:
     )
     log = root / "registry.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([REGISTRY, "serve", str(config)], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [REGISTRY, "serve", str(config)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     _wait(lambda: _ping_http(f"http://127.0.0.1:{port}/v2/"), proc, log, "docker-registry")
     return proc, f"127.0.0.1:{port}"
 
@@ -109,9 +110,21 @@ def start_dockerd(root: Path) -> subprocess.Popen:
     hook.write_text(HOOK_STANDIN)
     hook.chmod(0o755)
     sock = root / "docker.sock"
-    argv = [DOCKERD, "--iptables=false", "--ip-masq=false", "--bridge=none", "--shutdown-timeout=2",
-            "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-            "--pidfile", str(root / "docker.pid"), "-H", f"unix://{sock}"]
+    argv = [
+        DOCKERD,
+        "--iptables=false",
+        "--ip-masq=false",
+        "--bridge=none",
+        "--shutdown-timeout=2",
+        "--data-root",
+        str(root / "data"),
+        "--exec-root",
+        str(root / "exec"),
+        "--pidfile",
+        str(root / "docker.pid"),
+        "-H",
+        f"unix://{sock}",
+    ]
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     log = root / "dockerd.log"
     with open(log, "wb") as out:
@@ -260,8 +273,12 @@ def local_inventory(path: Path, daemon: DockerDaemon, hosts: dict[str, dict] | N
     `hosts`: name -> extra host variables (default: one host, spark-local)."""
     lines = ["all:", "  hosts:"]
     for name, extra in (hosts or {"spark-local": {}}).items():
-        variables = {"ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
-                     "spark_docker_host": daemon.host, **extra}
+        variables = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "spark_docker_host": daemon.host,
+            **extra,
+        }
         lines.append(f"    {name}:")
         lines += [f"      {key}: {json.dumps(value)}" for key, value in variables.items()]  # JSON is YAML
     path.write_text("\n".join(lines) + "\n")

@@ -47,9 +47,25 @@ class SshFleet:
         """Run a shell command on a test host over real SSH."""
         h = self.host(name)
         return subprocess.run(
-            ["ssh", "-i", str(self.client_key), "-p", str(h.port), "-o", f"UserKnownHostsFile={self.known_hosts}",
-             "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", f"root@{h.address}", command],
-            capture_output=True, text=True, timeout=60)
+            [
+                "ssh",
+                "-i",
+                str(self.client_key),
+                "-p",
+                str(h.port),
+                "-o",
+                f"UserKnownHostsFile={self.known_hosts}",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "BatchMode=yes",
+                f"root@{h.address}",
+                command,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
 
 def _keygen(path: Path, kind: str = "ed25519") -> None:
@@ -78,22 +94,26 @@ def _wait_port(address: str, port: int, proc: subprocess.Popen, timeout: float =
 
 def _sshd_config(root: Path, host: SshHost, authorized: Path) -> Path:
     config = root / f"sshd_{host.name}.conf"
-    config.write_text("\n".join([
-        f"ListenAddress {host.address}:{host.port}",
-        f"HostKey {root / f'hostkey_{host.name}'}",
-        f"PidFile {root / f'sshd_{host.name}.pid'}",
-        f"AuthorizedKeysFile {authorized}",
-        "PermitRootLogin prohibit-password",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "UsePAM no",
-        "StrictModes no",
-        "MaxSessions 50",
-        "MaxStartups 50:30:100",
-        "Subsystem sftp /usr/lib/openssh/sftp-server",
-        "LogLevel ERROR",
-        "",
-    ]))
+    config.write_text(
+        "\n".join(
+            [
+                f"ListenAddress {host.address}:{host.port}",
+                f"HostKey {root / f'hostkey_{host.name}'}",
+                f"PidFile {root / f'sshd_{host.name}.pid'}",
+                f"AuthorizedKeysFile {authorized}",
+                "PermitRootLogin prohibit-password",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                "StrictModes no",
+                "MaxSessions 50",
+                "MaxStartups 50:30:100",
+                "Subsystem sftp /usr/lib/openssh/sftp-server",
+                "LogLevel ERROR",
+                "",
+            ]
+        )
+    )
     return config
 
 
@@ -130,8 +150,12 @@ def start_fleet(root: Path, count: int = 2) -> SshFleet:
     try:
         for i in range(count):
             address = f"127.0.0.{11 + i}"
-            host = SshHost(name=f"spark-{names[i]}", address=address, port=free_port(address),
-                           workdir=root / "hosts" / f"spark-{names[i]}")
+            host = SshHost(
+                name=f"spark-{names[i]}",
+                address=address,
+                port=free_port(address),
+                workdir=root / "hosts" / f"spark-{names[i]}",
+            )
             host.workdir.mkdir(parents=True, exist_ok=True)
             _keygen(root / f"hostkey_{host.name}")
             pub = (root / f"hostkey_{host.name}.pub").read_text().split()

@@ -27,10 +27,14 @@ def test_valid_log_exits_0_with_facts_and_verdict(capsys):
 
 
 def test_wrong_backend_and_dead_variable_exit_1(capsys):
-    rc, out = run_json(capsys, MARLIN, "--expect", "moe=flashinfer_b12x", "--expect-env", "VLLM_FP8_MOE_BACKEND,CUTE_DSL_ARCH")
+    rc, out = run_json(
+        capsys, MARLIN, "--expect", "moe=flashinfer_b12x", "--expect-env", "VLLM_FP8_MOE_BACKEND,CUTE_DSL_ARCH"
+    )
     assert rc == 1
-    assert out["verdict"]["reasons"] == ["moe: requested flashinfer_b12x, loaded MARLIN",
-                                         "dead variable: VLLM_FP8_MOE_BACKEND (vLLM 0.24.0 does not know it)"]
+    assert out["verdict"]["reasons"] == [
+        "moe: requested flashinfer_b12x, loaded MARLIN",
+        "dead variable: VLLM_FP8_MOE_BACKEND (vLLM 0.24.0 does not know it)",
+    ]
 
 
 def test_failed_start_exits_3(capsys):
@@ -45,12 +49,15 @@ def test_table_output_names_the_mismatch(capsys):
     assert "INVALID" in out and "draft moe: requested marlin, loaded TRITON" in out and "MARLIN (nvfp4)" in out
 
 
-@pytest.mark.parametrize("argv,words", [
-    (["/no/such/log"], "no such file"),
-    ([MARLIN, "--expect", "moe"], "AXIS=BACKEND"),
-    ([MARLIN, "--expect", "gpu=h200"], "AXIS=BACKEND"),
-    ([MARLIN, "--expect-env", "A=1"], "name only"),
-])
+@pytest.mark.parametrize(
+    "argv,words",
+    [
+        (["/no/such/log"], "no such file"),
+        ([MARLIN, "--expect", "moe"], "AXIS=BACKEND"),
+        ([MARLIN, "--expect", "gpu=h200"], "AXIS=BACKEND"),
+        ([MARLIN, "--expect-env", "A=1"], "name only"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(capsys, argv, words):
     assert main(["attest", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -67,7 +74,11 @@ def test_a_file_that_is_no_vllm_log_is_bad_input(tmp_path, capsys):
 def test_the_installed_command_in_a_real_process(tmp_path):
     wrapped = tmp_path / "compose.log"
     wrapped.write_text("".join(f"vllm-1  | {x}\n" for x in Path(MARLIN).read_text().splitlines()))
-    proc = subprocess.run([sys.executable, "-m", "agent.cli", "attest", str(wrapped), "--expect", "moe=b12x", "--json"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "attest", str(wrapped), "--expect", "moe=b12x", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["facts"]["moe_backend_raw"] == "MARLIN"

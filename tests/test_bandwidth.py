@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agent.judging.bandwidth import bandwidth_for, ceiling_notes, ceiling_tok_s, single_stream_tok_s
 from agent.errors import UserError
 from agent.hostside.safetensors import inspect_checkpoint
+from agent.judging.bandwidth import bandwidth_for, ceiling_notes, ceiling_tok_s, single_stream_tok_s
 
 from .test_inspect_build import build_qwen
 
@@ -45,9 +45,16 @@ def _point(label, gib, tok_s, speculative=False):
 
 
 def test_rows_give_percent_of_ceiling_and_flag_points_above_it():
-    notes = ceiling_notes([_point("ok", 1.0, 127.1), _point("spec", 1.0, 400.0, True),
-                           _point("wrong", 1.0, 300.0), {"label": "?", "bytes_per_token": None, "tok_s": 10}],
-                          273, "third-party figure")
+    notes = ceiling_notes(
+        [
+            _point("ok", 1.0, 127.1),
+            _point("spec", 1.0, 400.0, True),
+            _point("wrong", 1.0, 300.0),
+            {"label": "?", "bytes_per_token": None, "tok_s": 10},
+        ],
+        273,
+        "third-party figure",
+    )
     ok, spec, wrong, unknown = notes["rows"]
     assert ok["ceiling_tok_s"] == pytest.approx(254.25, abs=0.01)
     assert ok["pct_of_ceiling"] == 50.0 and ok["flag"] == ""
@@ -59,9 +66,16 @@ def test_rows_give_percent_of_ceiling_and_flag_points_above_it():
 
 def test_pairs_like_the_article():
     """Twins 7.9% apart and uns -3.0% where bytes say -13%: not explained. FP8 -> NVFP4: explained."""
-    notes = ceiling_notes([_point("nv", 1.00, 100.0), _point("uns-fast", 1.00, 92.1),
-                           _point("uns", 1.154, 89.3), _point("fp8", 1.59, 59.2),
-                           _point("nv-spec", 1.00, 180.0, True)], 273)
+    notes = ceiling_notes(
+        [
+            _point("nv", 1.00, 100.0),
+            _point("uns-fast", 1.00, 92.1),
+            _point("uns", 1.154, 89.3),
+            _point("fp8", 1.59, 59.2),
+            _point("nv-spec", 1.00, 180.0, True),
+        ],
+        273,
+    )
     pairs = {(p["a"], p["b"]): p for p in notes["pairs"]}
     assert all("nv-spec" not in key for key in pairs)  # no pairs across speculative settings
     twins = pairs[("nv", "uns-fast")]

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_report_fixtures import GB10_FACTS, write_cell  # noqa: E402
+from test_report_fixtures import GB10_FACTS, write_cell
 
-from agent.cli import main  # noqa: E402
-from agent.reporting.compare import IMPROVEMENT, REGRESSION, WITHIN_NOISE, compare, render_markdown  # noqa: E402
-from agent.results.tree import load_cells  # noqa: E402
+from agent.cli import main
+from agent.reporting.compare import IMPROVEMENT, REGRESSION, WITHIN_NOISE, compare, render_markdown
+from agent.results.tree import load_cells
 
 C = [1, 4, 16]
 NEW_IMAGE = "nvcr.io/nvidia/vllm@sha256:" + "cd" * 32
@@ -24,8 +24,7 @@ def test_regression_beyond_noise_on_new_image(tmp_path):
     write_cell(tmp_path / "a", backend="marlin", values=tight(100.0))
     write_cell(tmp_path / "b", backend="marlin", values=tight(80.0), image=NEW_IMAGE)
     cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
-    assert [(d.label, d.concurrency, d.status) for d in cmp.diffs] == [
-        ("uns-fast / marlin", c, REGRESSION) for c in C]
+    assert [(d.label, d.concurrency, d.status) for d in cmp.diffs] == [("uns-fast / marlin", c, REGRESSION) for c in C]
     assert all(d.ratio == pytest.approx(0.8) for d in cmp.diffs)
     assert cmp.warnings == []  # same host fingerprint, same vLLM
 

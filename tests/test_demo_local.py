@@ -12,18 +12,44 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_quick_example_on_the_embedded_default(tmp_path):
     out = tmp_path / "results"
-    sweep = subprocess.run([sys.executable, "-m", "agent.cli", "sweep", "examples/quick.toml", "--duration", "1",
-                            "--results", str(out), "--no-progress"], cwd=REPO, capture_output=True, text=True,
-                           timeout=600)
+    sweep = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "sweep",
+            "examples/quick.toml",
+            "--duration",
+            "1",
+            "--results",
+            str(out),
+            "--no-progress",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     assert "marlin" in sweep.stdout and "c=4" in sweep.stdout  # the results table
     cells = results.load_cells(out / "quick" / "localhost")
     assert sorted(c["config"]["moe_backend"] for c in cells) == ["flashinfer_b12x", "marlin"]
     for cell in cells:
         assert cell["verdict"] == "valid" and cell["facts"]["simulated"] is True
-        assert [(r["concurrency"], r["repeat"]) for r in cell["runs"]] == [(1, 1), (1, 2), (1, 3), (4, 1), (4, 2),
-                                                                           (4, 3)]
-    report = subprocess.run([sys.executable, "-m", "agent.cli", "report", str(out / "quick")], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+        assert [(r["concurrency"], r["repeat"]) for r in cell["runs"]] == [
+            (1, 1),
+            (1, 2),
+            (1, 3),
+            (4, 1),
+            (4, 2),
+            (4, 3),
+        ]
+    report = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "report", str(out / "quick")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert report.returncode == 0, report.stderr
     assert (out / "quick" / "report.html").exists() and "## What to run" in (out / "quick" / "report.md").read_text()

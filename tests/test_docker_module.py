@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from agent.running import playbooks as fleet
 from agent.hostside import docker as sdocker
+from agent.running import playbooks as fleet
 
 pytest_plugins = ["tests.fixtures_docker"]  # dockerd, sim_image: one of each per session
 
@@ -31,16 +31,23 @@ PLAYBOOK = """\
 def test_provision_pulls_once_and_fails_clearly(dockerd, sim_image, tmp_path):
     name, digest = sdocker.parse_ref(sim_image)
     missing = f"{name}@sha256:" + "0" * 64
-    inventory = dockerd.inventory(tmp_path / "inventory.yml", {
-        "spark-ok": {"image_ref": sim_image},
-        "spark-missing": {"image_ref": missing},
-        "spark-tag": {"image_ref": f"{name}:test"},
-        "spark-nodocker": {"image_ref": sim_image, "task_env": {"PATH": "/nonexistent"}},
-    })
+    inventory = dockerd.inventory(
+        tmp_path / "inventory.yml",
+        {
+            "spark-ok": {"image_ref": sim_image},
+            "spark-missing": {"image_ref": missing},
+            "spark-tag": {"image_ref": f"{name}:test"},
+            "spark-nodocker": {"image_ref": sim_image, "task_env": {"PATH": "/nonexistent"}},
+        },
+    )
     playbook = tmp_path / "provision.yml"
     playbook.write_text(PLAYBOOK)
-    image_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", sim_image], env=dockerd.env,
-                              capture_output=True, text=True).stdout.strip()
+    image_id = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", sim_image],
+        env=dockerd.env,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if image_id:
         subprocess.run(["docker", "image", "rm", "--force", image_id], env=dockerd.env, check=True, capture_output=True)
     direct = subprocess.run(["docker", "pull", "--quiet", missing], env=dockerd.env, capture_output=True, text=True)

@@ -38,8 +38,9 @@ def _wait_health(port: int, timeout: float = 30.0) -> None:
 
 
 def _forget_local_copy(ref: str, env: dict) -> None:
-    image_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], env=env,
-                              capture_output=True, text=True).stdout.strip()
+    image_id = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", ref], env=env, capture_output=True, text=True
+    ).stdout.strip()
     if image_id:
         subprocess.run(["docker", "image", "rm", "--force", image_id], env=env, check=True, capture_output=True)
 
@@ -78,8 +79,13 @@ def test_the_simulator_runs_as_a_cell_container(dockerd, sim_image, tmp_path):
     log_path = tmp_path / "server.log"
     gb10_env = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_DISABLE_VERSION_CHECK": "1", "SPARK_SIM_STARTUP_S": "0.2"}
     server = sdocker.run_server(
-        sim_image, name, ["vllm", "serve", "uns-fast", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096"],
-        env=gb10_env, label="0123456789ab", log_path=str(log_path), docker_env=env,
+        sim_image,
+        name,
+        ["vllm", "serve", "uns-fast", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096"],
+        env=gb10_env,
+        label="0123456789ab",
+        log_path=str(log_path),
+        docker_env=env,
     )
     try:
         _wait_health(port)
@@ -121,8 +127,24 @@ def test_one_model_check_sees_foreign_vllm_containers_only(dockerd, sim_image):
     started = []
     try:
         for container, image in (("foreign-vllm", sim_image), ("unrelated", other)):
-            subprocess.run(["docker", "run", "--detach", "--name", container, "--network", "host",
-                            "--entrypoint", "/bin/sleep", image, "60"], env=env, check=True, capture_output=True)
+            subprocess.run(
+                [
+                    "docker",
+                    "run",
+                    "--detach",
+                    "--name",
+                    container,
+                    "--network",
+                    "host",
+                    "--entrypoint",
+                    "/bin/sleep",
+                    image,
+                    "60",
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
             started.append(container)
         assert [c["name"] for c in sdocker.list_vllm_like(env)] == ["foreign-vllm"]
         assert sdocker.list_ours(docker_env=env) == []

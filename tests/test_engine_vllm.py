@@ -15,8 +15,14 @@ import pytest
 
 from agent.hostside import loadgen, logparse, metrics
 from tests.engine.bench_serve import BenchServe
-from tests.engine.fixtures import (BASE_ENV, running_server, start_server, stop_server, tiny_models,  # noqa: F401
-                                   vllm_cpu_python, wait_exit)
+from tests.engine.fixtures import (
+    BASE_ENV,
+    running_server,
+    start_server,
+    stop_server,
+    tiny_models,  # noqa: F401
+    wait_exit,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -29,10 +35,26 @@ REPEATS = 3
 TOLERANCE = 0.25
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 # Only the fields whose meaning is the same in both (see test_result_keys_shared_with_vllm_bench_serve).
-SHARED_KEYS = ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "output_throughput",
-               "request_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
-               "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms",
-               "p99_e2el_ms")
+SHARED_KEYS = (
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "output_throughput",
+    "request_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "median_e2el_ms",
+    "p99_e2el_ms",
+)
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +76,23 @@ def llama_ngram(vllm_cpu_python, tiny_models, tmp_path):
 
 def one_window(server, concurrency, duration_s=3.0, seed=0) -> dict:
     """One loadgen window with /metrics scraped before and after it (as the sweep measures)."""
-    result = loadgen.run_levels(server.url, server.model, [concurrency], duration_s=duration_s, warmup_s=1.0,
-                                repeats=1, prompt_len=PROMPT_WORDS, output_len=OUTPUT_LEN, seed=seed)[0]
+    result = loadgen.run_levels(
+        server.url,
+        server.model,
+        [concurrency],
+        duration_s=duration_s,
+        warmup_s=1.0,
+        repeats=1,
+        prompt_len=PROMPT_WORDS,
+        output_len=OUTPUT_LEN,
+        seed=seed,
+    )[0]
     assert result["ok"], result["error"]
     return result
 
 
 # ---------------------------------------------------------------- identity and /metrics
+
 
 def test_version_endpoint_and_models(llama):
     assert llama.get_json("/version") == {"version": VERSION}
@@ -70,13 +102,19 @@ def test_version_endpoint_and_models(llama):
 
 def test_metrics_names_the_agent_reads(llama):
     scraped = metrics.scrape(llama.url)
-    wanted = [metrics.GENERATION_TOKENS, metrics.PROMPT_TOKENS, metrics.REQUEST_SUCCESS, metrics.REQUESTS_RUNNING,
-              metrics.KV_CACHE_USAGE]
+    wanted = [
+        metrics.GENERATION_TOKENS,
+        metrics.PROMPT_TOKENS,
+        metrics.REQUEST_SUCCESS,
+        metrics.REQUESTS_RUNNING,
+        metrics.KV_CACHE_USAGE,
+    ]
     assert [name for name in wanted if name not in scraped] == []
     assert 0.0 <= scraped[metrics.KV_CACHE_USAGE] <= 1.0
 
 
 # ---------------------------------------------------------------- attestation from the real log
+
 
 def test_attestation_reads_version_args_and_unknown_variable(llama):
     facts = logparse.parse(llama.log_text())
@@ -84,8 +122,13 @@ def test_attestation_reads_version_args_and_unknown_variable(llama):
     assert facts["served_model"] == llama.model
     args = facts["non_default_args"]
     assert {k: args.get(k) for k in ("host", "port", "dtype", "max_model_len", "enforce_eager", "max_num_seqs")} == {
-        "host": "127.0.0.1", "port": llama.port, "dtype": "bfloat16", "max_model_len": 512, "enforce_eager": True,
-        "max_num_seqs": 8}
+        "host": "127.0.0.1",
+        "port": llama.port,
+        "dtype": "bfloat16",
+        "max_model_len": 512,
+        "enforce_eager": True,
+        "max_num_seqs": 8,
+    }
     # The variable 0.32 does not know is reported; the ones it does know (set by the fixture) are not.
     assert UNKNOWN_VAR in facts["unknown_env"]
     assert not set(facts["unknown_env"]) & set(BASE_ENV)
@@ -93,8 +136,9 @@ def test_attestation_reads_version_args_and_unknown_variable(llama):
 
 
 def test_marlin_on_tiny_moe_fails_as_unsupported_moe_backend(vllm_cpu_python, tiny_models, tmp_path):
-    server = start_server(vllm_cpu_python, tiny_models["tiny-qwen3-moe"], tmp_path / "server.log",
-                          ["--moe-backend", "marlin"])
+    server = start_server(
+        vllm_cpu_python, tiny_models["tiny-qwen3-moe"], tmp_path / "server.log", ["--moe-backend", "marlin"]
+    )
     try:
         assert wait_exit(server) != 0
     finally:
@@ -115,6 +159,7 @@ def test_marlin_on_tiny_moe_fails_as_unsupported_moe_backend(vllm_cpu_python, ti
 
 
 # ---------------------------------------------------------------- measurement
+
 
 def test_loadgen_window_agrees_with_server_counters(llama):
     concurrency = 2
@@ -145,6 +190,7 @@ def test_ngram_acceptance_rate_from_spec_decode_counters(llama_ngram):
 
 
 # ---------------------------------------------------------------- cross-check with the field's reference client
+
 
 @pytest.fixture(scope="module")
 def crosscheck(llama, vllm_cpu_python, tmp_path_factory):
@@ -191,8 +237,9 @@ def _crosscheck(llama, vllm_cpu_python, tmp_path_factory):
     # Only the first loadgen run warms the server up: after it, neither client has a warmup (like for like).
     first = {c: one_run_of_loadgen(llama, c, seed=1, warmup_s=1.0 if c == 1 else 0.0) for c in (1, 4)}
     input_len = round(first[1]["total_input_tokens"] / first[1]["completed"])
-    bench = BenchServe(vllm_cpu_python, tmp_path_factory.mktemp("bench"), bench_flags(llama, input_len),
-                       env=bench_env())
+    bench = BenchServe(
+        vllm_cpu_python, tmp_path_factory.mktemp("bench"), bench_flags(llama, input_len), env=bench_env()
+    )
     runs = {c: {"loadgen": [first[c]], "bench": []} for c in (1, 4)}
     try:
         for c in (1, 4):
@@ -207,17 +254,45 @@ def _crosscheck(llama, vllm_cpu_python, tmp_path_factory):
 
 
 def one_run_of_loadgen(server, concurrency, seed, warmup_s=0.0):
-    result = loadgen.run_level(server.url, server.model, concurrency, duration_s=WINDOW_S, warmup_s=warmup_s,
-                               prompt_len=PROMPT_WORDS, output_len=OUTPUT_LEN, seed=seed)
+    result = loadgen.run_level(
+        server.url,
+        server.model,
+        concurrency,
+        duration_s=WINDOW_S,
+        warmup_s=warmup_s,
+        prompt_len=PROMPT_WORDS,
+        output_len=OUTPUT_LEN,
+        seed=seed,
+    )
     assert result["ok"], result["error"]
     return result
 
 
 def bench_flags(server, input_len):
-    return ["--backend", "vllm", "--base-url", server.url, "--model", server.model, "--tokenizer", server.model,
-            "--dataset-name", "random", "--random-input-len", str(input_len),
-            "--random-output-len", str(OUTPUT_LEN), "--ignore-eos", "--num-warmups", "0", "--disable-tqdm",
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99"]
+    return [
+        "--backend",
+        "vllm",
+        "--base-url",
+        server.url,
+        "--model",
+        server.model,
+        "--tokenizer",
+        server.model,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(input_len),
+        "--random-output-len",
+        str(OUTPUT_LEN),
+        "--ignore-eos",
+        "--num-warmups",
+        "0",
+        "--disable-tqdm",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,99",
+    ]
 
 
 def bench_env():
@@ -243,9 +318,11 @@ def test_loadgen_agrees_with_vllm_bench_serve(crosscheck, concurrency, capsys):
     theirs = [r["output_throughput"] for r in runs["bench"]]
     ours_median, theirs_median = statistics.median(ours), statistics.median(theirs)
     with capsys.disabled():
-        print(f"\ncross-check c={concurrency} (prompt {crosscheck['input_len']} tok, output {OUTPUT_LEN} tok): "
-              f"loadgen {ours_median:.0f} tok/s (runs {fmt(ours)}), vllm bench serve {theirs_median:.0f} tok/s "
-              f"(runs {fmt(theirs)}), ratio {ours_median / theirs_median:.2f}")
+        print(
+            f"\ncross-check c={concurrency} (prompt {crosscheck['input_len']} tok, output {OUTPUT_LEN} tok): "
+            f"loadgen {ours_median:.0f} tok/s (runs {fmt(ours)}), vllm bench serve {theirs_median:.0f} tok/s "
+            f"(runs {fmt(theirs)}), ratio {ours_median / theirs_median:.2f}"
+        )
     assert abs(ours_median - theirs_median) <= TOLERANCE * theirs_median
 
 

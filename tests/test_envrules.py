@@ -12,10 +12,10 @@ import pytest
 import tomli_w
 
 from agent import logs
-from agent.planning import envrules
 from agent.commands import env as env_cmd
 from agent.errors import UserError
 from agent.hostside import facts
+from agent.planning import envrules
 
 GB10 = facts.classify({"gpu_name": "NVIDIA GB10", "compute_capability": "12.1"}, envrules.gpu_rules())
 H200 = {"gpu_name": "NVIDIA H200", "compute_capability": "9.0", "arch": "h200", "sm": "sm_90a"}
@@ -30,10 +30,14 @@ def row(result: envrules.EnvResult, name: str) -> dict:
 
 # --- what the rules set -------------------------------------------------------------------------
 
+
 def test_gb10_nvfp4():
     result = envrules.resolve_env(GB10, "nvfp4", "0.24.0", {})
-    assert result.env == {"VLLM_DISABLE_LOG_LOGO": "1", "CUTE_DSL_ARCH": "sm_121a",
-                          "FLASHINFER_DISABLE_VERSION_CHECK": "1"}
+    assert result.env == {
+        "VLLM_DISABLE_LOG_LOGO": "1",
+        "CUTE_DSL_ARCH": "sm_121a",
+        "FLASHINFER_DISABLE_VERSION_CHECK": "1",
+    }
     assert row(result, "CUTE_DSL_ARCH")["rule"] == "gb10-cute-dsl-arch"
     assert all(entry["action"] == "set" and entry["reason"] for entry in result.provenance)
     assert result.warnings == []
@@ -74,6 +78,7 @@ def test_simulated_gb10_host_gets_the_gb10_rules():
 
 # --- dead variables and version ranges ----------------------------------------------------------
 
+
 def test_dead_variables_from_a_model_card_are_dropped_naming_the_flag():
     card = {"VLLM_FP8_MOE_BACKEND": "marlin", "VLLM_USE_FLASHINFER_MOE_FP4": "1"}
     result = envrules.resolve_env(GB10, "nvfp4", "0.24.0", card)
@@ -92,8 +97,10 @@ def test_attention_backend_variable_is_dead_only_from_0_15(version, dropped):
     assert any("--attention-backend" in warning for warning in result.warnings) == dropped
 
 
-@pytest.mark.parametrize("version, action, warns", [
-    ("0.21.0", "set", False), ("0.23.2", "set", True), ("0.24.0", "drop", True), ("v0.25.0rc1", "drop", True)])
+@pytest.mark.parametrize(
+    "version, action, warns",
+    [("0.21.0", "set", False), ("0.23.2", "set", True), ("0.24.0", "drop", True), ("v0.25.0rc1", "drop", True)],
+)
 def test_flashinfer_moe_backend_variable_deprecated_then_removed(version, action, warns):
     result = envrules.resolve_env(GB10, "nvfp4", version, {"VLLM_FLASHINFER_MOE_BACKEND": "latency"})
     assert row(result, "VLLM_FLASHINFER_MOE_BACKEND")["action"] == action
@@ -104,8 +111,8 @@ def test_unknown_version_applies_version_independent_rules_and_says_so():
     result = envrules.resolve_env(GB10, "fp8", "", {"VLLM_FP8_MOE_BACKEND": "x", "VLLM_ATTENTION_BACKEND": "X"})
     assert result.env["CUTE_DSL_ARCH"] == "sm_121a" and result.env["VLLM_USE_DEEP_GEMM"] == "0"
     assert any("version unknown" in warning and "version-independent" in warning for warning in result.warnings)
-    assert "VLLM_FP8_MOE_BACKEND" not in result.env            # dead in every version
-    assert result.env["VLLM_ATTENTION_BACKEND"] == "X"         # dead only from 0.15: kept, with a warning
+    assert "VLLM_FP8_MOE_BACKEND" not in result.env  # dead in every version
+    assert result.env["VLLM_ATTENTION_BACKEND"] == "X"  # dead only from 0.15: kept, with a warning
     assert any("VLLM_ATTENTION_BACKEND may be dead" in warning for warning in result.warnings)
 
 
@@ -126,6 +133,7 @@ def test_version_parsing_and_ranges():
 
 
 # --- overrides ----------------------------------------------------------------------------------
+
 
 def test_override_is_recorded_with_the_rule_it_overrode():
     result = envrules.resolve_env(GB10, "nvfp4", "0.24.0", {"CUTE_DSL_ARCH": "sm_120a"})
@@ -194,6 +202,7 @@ def test_bad_speculative_json_is_a_user_error(bad):
 
 # --- the rule files themselves ------------------------------------------------------------------
 
+
 def test_rule_files_are_consistent():
     rules = envrules.env_rules()
     entries = rules["rule"] + rules["dead"] + rules["speculative"]
@@ -203,10 +212,14 @@ def test_rule_files_are_consistent():
     for entry in entries:
         assert set(entry.get("arch", [])) <= known_arches, entry["id"]
         if entry.get("vllm"):
-            envrules.in_range((0, 24, 0), entry["vllm"])     # parses
+            envrules.in_range((0, 24, 0), entry["vllm"])  # parses
     assert all(entry["replacement"].startswith("--") for entry in rules["dead"])
     assert {entry["name"] for entry in rules["dead"]} == {
-        "VLLM_USE_FLASHINFER_MOE_FP4", "VLLM_FLASHINFER_MOE_BACKEND", "VLLM_FP8_MOE_BACKEND", "VLLM_ATTENTION_BACKEND"}
+        "VLLM_USE_FLASHINFER_MOE_FP4",
+        "VLLM_FLASHINFER_MOE_BACKEND",
+        "VLLM_FP8_MOE_BACKEND",
+        "VLLM_ATTENTION_BACKEND",
+    }
 
 
 def test_classify_fills_arch_only_when_the_host_could_not():
@@ -251,7 +264,7 @@ def spec_file(tmp_path):
 
 def env_command(*argv: str) -> int:
     """`spark-agent env ...` through its own parser (the other commands are not needed)."""
-    logs.configure()   # structlog to stderr, as the CLI sets it up: stdout stays the command's
+    logs.configure()  # structlog to stderr, as the CLI sets it up: stdout stays the command's
     parser = argparse.ArgumentParser()
     env_cmd.register(parser.add_subparsers())
     args = parser.parse_args(["env", *argv])
@@ -287,16 +300,19 @@ def test_env_command_prints_a_table_per_cell(spec_file, capsys, monkeypatch):
 
 
 def test_env_command_with_an_inventory_gathers_facts_through_ansible(spec_file, tmp_path, capsys):
-    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "spark_runtime": "process",
-             "spark_model_cache": str(tmp_path)}
+    local = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "spark_runtime": "process",
+        "spark_model_cache": str(tmp_path),
+    }
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(json.dumps({"all": {"hosts": {"here": local,
-                                                       "sim": dict(local, spark_simulate_gpu="gb10")}}}))
+    inventory.write_text(json.dumps({"all": {"hosts": {"here": local, "sim": dict(local, spark_simulate_gpu="gb10")}}}))
     out = env_json(capsys, str(spec_file), "-i", str(inventory))
     by_host = {host: [cell for cell in out["cells"] if cell["host"] == host] for host in ("here", "sim")}
     assert len(by_host["here"]) == len(by_host["sim"]) == 4
     sim_rows = {row["name"]: row for row in by_host["sim"][0]["provenance"]}
-    assert sim_rows["CUTE_DSL_ARCH"]["action"] == "override"                     # the GB10 rule applied
+    assert sim_rows["CUTE_DSL_ARCH"]["action"] == "override"  # the GB10 rule applied
     assert sim_rows["FLASHINFER_DISABLE_VERSION_CHECK"]["rule"] == "gb10-flashinfer-version-check"
     if shutil.which("nvidia-smi") is None:
         here = by_host["here"][0]

@@ -22,9 +22,27 @@ def example_reports(sim_inventory, tmp_path_factory) -> dict[str, str]:
     procs = {}
     for name, host in (("gb10-nvfp4", "spark-a"), ("gb10-fp8", "spark-b")):
         procs[name] = subprocess.Popen(
-            CLI + ["sweep", f"examples/{name}.toml", "-i", str(sim_inventory), "--limit", host, "--duration", "3",
-                   "--results", str(out), "--no-progress", "--log-format", "json"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            CLI
+            + [
+                "sweep",
+                f"examples/{name}.toml",
+                "-i",
+                str(sim_inventory),
+                "--limit",
+                host,
+                "--duration",
+                "3",
+                "--results",
+                str(out),
+                "--no-progress",
+                "--log-format",
+                "json",
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     reports = {}
     for name, proc in procs.items():
         output, _ = proc.communicate(timeout=1800)

@@ -7,12 +7,22 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_report_fixtures import write_cell  # noqa: E402
+from test_report_fixtures import write_cell
 
-from agent.cli import main  # noqa: E402
+from agent.cli import main
 
-BENCH_KEYS = ["output_throughput", "request_throughput", "median_ttft_ms", "p99_itl_ms", "median_tpot_ms",
-              "total_output_tokens", "completed", "duration", "max_concurrency", "model_id"]
+BENCH_KEYS = [
+    "output_throughput",
+    "request_throughput",
+    "median_ttft_ms",
+    "p99_itl_ms",
+    "median_tpot_ms",
+    "total_output_tokens",
+    "completed",
+    "duration",
+    "max_concurrency",
+    "model_id",
+]
 
 
 def tree(root):
@@ -30,7 +40,9 @@ def test_csv_one_row_per_measurement_with_bench_names(tmp_path):
     assert all(k in rows[0] for k in BENCH_KEYS)
     failed = [r for r in rows if r["ok"] == "False"]
     assert len(failed) == 1 and failed[0]["error"] == "server died" and failed[0]["max_concurrency"] == "8"
-    marlin8 = sorted(float(r["output_throughput"]) for r in rows if r["backend"] == "marlin" and r["max_concurrency"] == "8")
+    marlin8 = sorted(
+        float(r["output_throughput"]) for r in rows if r["backend"] == "marlin" and r["max_concurrency"] == "8"
+    )
     assert marlin8 == [0.0, 276.0, 280.0]
     assert {r["model_id"] for r in rows} == {"unsloth/Qwen3.6-35B-A3B-NVFP4-fast", "Qwen/Qwen3.6-35B-A3B-FP8"}
     assert {r["verdict"] for r in rows} == {"valid"}

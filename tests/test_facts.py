@@ -12,14 +12,27 @@ from pathlib import Path
 
 import pytest
 
-from agent.running import playbooks as fleet
 from agent.hostside import facts
+from agent.running import playbooks as fleet
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "facts"
 RULES = facts.load_gpu_rules()
-ARCH_TABLE_KEYS = {"gpu_name", "compute_capability", "arch", "sm", "driver", "cuda", "mem_total_gib",
-                   "python", "docker", "nvidia_runtime", "simulated", "fingerprint", "disk_free_gib"}
+ARCH_TABLE_KEYS = {
+    "gpu_name",
+    "compute_capability",
+    "arch",
+    "sm",
+    "driver",
+    "cuda",
+    "mem_total_gib",
+    "python",
+    "docker",
+    "nvidia_runtime",
+    "simulated",
+    "fingerprint",
+    "disk_free_gib",
+}
 NO_GPU_HERE = shutil.which("nvidia-smi") is None
 
 
@@ -28,6 +41,7 @@ def captured(name: str) -> str:
 
 
 # --- parsing real output ------------------------------------------------------------------------
+
 
 def test_query_gpu_of_a_real_h200():
     gpus = facts.parse_query_gpu(captured("query-gpu.csv"))
@@ -58,16 +72,22 @@ def test_memory_from_proc_meminfo_matches_the_device_run():
 
 
 def test_docker_runtimes():
-    assert facts.parse_docker_runtimes('{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}') \
-        == ["nvidia", "runc"]
+    assert facts.parse_docker_runtimes('{"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}') == [
+        "nvidia",
+        "runc",
+    ]
     assert facts.parse_docker_runtimes("") == []
     assert facts.parse_docker_runtimes("not json") == []
 
 
 def test_device_facts_were_classified_h200():
     device = json.loads(captured("facts.json"))
-    assert (device["gpu_name"], device["compute_capability"], device["arch"], device["sm"]) == \
-        ("NVIDIA H200", "9.0", "h200", "sm_90a")
+    assert (device["gpu_name"], device["compute_capability"], device["arch"], device["sm"]) == (
+        "NVIDIA H200",
+        "9.0",
+        "h200",
+        "sm_90a",
+    )
     assert (device["driver"], device["cuda"]) == ("580.159.04", "13.0")
 
 
@@ -78,17 +98,21 @@ def test_device_facts_have_the_keys_gather_makes_here():
 
 # --- classification -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, cc, arch", [
-    ("NVIDIA H200", "9.0", "h200"),
-    ("NVIDIA H200 NVL", "9.0", "h200"),
-    ("NVIDIA GH200 480GB", "9.0", "gh200"),
-    ("NVIDIA H100 80GB HBM3", "9.0", "h100"),
-    ("NVIDIA GB10", "12.1", "gb10"),
-    ("NVIDIA B200", "10.0", "b200"),
-    ("NVIDIA H200", "12.1", ""),        # name and compute capability disagree: unknown
-    ("NVIDIA H800", "9.0", ""),         # not in gpus.toml
-    ("", "", ""),
-])
+
+@pytest.mark.parametrize(
+    "name, cc, arch",
+    [
+        ("NVIDIA H200", "9.0", "h200"),
+        ("NVIDIA H200 NVL", "9.0", "h200"),
+        ("NVIDIA GH200 480GB", "9.0", "gh200"),
+        ("NVIDIA H100 80GB HBM3", "9.0", "h100"),
+        ("NVIDIA GB10", "12.1", "gb10"),
+        ("NVIDIA B200", "10.0", "b200"),
+        ("NVIDIA H200", "12.1", ""),  # name and compute capability disagree: unknown
+        ("NVIDIA H800", "9.0", ""),  # not in gpus.toml
+        ("", "", ""),
+    ],
+)
 def test_match_arch(name, cc, arch):
     assert facts.match_arch(name, cc, RULES) == arch
 
@@ -108,6 +132,7 @@ def test_gb10_entry_is_the_spark():
 
 # --- gathering on this machine ------------------------------------------------------------------
 
+
 @pytest.mark.skipif(not NO_GPU_HERE, reason="this machine has nvidia-smi")
 def test_gather_without_a_gpu():
     got = facts.gather()
@@ -119,15 +144,20 @@ def test_gather_without_a_gpu():
 
 def test_gather_has_the_facts_table_and_no_none():
     got = facts.gather()
-    assert ARCH_TABLE_KEYS <= set(got)
+    assert set(got) >= ARCH_TABLE_KEYS
     assert None not in got.values()
     assert re.fullmatch(r"[0-9a-f]{8}", got["fingerprint"])
 
 
 def test_simulated_gb10():
     got = facts.gather(simulate_gpu="gb10")
-    assert (got["gpu_name"], got["compute_capability"], got["arch"], got["sm"], got["simulated"]) == \
-        ("NVIDIA GB10", "12.1", "gb10", "sm_121a", True)
+    assert (got["gpu_name"], got["compute_capability"], got["arch"], got["sm"], got["simulated"]) == (
+        "NVIDIA GB10",
+        "12.1",
+        "gb10",
+        "sm_121a",
+        True,
+    )
     assert got["fingerprint"] != facts.gather()["fingerprint"]
 
 
@@ -137,7 +167,7 @@ def test_simulating_an_unknown_chip_is_refused():
 
 
 def test_unknown_architecture_is_recorded_with_a_note():
-    rules = {"mystery": {"name": "NVIDIA Mystery", "compute_capability": "7.5"}}   # no name pattern: no match
+    rules = {"mystery": {"name": "NVIDIA Mystery", "compute_capability": "7.5"}}  # no name pattern: no match
     got = facts.gather(simulate_gpu="mystery", gpu_rules=rules)
     assert (got["gpu_name"], got["arch"]) == ("NVIDIA Mystery", "")
     assert any("unknown GPU architecture" in note and "no rules apply" in note for note in got["notes"])
@@ -155,8 +185,13 @@ def test_disk_free_of_a_cache_dir_that_does_not_exist_yet(tmp_path):
 
 def test_runs_as_a_module_with_the_standard_library_only():
     # -S: no site-packages, as on a bare Spark
-    done = subprocess.run([sys.executable, "-S", "-m", "agent.hostside.facts", "--simulate-gpu", "gb10"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-S", "-m", "agent.hostside.facts", "--simulate-gpu", "gb10"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["arch"] == "gb10"
 
@@ -184,9 +219,11 @@ def module_run(tmp_path_factory) -> fleet.FleetRun:
     mystery = tmp / "mystery-gpus.toml"
     mystery.write_text('[mystery]\nname = "NVIDIA Mystery"\ncompute_capability = "7.5"\n')
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "cache": str(tmp)}
-    hosts = {"sim-gb10": dict(local, spark_simulate_gpu="gb10", rules=str(facts.DEFAULT_GPU_RULES)),
-             "sim-mystery": dict(local, spark_simulate_gpu="mystery", rules=str(mystery)),
-             "sim-gb99": dict(local, spark_simulate_gpu="gb99", rules=str(facts.DEFAULT_GPU_RULES))}
+    hosts = {
+        "sim-gb10": dict(local, spark_simulate_gpu="gb10", rules=str(facts.DEFAULT_GPU_RULES)),
+        "sim-mystery": dict(local, spark_simulate_gpu="mystery", rules=str(mystery)),
+        "sim-gb99": dict(local, spark_simulate_gpu="gb99", rules=str(facts.DEFAULT_GPU_RULES)),
+    }
     (tmp / "inventory.yml").write_text(json.dumps({"all": {"hosts": hosts}}))
     return fleet.run_playbook(str(tmp / "facts.yml"), tmp / "inventory.yml")
 

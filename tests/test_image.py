@@ -106,6 +106,10 @@ def test_build_from_the_command_line_into_a_given_daemon(dockerd, capsys):
     assert image.main(["--tag", tag, "--docker-host", dockerd.host]) == 0
     image_id = capsys.readouterr().out.strip()
     assert image_id.startswith("sha256:") and sdocker.image_present(image_id, dockerd.env)
-    entrypoint = subprocess.run(["docker", "image", "inspect", "--format", "{{json .Config.Entrypoint}}", tag],
-                                env=dockerd.env, capture_output=True, text=True).stdout.strip()
+    entrypoint = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config.Entrypoint}}", tag],
+        env=dockerd.env,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert entrypoint == json.dumps([image.ENTRYPOINT])

@@ -18,8 +18,19 @@ from agent.errors import UserError
 from agent.hostside.safetensors import DTYPE_SIZES, compare, inspect_checkpoint, read_header
 from agent.judging.checkpoints import inspect_local
 
-from .test_inspect_build import (EXPERTS, HIDDEN, TOP_K, VOCAB, build_qwen, deepseek_style, linear, llama_style,
-                                 qwen_moe, write_checkpoint, write_safetensors)
+from .test_inspect_build import (
+    EXPERTS,
+    HIDDEN,
+    TOP_K,
+    VOCAB,
+    build_qwen,
+    deepseek_style,
+    linear,
+    llama_style,
+    qwen_moe,
+    write_checkpoint,
+    write_safetensors,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,8 +67,15 @@ def test_nvfp4_counts_roles_and_formats_exactly(qwen):
     s = qwen["nv"]
     assert (s["shards"], s["tensors"]) == (3, 558)
     assert {r: v["tensors"] for r, v in s["roles"].items()} == {
-        "attention": 56, "routed_experts": 384, "shared_experts": 52, "router": 4, "embeddings": 2,
-        "norms": 15, "mtp": 41, "vision": 4}
+        "attention": 56,
+        "routed_experts": 384,
+        "shared_experts": 52,
+        "router": 4,
+        "embeddings": 2,
+        "norms": 15,
+        "mtp": 41,
+        "vision": 4,
+    }
     assert {d: v["tensors"] for d, v in s["dtypes"].items()} == {"BF16": 75, "F32": 243, "F8_E4M3": 120, "U8": 120}
     assert s["roles"]["routed_experts"]["formats"] == {"packed_fp4": 96}
     assert s["roles"]["attention"]["formats"] == {"packed_fp4": 12, "unquantized": 8}
@@ -67,10 +85,23 @@ def test_nvfp4_counts_roles_and_formats_exactly(qwen):
     assert s["kinds"]["fp4_weights"]["tensors"] == 120
     assert s["kinds"]["fp4_scales"]["tensors"] == 360  # weight_scale, weight_scale_2, input_scale
     assert s["expert_format"] == "packed_fp4" and s["high_precision_expert_layers"] == []
-    assert s["mtp"] == {"present": True, "quantized": False, "tensors": 41, "bytes": s["roles"]["mtp"]["bytes"],
-                        "formats": {"unquantized": 41}, "dtypes": {"BF16": 41}}
-    assert s["quant_configs"] == [{"source": "hf_quant_config.json", "quant_algo": "NVFP4", "group_size": 16,
-                                   "producer": "modelopt", "excluded_modules": 3}]
+    assert s["mtp"] == {
+        "present": True,
+        "quantized": False,
+        "tensors": 41,
+        "bytes": s["roles"]["mtp"]["bytes"],
+        "formats": {"unquantized": 41},
+        "dtypes": {"BF16": 41},
+    }
+    assert s["quant_configs"] == [
+        {
+            "source": "hf_quant_config.json",
+            "quant_algo": "NVFP4",
+            "group_size": 16,
+            "producer": "modelopt",
+            "excluded_modules": 3,
+        }
+    ]
 
 
 def test_total_and_bytes_per_token_match_the_files(qwen, tmp_path):
@@ -90,8 +121,9 @@ def test_experts_kept_in_fp8_in_the_last_layers(qwen):
     s = qwen["uns"]
     assert s["tensors"] == 390
     assert s["roles"]["routed_experts"]["formats"] == {"fp8": 48, "packed_fp4": 48}
-    assert s["high_precision_expert_layers"] == [{"first": 2, "last": 3, "format": "fp8",
-                                                  "text": "layers 2–3 experts FP8"}]
+    assert s["high_precision_expert_layers"] == [
+        {"first": 2, "last": 3, "format": "fp8", "text": "layers 2–3 experts FP8"}
+    ]
     assert s["packed_fp4_tensors"] == 72
 
 
@@ -123,20 +155,30 @@ def test_compare_names_what_differs(qwen):
     assert any(d.startswith("high-precision experts: none vs layers 2–3 experts FP8") for d in c["differences"])
     assert c["bytes_per_token_change_pct"] > 0
     mtp = compare(qwen["fp8"], qwen["nv"])
-    assert "MTP module: 73 tensors, quantized (9 BF16, 32 F32, 32 F8_E4M3) vs 41 tensors, unquantized (41 BF16)" \
+    assert (
+        "MTP module: 73 tensors, quantized (9 BF16, 32 F32, 32 F8_E4M3) vs 41 tensors, unquantized (41 BF16)"
         in mtp["differences"]
+    )
 
 
 def test_deepseek_naming_mtp_as_extra_layer(tmp_path):
     tensors, config = deepseek_style()
     s = inspect_checkpoint(write_checkpoint(str(tmp_path / "ds"), tensors, config, shards=2))
     assert {r: v["tensors"] for r, v in s["roles"].items()} == {
-        "attention": 30, "dense_mlp": 6, "routed_experts": 96, "shared_experts": 12, "router": 4,
-        "embeddings": 2, "norms": 13, "mtp": 74}
+        "attention": 30,
+        "dense_mlp": 6,
+        "routed_experts": 96,
+        "shared_experts": 12,
+        "router": 4,
+        "embeddings": 2,
+        "norms": 13,
+        "mtp": 74,
+    }
     assert s["mtp"]["present"] and s["mtp"]["quantized"]
     assert s["expert_format"] == "block_fp8" and s["activation_scales"] == "dynamic"
     assert s["bytes_per_token"] == _expected_bytes_per_token(
-        {n: v for n, v in tensors.items() if not n.startswith("model.layers.3.")})
+        {n: v for n, v in tensors.items() if not n.startswith("model.layers.3.")}
+    )
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -144,7 +186,11 @@ def test_dense_llama_reads_all_weights(tmp_path, tied):
     tensors, config = llama_style(tied)
     s = inspect_checkpoint(write_checkpoint(str(tmp_path / "llama"), tensors, config, shards=1))
     assert {r: v["tensors"] for r, v in s["roles"].items()} == {
-        "attention": 8, "dense_mlp": 6, "embeddings": 1 + (not tied), "norms": 5}
+        "attention": 8,
+        "dense_mlp": 6,
+        "embeddings": 1 + (not tied),
+        "norms": 5,
+    }
     assert not s["mtp"]["present"] and s["expert_format"] == ""
     embed_table = VOCAB * HIDDEN * 2
     assert s["bytes_per_token"] == (s["total_bytes"] if tied else s["total_bytes"] - embed_table + HIDDEN * 2)
@@ -181,8 +227,10 @@ BAD_FILES = {
     "not_json": (lambda p: _raw(p, b"{not json}"), "not valid JSON"),
     "not_object": (lambda p: _raw(p, b"[]"), "not an object"),
     "bad_entry": (lambda p: _raw(p, b'{"w": {"dtype": "BF16", "shape": [2]}}'), "data_offsets"),
-    "shape_mismatch": (lambda p: _raw(p, b'{"w":{"dtype":"BF16","shape":[3],"data_offsets":[0,4]}}',
-                                      data=b"\0" * 4), "does not match"),
+    "shape_mismatch": (
+        lambda p: _raw(p, b'{"w":{"dtype":"BF16","shape":[3],"data_offsets":[0,4]}}', data=b"\0" * 4),
+        "does not match",
+    ),
     "data_truncated": (lambda p: (_valid(p), os.truncate(p, os.path.getsize(p) - 100), str(p))[2], "truncated"),
 }
 
@@ -204,8 +252,11 @@ def test_bad_file_is_a_user_error_naming_it(tmp_path, kind):
 
 def test_read_header_of_a_valid_file(tmp_path):
     header = read_header(_valid(tmp_path / "ok.safetensors"))
-    assert header["model.layers.0.mlp.up_proj.weight"] == {"dtype": "BF16", "shape": [64, 64],
-                                                           "data_offsets": [0, 8192]}
+    assert header["model.layers.0.mlp.up_proj.weight"] == {
+        "dtype": "BF16",
+        "shape": [64, 64],
+        "data_offsets": [0, 8192],
+    }
 
 
 def test_index_naming_a_missing_shard(tmp_path):
@@ -225,10 +276,13 @@ def test_index_and_shards_that_disagree_are_warned_about(tmp_path):
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     write_safetensors(str(folder / "stray.safetensors"), {"x.weight": ("BF16", [2, 2])})
     warnings = inspect_checkpoint(str(folder))["warnings"]
-    assert sorted(warnings) == sorted([
-        "1 tensor(s) named in the index are in no shard (incomplete download?)",
-        "lm_head.weight is in model-00002-of-00003.safetensors but the index says model-00003-of-00003.safetensors",
-        "stray.safetensors is not in the index; loaders ignore it"])
+    assert sorted(warnings) == sorted(
+        [
+            "1 tensor(s) named in the index are in no shard (incomplete download?)",
+            "lm_head.weight is in model-00002-of-00003.safetensors but the index says model-00003-of-00003.safetensors",
+            "stray.safetensors is not in the index; loaders ignore it",
+        ]
+    )
 
 
 def test_missing_path(tmp_path):
@@ -270,6 +324,12 @@ def test_cli_bad_header_exits_2_naming_the_file(tmp_path, capsys):
 
 def test_hostside_module_runs_with_stdlib_only(qwen):
     """`python3 -S -m agent.hostside.safetensors PATH` (no site-packages) prints the same summary."""
-    out = subprocess.run([sys.executable, "-S", "-m", "agent.hostside.safetensors", qwen["uns"]["path"]],
-                         cwd=REPO, capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-S", "-m", "agent.hostside.safetensors", qwen["uns"]["path"]],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     assert json.loads(out) == qwen["uns"]

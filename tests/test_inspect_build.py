@@ -63,13 +63,18 @@ def _write_json(path: str, data: dict) -> None:
 def linear(prefix: str, out: int, inp: int, fmt: str, static: bool = True) -> dict:
     """One linear layer's tensors in a format: nvfp4 (modelopt), fp8 (per-tensor), fp8_block, bf16."""
     if fmt == "nvfp4":
-        t = {f"{prefix}.weight": ("U8", [out, inp // 2]), f"{prefix}.weight_scale": ("F8_E4M3", [out, inp // 16]),
-             f"{prefix}.weight_scale_2": ("F32", [])}
+        t = {
+            f"{prefix}.weight": ("U8", [out, inp // 2]),
+            f"{prefix}.weight_scale": ("F8_E4M3", [out, inp // 16]),
+            f"{prefix}.weight_scale_2": ("F32", []),
+        }
     elif fmt == "fp8":
         t = {f"{prefix}.weight": ("F8_E4M3", [out, inp]), f"{prefix}.weight_scale": ("F32", [])}
     elif fmt == "fp8_block":
-        return {f"{prefix}.weight": ("F8_E4M3", [out, inp]),
-                f"{prefix}.weight_scale_inv": ("F32", [-(-out // 128), -(-inp // 128)])}
+        return {
+            f"{prefix}.weight": ("F8_E4M3", [out, inp]),
+            f"{prefix}.weight_scale_inv": ("F32", [-(-out // 128), -(-inp // 128)]),
+        }
     else:
         return {f"{prefix}.weight": ("BF16", [out, inp])}
     if static:
@@ -82,22 +87,34 @@ def _norm(name: str, size: int = HIDDEN) -> dict:
 
 
 def _moe_block(prefix: str, fmt: str, static: bool, expert_fmt: str | None = None) -> dict:
-    t = {f"{prefix}.gate.weight": ("BF16", [EXPERTS, HIDDEN]),
-         f"{prefix}.shared_expert_gate.weight": ("BF16", [1, HIDDEN])}
-    for proj, out, inp in (("gate_proj", SHARED_INTER, HIDDEN), ("up_proj", SHARED_INTER, HIDDEN),
-                           ("down_proj", HIDDEN, SHARED_INTER)):
+    t = {
+        f"{prefix}.gate.weight": ("BF16", [EXPERTS, HIDDEN]),
+        f"{prefix}.shared_expert_gate.weight": ("BF16", [1, HIDDEN]),
+    }
+    for proj, out, inp in (
+        ("gate_proj", SHARED_INTER, HIDDEN),
+        ("up_proj", SHARED_INTER, HIDDEN),
+        ("down_proj", HIDDEN, SHARED_INTER),
+    ):
         t.update(linear(f"{prefix}.shared_expert.{proj}", out, inp, fmt, static))
     for e in range(EXPERTS):
-        for proj, out, inp in (("gate_proj", EXPERT_INTER, HIDDEN), ("up_proj", EXPERT_INTER, HIDDEN),
-                               ("down_proj", HIDDEN, EXPERT_INTER)):
+        for proj, out, inp in (
+            ("gate_proj", EXPERT_INTER, HIDDEN),
+            ("up_proj", EXPERT_INTER, HIDDEN),
+            ("down_proj", HIDDEN, EXPERT_INTER),
+        ):
             t.update(linear(f"{prefix}.experts.{e}.{proj}", out, inp, expert_fmt or fmt, static))
     return t
 
 
 def _full_attention(prefix: str, fmt: str, static: bool) -> dict:
     t = {}
-    for proj, out, inp in (("q_proj", HIDDEN, HIDDEN), ("k_proj", HIDDEN // 4, HIDDEN),
-                           ("v_proj", HIDDEN // 4, HIDDEN), ("o_proj", HIDDEN, HIDDEN)):
+    for proj, out, inp in (
+        ("q_proj", HIDDEN, HIDDEN),
+        ("k_proj", HIDDEN // 4, HIDDEN),
+        ("v_proj", HIDDEN // 4, HIDDEN),
+        ("o_proj", HIDDEN, HIDDEN),
+    ):
         t.update(linear(f"{prefix}.{proj}", out, inp, fmt, static))
     t.update(_norm(f"{prefix}.q_norm.weight", 16))
     t.update(_norm(f"{prefix}.k_norm.weight", 16))
@@ -132,8 +149,13 @@ def qwen_moe(variant: str) -> tuple[dict, dict, dict]:
         t.update(_moe_block(f"{p}.mlp", fmt, static, expert_fmt))
     mtp_fmt = "fp8_block" if variant == "fp8" else "bf16"  # NVFP4 checkpoints leave the MTP module BF16
     t.update(linear("mtp.fc", HIDDEN, 2 * HIDDEN, mtp_fmt))
-    for name in ("mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight",
-                 "mtp.layers.0.input_layernorm.weight", "mtp.layers.0.post_attention_layernorm.weight"):
+    for name in (
+        "mtp.pre_fc_norm_embedding.weight",
+        "mtp.pre_fc_norm_hidden.weight",
+        "mtp.norm.weight",
+        "mtp.layers.0.input_layernorm.weight",
+        "mtp.layers.0.post_attention_layernorm.weight",
+    ):
         t.update(_norm(name))
     t.update(_full_attention("mtp.layers.0.self_attn", mtp_fmt, False))
     t.update(_moe_block("mtp.layers.0.mlp", mtp_fmt, False))
@@ -141,17 +163,35 @@ def qwen_moe(variant: str) -> tuple[dict, dict, dict]:
     t["model.visual.blocks.0.attn.qkv.weight"] = ("BF16", [3 * HIDDEN, HIDDEN])
     t["model.visual.blocks.0.norm1.weight"] = ("F32", [HIDDEN])
     t["model.visual.merger.linear_fc1.weight"] = ("BF16", [HIDDEN, HIDDEN])
-    config = {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "tie_word_embeddings": False,
-              "text_config": {"num_hidden_layers": LAYERS, "num_experts": EXPERTS, "num_experts_per_tok": TOP_K,
-                              "hidden_size": HIDDEN, "mtp_num_hidden_layers": 1}}
+    config = {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "tie_word_embeddings": False,
+        "text_config": {
+            "num_hidden_layers": LAYERS,
+            "num_experts": EXPERTS,
+            "num_experts_per_tok": TOP_K,
+            "hidden_size": HIDDEN,
+            "mtp_num_hidden_layers": 1,
+        },
+    }
     extra = {}
     if fmt == "nvfp4":
-        extra["hf_quant_config.json"] = {"producer": {"name": "modelopt"}, "quantization": {
-            "quant_algo": "NVFP4" if variant != "uns" else "MIXED_PRECISION", "group_size": 16,
-            "exclude_modules": ["lm_head", "mtp*", "model.visual*"]}}
+        extra["hf_quant_config.json"] = {
+            "producer": {"name": "modelopt"},
+            "quantization": {
+                "quant_algo": "NVFP4" if variant != "uns" else "MIXED_PRECISION",
+                "group_size": 16,
+                "exclude_modules": ["lm_head", "mtp*", "model.visual*"],
+            },
+        }
     else:
-        config["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                         "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head"]}
+        config["quantization_config"] = {
+            "quant_method": "fp8",
+            "fmt": "e4m3",
+            "activation_scheme": "dynamic",
+            "weight_block_size": [128, 128],
+            "modules_to_not_convert": ["lm_head"],
+        }
     return t, config, extra
 
 
@@ -163,8 +203,13 @@ def deepseek_style() -> tuple[dict, dict]:
         p = f"model.layers.{layer}"
         t.update(_norm(f"{p}.input_layernorm.weight"))
         t.update(_norm(f"{p}.post_attention_layernorm.weight"))
-        for proj, out, inp in (("q_a_proj", 32, HIDDEN), ("q_b_proj", HIDDEN, 32), ("kv_a_proj_with_mqa", 48, HIDDEN),
-                               ("kv_b_proj", HIDDEN, 32), ("o_proj", HIDDEN, HIDDEN)):
+        for proj, out, inp in (
+            ("q_a_proj", 32, HIDDEN),
+            ("q_b_proj", HIDDEN, 32),
+            ("kv_a_proj_with_mqa", 48, HIDDEN),
+            ("kv_b_proj", HIDDEN, 32),
+            ("o_proj", HIDDEN, HIDDEN),
+        ):
             t.update(linear(f"{p}.self_attn.{proj}", out, inp, "fp8_block"))
         t.update(_norm(f"{p}.self_attn.q_a_layernorm.weight", 32))
         t.update(_norm(f"{p}.self_attn.kv_a_layernorm.weight", 32))
@@ -174,8 +219,11 @@ def deepseek_style() -> tuple[dict, dict]:
             continue
         t[f"{p}.mlp.gate.weight"] = ("BF16", [EXPERTS, HIDDEN])
         t[f"{p}.mlp.gate.e_score_correction_bias"] = ("F32", [EXPERTS])
-        for proj, out, inp in (("gate_proj", EXPERT_INTER, HIDDEN), ("up_proj", EXPERT_INTER, HIDDEN),
-                               ("down_proj", HIDDEN, EXPERT_INTER)):
+        for proj, out, inp in (
+            ("gate_proj", EXPERT_INTER, HIDDEN),
+            ("up_proj", EXPERT_INTER, HIDDEN),
+            ("down_proj", HIDDEN, EXPERT_INTER),
+        ):
             t.update(linear(f"{p}.mlp.shared_experts.{proj}", out, inp, "fp8_block"))
             for e in range(EXPERTS):
                 t.update(linear(f"{p}.mlp.experts.{e}.{proj}", out, inp, "fp8_block"))
@@ -183,9 +231,14 @@ def deepseek_style() -> tuple[dict, dict]:
     t.update(_norm("model.layers.3.hnorm.weight"))
     t["model.layers.3.eh_proj.weight"] = ("BF16", [HIDDEN, 2 * HIDDEN])
     t["model.layers.3.shared_head.head.weight"] = ("BF16", [VOCAB, HIDDEN])
-    config = {"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 3, "n_routed_experts": EXPERTS,
-              "num_experts_per_tok": TOP_K, "num_nextn_predict_layers": 1,
-              "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "num_hidden_layers": 3,
+        "n_routed_experts": EXPERTS,
+        "num_experts_per_tok": TOP_K,
+        "num_nextn_predict_layers": 1,
+        "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
+    }
     return t, config
 
 

@@ -30,9 +30,25 @@ def test_remote_cli_compares_two_checkpoints_on_the_host(ssh_fleet):
     """The real command line, in its own process: --json stdout is the JSON document alone."""
     workdir = ssh_fleet.host("spark-b").workdir
     a, b = (build_qwen(str(workdir / v), v) for v in ("nv", "uns-fast"))
-    done = subprocess.run([sys.executable, "-m", "agent.cli", "inspect", a, b, "--host", "spark-b",
-                           "-i", str(ssh_fleet.inventory), "--json"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "inspect",
+            a,
+            b,
+            "--host",
+            "spark-b",
+            "-i",
+            str(ssh_fleet.inventory),
+            "--json",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     comparison = json.loads(done.stdout)["comparison"]
     assert comparison["headline"] == "byte-twins: 120 vs 120 packed FP4 tensors, the same 14 high-precision weights"

@@ -1,20 +1,19 @@
 """agent.hostside.loadgen: window accounting (exact, on recorded events), the HTTP/SSE client against a
 scripted loopback server, and the closed loop against the simulated vLLM server (agent.sim)."""
+
 import asyncio
 import json
 import os
 import random
-import socket
 import socketserver
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 
-from agent.hostside import loadgen, metrics
+from agent.hostside import loadgen
 from agent.hostside.loadgen import _Request
 
 # ------------------------------------------------------------------ window accounting (exact)
@@ -34,11 +33,11 @@ def test_in_flight_request_counts_only_its_in_window_tokens():
     # window [10, 20): chunks at 8 and 9 are before it, 20 and 21 after it; the request never finishes
     r = _req(5.0, [(8.0, 1), (9.0, 1), (10.0, 2), (15.0, 1), (19.5, 3), (20.0, 1), (21.0, 1)])
     res = loadgen.summarize([r], 10.0, 20.0, concurrency=1)
-    assert res["total_output_tokens"] == 6            # 2 + 1 + 3: t0 is inside, t1 is not
+    assert res["total_output_tokens"] == 6  # 2 + 1 + 3: t0 is inside, t1 is not
     assert res["output_throughput"] == 0.6
     assert res["completed"] == 0 and res["failed"] == 0
-    assert res["total_input_tokens"] == 0              # only finished requests count their prompt
-    assert res["mean_ttft_ms"] == 0.0                  # its first token came before the window
+    assert res["total_input_tokens"] == 0  # only finished requests count their prompt
+    assert res["mean_ttft_ms"] == 0.0  # its first token came before the window
     # gaps whose later chunk is inside: 9->10, 10->15, 15->19.5
     assert res["median_itl_ms"] == 4500.0
     assert res["mean_itl_ms"] == pytest.approx(1000.0 * (1 + 5 + 4.5) / 3)
@@ -54,7 +53,7 @@ def test_completed_requests_give_ttft_tpot_e2el():
     assert res["total_input_tokens"] == 220
     assert res["total_output_tokens"] == 8
     assert res["request_throughput"] == 1.0
-    assert res["mean_ttft_ms"] == pytest.approx(350.0)          # 500 and 200
+    assert res["mean_ttft_ms"] == pytest.approx(350.0)  # 500 and 200
     # TPOT = (e2el - ttft) / (tokens - 1): a (1.0-0.5)/3, b (1.5-0.2-1.0)/3
     assert res["mean_tpot_ms"] == pytest.approx(1000.0 * (0.5 / 3 + 0.3 / 3) / 2)
     assert res["median_e2el_ms"] == pytest.approx(750.0)
@@ -66,12 +65,12 @@ def test_completed_requests_give_ttft_tpot_e2el():
 
 
 def test_failures_and_completions_count_where_they_end():
-    before = _req(0.0, [(1.0, 1)], end=4.0)                      # finished before the window
+    before = _req(0.0, [(1.0, 1)], end=4.0)  # finished before the window
     inside_ok = _req(4.0, [(6.0, 2)], end=7.0)
     inside_err = _req(7.0, [], end=7.5, error="HTTP 400: prompt too long")
     inside_err2 = _req(7.5, [], end=8.0, error="HTTP 400: prompt too long")
     other_err = _req(8.0, [], end=9.0, error="stream ended without [DONE] after 0 tokens")
-    after_err = _req(9.0, [], end=10.0, error="late")            # ends exactly at t1: not inside
+    after_err = _req(9.0, [], end=10.0, error="late")  # ends exactly at t1: not inside
     res = loadgen.summarize([before, inside_ok, inside_err, inside_err2, other_err, after_err], 5.0, 10.0, 2)
     assert res["completed"] == 1 and res["failed"] == 3
     assert res["errors"] == ["HTTP 400: prompt too long", "stream ended without [DONE] after 0 tokens"]
@@ -87,19 +86,38 @@ def test_window_without_tokens_is_not_ok():
 
 def test_result_keys_are_the_contract_and_have_no_none():
     res = loadgen.summarize([], 0.0, 1.0, 1)
-    expected = {"concurrency", "ok", "error", "started_at", "duration", "completed", "failed", "errors",
-                "total_input_tokens", "total_output_tokens", "output_throughput", "request_throughput",
-                "max_concurrent_requests", "median_e2el_ms", "p99_e2el_ms"}
+    expected = {
+        "concurrency",
+        "ok",
+        "error",
+        "started_at",
+        "duration",
+        "completed",
+        "failed",
+        "errors",
+        "total_input_tokens",
+        "total_output_tokens",
+        "output_throughput",
+        "request_throughput",
+        "max_concurrent_requests",
+        "median_e2el_ms",
+        "p99_e2el_ms",
+    }
     expected |= {"%s_%s_ms" % (s, m) for s in ("mean", "median", "p99") for m in ("ttft", "tpot", "itl")}
     assert set(res) == expected
     assert all(v is not None for v in res.values())
 
 
 def test_max_in_flight_counts_overlap_inside_the_window_only():
-    reqs = [_req(0.0, [], end=3.0), _req(1.0, [], end=2.0), _req(2.0, [], end=5.0), _req(2.5, [], None),
-            _req(6.0, [], None)]
-    assert loadgen.max_in_flight(reqs, 0.0, 10.0) == 3          # at 2.5: first, third, fourth
-    assert loadgen.max_in_flight(reqs, 3.5, 5.5) == 2           # third and fourth
+    reqs = [
+        _req(0.0, [], end=3.0),
+        _req(1.0, [], end=2.0),
+        _req(2.0, [], end=5.0),
+        _req(2.5, [], None),
+        _req(6.0, [], None),
+    ]
+    assert loadgen.max_in_flight(reqs, 0.0, 10.0) == 3  # at 2.5: first, third, fourth
+    assert loadgen.max_in_flight(reqs, 3.5, 5.5) == 2  # third and fourth
     assert loadgen.max_in_flight(reqs[:2], 2.5, 3.5) == 1
 
 
@@ -117,11 +135,12 @@ def test_chunk_tokens_usage_fallback_and_correction():
         if completion_tokens is not None:
             e["usage"] = {"prompt_tokens": 9, "completion_tokens": completion_tokens}
         return e
-    assert loadgen._chunk_tokens(event(" a b c", 3), counted=0) == 3   # speculative: 3 tokens in one chunk
-    assert loadgen._chunk_tokens(event("", 3), counted=3) == 0         # final usage-only chunk repeats it
-    assert loadgen._chunk_tokens(event(" a"), counted=0) == 1          # no usage: one per chunk with text
+
+    assert loadgen._chunk_tokens(event(" a b c", 3), counted=0) == 3  # speculative: 3 tokens in one chunk
+    assert loadgen._chunk_tokens(event("", 3), counted=3) == 0  # final usage-only chunk repeats it
+    assert loadgen._chunk_tokens(event(" a"), counted=0) == 1  # no usage: one per chunk with text
     assert loadgen._chunk_tokens(event(""), counted=1) == 0
-    assert loadgen._chunk_tokens(event(None, 5), counted=2) == 3       # usage only at the end corrects
+    assert loadgen._chunk_tokens(event(None, 5), counted=2) == 3  # usage only at the end corrects
 
 
 def test_prompt_lengths_uniform_and_mixed_are_seeded():
@@ -147,7 +166,7 @@ class _Scripted(socketserver.ThreadingTCPServer):
     daemon_threads = True
 
     def __init__(self, pieces):
-        self.pieces = pieces          # raw response bytes, sent one write (and flush) at a time
+        self.pieces = pieces  # raw response bytes, sent one write (and flush) at a time
         self.bodies = []
         super().__init__(("127.0.0.1", 0), _ScriptedHandler)
 
@@ -157,8 +176,9 @@ class _ScriptedHandler(socketserver.StreamRequestHandler):
         head = b""
         while not head.endswith(b"\r\n\r\n"):
             head += self.rfile.read(1)
-        length = int([line.split(b":")[1] for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length")][0])
+        length = int(
+            [line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")][0]
+        )
         self.server.bodies.append(json.loads(self.rfile.read(length)))
         for piece in self.server.pieces:
             self.wfile.write(piece)
@@ -174,6 +194,7 @@ def scripted():
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
         return server
+
     yield start
     for server in servers:
         server.shutdown()
@@ -209,8 +230,13 @@ def _stream(server, clock=time.monotonic):
 def test_chunked_sse_with_events_split_and_merged_across_chunks(scripted):
     body = _sse(_tok(" a", 1)) + _sse(_tok(" b c d", 4)) + _sse(_tok(" e", 5)) + _sse(b"[DONE]")
     # chunk boundaries in the middle of events and several events per chunk, plus a chunk extension
-    pieces = [CHUNKED_HEAD, _chunk(body[:7]), _chunk(body[7:150]),
-              b"%x;ext=1\r\n%s\r\n" % (len(body[150:]), body[150:]), b"0\r\n\r\n"]
+    pieces = [
+        CHUNKED_HEAD,
+        _chunk(body[:7]),
+        _chunk(body[7:150]),
+        b"%x;ext=1\r\n%s\r\n" % (len(body[150:]), body[150:]),
+        b"0\r\n\r\n",
+    ]
     server = scripted(pieces)
     ticks = iter(range(1, 100))
     record = _stream(server, clock=lambda: float(next(ticks)))
@@ -237,12 +263,22 @@ def test_content_length_and_close_delimited_bodies(scripted):
     assert sum(_stream(scripted([head, body])).tokens) == 2
 
 
-@pytest.mark.parametrize("pieces, message", [
-    ([CHUNKED_HEAD, _chunk(_sse(_tok(" a", 1))), _chunk(_sse({"error": {"message": "engine died"}})), b"0\r\n\r\n"],
-     "server error: engine died"),
-    ([CHUNKED_HEAD, _chunk(_sse(_tok(" a", 1))), b"0\r\n\r\n"], "without [DONE] after 1 tokens"),
-    ([CHUNKED_HEAD, _chunk(_sse(_tok(" a", 1)))], "closed inside a chunked body"),
-])
+@pytest.mark.parametrize(
+    "pieces, message",
+    [
+        (
+            [
+                CHUNKED_HEAD,
+                _chunk(_sse(_tok(" a", 1))),
+                _chunk(_sse({"error": {"message": "engine died"}})),
+                b"0\r\n\r\n",
+            ],
+            "server error: engine died",
+        ),
+        ([CHUNKED_HEAD, _chunk(_sse(_tok(" a", 1))), b"0\r\n\r\n"], "without [DONE] after 1 tokens"),
+        ([CHUNKED_HEAD, _chunk(_sse(_tok(" a", 1)))], "closed inside a chunked body"),
+    ],
+)
 def test_broken_responses_raise_load_error(scripted, pieces, message):
     with pytest.raises(loadgen.LoadError, match=message.replace("[", r"\[").replace("]", r"\]")):
         _stream(scripted(pieces))
@@ -285,8 +321,8 @@ def test_run_level_measures_the_simulator(sim):
     assert res["failed"] == 0 and res["errors"] == []
     assert res["duration"] == 2.0 and res["max_concurrent_requests"] == 2
     assert res["completed"] >= 1
-    assert res["total_input_tokens"] == 64 * res["completed"]          # the server's usage.prompt_tokens
-    assert res["total_output_tokens"] >= 16 * res["completed"]         # plus the partial ones at the close
+    assert res["total_input_tokens"] == 64 * res["completed"]  # the server's usage.prompt_tokens
+    assert res["total_output_tokens"] >= 16 * res["completed"]  # plus the partial ones at the close
     assert res["output_throughput"] == res["total_output_tokens"] / 2.0
     assert res["request_throughput"] == res["completed"] / 2.0
     assert 0 < res["median_ttft_ms"] <= res["median_e2el_ms"]
@@ -310,7 +346,7 @@ def test_injected_clock_defines_the_window(sim):
     fast = lambda: 10.0 * time.monotonic()  # noqa: E731  ten clock seconds per real second
     began = time.monotonic()
     res = loadgen.run_level(sim.url, MODEL, 1, 10.0, 0.0, 8, 8, clock=fast)
-    assert time.monotonic() - began < 10.0                              # the window was 10 clock seconds
+    assert time.monotonic() - began < 10.0  # the window was 10 clock seconds
     assert res["ok"] is True and res["duration"] == 10.0
     assert res["output_throughput"] == res["total_output_tokens"] / 10.0
 
@@ -332,7 +368,7 @@ def test_dead_server_aborts_the_level_quickly():
     began = time.monotonic()
     res = loadgen.run_level("http://127.0.0.1:%d" % free_port(), MODEL, 4, 30.0, 5.0, 8, 8)
     assert res["ok"] is False and "ConnectionRefusedError" in res["error"]
-    assert time.monotonic() - began < 30.0          # it gave up instead of hammering a closed port for 35 s
+    assert time.monotonic() - began < 30.0  # it gave up instead of hammering a closed port for 35 s
     assert all(v is not None for v in res.values())
 
 
@@ -344,9 +380,11 @@ def test_speculative_decoding_multi_token_chunks_and_acceptance():
     assert res["ok"] is True, res
     delta = res["metrics_delta"]
     assert delta["spec_decode_num_draft_tokens"] > 0
-    assert res["spec_decode_acceptance_rate"] == delta["spec_decode_num_accepted_tokens"] / delta[
-        "spec_decode_num_draft_tokens"]
-    assert 0.5 < res["spec_decode_acceptance_rate"] < 0.95     # calibrated ~0.75 for uns-fast
+    assert (
+        res["spec_decode_acceptance_rate"]
+        == delta["spec_decode_num_accepted_tokens"] / delta["spec_decode_num_draft_tokens"]
+    )
+    assert 0.5 < res["spec_decode_acceptance_rate"] < 0.95  # calibrated ~0.75 for uns-fast
     # chunks carry several tokens: the time per token is below the gap between chunks
     assert res["mean_tpot_ms"] < res["mean_itl_ms"]
 
@@ -356,22 +394,48 @@ def test_dropped_streams_are_counted_as_failures():
         server.wait_ready()
         res = loadgen.run_level(server.url, MODEL, 4, 1.5, 0.0, 8, 32)
     assert res["ok"] is True and res["completed"] > 0 and res["failed"] > 0
-    assert any("closed inside a chunked body" in e or "without [DONE]" in e or "IncompleteRead" in e
-               for e in res["errors"]), res["errors"]
+    assert any(
+        "closed inside a chunked body" in e or "without [DONE]" in e or "IncompleteRead" in e for e in res["errors"]
+    ), res["errors"]
 
 
 def test_cli_writes_one_file_per_window_and_a_summary_line(sim, tmp_path):
     out = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "agent.hostside.loadgen", "--url", sim.url, "--model", MODEL, "--levels", "1,2",
-         "--duration", "0.5", "--warmup", "0.2", "--repeats", "2", "--prompt-len", "16", "--output-len", "8",
-         "--out-dir", str(out), "--json"], capture_output=True, text=True, timeout=120, cwd=os.path.dirname(os.path.dirname(
-             os.path.abspath(__file__))))
+        [
+            sys.executable,
+            "-m",
+            "agent.hostside.loadgen",
+            "--url",
+            sim.url,
+            "--model",
+            MODEL,
+            "--levels",
+            "1,2",
+            "--duration",
+            "0.5",
+            "--warmup",
+            "0.2",
+            "--repeats",
+            "2",
+            "--prompt-len",
+            "16",
+            "--output-len",
+            "8",
+            "--out-dir",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["ok"] is True
     names = sorted(os.listdir(out))
-    assert names == ["c001-r1.json", "c001-r2.json", "c002-r1.json", "c002-r2.json"]   # no temp files left
+    assert names == ["c001-r1.json", "c001-r2.json", "c002-r1.json", "c002-r2.json"]  # no temp files left
     for name in names:
         data = json.loads((out / name).read_text())
         assert data["concurrency"] == int(name[1:4]) and data["repeat"] == int(name[-6])
@@ -380,10 +444,25 @@ def test_cli_writes_one_file_per_window_and_a_summary_line(sim, tmp_path):
     assert [w["repeat"] for w in summary["windows"]] == [1, 2, 1, 2]
     assert summary["files"] == [str(out / name) for name in names]
     assert [r["total_output_tokens"] for r in summary["results"]] == [
-        json.loads((out / name).read_text())["total_output_tokens"] for name in names]
+        json.loads((out / name).read_text())["total_output_tokens"] for name in names
+    ]
 
 
 def test_cli_rejects_bad_levels():
-    proc = subprocess.run([sys.executable, "-m", "agent.hostside.loadgen", "--url", "http://127.0.0.1:1",
-                           "--model", "m", "--levels", "1,x"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agent.hostside.loadgen",
+            "--url",
+            "http://127.0.0.1:1",
+            "--model",
+            "m",
+            "--levels",
+            "1,x",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "--levels takes comma-separated integers" in proc.stderr

@@ -1,4 +1,5 @@
 """agent.hostside.metrics: Prometheus text parsing and a real scrape over loopback."""
+
 import http.server
 import threading
 
@@ -46,8 +47,13 @@ def test_delta_and_window_counters():
     d = metrics.delta(before, after)
     assert d[metrics.GENERATION_TOKENS] == 640.0 and d["new_counter"] == 3.0 and d[metrics.PROMPT_TOKENS] == 0.0
     counters = metrics.window_counters(before, after)
-    assert counters == {"generation_tokens": 640.0, "prompt_tokens": 0.0, "request_success": 0.0,
-                        "spec_decode_num_draft_tokens": 100.0, "spec_decode_num_accepted_tokens": 75.0}
+    assert counters == {
+        "generation_tokens": 640.0,
+        "prompt_tokens": 0.0,
+        "request_success": 0.0,
+        "spec_decode_num_draft_tokens": 100.0,
+        "spec_decode_num_accepted_tokens": 75.0,
+    }
     assert metrics.acceptance_rate(counters) == 0.75
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_report_fixtures import write_cell  # noqa: E402
+from test_report_fixtures import write_cell
 
-from agent.reporting import markdown as report  # noqa: E402
-from agent.cli import main  # noqa: E402
-from agent.results.tree import load_cells  # noqa: E402
+from agent.cli import main
+from agent.reporting import markdown as report
+from agent.results.tree import load_cells
 
 C = [1, 2, 4, 8, 16]
 DEEP_GEMM_ASSERT = 'assert cached is not None, "DeepGemmQuantScaleFMT oracle cache not initialized"'
@@ -24,17 +24,38 @@ DEEP_GEMM_ASSERT = 'assert cached is not None, "DeepGemmQuantScaleFMT oracle cac
 def tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
     for ck, bpt in (("nv", 2_730_000_000), ("uns-fast", 3_150_000_000)):  # 100 and 86.7 tok/s at 273 GB/s
-        write_cell(root, checkpoint=ck, backend="marlin", values={c: [60.0 * c, 61.0 * c, 59.0 * c] for c in C},
-                   checkpoint_info={"bytes_per_token": bpt})
-        write_cell(root, checkpoint=ck, backend="flashinfer_b12x",
-                   values={c: [25.0 * c, 30.0 * c, 40.0 * c] for c in C})  # 2× slower, spread 50%
+        write_cell(
+            root,
+            checkpoint=ck,
+            backend="marlin",
+            values={c: [60.0 * c, 61.0 * c, 59.0 * c] for c in C},
+            checkpoint_info={"bytes_per_token": bpt},
+        )
+        write_cell(
+            root, checkpoint=ck, backend="flashinfer_b12x", values={c: [25.0 * c, 30.0 * c, 40.0 * c] for c in C}
+        )  # 2× slower, spread 50%
     fp8 = dict(checkpoint="fp8", quant="fp8", env={"VLLM_USE_DEEP_GEMM": "0"})
     write_cell(root, backend="triton", values={c: [55.0 * c, 55.5 * c, 54.5 * c] for c in C}, **fp8)
     write_cell(root, backend="marlin", values={c: [50.0 * c, 50.5 * c, "request timeout"] for c in C}, **fp8)
-    write_cell(root, backend="cutlass", values={c: [999.0, 1000.0, 1001.0] for c in C}, verdict="invalid",
-               verdict_reasons=["moe: requested cutlass, loaded TRITON"], loaded="triton", **fp8)
-    write_cell(root, backend="deep_gemm", values={}, status="failed", verdict="failed",
-               failure_class="deep_gemm_assert", failure_evidence=[DEEP_GEMM_ASSERT], **fp8)
+    write_cell(
+        root,
+        backend="cutlass",
+        values={c: [999.0, 1000.0, 1001.0] for c in C},
+        verdict="invalid",
+        verdict_reasons=["moe: requested cutlass, loaded TRITON"],
+        loaded="triton",
+        **fp8,
+    )
+    write_cell(
+        root,
+        backend="deep_gemm",
+        values={},
+        status="failed",
+        verdict="failed",
+        failure_class="deep_gemm_assert",
+        failure_evidence=[DEEP_GEMM_ASSERT],
+        **fp8,
+    )
     assert main(["report", str(root)]) == 0
     return root
 
@@ -42,7 +63,7 @@ def tree(tmp_path_factory):
 def section(md: str, title: str) -> str:
     start = md.index(title)
     end = md.find("\n## ", start + len(title))
-    return md[start:end if end > 0 else None]
+    return md[start : end if end > 0 else None]
 
 
 def test_what_to_run_names_the_winner_per_format_with_margin(tree):
@@ -126,10 +147,22 @@ def test_html_renders_in_headless_chromium_with_plots(tree, tmp_path):
     assert html.count("data:image/png;base64,") == len(report.PLOTS)
     assert "Run marlin." in html and "<table>" in html
     shot = tmp_path / "shot.png"
-    cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", "--window-size=1300,5000",
-           f"--screenshot={shot}", (tree / "report.html").as_uri()]
+    cmd = [
+        "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--hide-scrollbars",
+        "--window-size=1300,5000",
+        f"--screenshot={shot}",
+        (tree / "report.html").as_uri(),
+    ]
     subprocess.run(cmd, check=True, timeout=120, capture_output=True)
     img = _read_png(shot)
     assert _non_white(img) > 0.02

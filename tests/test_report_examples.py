@@ -21,5 +21,6 @@ def test_fp8_example_has_six_moe_backends():
     spec = load_spec(EXAMPLES / "gb10-fp8.toml")
     assert [(c.name, c.quant) for c in spec.checkpoints] == [("fp8", "fp8")]
     assert sorted(spec.moe_backends) == sorted(
-        ["triton", "marlin", "deep_gemm", "cutlass", "flashinfer_cutlass", "flashinfer_trtllm"])
+        ["triton", "marlin", "deep_gemm", "cutlass", "flashinfer_cutlass", "flashinfer_trtllm"]
+    )
     assert (spec.concurrency, spec.duration_s, spec.warmup, spec.repeats) == ([1, 2, 4, 8, 16], 60.0, 1, 3)

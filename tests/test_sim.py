@@ -26,9 +26,21 @@ def _metric(text: str, name: str, **labels) -> float:
 
 def test_startup_log_0_24_reads_like_vllm_and_the_agent_attests_it():
     env = {**GB10_ENV, "VLLM_FP8_MOE_BACKEND": "marlin", "VLLM_USE_FLASHINFER_MOE_FP4": "0", "VLLM_USE_DEEP_GEMM": "0"}
-    with SimServer("unsloth/Qwen3.6-35B-A3B-NVFP4-fast", "--moe-backend", "marlin", "--attention-backend", "flashinfer",
-                   "--gpu-memory-utilization", "0.85", "--max-num-seqs", "16", "--enforce-eager", "--dtype", "bfloat16",
-                   env=env) as sim:
+    with SimServer(
+        "unsloth/Qwen3.6-35B-A3B-NVFP4-fast",
+        "--moe-backend",
+        "marlin",
+        "--attention-backend",
+        "flashinfer",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--max-num-seqs",
+        "16",
+        "--enforce-eager",
+        "--dtype",
+        "bfloat16",
+        env=env,
+    ) as sim:
         sim.wait_ready()
         log = sim.log()
         assert sim.get("/health")[0] == 200
@@ -46,15 +58,23 @@ def test_startup_log_0_24_reads_like_vllm_and_the_agent_attests_it():
     assert facts["startup_complete"] and facts["marlin_fp4_weight_only"] and not facts["failure"]
 
 
-@pytest.mark.parametrize("version,prefixed,identity,moe_line", [
-    ("0.12.0", False, "vLLM API server version 0.12.0", "Using Marlin for ModelOptNvFp4FusedMoE."),
-    ("0.14.0", False, "vLLM API server version 0.14.0", "Using MARLIN backend for NvFp4 MoE"),
-    ("0.33.0", True, "vLLM server version 0.33.0, serving model uns", "Using 'MARLIN' NvFp4 MoE backend"),
-])
+@pytest.mark.parametrize(
+    "version,prefixed,identity,moe_line",
+    [
+        ("0.12.0", False, "vLLM API server version 0.12.0", "Using Marlin for ModelOptNvFp4FusedMoE."),
+        ("0.14.0", False, "vLLM API server version 0.14.0", "Using MARLIN backend for NvFp4 MoE"),
+        ("0.33.0", True, "vLLM server version 0.33.0, serving model uns", "Using 'MARLIN' NvFp4 MoE backend"),
+    ],
+)
 def test_log_layout_follows_the_chosen_version(version, prefixed, identity, moe_line):
     moe_flag = ["--moe-backend", "marlin"] if version >= "0.17" else []
-    with SimServer("uns", *moe_flag, "--sim-vllm-version", version,
-                   env={"VLLM_DISABLE_LOG_LOGO": "1", "VLLM_ATTENTION_BACKEND": "FLASH_ATTN"}) as sim:
+    with SimServer(
+        "uns",
+        *moe_flag,
+        "--sim-vllm-version",
+        version,
+        env={"VLLM_DISABLE_LOG_LOGO": "1", "VLLM_ATTENTION_BACKEND": "FLASH_ATTN"},
+    ) as sim:
         sim.wait_ready()
         log = sim.log()
         assert sim.get("/version")[1].decode() == f'{{"version": "{version}"}}'
@@ -77,8 +97,14 @@ def test_moe_backend_flag_is_unknown_before_0_17():
 def test_completions_stream_counts_every_token_and_ends_with_done():
     with SimServer("fp8", "--sim-rate", "unlimited", env={"VLLM_USE_DEEP_GEMM": "0"}) as sim:
         sim.wait_ready()
-        body = {"model": "fp8", "prompt": "one two three four", "max_tokens": 50, "stream": True, "ignore_eos": True,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        body = {
+            "model": "fp8",
+            "prompt": "one two three four",
+            "max_tokens": 50,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
         status, raw = sim.post("/v1/completions", body)
         assert status == 200
         events = sse_events(raw)
@@ -95,17 +121,32 @@ def test_completions_stream_counts_every_token_and_ends_with_done():
 
 
 def test_chat_non_streaming_models_and_errors():
-    with SimServer("nv", "--served-model-name", "qwen", "--max-model-len", "4096", "--sim-rate", "unlimited",
-                   env=GB10_ENV) as sim:
+    with SimServer(
+        "nv", "--served-model-name", "qwen", "--max-model-len", "4096", "--sim-rate", "unlimited", env=GB10_ENV
+    ) as sim:
         sim.wait_ready()
         models = __import__("json").loads(sim.get("/v1/models")[1])
         assert models["data"][0]["id"] == "qwen" and models["data"][0]["max_model_len"] == 4096
-        status, raw = sim.post("/v1/chat/completions", {"model": "qwen", "messages": [{"role": "user", "content": "hi"}],
-                                                        "max_tokens": 7, "ignore_eos": True})
+        status, raw = sim.post(
+            "/v1/chat/completions",
+            {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 7, "ignore_eos": True},
+        )
         reply = __import__("json").loads(raw)
-        assert status == 200 and reply["usage"]["completion_tokens"] == 7 and reply["choices"][0]["finish_reason"] == "length"
-        status, raw = sim.post("/v1/chat/completions", {"model": "qwen", "messages": [{"role": "user", "content": "hi"}],
-                                                        "max_tokens": 3, "stream": True, "ignore_eos": True})
+        assert (
+            status == 200
+            and reply["usage"]["completion_tokens"] == 7
+            and reply["choices"][0]["finish_reason"] == "length"
+        )
+        status, raw = sim.post(
+            "/v1/chat/completions",
+            {
+                "model": "qwen",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 3,
+                "stream": True,
+                "ignore_eos": True,
+            },
+        )
         events = sse_events(raw)
         assert events[0]["choices"][0]["delta"]["role"] == "assistant" and events[-1] == "[DONE]"
         assert sim.post("/v1/completions", {"model": "other", "prompt": "x"})[0] == 404
@@ -113,12 +154,28 @@ def test_chat_non_streaming_models_and_errors():
 
 
 def test_mtp_chunks_carry_accepted_drafts_and_metrics_count_them():
-    with SimServer("uns-fast", "--moe-backend", "marlin", "--speculative-config", MTP_TRITON, "--sim-rate", "unlimited",
-                   "--sim-seed", "7", env=GB10_ENV) as sim:
+    with SimServer(
+        "uns-fast",
+        "--moe-backend",
+        "marlin",
+        "--speculative-config",
+        MTP_TRITON,
+        "--sim-rate",
+        "unlimited",
+        "--sim-seed",
+        "7",
+        env=GB10_ENV,
+    ) as sim:
         sim.wait_ready()
         assert "speculative_config=SpeculativeConfig(method='mtp'" in sim.log()
-        body = {"model": "uns-fast", "prompt": "a b", "max_tokens": 3000, "stream": True, "ignore_eos": True,
-                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        body = {
+            "model": "uns-fast",
+            "prompt": "a b",
+            "max_tokens": 3000,
+            "stream": True,
+            "ignore_eos": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
         events = sse_events(sim.post("/v1/completions", body)[1])
         counts = [e["usage"]["completion_tokens"] for e in events[:-1] if e["choices"]]
         steps = {b - a for a, b in zip([0] + counts, counts)}
@@ -133,6 +190,7 @@ def test_mtp_chunks_carry_accepted_drafts_and_metrics_count_them():
 
 def test_max_num_seqs_queues_the_rest():
     import threading
+
     with SimServer("uns-fast", "--moe-backend", "marlin", "--max-num-seqs", "2", env=GB10_ENV) as sim:
         sim.wait_ready()
         body = {"model": "uns-fast", "prompt": "x", "max_tokens": 200, "ignore_eos": True}

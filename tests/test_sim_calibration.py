@@ -80,8 +80,17 @@ def test_run_to_run_noise_b12x_wide_marlin_narrow_mixed_ten_percent():
 
 
 def _windows(sim: SimServer, concurrency: int, duration_s: float, repeats: int, **kw) -> list[dict]:
-    results = loadgen.run_levels(sim.url, kw.pop("model", "uns-fast"), [concurrency], duration_s, 0.5, repeats,
-                                 kw.pop("prompt_len", 1024), kw.pop("output_len", 256), **kw)
+    results = loadgen.run_levels(
+        sim.url,
+        kw.pop("model", "uns-fast"),
+        [concurrency],
+        duration_s,
+        0.5,
+        repeats,
+        kw.pop("prompt_len", 1024),
+        kw.pop("output_len", 256),
+        **kw,
+    )
     assert all(r["ok"] for r in results), results
     return results
 
@@ -101,13 +110,17 @@ def test_marlin_vs_b12x_at_c8_over_real_streaming():
     assert 1.8 <= ratio <= 3.5, measured
 
 
-@pytest.mark.parametrize("model,args,expected", [
-    ("uns-fast", ["--moe-backend", "marlin"], 0.75),
-    ("fp8", [], 0.71),
-])
+@pytest.mark.parametrize(
+    "model,args,expected",
+    [
+        ("uns-fast", ["--moe-backend", "marlin"], 0.75),
+        ("fp8", [], 0.71),
+    ],
+)
 def test_speculative_acceptance_measured_by_the_load_driver(model, args, expected):
-    with SimServer(model, *args, "--speculative-config", MTP, "--sim-rate", "unlimited", "--sim-seed", "5",
-                   env=GB10_ENV) as sim:
+    with SimServer(
+        model, *args, "--speculative-config", MTP, "--sim-rate", "unlimited", "--sim-seed", "5", env=GB10_ENV
+    ) as sim:
         sim.wait_ready()
         result = _windows(sim, 4, 1.0, 1, model=model, prompt_len=16, output_len=512)[0]
     assert result["spec_decode_acceptance_rate"] == pytest.approx(expected, abs=0.02)

@@ -49,12 +49,15 @@ def test_fp8_auto_before_0_24_never_tries_deep_gemm_on_gb10():
     assert "Using Triton backend for FP8 MoE" in _starts("fp8", "--sim-vllm-version", "0.14")
 
 
-@pytest.mark.parametrize("backend,klass", [
-    ("deep_gemm", "deep_gemm_assert"),
-    ("cutlass", "backend_unsupported_config"),
-    ("flashinfer_cutlass", "backend_unsupported_config"),
-    ("flashinfer_trtllm", "backend_unsupported_config"),
-])
+@pytest.mark.parametrize(
+    "backend,klass",
+    [
+        ("deep_gemm", "deep_gemm_assert"),
+        ("cutlass", "backend_unsupported_config"),
+        ("flashinfer_cutlass", "backend_unsupported_config"),
+        ("flashinfer_trtllm", "backend_unsupported_config"),
+    ],
+)
 def test_four_of_six_fp8_backends_fail_with_vllms_error(backend, klass):
     code, log = _fails("fp8", "--moe-backend", backend, env={**GB10_ENV, "VLLM_USE_DEEP_GEMM": "0"})
     assert code == 1 and "RuntimeError: Engine core initialization failed" in log
@@ -71,7 +74,9 @@ def test_b12x_needs_both_gb10_variables_marlin_needs_neither():
     assert code == 1 and logparse.classify(log)["class"] == "flashinfer_version"
     code, log = _fails("uns-fast", "--moe-backend", "flashinfer_b12x", env={"FLASHINFER_DISABLE_VERSION_CHECK": "1"})
     assert code == 1 and "ptxas" in log and logparse.classify(log)["class"] == "ptxas_arch"
-    assert "Using 'FLASHINFER_B12X' NvFp4 MoE backend" in _starts("uns-fast", "--moe-backend", "flashinfer_b12x", env=GB10_ENV)
+    assert "Using 'FLASHINFER_B12X' NvFp4 MoE backend" in _starts(
+        "uns-fast", "--moe-backend", "flashinfer_b12x", env=GB10_ENV
+    )
     assert "Using 'MARLIN' NvFp4 MoE backend" in _starts("uns-fast", "--moe-backend", "marlin")
 
 
@@ -82,7 +87,9 @@ def test_nvfp4_mtp_without_triton_for_the_draft_fails_without_naming_the_draft()
     assert code == 1 and error and "draft" not in error[0].lower() and "mtp" not in error[0].lower()
     assert logparse.classify(log)["draft_model"]  # only the position in the log (after the drafter line) tells
     spec = '{"method":"mtp","num_speculative_tokens":2,"moe_backend":"triton"}'
-    assert "Application startup complete." in _starts("nv", "--moe-backend", "marlin", "--speculative-config", spec, env=GB10_ENV)
+    assert "Application startup complete." in _starts(
+        "nv", "--moe-backend", "marlin", "--speculative-config", spec, env=GB10_ENV
+    )
 
 
 def test_memory_failures_oom_fault_and_gb10_free_memory_check():
@@ -107,8 +114,10 @@ def test_crash_after_n_seconds_breaks_streams_and_exits_1():
         sim.wait_ready()
         assert sim.get("/health")[0] == 200
         with pytest.raises((http.client.IncompleteRead, ConnectionError)):
-            sim.post("/v1/completions", {"model": "uns-fast", "prompt": "x", "max_tokens": 5000, "stream": True,
-                                         "ignore_eos": True})
+            sim.post(
+                "/v1/completions",
+                {"model": "uns-fast", "prompt": "x", "max_tokens": 5000, "stream": True, "ignore_eos": True},
+            )
         assert sim.wait_exit() == 1
         log = sim.log()
         assert "EngineCore encountered a fatal error" in log and "EngineDeadError" in log
@@ -141,8 +150,12 @@ def test_dropped_stream_ends_without_done():
     with SimServer("uns-fast", "--moe-backend", "marlin", "--sim-drop-streams", "1", "--sim-rate", "unlimited") as sim:
         sim.wait_ready()
         conn = http.client.HTTPConnection(HOST, sim.port, timeout=10)
-        conn.request("POST", "/v1/completions", '{"model":"uns-fast","prompt":"x","max_tokens":100,"stream":true,'
-                     '"ignore_eos":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}')
+        conn.request(
+            "POST",
+            "/v1/completions",
+            '{"model":"uns-fast","prompt":"x","max_tokens":100,"stream":true,'
+            '"ignore_eos":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}}',
+        )
         resp = conn.getresponse()
         with pytest.raises(http.client.IncompleteRead) as broken:
             resp.read()

@@ -28,7 +28,9 @@ class SimServer:
     def __init__(self, *args: str, env: dict | None = None, startup_s: float = 0.1):
         self.port = free_port()
         self.args = ["serve", *args, "--host", HOST, "--port", str(self.port), "--sim-startup-s", str(startup_s)]
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SPARK_SIM_", "CUTE_", "FLASHINFER_"))}
+        self.env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SPARK_SIM_", "CUTE_", "FLASHINFER_"))
+        }
         self.env.update(PYTHONPATH=str(REPO), **(env or {}))
         self.logfile = tempfile.NamedTemporaryFile(prefix="sim-", suffix=".log", delete=False)
         self.proc: subprocess.Popen | None = None
@@ -38,12 +40,17 @@ class SimServer:
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def start(self) -> "SimServer":
-        self.proc = subprocess.Popen([sys.executable, "-m", "agent.sim", *self.args], cwd=REPO, env=self.env,
-                                     stdout=self.logfile, stderr=subprocess.STDOUT)
+    def start(self) -> SimServer:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agent.sim", *self.args],
+            cwd=REPO,
+            env=self.env,
+            stdout=self.logfile,
+            stderr=subprocess.STDOUT,
+        )
         return self
 
-    def wait_ready(self, timeout: float = 20.0) -> "SimServer":
+    def wait_ready(self, timeout: float = 20.0) -> SimServer:
         """Until `Application startup complete.`; raises with the log if the process exits first."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -76,7 +83,7 @@ class SimServer:
             self.logfile.close()
             os.unlink(self.logfile.name)
 
-    def __enter__(self) -> "SimServer":
+    def __enter__(self) -> SimServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -107,6 +114,6 @@ def sse_events(raw: bytes) -> list:
     events = []
     for block in raw.decode().split("\n\n"):
         if block.startswith("data: "):
-            payload = block[len("data: "):]
+            payload = block[len("data: ") :]
             events.append(payload if payload == "[DONE]" else json.loads(payload))
     return events

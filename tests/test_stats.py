@@ -7,15 +7,22 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_report_fixtures import write_cell  # noqa: E402
+from test_report_fixtures import write_cell
 
-from agent.judging import stats  # noqa: E402
-from agent.results.tree import load_cells  # noqa: E402
+from agent.judging import stats
+from agent.results.tree import load_cells
 
 
 def run(c, r, tput, ok=True, error=""):
-    return {"concurrency": c, "repeat": r, "ok": ok, "error": error, "output_throughput": tput,
-            "median_ttft_ms": 10.0 * r, "median_tpot_ms": 2.0 * r}
+    return {
+        "concurrency": c,
+        "repeat": r,
+        "ok": ok,
+        "error": error,
+        "output_throughput": tput,
+        "median_ttft_ms": 10.0 * r,
+        "median_tpot_ms": 2.0 * r,
+    }
 
 
 def test_median_and_spread_by_hand():
@@ -130,10 +137,26 @@ def test_crossover_has_no_overall_winner(tmp_path):
 def test_invalid_and_failed_cells_never_win(tmp_path):
     write_cell(tmp_path, checkpoint="fp8", quant="fp8", backend="triton", values={c: [100.0, 101.0, 99.0] for c in C})
     write_cell(tmp_path, checkpoint="fp8", quant="fp8", backend="marlin", values={c: [90.0, 91.0, 89.0] for c in C})
-    write_cell(tmp_path, checkpoint="fp8", quant="fp8", backend="cutlass", values={c: [900.0, 901.0, 899.0] for c in C},
-               verdict="invalid", verdict_reasons=["moe: requested cutlass, loaded TRITON"], loaded="triton")
-    write_cell(tmp_path, checkpoint="fp8", quant="fp8", backend="deep_gemm", values={}, status="failed",
-               verdict="failed", failure_class="deep_gemm_assert")
+    write_cell(
+        tmp_path,
+        checkpoint="fp8",
+        quant="fp8",
+        backend="cutlass",
+        values={c: [900.0, 901.0, 899.0] for c in C},
+        verdict="invalid",
+        verdict_reasons=["moe: requested cutlass, loaded TRITON"],
+        loaded="triton",
+    )
+    write_cell(
+        tmp_path,
+        checkpoint="fp8",
+        quant="fp8",
+        backend="deep_gemm",
+        values={},
+        status="failed",
+        verdict="failed",
+        failure_class="deep_gemm_assert",
+    )
     [rec] = stats.recommend(stats.summarize(load_cells(tmp_path)))
     assert rec.winner == "triton"
     assert rec.candidates == ["marlin", "triton"]

@@ -13,13 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.results import tree as results
 from agent.hostside import supervise
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
+from agent.results import tree as results
 from agent.running.sweep import run_sweep
-
-from .sshd_hosts import inventory_for
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "agent.cli"]
@@ -51,8 +49,11 @@ output_len = 32
 
 def write_spec(tmp_path: Path, name: str, backends=("marlin", "flashinfer_b12x"), duration=1.0, repeats=1) -> Path:
     path = tmp_path / f"{name}.toml"
-    path.write_text(SPEC.format(name=name, digest="ab" * 32, backends=list(backends), duration=duration,
-                                repeats=repeats).replace("'", '"'))
+    path.write_text(
+        SPEC.format(name=name, digest="ab" * 32, backends=list(backends), duration=duration, repeats=repeats).replace(
+            "'", '"'
+        )
+    )
     return path
 
 
@@ -78,8 +79,13 @@ def test_two_host_sweep_over_ssh(tmp_path, sim_inventory, ssh_fleet):
         assert sorted(c["config"]["moe_backend"] for c in cells) == ["flashinfer_b12x", "marlin"]
         for cell in cells:
             d = Path(cell["dir"])
-            assert {p.name for p in d.iterdir()} == {"cell.toml", "server.log", "launch.txt", "c001-r1.toml",
-                                                     "c002-r1.toml"}
+            assert {p.name for p in d.iterdir()} == {
+                "cell.toml",
+                "server.log",
+                "launch.txt",
+                "c001-r1.toml",
+                "c002-r1.toml",
+            }
             assert cell["verdict"] == "valid", cell["verdict_reasons"]
             assert cell["attestation"]["moe_backend"] == cell["config"]["moe_backend"]
             assert cell["facts"]["arch"] == "gb10" and cell["env"]["CUTE_DSL_ARCH"] == "sm_121a"
@@ -87,7 +93,9 @@ def test_two_host_sweep_over_ssh(tmp_path, sim_inventory, ssh_fleet):
             assert [r["concurrency"] for r in cell["runs"]] == [1, 2]
             assert all(r["ok"] and r["output_throughput"] > 0 for r in cell["runs"])
     # the same cell has the same id on both hosts: the id hashes the configuration, not the host
-    ids = {h: sorted(p.name for p in (tmp_path / "results" / "two-hosts" / h).iterdir()) for h in ("spark-a", "spark-b")}
+    ids = {
+        h: sorted(p.name for p in (tmp_path / "results" / "two-hosts" / h).iterdir()) for h in ("spark-a", "spark-b")
+    }
     assert ids["spark-a"] == ids["spark-b"]
     assert engines_running(ssh_fleet) == []
 
@@ -120,10 +128,18 @@ def test_startup_failure_is_classified_and_the_sweep_goes_on(tmp_path, sim_inven
 def test_sigkill_mid_sweep_then_rerun_measures_only_unfinished(tmp_path, sim_inventory, ssh_fleet):
     spec_path = write_spec(tmp_path, "killed", backends=("marlin", "flashinfer_b12x", "cutlass"), duration=1.5)
     out = tmp_path / "results"
-    cmd = CLI + ["sweep", str(spec_path), "-i", str(sim_inventory), "--limit", "spark-a", "--results", str(out),
-                 "--no-progress"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    cmd = CLI + [
+        "sweep",
+        str(spec_path),
+        "-i",
+        str(sim_inventory),
+        "--limit",
+        "spark-a",
+        "--results",
+        str(out),
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 600
         while not list(out.glob("killed/spark-a/*/cell.toml")) and time.monotonic() < deadline:
@@ -157,7 +173,9 @@ def test_bad_input_exits_2_before_touching_a_host(tmp_path, sim_inventory, case)
     inventory = sim_inventory
     extra: list[str] = []
     if case == "tag":
-        spec.write_text(spec.read_text().replace("nvcr.io/nvidia/vllm@sha256:" + "ab" * 32, "nvcr.io/nvidia/vllm:25.11"))
+        spec.write_text(
+            spec.read_text().replace("nvcr.io/nvidia/vllm@sha256:" + "ab" * 32, "nvcr.io/nvidia/vllm:25.11")
+        )
     elif case == "not_in_inventory":
         extra = ["--limit", "spark-zz"]
     elif case == "unreachable":
@@ -168,21 +186,39 @@ def test_bad_input_exits_2_before_touching_a_host(tmp_path, sim_inventory, case)
     elif case == "concurrency_zero":
         spec.write_text(spec.read_text().replace("concurrency = [1, 2]", "concurrency = [0, 2]"))
     out = tmp_path / "results"
-    proc = subprocess.run(CLI + ["sweep", str(spec), "-i", str(inventory), "--results", str(out)] + extra,
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        CLI + ["sweep", str(spec), "-i", str(inventory), "--results", str(out)] + extra,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     message = proc.stderr.strip().splitlines()[-1]
     assert message.startswith("spark-agent: error:")
-    expected = {"tag": f"{spec}:", "not_in_inventory": "spark-zz", "unreachable": "spark-a (127.0.0.99:",
-                "concurrency_zero": f"{spec}:"}[case]
+    expected = {
+        "tag": f"{spec}:",
+        "not_in_inventory": "spark-zz",
+        "unreachable": "spark-a (127.0.0.99:",
+        "concurrency_zero": f"{spec}:",
+    }[case]
     assert expected in message
     assert not out.exists(), "nothing may be written for bad input"
 
 
 def test_ctrl_c_stops_the_server_before_the_cli_exits(tmp_path, sim_inventory, ssh_fleet):
     spec_path = write_spec(tmp_path, "interrupted", backends=("marlin",), duration=20.0)
-    cmd = CLI + ["sweep", str(spec_path), "-i", str(sim_inventory), "--limit", "spark-b", "--results",
-                 str(tmp_path / "results"), "--no-progress"]
+    cmd = CLI + [
+        "sweep",
+        str(spec_path),
+        "-i",
+        str(sim_inventory),
+        "--limit",
+        "spark-b",
+        "--results",
+        str(tmp_path / "results"),
+        "--no-progress",
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 600
@@ -199,8 +235,11 @@ def test_ctrl_c_stops_the_server_before_the_cli_exits(tmp_path, sim_inventory, s
     assert proc.returncode == 130, err[-2000:]
     assert engines_running(ssh_fleet) == [], "Ctrl-C must stop the server on every host"
     time.sleep(1.0)
-    leftovers = [pid for pid in os.listdir("/proc") if pid.isdigit() and "ansible-playbook" in _cmdline(pid)
-                 and "interrupted" in _cmdline(pid)]
+    leftovers = [
+        pid
+        for pid in os.listdir("/proc")
+        if pid.isdigit() and "ansible-playbook" in _cmdline(pid) and "interrupted" in _cmdline(pid)
+    ]
     assert leftovers == [], "Ctrl-C must not leave an ansible-playbook of ours running"
     assert not list((tmp_path / "results").rglob("cell.toml")), "an interrupted cell is not a finished cell"
 
@@ -208,8 +247,8 @@ def test_ctrl_c_stops_the_server_before_the_cli_exits(tmp_path, sim_inventory, s
 def test_checkpoint_headers_on_the_host_feed_the_decode_ceiling(tmp_path, sim_inventory, ssh_fleet):
     """A checkpoint given as a folder on the host is inspected there during provision (headers only); its bytes
     per token reach cell.toml and the report's single-stream ceiling."""
-    from agent.reporting.markdown import write_report
     from agent.hostside.safetensors import inspect_checkpoint
+    from agent.reporting.markdown import write_report
 
     from .test_inspect_build import build_qwen
 
@@ -230,12 +269,24 @@ def test_a_second_controller_is_refused_with_the_holder_named(tmp_path, sim_inve
     """Another controller holds spark-a's host lock: our sweep refuses that host, names the holder, touches
     nothing of theirs, and still measures spark-b."""
     workdir = str(ssh_fleet.host("spark-a").workdir)
-    holder = {"user": "alice", "controller_host": "alice-laptop", "controller_pid": 4242,
-              "since": "2026-11-29T18:00:00Z", "sweep": "theirs", "cell_id": "feedfacecafe"}
-    code = ("import sys, json, time; from agent.hostside import supervise as s\n"
-            "fd = s.acquire_lock(sys.argv[1], json.loads(sys.argv[2])); print('locked', flush=True); time.sleep(600)\n")
-    other = subprocess.Popen([sys.executable, "-c", code, workdir, __import__("json").dumps(holder)], cwd=REPO,
-                             stdout=subprocess.PIPE, text=True)
+    holder = {
+        "user": "alice",
+        "controller_host": "alice-laptop",
+        "controller_pid": 4242,
+        "since": "2026-11-29T18:00:00Z",
+        "sweep": "theirs",
+        "cell_id": "feedfacecafe",
+    }
+    code = (
+        "import sys, json, time; from agent.hostside import supervise as s\n"
+        "fd = s.acquire_lock(sys.argv[1], json.loads(sys.argv[2])); print('locked', flush=True); time.sleep(600)\n"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", code, workdir, __import__("json").dumps(holder)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert other.stdout.readline().strip() == "locked"
         spec = load_spec(write_spec(tmp_path, "contended", backends=("marlin",)))

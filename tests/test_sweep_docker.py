@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.results import tree as results
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
+from agent.results import tree as results
 from agent.running.sweep import gather_facts, plan_fleet, provision, run_sweep
 
 from .sshd_hosts import inventory_for
@@ -23,11 +23,19 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture()
 def docker_inventory(ssh_fleet, dockerd, tmp_path) -> Path:
-    inv = inventory_for(ssh_fleet, {
-        "spark_runtime": "docker", "spark_simulate_gpu": "gb10", "spark_host_scope": "workdir",
-        "spark_port": dockerd.free_port(), "spark_health_timeout": 120, "spark_bind_host": "127.0.0.1",
-        "spark_docker_host": dockerd.host, "spark_environment": {"DOCKER_HOST": dockerd.host},
-    })
+    inv = inventory_for(
+        ssh_fleet,
+        {
+            "spark_runtime": "docker",
+            "spark_simulate_gpu": "gb10",
+            "spark_host_scope": "workdir",
+            "spark_port": dockerd.free_port(),
+            "spark_health_timeout": 120,
+            "spark_bind_host": "127.0.0.1",
+            "spark_docker_host": dockerd.host,
+            "spark_environment": {"DOCKER_HOST": dockerd.host},
+        },
+    )
     path = tmp_path / "docker-fleet.yml"
     path.write_text(yaml.safe_dump(inv))
     return path
@@ -72,7 +80,11 @@ def test_missing_digest_fails_provision_with_the_pull_error(tmp_path, docker_inv
     spec = load_spec(spec_path)
     hosts = load_inventory(docker_inventory, limit="spark-a")
     from agent.errors import UserError
+
     with pytest.raises(UserError) as exc:
         run_sweep(spec, docker_inventory, hosts, tmp_path / "results")
-    assert "host spark-a" in exc.value.message and "manifest unknown" in exc.value.message.lower() \
+    assert (
+        ("host spark-a" in exc.value.message
+        and "manifest unknown" in exc.value.message.lower())
         or "not found" in exc.value.message.lower()
+    )

@@ -20,8 +20,16 @@ def ask(**axes) -> dict:
 
 
 def test_valid_when_everything_asked_for_loaded():
-    v = verdict(ask(moe_backend="marlin", attention_backend="AttentionBackendEnum.FLASHINFER",
-                    draft_moe_backend="TRITON", linear_backend="cutlass"), MARLIN_LOG, ["CUTE_DSL_ARCH"])
+    v = verdict(
+        ask(
+            moe_backend="marlin",
+            attention_backend="AttentionBackendEnum.FLASHINFER",
+            draft_moe_backend="TRITON",
+            linear_backend="cutlass",
+        ),
+        MARLIN_LOG,
+        ["CUTE_DSL_ARCH"],
+    )
     assert v["verdict"] == "valid" and v["reasons"] == []
     assert any("'MARLIN' NvFp4" in x for x in v["evidence"])
 
@@ -31,12 +39,15 @@ def test_auto_is_no_claim():
     assert verdict(ask(moe_backend="auto"), MARLIN_LOG, [])["verdict"] == "valid"
 
 
-@pytest.mark.parametrize("axis,want,reason", [
-    ("moe_backend", "flashinfer_b12x", "moe: requested flashinfer_b12x, loaded MARLIN"),
-    ("attention_backend", "TRITON_ATTN", "attention: requested triton_attn, loaded flashinfer"),
-    ("draft_moe_backend", "marlin", "draft moe: requested marlin, loaded TRITON"),
-    ("linear_backend", "flashinfer_b12x", "linear: requested flashinfer_b12x, loaded CutlassNvFp4LinearKernel"),
-])
+@pytest.mark.parametrize(
+    "axis,want,reason",
+    [
+        ("moe_backend", "flashinfer_b12x", "moe: requested flashinfer_b12x, loaded MARLIN"),
+        ("attention_backend", "TRITON_ATTN", "attention: requested triton_attn, loaded flashinfer"),
+        ("draft_moe_backend", "marlin", "draft moe: requested marlin, loaded TRITON"),
+        ("linear_backend", "flashinfer_b12x", "linear: requested flashinfer_b12x, loaded CutlassNvFp4LinearKernel"),
+    ],
+)
 def test_another_backend_makes_the_cell_invalid(axis, want, reason):
     v = verdict(ask(**{axis: want}), MARLIN_LOG, [])
     assert v["verdict"] == "invalid" and v["reasons"] == [reason]
@@ -55,7 +66,9 @@ def test_failed_start_is_failed_with_the_evidence():
     facts = parse((LOGS / "v0.24-fp8-deep-gemm-assert.log").read_text())
     v = verdict(ask(moe_backend="deep_gemm"), facts, [])
     assert v["verdict"] == "failed"
-    assert v["reasons"] == ["failed: deep_gemm_assert: AssertionError: DeepGemmQuantScaleFMT oracle cache not initialized"]
+    assert v["reasons"] == [
+        "failed: deep_gemm_assert: AssertionError: DeepGemmQuantScaleFMT oracle cache not initialized"
+    ]
     assert v["evidence"] == facts["failure"]["evidence"]
 
 
@@ -75,7 +88,9 @@ def test_linear_fallback_and_marlin_weight_only_are_invalid_for_a_linear_claim()
     ]
     v = verdict(ask(linear_backend="flashinfer_b12x"), parse("\n".join(lines)), [])
     assert v["verdict"] == "invalid" and "fell back" in v["reasons"][0]
-    assert verdict(ask(linear_backend="flashinfer_b12x"), parse("\n".join([lines[0], lines[2]])), [])["verdict"] == "valid"
+    assert (
+        verdict(ask(linear_backend="flashinfer_b12x"), parse("\n".join([lines[0], lines[2]])), [])["verdict"] == "valid"
+    )
     marlin = "WARNING 11-29 18:31:07 [marlin_utils_fp4.py:1] Your GPU does not have native support for FP4 computation"
     v = verdict(ask(linear_backend="flashinfer_b12x"), parse("\n".join([lines[0], marlin, lines[2]])), [])
     assert v["reasons"] == ["linear: requested flashinfer_b12x, vLLM used Marlin weight-only FP4"]
@@ -84,5 +99,7 @@ def test_linear_fallback_and_marlin_weight_only_are_invalid_for_a_linear_claim()
 def test_requested_from_the_logs_own_args():
     assert requested_from_args(MARLIN_LOG) == ask(moe_backend="marlin", draft_moe_backend="triton")
     result = attest((LOGS / "v0.24-nvfp4-marlin-mtp.log").read_text(), {"moe_backend": "flashinfer_b12x"})
-    assert result["requested"]["moe_backend"] == "flashinfer_b12x" and result["requested"]["draft_moe_backend"] == "triton"
+    assert (
+        result["requested"]["moe_backend"] == "flashinfer_b12x" and result["requested"]["draft_moe_backend"] == "triton"
+    )
     assert result["verdict"]["verdict"] == "invalid"

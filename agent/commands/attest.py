@@ -19,13 +19,27 @@ EXIT = {"valid": 0, "invalid": 1, "failed": 3}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("attest", help="what a vLLM server really loaded, from its log",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "attest",
+        help="what a vLLM server really loaded, from its log",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("logfile", metavar="LOGFILE", help="the server log (docker/journald/kubernetes wrapping is fine)")
-    p.add_argument("--expect", action="append", default=[], metavar="AXIS=BACKEND",
-                   help="the backend that should have loaded, e.g. moe=marlin (repeatable)")
-    p.add_argument("--expect-env", action="append", default=[], metavar="VAR",
-                   help="a variable the server was given; vLLM calling it unknown makes the log invalid (repeatable)")
+    p.add_argument(
+        "--expect",
+        action="append",
+        default=[],
+        metavar="AXIS=BACKEND",
+        help="the backend that should have loaded, e.g. moe=marlin (repeatable)",
+    )
+    p.add_argument(
+        "--expect-env",
+        action="append",
+        default=[],
+        metavar="VAR",
+        help="a variable the server was given; vLLM calling it unknown makes the log invalid (repeatable)",
+    )
     p.add_argument("--json", action="store_true", help="print facts, request and verdict as JSON")
     p.set_defaults(func=run)
 
@@ -48,8 +62,10 @@ def parse_expectations(items: list[str]) -> dict:
         key, sep, value = item.partition("=")
         axis = axis_name(key)
         if not sep or not axis:
-            raise UserError(f"--expect {item!r}: write AXIS=BACKEND with AXIS one of moe, linear, attention, "
-                            "draft_moe (e.g. --expect moe=marlin)")
+            raise UserError(
+                f"--expect {item!r}: write AXIS=BACKEND with AXIS one of moe, linear, attention, "
+                "draft_moe (e.g. --expect moe=marlin)"
+            )
         out[axis] = value.strip()
     return out
 
@@ -58,7 +74,9 @@ def _env_names(items: list[str]) -> list[str]:
     names = [n.strip() for item in items for n in item.split(",") if n.strip()]
     for name in names:
         if not name.replace("_", "").isalnum() or "=" in name:
-            raise UserError(f"--expect-env {name!r}: give the variable's name only, e.g. --expect-env VLLM_USE_DEEP_GEMM")
+            raise UserError(
+                f"--expect-env {name!r}: give the variable's name only, e.g. --expect-env VLLM_USE_DEEP_GEMM"
+            )
     return names
 
 
@@ -73,8 +91,12 @@ def _read(path: str) -> str:
 
 
 def _looks_like_vllm(facts: dict) -> bool:
-    return bool(facts["vllm_log_lines"] or facts["vllm_version"] or facts["failure"].get("class") not in (None, "other")
-                or facts["failure"].get("evidence"))
+    return bool(
+        facts["vllm_log_lines"]
+        or facts["vllm_version"]
+        or facts["failure"].get("class") not in (None, "other")
+        or facts["failure"].get("evidence")
+    )
 
 
 def _print_tables(result: dict) -> None:
@@ -86,10 +108,12 @@ def _print_tables(result: dict) -> None:
     table = Table(title="What loaded", show_header=True)
     for col in ("", "requested", "loaded"):
         table.add_column(col)
-    loaded = {"moe_backend": f"{facts['moe_backend_raw']} ({facts['moe_quant']})" if facts["moe_backend"] else "",
-              "linear_backend": ", ".join(facts["linear_kernels"]) or facts["linear_backend"],
-              "attention_backend": facts["attention_backend"],
-              "draft_moe_backend": facts["speculative"]["draft_moe_backend_raw"]}
+    loaded = {
+        "moe_backend": f"{facts['moe_backend_raw']} ({facts['moe_quant']})" if facts["moe_backend"] else "",
+        "linear_backend": ", ".join(facts["linear_kernels"]) or facts["linear_backend"],
+        "attention_backend": facts["attention_backend"],
+        "draft_moe_backend": facts["speculative"]["draft_moe_backend_raw"],
+    }
     for axis in AXES:
         table.add_row(axis.replace("_backend", ""), asked.get(axis) or "auto", loaded[axis] or "-")
     table.add_row("vLLM", "", facts["vllm_version"] or "-")
@@ -97,7 +121,11 @@ def _print_tables(result: dict) -> None:
     if facts["speculative"]["method"]:
         rates = facts["spec_acceptance_rates"]
         mean = f", mean acceptance {sum(rates) / len(rates):.1%}" if rates else ""
-        table.add_row("speculative", "", f"{facts['speculative']['method']} x{facts['speculative']['num_speculative_tokens']}{mean}")
+        table.add_row(
+            "speculative",
+            "",
+            f"{facts['speculative']['method']} x{facts['speculative']['num_speculative_tokens']}{mean}",
+        )
     if facts["unknown_env"]:
         table.add_row("unknown env", "", ", ".join(facts["unknown_env"]))
     if facts["model_load_gib"] >= 0:

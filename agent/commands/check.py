@@ -6,10 +6,9 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.planning import envrules
-from agent.running import playbooks as fleet
 from agent.planning.inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
+from agent.running import playbooks as fleet
 from agent.running.sweep import gather_facts
-
 
 
 def _columns(f: dict) -> dict[str, str]:
@@ -17,7 +16,7 @@ def _columns(f: dict) -> dict[str, str]:
     sim = " (simulated)" if f.get("simulated") else ""
     return {
         "gpu": f"{f.get('gpu_name') or '-'}{sim}\ncc {f.get('compute_capability') or '-'} {f.get('arch') or '?'} "
-               f"{f.get('sm') or ''}",
+        f"{f.get('sm') or ''}",
         "driver / cuda": f"{f.get('driver') or '-'} / {f.get('cuda') or '-'}",
         "memory / disk": f"{f.get('mem_total_gib', 0):.0f} GiB / {f.get('disk_free_gib', 0):.0f} GiB free",
         "docker": ("yes" if f.get("docker") else "no") + (" +nvidia" if f.get("nvidia_runtime") else ""),
@@ -45,8 +44,10 @@ def blockers(host_vars: dict, facts: dict, status: dict) -> list[str]:
         out.append("unknown GPU architecture: no environment rules apply")
     if status.get("running"):
         holder = status.get("holder") or {}
-        out.append(f"busy: a spark-agent server runs here for {holder.get('user', '?')}@"
-                   f"{holder.get('controller_host', '?')} since {holder.get('since', '?')}")
+        out.append(
+            f"busy: a spark-agent server runs here for {holder.get('user', '?')}@"
+            f"{holder.get('controller_host', '?')} since {holder.get('since', '?')}"
+        )
     notes = [n for n in facts.get("notes", []) if "no rules apply" not in n]
     if runtime != "docker":  # docker's health does not matter to a process-runtime host
         notes = [n for n in notes if "docker" not in n]
@@ -57,8 +58,9 @@ def run(args) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     check_reachable(hosts)
     facts = {name: envrules.classify(f) for name, f in gather_facts(args.inventory, hosts).items()}
-    status = fleet.run_playbook("teardown", args.inventory, {"cell": {"id": ""}}, limit=",".join(h.name for h in hosts),
-                                tags="status")
+    status = fleet.run_playbook(
+        "teardown", args.inventory, {"cell": {"id": ""}}, limit=",".join(h.name for h in hosts), tags="status"
+    )
     table = Table(title="spark-agent check")
     for col in ("host", *_columns({}), "would stop a sweep"):
         table.add_column(col, overflow="fold", style="red" if col == "would stop a sweep" else None)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from agent.errors import UserError
 from agent.judging import stats
 from agent.reporting.compare import compare, comparison_table, render_markdown
-from agent.errors import UserError
 from agent.results.tree import atomic_write_bytes, load_cells
 
 
@@ -19,8 +19,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("results_b", type=Path, help="results folder to judge against it (B)")
     p.add_argument("--markdown", type=Path, default=None, help="also write the comparison as markdown here")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when B regresses beyond the noise")
-    p.add_argument("--threshold", type=float, default=stats.DEFAULT_THRESHOLD,
-                   help="spread above which a point is unstable (default %(default)s)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=stats.DEFAULT_THRESHOLD,
+        help="spread above which a point is unstable (default %(default)s)",
+    )
     p.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap RNG seed (default %(default)s)")
     p.set_defaults(func=run)
 

@@ -10,31 +10,39 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from agent.planning import envrules
-from agent.planning import matrix as plan
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
+from agent.planning import envrules
+from agent.planning import matrix as plan
 from agent.planning.inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
-from agent.running.sweep import gather_facts
 from agent.planning.spec import load_spec
+from agent.running.sweep import gather_facts
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("env", help="show the environment each cell would get, and the rule behind each variable",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "env", help="show the environment each cell would get, and the rule behind each variable", description=__doc__
+    )
     p.add_argument("spec", metavar="SPEC", help="sweep spec (TOML)")
     p.add_argument("-i", "--inventory", default=None, help="Ansible inventory (default: inventory/local.yml)")
     p.add_argument("--host", default=None, help="only this host; without -i: this machine, under that name")
-    p.add_argument("--simulate-gpu", default=None, metavar="ARCH",
-                   help="with --host and no -i: report this chip of gpus.toml (e.g. gb10) instead of a real GPU")
+    p.add_argument(
+        "--simulate-gpu",
+        default=None,
+        metavar="ARCH",
+        help="with --host and no -i: report this chip of gpus.toml (e.g. gb10) instead of a real GPU",
+    )
     p.add_argument("--json", action="store_true", help="print the cells' env, provenance and notes as JSON")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
-    cells = [cell for name, facts, host_vars in hosts_with_facts(args)
-             for cell in plan.plan_cells(spec, name, envrules.classify(facts), host_vars)]
+    cells = [
+        cell
+        for name, facts, host_vars in hosts_with_facts(args)
+        for cell in plan.plan_cells(spec, name, envrules.classify(facts), host_vars)
+    ]
     warnings = plan.spec_warnings(spec)
     if args.json:
         print(json.dumps({"warnings": warnings, "cells": [_as_dict(cell) for cell in cells]}, indent=1))
@@ -75,5 +83,12 @@ def _table(cell: plan.Cell) -> Table:
 
 
 def _as_dict(cell: plan.Cell) -> dict:
-    return {"host": cell.host, "id": cell.id, "label": cell.label, "speculative": cell.config["speculative"],
-            "env": cell.env, "provenance": cell.provenance, "notes": cell.notes}
+    return {
+        "host": cell.host,
+        "id": cell.id,
+        "label": cell.label,
+        "speculative": cell.config["speculative"],
+        "env": cell.env,
+        "provenance": cell.provenance,
+        "notes": cell.notes,
+    }

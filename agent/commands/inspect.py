@@ -7,25 +7,42 @@ from __future__ import annotations
 import argparse
 import json
 
-from agent.judging.bandwidth import bandwidth_for
 from agent.errors import UserError
+from agent.judging.bandwidth import bandwidth_for
 from agent.judging.checkpoints import compare, format_ceiling, format_comparison, format_summary, inspect
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("inspect", help="what is in a checkpoint, from its safetensors headers",
-                              description=__doc__)
-    p.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
-                   help="checkpoint folder (or .safetensors file); give two to compare them")
+    p = subparsers.add_parser(
+        "inspect", help="what is in a checkpoint, from its safetensors headers", description=__doc__
+    )
+    p.add_argument(
+        "checkpoints",
+        nargs="+",
+        metavar="CHECKPOINT",
+        help="checkpoint folder (or .safetensors file); give two to compare them",
+    )
     p.add_argument("--host", default=None, help="inspect the folder on this inventory host instead of locally")
     p.add_argument("-i", "--inventory", default=None, help="Ansible inventory that defines --host")
     p.add_argument("--json", action="store_true", help="print the summary (or both and the comparison) as JSON")
-    p.add_argument("--gpu", default="gb10", help="GPU arch or name whose bandwidth sets the decode ceiling "
-                                                 "(gpus.toml; default %(default)s)")
-    p.add_argument("--bandwidth-gbs", type=float, default=None, help="measured memory bandwidth, GB/s (overrides --gpu)")
-    p.add_argument("--tok-s", type=float, action="append", default=None,
-                   help="measured single-stream decode tok/s, one per CHECKPOINT in order: shows %% of the ceiling")
-    p.add_argument("--speculative", action="store_true", help="the --tok-s figures were measured with speculative decoding")
+    p.add_argument(
+        "--gpu",
+        default="gb10",
+        help="GPU arch or name whose bandwidth sets the decode ceiling (gpus.toml; default %(default)s)",
+    )
+    p.add_argument(
+        "--bandwidth-gbs", type=float, default=None, help="measured memory bandwidth, GB/s (overrides --gpu)"
+    )
+    p.add_argument(
+        "--tok-s",
+        type=float,
+        action="append",
+        default=None,
+        help="measured single-stream decode tok/s, one per CHECKPOINT in order: shows %% of the ceiling",
+    )
+    p.add_argument(
+        "--speculative", action="store_true", help="the --tok-s figures were measured with speculative decoding"
+    )
     p.set_defaults(func=run)
 
 
@@ -33,8 +50,10 @@ def run(args: argparse.Namespace) -> int:
     if len(args.checkpoints) > 2:
         raise UserError(f"inspect takes one checkpoint, or two to compare; got {len(args.checkpoints)}")
     if args.tok_s and len(args.tok_s) != len(args.checkpoints):
-        raise UserError(f"--tok-s given {len(args.tok_s)} time(s) for {len(args.checkpoints)} checkpoint(s); "
-                        "give one per checkpoint")
+        raise UserError(
+            f"--tok-s given {len(args.tok_s)} time(s) for {len(args.checkpoints)} checkpoint(s); "
+            "give one per checkpoint"
+        )
     summaries = [inspect(path, args.host, args.inventory) for path in args.checkpoints]
     comparison = compare(*summaries) if len(summaries) == 2 else None
     if args.json:

@@ -12,8 +12,8 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-from agent.running import playbooks as fleet
 from agent.errors import UserError
+from agent.running import playbooks as fleet
 
 DEFAULT_INVENTORY = fleet.REPO / "inventory" / "local.yml"
 
@@ -31,11 +31,14 @@ _PLAYBOOK = """\
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("pin", help="resolve an image tag to name@sha256:<digest> on a host",
-                                   description=__doc__)
+    parser = subparsers.add_parser(
+        "pin", help="resolve an image tag to name@sha256:<digest> on a host", description=__doc__
+    )
     parser.add_argument("tag", metavar="IMAGE:TAG", help="the tag to resolve, e.g. nvcr.io/nvidia/vllm:25.09-py3")
     parser.add_argument("--host", required=True, help="inventory host that pulls the tag")
-    parser.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY), help="Ansible inventory (default: %(default)s)")
+    parser.add_argument(
+        "-i", "--inventory", default=str(DEFAULT_INVENTORY), help="Ansible inventory (default: %(default)s)"
+    )
     parser.add_argument("--write", metavar="SPEC", help="write the pinned ref into this spec's [image] ref")
     parser.set_defaults(func=run)
 
@@ -44,7 +47,7 @@ def run(args) -> int:
     pinned = resolve_on_host(args.tag, args.host, args.inventory)
     if args.write:
         write_image_ref(Path(args.write), pinned)
-        print(f"{args.write}: [image] ref = \"{pinned}\"")
+        print(f'{args.write}: [image] ref = "{pinned}"')
     else:
         print(pinned)
     return 0
@@ -90,7 +93,9 @@ def write_image_ref(spec: Path, pinned: str) -> None:
         raise UserError(f"{spec}: not valid TOML ({exc}); fix it, then run pin again") from None
     if written != pinned:
         tmp.unlink()
-        raise UserError(f"{spec}: could not set [image] ref (it is not a plain `ref = \"...\"` line); set it by hand to {pinned}")
+        raise UserError(
+            f'{spec}: could not set [image] ref (it is not a plain `ref = "..."` line); set it by hand to {pinned}'
+        )
     os.replace(tmp, spec)
 
 
@@ -105,5 +110,5 @@ def _with_ref(lines: list[str], value: str) -> list[str]:
             break
         match = _REF_LINE.match(lines[n])
         if match:
-            return lines[:n] + [f"{match.group(1)}{value}{match.group(3)}"] + lines[n + 1:]
-    return lines[: start + 1] + [f"ref = {value}\n"] + lines[start + 1:]
+            return lines[:n] + [f"{match.group(1)}{value}{match.group(3)}"] + lines[n + 1 :]
+    return lines[: start + 1] + [f"ref = {value}\n"] + lines[start + 1 :]

@@ -10,12 +10,15 @@ from agent.reporting.markdown import write_report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("report", help="write report.md/.html + plots from a results tree",
-                              description=__doc__)
+    p = subparsers.add_parser("report", help="write report.md/.html + plots from a results tree", description=__doc__)
     p.add_argument("results_dir", type=Path, help="results folder (root, one sweep or one host)")
     p.add_argument("-o", "--out", type=Path, default=None, help="where to write (default: RESULTS_DIR)")
-    p.add_argument("--threshold", type=float, default=stats.DEFAULT_THRESHOLD,
-                   help="spread above which a point is unstable (default %(default)s)")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=stats.DEFAULT_THRESHOLD,
+        help="spread above which a point is unstable (default %(default)s)",
+    )
     p.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap RNG seed (default %(default)s)")
     p.set_defaults(func=run)
 

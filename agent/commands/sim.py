@@ -10,8 +10,12 @@ import argparse
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("sim", help="run the simulated Spark: a vLLM-compatible server (sim serve MODEL ...)",
-                                   description=__doc__, add_help=False)
+    parser = subparsers.add_parser(
+        "sim",
+        help="run the simulated Spark: a vLLM-compatible server (sim serve MODEL ...)",
+        description=__doc__,
+        add_help=False,
+    )
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="serve MODEL [vllm serve flags] [--sim-* flags]")
     parser.set_defaults(func=run)
 

@@ -19,7 +19,9 @@ OUR_LABEL = "spark-agent"  # every container we start carries spark-agent=1
 CELL_LABEL = "spark-agent.cell"  # ... and spark-agent.cell=<cell id>
 
 # Docker's reference grammar, simplified: optional registry host[:port], then lower-case path components.
-_NAME = r"(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+_NAME = (
+    r"(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+)
 _NAME_RE = re.compile(rf"^{_NAME}$")
 _TAG_RE = re.compile(rf"^(?P<name>{_NAME}):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})$")
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -57,7 +59,9 @@ def parse_ref(ref: str) -> tuple[str, str]:
         bare = _TAG_RE.match(name).group("name")
         raise ValueError(f"image {ref!r} has both a tag and a digest; keep only the digest: {bare}@{digest}")
     if not _NAME_RE.match(name):
-        raise ValueError(f"image name {name!r} in {ref!r} is not a valid image name (lower-case, e.g. nvcr.io/nvidia/vllm)")
+        raise ValueError(
+            f"image name {name!r} in {ref!r} is not a valid image name (lower-case, e.g. nvcr.io/nvidia/vllm)"
+        )
     if not _DIGEST_RE.match(digest):
         raise ValueError(f"digest {digest!r} in {ref!r} is not sha256:<64 lower-case hex>")
     return name, digest
@@ -80,7 +84,7 @@ def _repo_name(ref: str) -> str:
     name = match.group("name") if match else name
     for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/", "index.docker.io/"):
         if name.startswith(prefix):
-            return name[len(prefix):]
+            return name[len(prefix) :]
     return name.removeprefix("library/")
 
 
@@ -192,16 +196,36 @@ def _env_file_text(env: dict) -> str:
 
 def _run_options(name: str, label: str, gpus: bool, network: str, ipc: str) -> list[str]:
     """`docker run` options of a cell's server (vLLM's docs: --ipc host, for its shared-memory workers)."""
-    args = ["--name", name, "--label", f"{OUR_LABEL}=1", "--label", f"{CELL_LABEL}={label}",
-            "--network", network, "--ipc", ipc]
+    args = [
+        "--name",
+        name,
+        "--label",
+        f"{OUR_LABEL}=1",
+        "--label",
+        f"{CELL_LABEL}={label}",
+        "--network",
+        network,
+        "--ipc",
+        ipc,
+    ]
     return args + (["--gpus", "all"] if gpus else [])
 
 
-def launch_line(ref: str, name: str, argv: list[str], env: dict, label: str, gpus: bool = True,
-                network: str = "host", ipc: str = "host") -> str:
+def launch_line(
+    ref: str,
+    name: str,
+    argv: list[str],
+    env: dict,
+    label: str,
+    gpus: bool = True,
+    network: str = "host",
+    ipc: str = "host",
+) -> str:
     """The `docker run` that run_server performs, environment spelled out as --env: for launch.txt."""
     env_args = [arg for key, value in env.items() for arg in ("--env", f"{key}={value}")]
-    return shlex.join(["docker", "run", "--detach", *_run_options(name, label, gpus, network, ipc), *env_args, ref, *argv])
+    return shlex.join(
+        ["docker", "run", "--detach", *_run_options(name, label, gpus, network, ipc), *env_args, ref, *argv]
+    )
 
 
 def run_server(
@@ -299,7 +323,9 @@ def container_digest(name: str, docker_env: dict | None = None) -> str:
     image_id, started_as = (json.loads(part) for part in out.split(" ", 1))
     digests = repo_digests(image_id, docker_env)
     if not digests:
-        raise DockerError(f"container {name} runs image {image_id}, which has no registry digest (built locally, never pushed)")
+        raise DockerError(
+            f"container {name} runs image {image_id}, which has no registry digest (built locally, never pushed)"
+        )
     wanted = _repo_name(started_as)
     for entry in digests:
         if _repo_name(entry) == wanted:
@@ -318,8 +344,15 @@ def verify_running_digest(container: str, expected_ref: str, docker_env: dict | 
     raise DigestMismatch(f"container {container} runs {running} but the cell expects {expected} ({expected_ref})")
 
 
-_PS_FIELDS = {"id": "{{.ID}}", "name": "{{.Names}}", "image": "{{.Image}}", "state": "{{.State}}",
-              "ours": '{{.Label "spark-agent"}}', "cell": '{{.Label "spark-agent.cell"}}', "command": "{{.Command}}"}
+_PS_FIELDS = {
+    "id": "{{.ID}}",
+    "name": "{{.Names}}",
+    "image": "{{.Image}}",
+    "state": "{{.State}}",
+    "ours": '{{.Label "spark-agent"}}',
+    "cell": '{{.Label "spark-agent.cell"}}',
+    "command": "{{.Command}}",
+}
 
 
 def _ps(args: list[str], docker_env: dict | None) -> list[dict]:

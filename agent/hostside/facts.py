@@ -30,8 +30,17 @@ except ModuleNotFoundError:  # pragma: no cover - exercised only on Python < 3.1
 DEFAULT_CACHE_DIR = "~/.cache/huggingface"
 DEFAULT_GPU_RULES = Path(__file__).resolve().parent.parent / "rules" / "gpus.toml"
 # The facts that identify a host's setup; free disk and available memory change by the minute.
-STABLE_KEYS = ("gpu_name", "compute_capability", "driver", "cuda", "mem_total_gib",
-               "python", "docker", "nvidia_runtime", "simulated")
+STABLE_KEYS = (
+    "gpu_name",
+    "compute_capability",
+    "driver",
+    "cuda",
+    "mem_total_gib",
+    "python",
+    "docker",
+    "nvidia_runtime",
+    "simulated",
+)
 QUERY_GPU = ["nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
 # memory.total is "[N/A]" on GB10 (unified memory); asked separately so the main query never depends on it
 QUERY_GPU_MEM = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
@@ -39,6 +48,7 @@ COMMAND_TIMEOUT_S = 20
 
 
 # --- running commands --------------------------------------------------------------------------
+
 
 def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str]:
     """(exit code, stdout) of a command; 127 when it is missing, 124 when it hangs."""
@@ -55,6 +65,7 @@ def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str]
 
 # --- parsing (pure: tested against captured real output) ----------------------------------------
 
+
 def parse_query_gpu(text: str) -> list[dict]:
     """Rows of `nvidia-smi --query-gpu=name,compute_cap,driver_version[,memory.total] --format=csv,noheader`."""
     gpus = []
@@ -62,12 +73,14 @@ def parse_query_gpu(text: str) -> list[dict]:
         cells = [cell.strip() for cell in row]
         if len(cells) < 3:
             continue
-        gpus.append({
-            "name": cells[0],
-            "compute_capability": _clean(cells[1]),
-            "driver": _clean(cells[2]),
-            "mem_mib": _mib(cells[3]) if len(cells) > 3 else 0.0,
-        })
+        gpus.append(
+            {
+                "name": cells[0],
+                "compute_capability": _clean(cells[1]),
+                "driver": _clean(cells[2]),
+                "mem_mib": _mib(cells[3]) if len(cells) > 3 else 0.0,
+            }
+        )
     return gpus
 
 
@@ -84,8 +97,7 @@ def parse_meminfo(text: str) -> dict[str, float]:
         match = re.match(r"(MemTotal|MemAvailable):\s+(\d+)\s*kB", line)
         if match:
             values[match.group(1)] = round(int(match.group(2)) / 2**20, 1)
-    return {"mem_total_gib": values.get("MemTotal", 0.0),
-            "mem_available_gib": values.get("MemAvailable", 0.0)}
+    return {"mem_total_gib": values.get("MemTotal", 0.0), "mem_available_gib": values.get("MemAvailable", 0.0)}
 
 
 def parse_docker_runtimes(text: str) -> list[str]:
@@ -108,6 +120,7 @@ def _mib(value: str) -> float:
 
 
 # --- GPU architecture rules (agent/rules/gpus.toml) ---------------------------------------------
+
 
 def load_gpu_rules(path: str | os.PathLike | None = None) -> dict[str, dict]:
     """The arch table of gpus.toml; {} when the file or a TOML reader is missing on this host."""
@@ -147,6 +160,7 @@ def classify(facts: dict, gpu_rules: dict[str, dict]) -> dict:
 
 # --- gathering ----------------------------------------------------------------------------------
 
+
 def gpu_facts(simulate_gpu: str | None, gpu_rules: dict[str, dict]) -> dict:
     """GPU name, compute capability, driver, CUDA version, count and notes, real or simulated."""
     if simulate_gpu:
@@ -160,10 +174,14 @@ def gpu_facts(simulate_gpu: str | None, gpu_rules: dict[str, dict]) -> dict:
     first = gpus[0]
     notes = [] if all(gpu["name"] == first["name"] for gpu in gpus) else ["mixed GPUs; facts describe GPU 0"]
     return {
-        "gpu_name": first["name"], "compute_capability": first["compute_capability"],
-        "driver": first["driver"], "cuda": parse_cuda_version(_run(["nvidia-smi"])[1]),
-        "gpu_count": len(gpus), "gpu_mem_gib": _gpu_mem_gib(),
-        "simulated": False, "notes": notes,
+        "gpu_name": first["name"],
+        "compute_capability": first["compute_capability"],
+        "driver": first["driver"],
+        "cuda": parse_cuda_version(_run(["nvidia-smi"])[1]),
+        "gpu_count": len(gpus),
+        "gpu_mem_gib": _gpu_mem_gib(),
+        "simulated": False,
+        "notes": notes,
     }
 
 
@@ -175,20 +193,37 @@ def _gpu_mem_gib() -> float:
 
 
 def _no_gpu(note: str) -> dict:
-    return {"gpu_name": "", "compute_capability": "", "driver": "", "cuda": "", "gpu_count": 0,
-            "gpu_mem_gib": 0.0, "simulated": False, "notes": [note]}
+    return {
+        "gpu_name": "",
+        "compute_capability": "",
+        "driver": "",
+        "cuda": "",
+        "gpu_count": 0,
+        "gpu_mem_gib": 0.0,
+        "simulated": False,
+        "notes": [note],
+    }
 
 
 def _simulated_gpu(arch: str, gpu_rules: dict[str, dict]) -> dict:
     entry = gpu_rules.get(arch)
     if entry is None:
         if not gpu_rules:
-            raise ValueError(f"cannot simulate GPU {arch!r}: gpus.toml is not available on this host "
-                             "(the spark_facts task must pass gpu_rules_toml)")
+            raise ValueError(
+                f"cannot simulate GPU {arch!r}: gpus.toml is not available on this host "
+                "(the spark_facts task must pass gpu_rules_toml)"
+            )
         raise ValueError(f"cannot simulate GPU {arch!r}: not in gpus.toml (known: {', '.join(sorted(gpu_rules))})")
-    return {"gpu_name": entry["name"], "compute_capability": str(entry["compute_capability"]),
-            "driver": "", "cuda": "", "gpu_count": 1, "gpu_mem_gib": float(entry.get("memory_gb", 0)),
-            "simulated": True, "notes": []}
+    return {
+        "gpu_name": entry["name"],
+        "compute_capability": str(entry["compute_capability"]),
+        "driver": "",
+        "cuda": "",
+        "gpu_count": 1,
+        "gpu_mem_gib": float(entry.get("memory_gb", 0)),
+        "simulated": True,
+        "notes": [],
+    }
 
 
 def memory_facts() -> dict:
@@ -227,8 +262,9 @@ def fingerprint(facts: dict) -> str:
     return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def gather(simulate_gpu: str | None = None, cache_dir: str = DEFAULT_CACHE_DIR,
-           gpu_rules: dict[str, dict] | None = None) -> dict:
+def gather(
+    simulate_gpu: str | None = None, cache_dir: str = DEFAULT_CACHE_DIR, gpu_rules: dict[str, dict] | None = None
+) -> dict:
     """The [facts] table of this host. No value is None; `notes` (worth a warning each) says what
     could not be read or classified. simulate_gpu (an arch of gpus.toml) reports that chip instead."""
     rules = load_gpu_rules() if gpu_rules is None else gpu_rules
@@ -257,8 +293,10 @@ def gather(simulate_gpu: str | None = None, cache_dir: str = DEFAULT_CACHE_DIR,
 def unknown_arch_note(facts: dict, gpu_rules: dict[str, dict]) -> str:
     if not gpu_rules:
         return "no GPU rules on this host (gpus.toml not available): the controller classifies the GPU"
-    return (f"unknown GPU architecture {facts['gpu_name']!r} (compute capability "
-            f"{facts['compute_capability'] or '?'}): no rules apply; add it to agent/rules/gpus.toml")
+    return (
+        f"unknown GPU architecture {facts['gpu_name']!r} (compute capability "
+        f"{facts['compute_capability'] or '?'}): no rules apply; add it to agent/rules/gpus.toml"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ Which events count in a window [t0, t1):
   ITL             gaps between a request's token chunks whose later chunk arrived inside it
   failed, errors  requests that errored inside it
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,13 +40,7 @@ POLL_S = 0.25
 SETTLE_S = 0.5
 
 # Common English words: nearly every tokenizer maps " word" to one token, so n words ~ n tokens.
-WORDS = (
-    "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
-    "word but not what all were we when your can said there use an each which she do how their if will up "
-    "other about out many then them these so some her would make like him into time has look two more write "
-    "go see number no way could people my than first water been call who oil its now find long down day did "
-    "get come made may part over new sound take only little work know place year live me back give most very"
-).split()
+WORDS = ["the", "of", "and", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on", "are", "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but", "not", "what", "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which", "she", "do", "how", "their", "if", "will", "up", "other", "about", "out", "many", "then", "them", "these", "so", "some", "her", "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "write", "go", "see", "number", "no", "way", "could", "people", "my", "than", "first", "water", "been", "call", "who", "oil", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may", "part", "over", "new", "sound", "take", "only", "little", "work", "know", "place", "year", "live", "me", "back", "give", "most", "very"]
 
 
 class LoadError(Exception):
@@ -55,11 +50,11 @@ class LoadError(Exception):
 class _Request:
     """What one request saw, in clock() units. `times`/`tokens`: one entry per chunk that carried tokens."""
 
-    __slots__ = ("start", "end", "times", "tokens", "prompt_tokens", "error")
+    __slots__ = ("end", "error", "prompt_tokens", "start", "times", "tokens")
 
     def __init__(self, start: float, prompt_tokens: int):
         self.start = start
-        self.end = None            # set when the stream finished or failed; None while in flight
+        self.end = None  # set when the stream finished or failed; None while in flight
         self.times = []
         self.tokens = []
         self.prompt_tokens = prompt_tokens  # estimate, replaced by the server's usage.prompt_tokens
@@ -67,6 +62,7 @@ class _Request:
 
 
 # ---------------------------------------------------------------- prompts
+
 
 def request_lengths(profile: str, prompt_len: int, output_len: int, rng: random.Random):
     """(prompt words, max_tokens) of the next request. mixed: uniform within ±50% of the nominal lengths."""
@@ -88,6 +84,7 @@ def make_prompt(n_words: int, rng: random.Random) -> str:
 
 # ---------------------------------------------------------------- HTTP + SSE client
 
+
 def parse_url(url: str):
     """'http://127.0.0.1:8000[/prefix]' -> (host, port, '/prefix/v1/completions')."""
     parts = urllib.parse.urlsplit(url)
@@ -97,17 +94,20 @@ def parse_url(url: str):
 
 
 def build_request(host: str, port: int, path: str, model: str, prompt: str, max_tokens: int) -> bytes:
-    body = json.dumps({
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }).encode()
-    head = ("POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
-            "Accept: text/event-stream\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
-            % (path, host, port, len(body)))
+    body = json.dumps(
+        {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+    ).encode()
+    head = (
+        "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+        "Accept: text/event-stream\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (path, host, port, len(body))
+    )
     return head.encode("latin-1") + body
 
 
@@ -215,7 +215,9 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
                 event = json.loads(payload)
                 if "error" in event and "choices" not in event:
                     error = event["error"]
-                    raise LoadError("server error: %s" % (error.get("message", error) if isinstance(error, dict) else error))
+                    raise LoadError(
+                        "server error: %s" % (error.get("message", error) if isinstance(error, dict) else error)
+                    )
                 usage = event.get("usage")
                 if usage and usage.get("prompt_tokens"):
                     record.prompt_tokens = usage["prompt_tokens"]
@@ -231,6 +233,7 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
 
 # ---------------------------------------------------------------- the closed loop
 
+
 class _Load:
     """`concurrency` workers, each sending its next request the moment the previous one ends."""
 
@@ -241,7 +244,7 @@ class _Load:
         self.model = model
         self.concurrency = concurrency
         self.lengths = (profile, prompt_len, output_len)
-        self.rng = rng                  # one stream per level: no two requests share a prompt
+        self.rng = rng  # one stream per level: no two requests share a prompt
         self.timeout_s = timeout_s
         self.clock = clock
         self.requests = []
@@ -263,22 +266,24 @@ class _Load:
             # The flag as well as cancel(): wait_for may swallow a cancel that races the request's end.
             self.running = False
             for task in tasks:
-                task.cancel()   # the server sees the disconnect and aborts the request
+                task.cancel()  # the server sees the disconnect and aborts the request
             await asyncio.gather(*tasks, return_exceptions=True)
         return self.requests, t0, t1
 
     async def _worker(self):
         while self.running and not self.abort_reason:
             prompt_len, output_len = request_lengths(*self.lengths, rng=self.rng)
-            request = build_request(self.host, self.port, self.path, self.model,
-                                    make_prompt(prompt_len, self.rng), output_len)
+            request = build_request(
+                self.host, self.port, self.path, self.model, make_prompt(prompt_len, self.rng), output_len
+            )
             record = _Request(self.clock(), prompt_len)
             self.requests.append(record)
             try:
-                await asyncio.wait_for(stream_completion(self.host, self.port, request, record, self.clock),
-                                       self.timeout_s)
+                await asyncio.wait_for(
+                    stream_completion(self.host, self.port, request, record, self.clock), self.timeout_s
+                )
                 self.failures_in_row = 0
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._failed(record, "request timed out after %gs" % self.timeout_s)
             except (OSError, LoadError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
                 self._failed(record, "%s: %s" % (type(exc).__name__, exc) if isinstance(exc, OSError) else str(exc))
@@ -294,7 +299,9 @@ class _Load:
         # Nothing but failures, many times over: the server is gone; stop instead of spinning to the end.
         if self.failures_in_row >= max(8, 2 * self.concurrency):
             self.abort_reason = "aborted after %d failed requests in a row; last: %s" % (
-                self.failures_in_row, record.error)
+                self.failures_in_row,
+                record.error,
+            )
 
 
 async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
@@ -308,7 +315,7 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
         await load.run(warmup_s)
         await asyncio.sleep(SETTLE_S)
     for repeat in range(1, repeats + 1):
-        if load.abort_reason:   # the server is gone: the remaining windows are not measured
+        if load.abort_reason:  # the server is gone: the remaining windows are not measured
             result = summarize([], 0.0, duration_s, load.concurrency)
             result.update(ok=False, error=load.abort_reason, started_at=_iso(time.time()))
             finish(result, repeat, None, None)
@@ -330,6 +337,7 @@ def _iso(wall: float) -> str:
 
 
 # ---------------------------------------------------------------- window accounting
+
 
 def summarize(requests, t0: float, t1: float, concurrency: int) -> dict:
     """The measurement dict of window [t0, t1) over the requests' recorded events (see module doc)."""
@@ -413,20 +421,46 @@ def percentile(values, q: float) -> float:
 
 # ---------------------------------------------------------------- public API
 
-def run_level(url, model, concurrency, duration_s, warmup_s, prompt_len, output_len, profile="uniform", seed=0,
-              timeout_s=DEFAULT_TIMEOUT_S, clock=time.monotonic) -> dict:
+
+def run_level(
+    url,
+    model,
+    concurrency,
+    duration_s,
+    warmup_s,
+    prompt_len,
+    output_len,
+    profile="uniform",
+    seed=0,
+    timeout_s=DEFAULT_TIMEOUT_S,
+    clock=time.monotonic,
+) -> dict:
     """One concurrency level: a warmup window, then one measured window. Request failures never raise:
     they are counted, and a window without output tokens comes back with ok=False and the error."""
-    load = _Load(url, model, concurrency, prompt_len, output_len, profile, _level_rng(seed, concurrency),
-                 timeout_s, clock)
+    load = _Load(
+        url, model, concurrency, prompt_len, output_len, profile, _level_rng(seed, concurrency), timeout_s, clock
+    )
     results = []
     asyncio.run(_level(load, duration_s, warmup_s, 1, None, lambda result, *_: results.append(result)))
     return results[0]
 
 
-def run_levels(url, model, levels, duration_s, warmup_s, repeats, prompt_len=1024, output_len=256,
-               profile="uniform", seed=0, timeout_s=DEFAULT_TIMEOUT_S, clock=time.monotonic, on_result=None,
-               metrics_timeout_s=10.0) -> list:
+def run_levels(
+    url,
+    model,
+    levels,
+    duration_s,
+    warmup_s,
+    repeats,
+    prompt_len=1024,
+    output_len=256,
+    profile="uniform",
+    seed=0,
+    timeout_s=DEFAULT_TIMEOUT_S,
+    clock=time.monotonic,
+    on_result=None,
+    metrics_timeout_s=10.0,
+) -> list:
     """Per level: one warmup window, then `repeats` measured windows against the same server, each with
     `repeat`, the /metrics counter deltas over it (`metrics_delta`) and `spec_decode_acceptance_rate`.
     on_result(result) is called as soon as each window's result exists. Warmups are not returned."""
@@ -447,8 +481,9 @@ def run_levels(url, model, levels, duration_s, warmup_s, repeats, prompt_len=102
             on_result(result)
 
     for concurrency in levels:
-        load = _Load(url, model, concurrency, prompt_len, output_len, profile, _level_rng(seed, concurrency),
-                     timeout_s, clock)
+        load = _Load(
+            url, model, concurrency, prompt_len, output_len, profile, _level_rng(seed, concurrency), timeout_s, clock
+        )
         asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish))
     return results
 
@@ -470,6 +505,7 @@ def _add_counters(result: dict, before, after):
 
 
 # ---------------------------------------------------------------- CLI
+
 
 def write_json_atomic(path: str, data: dict) -> None:
     directory = os.path.dirname(path) or "."
@@ -499,8 +535,10 @@ def _levels(text: str):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python3 -m agent.hostside.loadgen",
-                                description="Closed-loop streaming load against a vLLM /v1/completions server.")
+    p = argparse.ArgumentParser(
+        prog="python3 -m agent.hostside.loadgen",
+        description="Closed-loop streaming load against a vLLM /v1/completions server.",
+    )
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("--model", required=True, help="model name as the server knows it")
     p.add_argument("--levels", type=_levels, default=[1], help="concurrency levels, e.g. 1,2,4,8,16")
@@ -529,14 +567,39 @@ def main(argv=None) -> int:
             write_json_atomic(path, result)
             written.append(path)
 
-    results = run_levels(args.url, args.model, args.levels, args.duration, args.warmup, args.repeats,
-                         prompt_len=args.prompt_len, output_len=args.output_len, profile=args.profile,
-                         seed=args.seed, timeout_s=args.timeout, on_result=save)
+    results = run_levels(
+        args.url,
+        args.model,
+        args.levels,
+        args.duration,
+        args.warmup,
+        args.repeats,
+        prompt_len=args.prompt_len,
+        output_len=args.output_len,
+        profile=args.profile,
+        seed=args.seed,
+        timeout_s=args.timeout,
+        on_result=save,
+    )
     summary = {
         "ok": all(r["ok"] for r in results),
         "files": written,
-        "windows": [{key: r[key] for key in ("concurrency", "repeat", "ok", "error", "output_throughput",
-                                             "request_throughput", "completed", "failed")} for r in results],
+        "windows": [
+            {
+                key: r[key]
+                for key in (
+                    "concurrency",
+                    "repeat",
+                    "ok",
+                    "error",
+                    "output_throughput",
+                    "request_throughput",
+                    "completed",
+                    "failed",
+                )
+            }
+            for r in results
+        ],
     }
     if args.json:
         summary["results"] = results

@@ -38,7 +38,7 @@ def clean(raw: str) -> str:
         m = _WRAPPER.match(line)
         if not m:
             break
-        line = line[m.end():]
+        line = line[m.end() :]
     return line.strip()
 
 
@@ -46,11 +46,11 @@ def split_header(line: str) -> tuple[str, str]:
     """(level, message) of a cleaned line; level is "" for lines not from vLLM's logger."""
     m = _PROC_TAGS.match(line)
     if m:
-        line = line[m.end():]
+        line = line[m.end() :]
     m = _HEADER.match(line)
     if not m:
         return "", line
-    return m.group(1), line[m.end():]
+    return m.group(1), line[m.end() :]
 
 
 # --- names ---------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def normalise_backend(name: str) -> str:
         return ""
     s = _ALIASES.get(s, s)
     if s.startswith("batched_"):  # same flag; vLLM picks the batched variant for DP/EP layouts
-        s = s[len("batched_"):]
+        s = s[len("batched_") :]
     if s.endswith("_batched"):
         s = s[: -len("_batched")]
     return _ALIASES.get(s, s)
@@ -109,20 +109,63 @@ def _quant_of(word: str) -> str:
 # --- what the lines say ----------------------------------------------------------------------------
 
 # Periodic lines that make logs big and never matter (stats, access log, --enable-log-requests): skipped first.
-_NOISE = ("Avg prompt throughput", "HTTP/1.", "Received request", "Generated response", "Finished request",
-          "Added request", "Aborted request")
+_NOISE = (
+    "Avg prompt throughput",
+    "HTTP/1.",
+    "Received request",
+    "Generated response",
+    "Finished request",
+    "Added request",
+    "Aborted request",
+)
 # A line is looked at only if it holds one of these. Each starts with a rare character (capital, "-", "(", the
 # logo's block) and they are grouped by that character: the regex engine then skips most positions of a line
 # with one table lookup, which keeps unknown lines at tens of MB/s.
 _NEEDLES = (
-    "Using ", "Selected ", "MoE", "LLM API server version", "LLM server version", "\u2588", "Initializing a",
-    "-default args", "Unknown vLLM", "AutoTuner", "No tuned config", "This causes a latency spike",
-    "Model loading took", "Loading model weights took", "(profile, create kv cache", "KV cache size",
-    "Application startup complete", "Uvicorn running", "Draft acceptance rate", "Loading draft", "--linear-backend=",
-    "NVFP4 linear falling back", "Your GPU does not have native support for FP4",
-    "Error", "ERROR", "CRITICAL", "Exception", "Interrupt", "Traceback", "Assert", "DeepGemm", "Unsupported architecture",
-    "Unknown recipe", "Free memory", "CUDA out of memory", "OutOfMemory", "NV_ERR", "CUTE_DSL", "ptxas",
-    "EngineCore failed", "EngineCore encountered", "Engine core init", "Engine process failed", "WorkerProc failed",
+    "Using ",
+    "Selected ",
+    "MoE",
+    "LLM API server version",
+    "LLM server version",
+    "\u2588",
+    "Initializing a",
+    "-default args",
+    "Unknown vLLM",
+    "AutoTuner",
+    "No tuned config",
+    "This causes a latency spike",
+    "Model loading took",
+    "Loading model weights took",
+    "(profile, create kv cache",
+    "KV cache size",
+    "Application startup complete",
+    "Uvicorn running",
+    "Draft acceptance rate",
+    "Loading draft",
+    "--linear-backend=",
+    "NVFP4 linear falling back",
+    "Your GPU does not have native support for FP4",
+    "Error",
+    "ERROR",
+    "CRITICAL",
+    "Exception",
+    "Interrupt",
+    "Traceback",
+    "Assert",
+    "DeepGemm",
+    "Unsupported architecture",
+    "Unknown recipe",
+    "Free memory",
+    "CUDA out of memory",
+    "OutOfMemory",
+    "NV_ERR",
+    "CUTE_DSL",
+    "ptxas",
+    "EngineCore failed",
+    "EngineCore encountered",
+    "Engine core init",
+    "Engine process failed",
+    "WorkerProc failed",
     "Worker failed",
 )
 
@@ -176,15 +219,21 @@ _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
 _ACCEPT_PCT = re.compile(r"Avg Draft acceptance rate: ([\d.]+)%")
 _ACCEPT_FRAC = re.compile(r"Draft acceptance rate: ([\d.]+)(?!\d*%)")
 _ENGINE_READY = "init engine (profile, create kv cache, warmup model) took"
-_SERVER_MARKERS = re.compile(r"API server version|vLLM server version|api_server|APIServer|\u2588|Uvicorn|serving model")
+_SERVER_MARKERS = re.compile(
+    r"API server version|vLLM server version|api_server|APIServer|\u2588|Uvicorn|serving model"
+)
 _READY = re.compile(r"Application startup complete|Uvicorn running on")
 
 # --- failure classes -------------------------------------------------------------------------------
 # (class, signature). Checked in this order on each line; the first that matches decides the line.
 _FATAL_SIGNATURES = (
-    ("deep_gemm_assert", re.compile(
-        r"DeepGemmQuantScaleFMT oracle cache not initialized|hyperconnection\.hpp:\d+\): Unsupported architecture"
-        r"|layout\.hpp.*Unknown recipe|deep_gemm.*Assertion")),
+    (
+        "deep_gemm_assert",
+        re.compile(
+            r"DeepGemmQuantScaleFMT oracle cache not initialized|hyperconnection\.hpp:\d+\): Unsupported architecture"
+            r"|layout\.hpp.*Unknown recipe|deep_gemm.*Assertion"
+        ),
+    ),
     ("no_moe_backend", re.compile(r"No [\w ]*MoE backend supports the deployment configuration")),
     ("unsupported_moe_backend", re.compile(r"moe_backend='[^']*' is not supported for")),
     ("backend_unsupported_config", re.compile(r"does not support the deployment configuration since")),
@@ -197,8 +246,10 @@ _FATAL_SIGNATURES = (
 )
 # The engine died. "Dying" lines are logged with a traceback after them (its last line names the cause);
 # "died" lines are the API server's final word, after the engine's traceback (or before, when streams interleave).
-_ENGINE_DYING = re.compile(r"EngineCore failed to start|WorkerProc failed to start|Worker failed with error"
-                           r"|EngineCore encountered a fatal error")
+_ENGINE_DYING = re.compile(
+    r"EngineCore failed to start|WorkerProc failed to start|Worker failed with error"
+    r"|EngineCore encountered a fatal error"
+)
 _ENGINE_DIED = re.compile(r"Engine core initialization failed|Engine process failed to start|EngineDeadError")
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::|$)")
 _MOE_CLASSES = ("no_moe_backend", "unsupported_moe_backend", "backend_unsupported_config")
@@ -227,8 +278,14 @@ def _new_facts() -> dict:
         "unknown_env": [],
         "autotuner_cliff_count": 0,
         "jit_warning_count": 0,
-        "speculative": {"method": "", "num_speculative_tokens": -1, "draft_moe_backend": "",
-                        "draft_moe_backend_raw": "", "draft_attention_backend": "", "requested_moe_backend": ""},
+        "speculative": {
+            "method": "",
+            "num_speculative_tokens": -1,
+            "draft_moe_backend": "",
+            "draft_moe_backend_raw": "",
+            "draft_attention_backend": "",
+            "requested_moe_backend": "",
+        },
         "spec_acceptance_rates": [],
         "model_load_gib": -1.0,
         "model_load_s": -1.0,
@@ -266,9 +323,15 @@ class Follower:
     def feed(self, text: str) -> None:
         handle = self._handle
         for line in text.split("\n"):
-            if ("HTTP/1." in line or "Avg prompt throughput" in line or "Received request" in line  # = _NOISE,
-                    or "Generated response" in line or "Finished request" in line  # spelled out: any() is 4x slower
-                    or "Added request" in line or "Aborted request" in line):
+            if (
+                "HTTP/1." in line
+                or "Avg prompt throughput" in line
+                or "Received request" in line  # = _NOISE,
+                or "Generated response" in line
+                or "Finished request" in line  # spelled out: any() is 4x slower
+                or "Added request" in line
+                or "Aborted request" in line
+            ):
                 continue
             if "SpecDecoding metrics" in line:  # periodic, and wanted: the cheap path
                 self._acceptance(line)
@@ -285,7 +348,7 @@ class Follower:
     def feed_chunk(self, data: str) -> None:
         data = self._partial + data
         cut = data.rfind("\n")
-        self._partial = data[cut + 1:]
+        self._partial = data[cut + 1 :]
         if cut >= 0:
             self.feed(data[:cut])
 
@@ -518,10 +581,17 @@ class Follower:
         main model whose MoE already loaded, an error about an unquantized MoE is the (BF16) draft head's."""
         m = _MOE_ERROR_QUANT.search(cause)
         main = self._f["moe_quant"]
-        if (cls in _MOE_CLASSES and m and _quant_of(m.group(1)) == "unquantized" and main not in ("", "unquantized")
-                and self._f["speculative"]["method"]):
-            return (f"probably the draft model (the main model's MoE is {main} and loaded; set moe_backend in "
-                    "--speculative-config): ")
+        if (
+            cls in _MOE_CLASSES
+            and m
+            and _quant_of(m.group(1)) == "unquantized"
+            and main not in ("", "unquantized")
+            and self._f["speculative"]["method"]
+        ):
+            return (
+                f"probably the draft model (the main model's MoE is {main} and loaded; set moe_backend in "
+                "--speculative-config): "
+            )
         return ""
 
     def _keep(self, line: str) -> None:
@@ -530,8 +600,12 @@ class Follower:
 
     def _declare(self, cls: str, cause: str) -> None:
         where = "while loading the draft model: " if self._in_draft else self._draft_hint(cls, cause)
-        self.fatal = {"class": cls, "evidence": self._evidence_lines(), "root_cause": where + cause,
-                      "draft_model": self._in_draft}
+        self.fatal = {
+            "class": cls,
+            "evidence": self._evidence_lines(),
+            "root_cause": where + cause,
+            "draft_model": self._in_draft,
+        }
 
     def _evidence_lines(self) -> list[str]:
         lines = list(self._fail_lines)
@@ -544,8 +618,12 @@ class Follower:
             return dict(self.fatal, evidence=self._evidence_lines())
         cause = self._last_exception or self._last_error
         evidence = self._evidence_lines() + [c for c in (self._last_error, self._last_exception) if c]
-        return {"class": "engine_init_failed" if self._dying else "other", "evidence": evidence,
-                "root_cause": cause or "the log ends before the server was ready", "draft_model": self._in_draft}
+        return {
+            "class": "engine_init_failed" if self._dying else "other",
+            "evidence": evidence,
+            "root_cause": cause or "the log ends before the server was ready",
+            "draft_model": self._in_draft,
+        }
 
 
 def _signature_of(msg: str) -> str:
@@ -586,7 +664,7 @@ def parse(text: str) -> dict:
     """Facts of one whole log (see `_new_facts` for the keys; unknown values are "" / -1 / [] / {})."""
     follower = Follower()
     for pos in range(0, len(text), _PARSE_CHUNK):  # pieces: a 100 MB log never becomes a million strings at once
-        follower.feed_chunk(text[pos:pos + _PARSE_CHUNK])
+        follower.feed_chunk(text[pos : pos + _PARSE_CHUNK])
     follower.flush()
     return follower.facts()
 

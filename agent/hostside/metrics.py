@@ -5,6 +5,7 @@ several engines / finish reasons add up), and every labelled series under its ex
 (`name{a="b"}`) as well. `window_counters(before, after)` turns two scrapes into the counter deltas
 of a measurement window (the [metrics_delta] table of a cNNN-rK result).
 """
+
 from __future__ import annotations
 
 import urllib.parse
@@ -73,7 +74,7 @@ def _parse_sample(line: str):
         close = _closing_brace(line, brace)
         if close == -1:
             return None
-        name, series, rest = line[:brace], line[:close + 1], line[close + 1:]
+        name, series, rest = line[:brace], line[: close + 1], line[close + 1 :]
     else:
         if space == -1:
             return None

@@ -20,14 +20,36 @@ import sys
 HEADER_LIMIT = 100 * 1024 * 1024  # the format's own cap; a larger length means a corrupt file
 
 DTYPE_SIZES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
-    "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
-    "I32": 4, "U32": 4, "F32": 4,
-    "I64": 8, "U64": 8, "F64": 8,
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
 }
 
-ROLES = ("attention", "dense_mlp", "routed_experts", "shared_experts", "router",
-         "embeddings", "norms", "mtp", "vision", "other")
+ROLES = (
+    "attention",
+    "dense_mlp",
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "embeddings",
+    "norms",
+    "mtp",
+    "vision",
+    "other",
+)
 
 # Formats, from least to most precise: a routed-expert layer "kept at higher precision" ranks above the usual.
 FORMAT_RANK = {"packed_fp4": 0, "fp8": 1, "block_fp8": 1, "unquantized": 2}
@@ -35,13 +57,27 @@ KINDS = ("fp4_weights", "fp4_scales", "fp8_weights", "fp8_scales", "high_precisi
 FORMAT_LABEL = {"packed_fp4": "packed FP4", "fp8": "FP8", "block_fp8": "block FP8", "unquantized": "unquantized"}
 
 # The last name component of a module's quantization parameters; the rest of the name is the module.
-PARAM_SUFFIXES = {"weight", "weight_packed", "bias", "weight_scale", "weight_scale_2", "weight_scale_inv",
-                  "input_scale", "weight_global_scale", "input_global_scale", "k_scale", "v_scale",
-                  "weight_zero_point", "weight_shape"}
+PARAM_SUFFIXES = {
+    "weight",
+    "weight_packed",
+    "bias",
+    "weight_scale",
+    "weight_scale_2",
+    "weight_scale_inv",
+    "input_scale",
+    "weight_global_scale",
+    "input_global_scale",
+    "k_scale",
+    "v_scale",
+    "weight_zero_point",
+    "weight_shape",
+}
 WEIGHT_SUFFIXES = ("weight", "weight_packed")
 INPUT_SCALE_SUFFIXES = ("input_scale", "input_global_scale")
 
-_VISION = re.compile(r"(^|\.)(visual|vision_tower|vision_model|vision_encoder|multi_modal_projector|mm_projector)(\.|$)")
+_VISION = re.compile(
+    r"(^|\.)(visual|vision_tower|vision_model|vision_encoder|multi_modal_projector|mm_projector)(\.|$)"
+)
 _MTP = re.compile(r"(^|\.)mtp(\.|$)")
 _EMBED = re.compile(r"(^|\.)(embed_tokens|lm_head|wte|word_embeddings|tok_embeddings)(\.|$)|^output(\.weight)?$")
 _LM_HEAD = re.compile(r"(^|\.)lm_head(\.|$)|^output\.weight$")
@@ -71,11 +107,15 @@ def read_header(path: str) -> dict:
             raise CheckpointError(f"{path}: {size} bytes is too short for a safetensors file (re-download it)")
         (length,) = struct.unpack("<Q", prefix)
         if length < 2 or length > HEADER_LIMIT:
-            raise CheckpointError(f"{path}: header length {length} is impossible (limit {HEADER_LIMIT}); "
-                                  "the file is corrupt or not safetensors")
+            raise CheckpointError(
+                f"{path}: header length {length} is impossible (limit {HEADER_LIMIT}); "
+                "the file is corrupt or not safetensors"
+            )
         if length > size - 8:
-            raise CheckpointError(f"{path}: header claims {length} bytes but the file has {size - 8} after the "
-                                  "length; the file is truncated (re-download it)")
+            raise CheckpointError(
+                f"{path}: header claims {length} bytes but the file has {size - 8} after the "
+                "length; the file is truncated (re-download it)"
+            )
         raw = f.read(length)
     try:
         header = json.loads(raw)
@@ -112,8 +152,10 @@ def _entry_problem(entry, data_len: int) -> str:
     if type(begin) is not int or type(end) is not int or not 0 <= begin <= end:
         return f"bad data_offsets {offsets!r}"
     if end > data_len:
-        return (f"data ends at byte {end} but the file holds {data_len} bytes of data; "
-                "the file is truncated (re-download it)")
+        return (
+            f"data ends at byte {end} but the file holds {data_len} bytes of data; "
+            "the file is truncated (re-download it)"
+        )
     if dtype in DTYPE_SIZES and count * DTYPE_SIZES[dtype] != end - begin:
         return f"shape {shape} of {dtype} does not match its {end - begin} data bytes"
     return ""
@@ -148,8 +190,9 @@ def _shards(path: str) -> tuple[list[str], dict, list[str]]:
     shards = [os.path.join(path, f) for f in sorted(set(weight_map.values()))]
     for shard in shards:
         if not os.path.isfile(shard):
-            raise CheckpointError(f"{indexes[0]}: names shard {os.path.basename(shard)}, which is missing "
-                                  "(incomplete download?)")
+            raise CheckpointError(
+                f"{indexes[0]}: names shard {os.path.basename(shard)}, which is missing (incomplete download?)"
+            )
     unlisted = sorted(set(found) - set(shards))
     warnings = [f"{os.path.basename(f)} is not in the index; loaders ignore it" for f in unlisted]
     return shards, weight_map, warnings
@@ -173,8 +216,15 @@ def _configs(path: str) -> tuple[dict, list[dict]]:
 
 
 def _quant_summary(source: str, q: dict, producer) -> dict:
-    keys = ("quant_method", "quant_algo", "format", "kv_cache_quant_algo", "group_size", "weight_block_size",
-            "activation_scheme")
+    keys = (
+        "quant_method",
+        "quant_algo",
+        "format",
+        "kv_cache_quant_algo",
+        "group_size",
+        "weight_block_size",
+        "activation_scheme",
+    )
     out = {"source": source}
     out.update({k: q[k] for k in keys if k in q and not isinstance(q[k], dict)})
     if isinstance(producer, dict) and "name" in producer:
@@ -309,8 +359,13 @@ def inspect_checkpoint(path: str) -> dict:
     if missing:
         warnings.append(f"{missing} tensor(s) named in the index are in no shard (incomplete download?)")
     modules = _modules(tensors)
-    summary = {"path": path, "name": os.path.basename(path.rstrip("/")), "shards": len(shards),
-               "tensors": len(tensors), "quant_configs": quant_configs}
+    summary = {
+        "path": path,
+        "name": os.path.basename(path.rstrip("/")),
+        "shards": len(shards),
+        "tensors": len(tensors),
+        "quant_configs": quant_configs,
+    }
     summary.update(_mass(tensors))
     summary.update(_formats(modules, summary["roles"]))
     summary.update(_expert_layers(modules))
@@ -325,7 +380,7 @@ def _modules(tensors: list) -> dict:
     modules: dict = {}
     for name, dtype, shape, _size, role, module in tensors:
         entry = modules.setdefault(module, {"role": role, "params": {}})
-        suffix = name[len(module) + 1:] if module != name else "weight"
+        suffix = name[len(module) + 1 :] if module != name else "weight"
         entry["params"][suffix] = (dtype, shape, _size)
     for entry in modules.values():
         entry["format"] = _module_format(entry["params"])
@@ -342,8 +397,12 @@ def _mass(tensors: list) -> dict:
         roles[role]["tensors"] += 1
         roles[role]["bytes"] += size
     total = sum(row["bytes"] for row in dtypes.values())
-    return {"total_bytes": total, "total_gib": round(total / 2**30, 3),
-            "dtypes": dict(sorted(dtypes.items())), "roles": {r: v for r, v in roles.items() if v["tensors"]}}
+    return {
+        "total_bytes": total,
+        "total_gib": round(total / 2**30, 3),
+        "dtypes": dict(sorted(dtypes.items())),
+        "roles": {r: v for r, v in roles.items() if v["tensors"]},
+    }
 
 
 def _formats(modules: dict, roles: dict) -> dict:
@@ -370,9 +429,12 @@ def _formats(modules: dict, roles: dict) -> dict:
     for role, row in roles.items():
         row["formats"] = dict(sorted(row.get("formats", {}).items()))
         row["activation"] = _activation(set(activations[role]))
-    return {"kinds": {k: v for k, v in kinds.items() if v["tensors"]}, "packed_fp4_tensors": packed,
-            "high_precision_weights": high_precision,
-            "activation_scales": _activation(set().union(*activations.values()))}
+    return {
+        "kinds": {k: v for k, v in kinds.items() if v["tensors"]},
+        "packed_fp4_tensors": packed,
+        "high_precision_weights": high_precision,
+        "activation_scales": _activation(set().union(*activations.values())),
+    }
 
 
 def _kind(fmt: str, suffix: str) -> str:
@@ -403,8 +465,11 @@ def _expert_layers(modules: dict) -> dict:
         for fmt, n in counts.items():
             totals[fmt] = totals.get(fmt, 0) + n
     usual = max(totals, key=lambda f: (totals[f], -FORMAT_RANK[f]))
-    raised = {layer: max(counts, key=FORMAT_RANK.get) for layer, counts in per_layer.items()
-              if max(FORMAT_RANK[f] for f in counts) > FORMAT_RANK[usual]}
+    raised = {
+        layer: max(counts, key=FORMAT_RANK.get)
+        for layer, counts in per_layer.items()
+        if max(FORMAT_RANK[f] for f in counts) > FORMAT_RANK[usual]
+    }
     return {"expert_format": usual, "high_precision_expert_layers": _ranges(raised)}
 
 
@@ -432,9 +497,14 @@ def _mtp(tensors: list, modules: dict) -> dict:
     dtypes: dict = {}
     for row in rows:
         dtypes[row[1]] = dtypes.get(row[1], 0) + 1
-    return {"present": bool(rows), "quantized": any(f != "unquantized" for f in formats),
-            "tensors": len(rows), "bytes": sum(t[3] for t in rows), "formats": dict(sorted(formats.items())),
-            "dtypes": dict(sorted(dtypes.items()))}
+    return {
+        "present": bool(rows),
+        "quantized": any(f != "unquantized" for f in formats),
+        "tensors": len(rows),
+        "bytes": sum(t[3] for t in rows),
+        "formats": dict(sorted(formats.items())),
+        "dtypes": dict(sorted(dtypes.items())),
+    }
 
 
 def _bytes_per_token(tensors: list, config: dict, warnings: list) -> dict:
@@ -476,23 +546,35 @@ def compare(a: dict, b: dict) -> dict:
     differences = _format_differences(a, b) + _expert_differences(a, b) + _mtp_differences(a, b)
     if a["activation_scales"] != b["activation_scales"]:
         differences.append(f"activation scales: {a['activation_scales']} vs {b['activation_scales']}")
-    dtype_counts = {d: [a["dtypes"].get(d, {}).get("tensors", 0), b["dtypes"].get(d, {}).get("tensors", 0)]
-                    for d in sorted(set(a["dtypes"]) | set(b["dtypes"]))}
+    dtype_counts = {
+        d: [a["dtypes"].get(d, {}).get("tensors", 0), b["dtypes"].get(d, {}).get("tensors", 0)]
+        for d in sorted(set(a["dtypes"]) | set(b["dtypes"]))
+    }
     for dtype, (na, nb) in dtype_counts.items():
         if na != nb:
             differences.append(f"{dtype} tensors: {na} vs {nb}")
     change = _pct(a["bytes_per_token"], b["bytes_per_token"])
-    twins = (abs(_pct(a["total_bytes"], b["total_bytes"]) or 0) <= 1.0
-             and a["high_precision_weights"] == b["high_precision_weights"]
-             and a["expert_format"] == b["expert_format"]
-             and [r["text"] for r in a["high_precision_expert_layers"]] == [r["text"] for r in b["high_precision_expert_layers"]]
-             and a["mtp"]["quantized"] == b["mtp"]["quantized"])
-    return {"a": a["name"], "b": b["name"], "twins": twins, "headline": _headline(a, b, twins, change),
-            "differences": differences, "total_gib": [a["total_gib"], b["total_gib"]],
-            "bytes_per_token": [a["bytes_per_token"], b["bytes_per_token"]], "bytes_per_token_change_pct": change,
-            "packed_fp4_tensors": [a["packed_fp4_tensors"], b["packed_fp4_tensors"]],
-            "high_precision_weights": [a["high_precision_weights"], b["high_precision_weights"]],
-            "dtype_counts": dtype_counts}
+    twins = (
+        abs(_pct(a["total_bytes"], b["total_bytes"]) or 0) <= 1.0
+        and a["high_precision_weights"] == b["high_precision_weights"]
+        and a["expert_format"] == b["expert_format"]
+        and [r["text"] for r in a["high_precision_expert_layers"]]
+        == [r["text"] for r in b["high_precision_expert_layers"]]
+        and a["mtp"]["quantized"] == b["mtp"]["quantized"]
+    )
+    return {
+        "a": a["name"],
+        "b": b["name"],
+        "twins": twins,
+        "headline": _headline(a, b, twins, change),
+        "differences": differences,
+        "total_gib": [a["total_gib"], b["total_gib"]],
+        "bytes_per_token": [a["bytes_per_token"], b["bytes_per_token"]],
+        "bytes_per_token_change_pct": change,
+        "packed_fp4_tensors": [a["packed_fp4_tensors"], b["packed_fp4_tensors"]],
+        "high_precision_weights": [a["high_precision_weights"], b["high_precision_weights"]],
+        "dtype_counts": dtype_counts,
+    }
 
 
 def _pct(old, new):
@@ -546,6 +628,7 @@ def _mtp_differences(a: dict, b: dict) -> list:
             return "absent"
         dtypes = ", ".join(f"{n} {d}" for d, n in m["dtypes"].items())
         return f"{m['tensors']} tensors, {'quantized' if m['quantized'] else 'unquantized'} ({dtypes})"
+
     ta, tb = text(a["mtp"]), text(b["mtp"])
     return [] if ta == tb else [f"MTP module: {ta} vs {tb}"]
 
@@ -559,8 +642,11 @@ def main(argv: list[str]) -> int:
     except (CheckpointError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    result = summaries[0] if len(summaries) == 1 else {"a": summaries[0], "b": summaries[1],
-                                                       "comparison": compare(*summaries)}
+    result = (
+        summaries[0]
+        if len(summaries) == 1
+        else {"a": summaries[0], "b": summaries[1], "comparison": compare(*summaries)}
+    )
     json.dump(result, sys.stdout, indent=1, ensure_ascii=False)
     print()
     return 0

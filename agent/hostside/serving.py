@@ -38,8 +38,9 @@ def read_env_file(path: str) -> dict:
     return env
 
 
-def launch_command(runtime: str, argv: list, env: dict, image: str, container: str = "spark-agent",
-                   cell_id: str = "") -> str:
+def launch_command(
+    runtime: str, argv: list, env: dict, image: str, container: str = "spark-agent", cell_id: str = ""
+) -> str:
     """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line)."""
     if runtime == "docker":
         return docker.launch_line(image, container, [str(a) for a in argv], env, label=cell_id)
@@ -52,16 +53,30 @@ def serve_cell(p: dict) -> dict:
     rdir = run_dir(p["workdir"], p["cell_id"])
     env = read_env_file(p["env_file"])
     if p["runtime"] == "docker" and not shutil.which("docker"):
-        raise ServeError("the inventory says spark_runtime=docker but this host has no docker CLI; "
-                         "install docker (and the NVIDIA container toolkit) or set spark_runtime=process")
+        raise ServeError(
+            "the inventory says spark_runtime=docker but this host has no docker CLI; "
+            "install docker (and the NVIDIA container toolkit) or set spark_runtime=process"
+        )
     full_env = dict(env, **{k: str(v) for k, v in (p.get("extra_env") or {}).items()})
     container = supervise.container_prefix(p["workdir"]) + p["cell_id"]
     (rdir / "launch.txt").write_text(
-        launch_command(p["runtime"], p["argv"], full_env, p["image"], container, p["cell_id"]) + "\n")
+        launch_command(p["runtime"], p["argv"], full_env, p["image"], container, p["cell_id"]) + "\n"
+    )
     log_path = str(rdir / "server.log")
-    supervise.start(p["cell_id"], p["workdir"], p["runtime"], p["argv"], full_env, log_path, p["holder"],
-                    image=p["image"], scope=p["scope"], evict=p["evict"], url=p["url"],
-                    docker_present=bool(shutil.which("docker")))
+    supervise.start(
+        p["cell_id"],
+        p["workdir"],
+        p["runtime"],
+        p["argv"],
+        full_env,
+        log_path,
+        p["holder"],
+        image=p["image"],
+        scope=p["scope"],
+        evict=p["evict"],
+        url=p["url"],
+        docker_present=bool(shutil.which("docker")),
+    )
     outcome = supervise.wait_ready(p["workdir"], p["url"], p["health_timeout"])
     if outcome["ready"] and p["runtime"] == "docker":
         info = supervise.status(p["workdir"])["server"]
@@ -73,8 +88,13 @@ def serve_cell(p: dict) -> dict:
     if not outcome["ready"]:
         supervise.stop(p["workdir"])
     (rdir / "serve.json").write_text(json.dumps(outcome, indent=1, default=str))
-    return {"ready": outcome["ready"], "failure": outcome["failure"], "startup_s": round(outcome["startup_s"], 2),
-            "attestation": outcome["facts"], "run_dir": str(rdir)}
+    return {
+        "ready": outcome["ready"],
+        "failure": outcome["failure"],
+        "startup_s": round(outcome["startup_s"], 2),
+        "attestation": outcome["facts"],
+        "run_dir": str(rdir),
+    }
 
 
 def seal(workdir: str, cell_id: str) -> str:

@@ -17,14 +17,14 @@ import subprocess
 import time
 import urllib.error
 import urllib.parse
-import zlib
 import urllib.request
+import zlib
 from pathlib import Path
 
 from . import docker, logparse  # imported up front: the forked supervisor must not import late
 
-CELL_ENV = "SPARK_AGENT_CELL"          # marks every server process we start
-WORKDIR_ENV = "SPARK_AGENT_WORKDIR"    # which host work dir started it (several test hosts can share a machine)
+CELL_ENV = "SPARK_AGENT_CELL"  # marks every server process we start
+WORKDIR_ENV = "SPARK_AGENT_WORKDIR"  # which host work dir started it (several test hosts can share a machine)
 
 
 class HostBusy(Exception):
@@ -75,8 +75,10 @@ def acquire_lock(workdir: str, holder: dict) -> int:
 def describe_holder(holder: dict) -> str:
     if not holder:
         return "another process (no holder record)"
-    return (f"{holder.get('user', '?')}@{holder.get('controller_host', '?')} pid {holder.get('controller_pid', '?')} "
-            f"since {holder.get('since', '?')} (cell {holder.get('cell_id', '?')}, sweep {holder.get('sweep', '?')})")
+    return (
+        f"{holder.get('user', '?')}@{holder.get('controller_host', '?')} pid {holder.get('controller_pid', '?')} "
+        f"since {holder.get('since', '?')} (cell {holder.get('cell_id', '?')}, sweep {holder.get('sweep', '?')})"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- one model per machine
@@ -99,9 +101,11 @@ def is_engine(argv: list) -> bool:
         nxt = argv[i + 1]
         if os.path.basename(arg) == "vllm" and nxt == "serve":
             return True
-        if arg == "-m" and (nxt.startswith("vllm.entrypoints") or (nxt == "agent.sim" and "serve" in argv[i + 2:i + 3])):
+        if arg == "-m" and (
+            nxt.startswith("vllm.entrypoints") or (nxt == "agent.sim" and "serve" in argv[i + 2 : i + 3])
+        ):
             return True
-        if os.path.basename(arg) == "spark-agent" and argv[i + 1:i + 3] == ["sim", "serve"]:
+        if os.path.basename(arg) == "spark-agent" and argv[i + 1 : i + 3] == ["sim", "serve"]:
             return True
     return False
 
@@ -136,16 +140,21 @@ def find_engines(workdir: str, scope: str = "machine") -> list[dict]:
         same_workdir = env.get(WORKDIR_ENV) == str(Path(os.path.expanduser(workdir)))
         if scope == "workdir" and not same_workdir:
             continue
-        found.append({"pid": int(entry), "cmdline": cmd[:300], "ours": ours and same_workdir,
-                      "cell_id": env.get(CELL_ENV, "")})
+        found.append(
+            {"pid": int(entry), "cmdline": cmd[:300], "ours": ours and same_workdir, "cell_id": env.get(CELL_ENV, "")}
+        )
     return found
 
 
 def gpu_processes() -> list[dict]:
     """GPU compute processes from nvidia-smi, where present (none on a host without NVIDIA)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     rows = []
@@ -170,8 +179,16 @@ def occupants(workdir: str, scope: str, docker_present: bool) -> list[dict]:
             ours = name.startswith(ours_prefix)
             if scope == "workdir" and not ours:
                 continue
-            found.append({"kind": "container", "name": name, "image": c.get("image", ""), "ours": ours,
-                          "cmdline": c.get("image", ""), "pid": 0})
+            found.append(
+                {
+                    "kind": "container",
+                    "name": name,
+                    "image": c.get("image", ""),
+                    "ours": ours,
+                    "cmdline": c.get("image", ""),
+                    "pid": 0,
+                }
+            )
     if scope == "machine":
         known = {p["pid"] for p in found}
         for g in gpu_processes():
@@ -187,9 +204,20 @@ def container_prefix(workdir: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- start
-def start(cell_id: str, workdir: str, runtime: str, argv: list, env: dict, log_path: str, holder: dict,
-          image: str = "", scope: str = "machine", evict: bool = False, docker_present: bool = False,
-          url: str = "") -> dict:
+def start(
+    cell_id: str,
+    workdir: str,
+    runtime: str,
+    argv: list,
+    env: dict,
+    log_path: str,
+    holder: dict,
+    image: str = "",
+    scope: str = "machine",
+    evict: bool = False,
+    docker_present: bool = False,
+    url: str = "",
+) -> dict:
     """Take the lock, make sure we're alone, and fork the supervisor that runs the server. Returns server.json."""
     lock_fd = acquire_lock(workdir, holder)
     try:
@@ -198,8 +226,13 @@ def start(cell_id: str, workdir: str, runtime: str, argv: list, env: dict, log_p
             _port_must_be_free(url)
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         Path(log_path).write_bytes(b"")
-        info = {"cell_id": cell_id, "runtime": runtime, "log": log_path, "started": time.time(),
-                "container": container_prefix(workdir) + cell_id if runtime == "docker" else ""}
+        info = {
+            "cell_id": cell_id,
+            "runtime": runtime,
+            "log": log_path,
+            "started": time.time(),
+            "container": container_prefix(workdir) + cell_id if runtime == "docker" else "",
+        }
         pid = os.fork()
         if pid == 0:  # the supervisor: never returns
             _supervise(lock_fd, workdir, info, runtime, argv, env, image)
@@ -216,10 +249,15 @@ def _clear_the_machine(workdir: str, scope: str, evict: bool, docker_present: bo
         if occ["ours"] or evict:
             _stop_occupant(occ)
             continue
-        what = f"container {occ['name']} ({occ['image']})" if occ["kind"] == "container" else \
-            f"{occ['kind']} pid {occ['pid']}: {occ['cmdline'][:120]}"
-        raise HostBusy(f"another model server is running here and we did not start it: {what}; "
-                       "stop it yourself or re-run with --evict")
+        what = (
+            f"container {occ['name']} ({occ['image']})"
+            if occ["kind"] == "container"
+            else f"{occ['kind']} pid {occ['pid']}: {occ['cmdline'][:120]}"
+        )
+        raise HostBusy(
+            f"another model server is running here and we did not start it: {what}; "
+            "stop it yourself or re-run with --evict"
+        )
 
 
 def _stop_occupant(occ: dict) -> None:
@@ -238,8 +276,10 @@ def _port_must_be_free(url: str) -> None:
             pass
     except OSError:
         return
-    raise HostBusy(f"{parsed.hostname}:{parsed.port} is already in use by another process; stop it or give this "
-                   "host another spark_port in the inventory")
+    raise HostBusy(
+        f"{parsed.hostname}:{parsed.port} is already in use by another process; stop it or give this "
+        "host another spark_port in the inventory"
+    )
 
 
 def _wait_for_server_record(workdir: str, pid: int, timeout: float = 30.0) -> None:
@@ -267,12 +307,14 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         child_env[WORKDIR_ENV] = str(Path(os.path.expanduser(workdir)))
         log = open(info["log"], "ab", buffering=0)
         if runtime == "docker":
-            container = docker.run_server(image, info["container"], [str(a) for a in argv], env,
-                                          label=info["cell_id"], log_path=info["log"])
+            container = docker.run_server(
+                image, info["container"], [str(a) for a in argv], env, label=info["cell_id"], log_path=info["log"]
+            )
             proc = container.log_follower  # `docker logs -f` ends when the container does
         else:
-            proc = subprocess.Popen([str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, env=child_env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True
+            )
         info.update({"supervisor_pid": os.getpid(), "server_pid": proc.pid})
         _write_json(state_dir(workdir) / "server.json", info)
 
@@ -372,8 +414,11 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
             failure = dict(follower.fatal or _exit_failure(info, follower))
             break
         if time.monotonic() - t0 > timeout_s:
-            failure = {"class": "health_timeout", "evidence": [f"/health not ready after {timeout_s:.0f} s"],
-                       "root_cause": "the server neither became healthy nor died"}
+            failure = {
+                "class": "health_timeout",
+                "evidence": [f"/health not ready after {timeout_s:.0f} s"],
+                "root_cause": "the server neither became healthy nor died",
+            }
             break
         time.sleep(poll_s)
     if partial:
@@ -399,8 +444,11 @@ def _exit_failure(info: dict, follower) -> dict:
     failure = logparse.classify(follower.facts())
     if failure and failure.get("class"):
         return failure
-    return {"class": "other", "evidence": ["the server process exited before it became healthy"],
-            "root_cause": "server exited"}
+    return {
+        "class": "other",
+        "evidence": ["the server process exited before it became healthy"],
+        "root_cause": "server exited",
+    }
 
 
 def _health_ok(url: str) -> bool:
@@ -469,6 +517,11 @@ def status(workdir: str) -> dict:
 
 def controller_identity(sweep: str, cell_id: str) -> dict:
     """Who holds the lock: recorded on the host, shown to anyone refused."""
-    return {"user": os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid()),
-            "controller_host": socket.gethostname(), "controller_pid": os.getpid(),
-            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "sweep": sweep, "cell_id": cell_id}
+    return {
+        "user": os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid()),
+        "controller_host": socket.gethostname(),
+        "controller_pid": os.getpid(),
+        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "sweep": sweep,
+        "cell_id": cell_id,
+    }

@@ -46,8 +46,10 @@ def bandwidth_for(arch_or_gpu: str, rules: Path = GPUS_TOML) -> tuple[float, str
             if not isinstance(row.get("bandwidth_gbs"), (int, float)):
                 raise UserError(f"{rules}: [{arch}] has no bandwidth_gbs; add it or pass --bandwidth-gbs")
             return float(row["bandwidth_gbs"]), str(row.get("bandwidth_source", "rules file"))
-    raise UserError(f"{rules}: no GPU matches {arch_or_gpu!r} (known: {', '.join(sorted(table))}); "
-                    "pass --bandwidth-gbs with a measured value")
+    raise UserError(
+        f"{rules}: no GPU matches {arch_or_gpu!r} (known: {', '.join(sorted(table))}); "
+        "pass --bandwidth-gbs with a measured value"
+    )
 
 
 def _matches(wanted: str, arch: str, row: dict) -> bool:
@@ -70,22 +72,38 @@ def single_stream_tok_s(measurement: dict) -> float:
     return 1000.0 / tpot if tpot > 0 else float(measurement.get("output_throughput") or 0.0)
 
 
-def ceiling_notes(points: list[dict], gbs: float, source: str = "",
-                  tolerance_points: float = TOLERANCE_POINTS, tolerance_share: float = TOLERANCE_SHARE) -> dict:
+def ceiling_notes(
+    points: list[dict],
+    gbs: float,
+    source: str = "",
+    tolerance_points: float = TOLERANCE_POINTS,
+    tolerance_share: float = TOLERANCE_SHARE,
+) -> dict:
     """Rows with % of the ceiling and flags, and explained/not-explained notes for pairs (see module doc).
 
     points: [{"label", "bytes_per_token" (int or None), "tok_s" (measured single-stream), "speculative"}]
     """
     rows = [_row(p, gbs) for p in points]
-    pairs = [_pair(a, b, tolerance_points, tolerance_share)
-             for i, a in enumerate(rows) for b in rows[i + 1:] if a["speculative"] == b["speculative"]]
+    pairs = [
+        _pair(a, b, tolerance_points, tolerance_share)
+        for i, a in enumerate(rows)
+        for b in rows[i + 1 :]
+        if a["speculative"] == b["speculative"]
+    ]
     return {"bandwidth_gbs": gbs, "bandwidth_source": source, "rows": rows, "pairs": pairs}
 
 
 def _row(point: dict, gbs: float) -> dict:
-    row = {"label": str(point["label"]), "bytes_per_token": point.get("bytes_per_token"),
-           "tok_s": float(point["tok_s"]), "speculative": bool(point.get("speculative")),
-           "ceiling_tok_s": None, "pct_of_ceiling": None, "flag": "", "note": ""}
+    row = {
+        "label": str(point["label"]),
+        "bytes_per_token": point.get("bytes_per_token"),
+        "tok_s": float(point["tok_s"]),
+        "speculative": bool(point.get("speculative")),
+        "ceiling_tok_s": None,
+        "pct_of_ceiling": None,
+        "flag": "",
+        "note": "",
+    }
     if not row["bytes_per_token"]:
         row["note"] = "bytes per token unknown: no ceiling"
         return row
@@ -93,12 +111,16 @@ def _row(point: dict, gbs: float) -> dict:
     row["pct_of_ceiling"] = round(100.0 * row["tok_s"] / row["ceiling_tok_s"], 1)
     if row["pct_of_ceiling"] > 100.0 and row["speculative"]:
         row["flag"] = "above_ceiling_speculative"
-        row["note"] = (f"{row['pct_of_ceiling']:.0f}% of the ceiling: speculative decoding is on, "
-                       "so one weight read yields several tokens")
+        row["note"] = (
+            f"{row['pct_of_ceiling']:.0f}% of the ceiling: speculative decoding is on, "
+            "so one weight read yields several tokens"
+        )
     elif row["pct_of_ceiling"] > 100.0:
         row["flag"] = "above_ceiling_inputs_wrong"
-        row["note"] = (f"{row['pct_of_ceiling']:.0f}% of the ceiling without speculative decoding: "
-                       "the inputs are wrong (bandwidth, bytes per token or the measurement)")
+        row["note"] = (
+            f"{row['pct_of_ceiling']:.0f}% of the ceiling without speculative decoding: "
+            "the inputs are wrong (bandwidth, bytes per token or the measurement)"
+        )
     else:
         row["note"] = f"{row['pct_of_ceiling']:.0f}% of the bandwidth ceiling"
     return row
@@ -107,8 +129,14 @@ def _row(point: dict, gbs: float) -> dict:
 def _pair(a: dict, b: dict, tolerance_points: float, tolerance_share: float) -> dict:
     """b relative to a: bytes predict tok/s to scale by bytes_a / bytes_b."""
     measured = round((b["tok_s"] / a["tok_s"] - 1) * 100, 1) if a["tok_s"] > 0 else None
-    pair = {"a": a["label"], "b": b["label"], "predicted_pct": None, "measured_pct": measured,
-            "explained": None, "note": ""}
+    pair = {
+        "a": a["label"],
+        "b": b["label"],
+        "predicted_pct": None,
+        "measured_pct": measured,
+        "explained": None,
+        "note": "",
+    }
     if not (a["bytes_per_token"] and b["bytes_per_token"]) or measured is None:
         pair["note"] = f"{b['label']} vs {a['label']}: bytes per token or speed unknown, nothing to explain"
         return pair
@@ -116,5 +144,7 @@ def _pair(a: dict, b: dict, tolerance_points: float, tolerance_share: float) -> 
     explained = abs(measured - predicted) <= max(tolerance_points, tolerance_share * abs(predicted))
     pair.update(predicted_pct=predicted, explained=explained)
     verdict = "explained by bytes" if explained else "not explained by bytes"
-    pair["note"] = f"{b['label']} vs {a['label']}: bytes predict {predicted:+.1f}%, measured {measured:+.1f}%: {verdict}"
+    pair["note"] = (
+        f"{b['label']} vs {a['label']}: bytes predict {predicted:+.1f}%, measured {measured:+.1f}%: {verdict}"
+    )
     return pair

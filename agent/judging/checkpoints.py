@@ -6,17 +6,29 @@ playbooks/inspect.yml playbook runs that same module there and only the summary 
 
 from __future__ import annotations
 
-from agent.judging.bandwidth import ceiling_notes
 from agent.errors import UserError
 from agent.hostside import safetensors
 from agent.hostside.safetensors import FORMAT_LABEL, compare, size_text
+from agent.judging.bandwidth import ceiling_notes
 
-__all__ = ["inspect", "inspect_local", "inspect_remote", "compare", "format_summary", "format_comparison",
-           "format_ceiling"]
+__all__ = [
+    "compare",
+    "format_ceiling",
+    "format_comparison",
+    "format_summary",
+    "inspect",
+    "inspect_local",
+    "inspect_remote",
+]
 
 INSPECT_TASK = "inspect checkpoint"  # the task name in playbooks/inspect.yml
-KIND_LABEL = {"fp4_weights": "packed FP4 weights", "fp4_scales": "FP4 scale tensors", "fp8_weights": "FP8 weights",
-              "fp8_scales": "FP8 scale tensors", "high_precision": "high precision"}
+KIND_LABEL = {
+    "fp4_weights": "packed FP4 weights",
+    "fp4_scales": "FP4 scale tensors",
+    "fp8_weights": "FP8 weights",
+    "fp8_scales": "FP8 scale tensors",
+    "high_precision": "high precision",
+}
 
 
 def inspect(path: str, host: str | None = None, inventory: str | None = None) -> dict:
@@ -54,14 +66,22 @@ def inspect_remote(path: str, host: str, inventory: str | None) -> dict:
 
 
 def format_summary(s: dict) -> str:
-    lines = [f"{s['name']}: {s['shards']} shard(s), {s['tensors']} tensors, {size_text(s['total_bytes'])}  ({s['path']})"]
+    lines = [
+        f"{s['name']}: {s['shards']} shard(s), {s['tensors']} tensors, {size_text(s['total_bytes'])}  ({s['path']})"
+    ]
     for q in s["quant_configs"]:
         lines.append("quantization config: " + ", ".join(f"{k}={v}" for k, v in q.items()))
-    lines.append(f"activation scales: {s['activation_scales']}   packed FP4 tensors: {s['packed_fp4_tensors']}   "
-                 f"high-precision weights: {s['high_precision_weights']}")
-    lines.append("by dtype: " + ", ".join(f"{d} {r['tensors']} ({size_text(r['bytes'])})" for d, r in s["dtypes"].items()))
-    lines.append("by kind:  " + ", ".join(f"{KIND_LABEL[k]} {r['tensors']} ({size_text(r['bytes'])})"
-                                           for k, r in s["kinds"].items()))
+    lines.append(
+        f"activation scales: {s['activation_scales']}   packed FP4 tensors: {s['packed_fp4_tensors']}   "
+        f"high-precision weights: {s['high_precision_weights']}"
+    )
+    lines.append(
+        "by dtype: " + ", ".join(f"{d} {r['tensors']} ({size_text(r['bytes'])})" for d, r in s["dtypes"].items())
+    )
+    lines.append(
+        "by kind:  "
+        + ", ".join(f"{KIND_LABEL[k]} {r['tensors']} ({size_text(r['bytes'])})" for k, r in s["kinds"].items())
+    )
     lines.append(f"{'role':<15}{'tensors':>8}{'size':>12}  {'activation':<10} formats (modules)")
     for role, r in s["roles"].items():
         formats = ", ".join(f"{n} {FORMAT_LABEL[f]}" for f, n in r["formats"].items())
@@ -70,9 +90,15 @@ def format_summary(s: dict) -> str:
         raised = "; ".join(r["text"] for r in s["high_precision_expert_layers"]) or "none"
         lines.append(f"routed experts: {FORMAT_LABEL[s['expert_format']]}; kept at higher precision: {raised}")
     m = s["mtp"]
-    mtp = "absent" if not m["present"] else (
-        f"present, {'quantized' if m['quantized'] else 'unquantized'}: {m['tensors']} tensors ("
-        + ", ".join(f"{n} {d}" for d, n in m["dtypes"].items()) + ")")
+    mtp = (
+        "absent"
+        if not m["present"]
+        else (
+            f"present, {'quantized' if m['quantized'] else 'unquantized'}: {m['tensors']} tensors ("
+            + ", ".join(f"{n} {d}" for d, n in m["dtypes"].items())
+            + ")"
+        )
+    )
     lines.append(f"MTP module: {mtp}")
     lines.append(_bytes_line(s))
     lines += [f"warning: {w}" for w in s["warnings"]]
@@ -84,10 +110,18 @@ def _bytes_line(s: dict) -> str:
         return "bytes per token: unknown (see warnings)"
     parts = s["bytes_per_token_parts"]
     moe = s["moe"]
-    routed = (f", active routed experts {size_text(parts['routed_experts_active'])} "
-              f"(top-{moe['num_experts_per_tok']} of {moe['num_experts']})") if parts["routed_experts_active"] else ""
-    return (f"bytes per token: {size_text(s['bytes_per_token'])} (always read {size_text(parts['always'])}{routed}, "
-            f"embeddings/lm_head {size_text(parts['embeddings'])}; MTP and vision not counted)")
+    routed = (
+        (
+            f", active routed experts {size_text(parts['routed_experts_active'])} "
+            f"(top-{moe['num_experts_per_tok']} of {moe['num_experts']})"
+        )
+        if parts["routed_experts_active"]
+        else ""
+    )
+    return (
+        f"bytes per token: {size_text(s['bytes_per_token'])} (always read {size_text(parts['always'])}{routed}, "
+        f"embeddings/lm_head {size_text(parts['embeddings'])}; MTP and vision not counted)"
+    )
 
 
 def format_comparison(c: dict) -> str:
@@ -96,12 +130,19 @@ def format_comparison(c: dict) -> str:
     return "\n".join(lines)
 
 
-def format_ceiling(summaries: list[dict], gbs: float, source: str, tok_s: list[float] | None = None,
-                   speculative: bool = False) -> str:
+def format_ceiling(
+    summaries: list[dict], gbs: float, source: str, tok_s: list[float] | None = None, speculative: bool = False
+) -> str:
     """Decode ceilings for the summaries; with measured tok/s, % of ceiling and the pair notes too."""
-    points = [{"label": s["name"], "bytes_per_token": s["bytes_per_token"],
-               "tok_s": (tok_s[i] if tok_s and i < len(tok_s) else 0.0), "speculative": speculative}
-              for i, s in enumerate(summaries)]
+    points = [
+        {
+            "label": s["name"],
+            "bytes_per_token": s["bytes_per_token"],
+            "tok_s": (tok_s[i] if tok_s and i < len(tok_s) else 0.0),
+            "speculative": speculative,
+        }
+        for i, s in enumerate(summaries)
+    ]
     notes = ceiling_notes(points, gbs, source)
     lines = []
     for row, point in zip(notes["rows"], points):

@@ -13,8 +13,9 @@ import json
 import math
 import random
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 DEFAULT_THRESHOLD = 0.10  # spread above which a point is unstable
 DEFAULT_SEED = 0
@@ -89,7 +90,9 @@ def summarize_point(concurrency: int, runs: Iterable[dict[str, Any]], threshold:
         if run.get("ok", True):
             ok.append(run)
         else:
-            failed.append(FailedRun(concurrency, int(run.get("repeat", 0)), str(run.get("error", "")) or "no reason given"))
+            failed.append(
+                FailedRun(concurrency, int(run.get("repeat", 0)), str(run.get("error", "")) or "no reason given")
+            )
     throughput = describe([r.get(RANK_METRIC, 0.0) for r in ok])
     return Point(
         concurrency=concurrency,
@@ -168,7 +171,7 @@ def summarize(cells: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESH
 
 
 def backend_label(config: dict[str, Any]) -> str:
-    """"marlin", or "marlin linear=x attention=y" when those are forced too; "" (auto) reads "auto"."""
+    """ "marlin", or "marlin linear=x attention=y" when those are forced too; "" (auto) reads "auto"."""
     parts = [config.get("moe_backend") or "auto"]
     for name in BACKEND_FIELDS[1:]:
         if config.get(name):
@@ -205,7 +208,11 @@ def ranges_overlap(a: Sequence[float], b: Sequence[float]) -> bool:
 
 
 def bootstrap_ratio_ci(
-    a: Sequence[float], b: Sequence[float], *, seed: int, resamples: int = DEFAULT_RESAMPLES,
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    seed: int,
+    resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
 ) -> tuple[float, float]:
     """Percentile bootstrap CI of median(a) / median(b), resampling each side with replacement."""
@@ -223,8 +230,13 @@ def bootstrap_ratio_ci(
 
 
 def rank_pair(
-    a: Sequence[float], b: Sequence[float], *, seed: int = DEFAULT_SEED, resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE, min_repeats: int = MIN_REPEATS,
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    min_repeats: int = MIN_REPEATS,
 ) -> Ranking:
     """Does a beat b (higher is better)? Only outside the noise; otherwise CANNOT_RANK."""
     if len(a) < min_repeats or len(b) < min_repeats:
@@ -254,6 +266,7 @@ def _ratio(a: Sequence[float], b: Sequence[float]) -> float:
 @dataclass(frozen=True)
 class Matchup:
     """Backend a against backend b on otherwise identical cells, at one concurrency."""
+
     checkpoint: str
     concurrency: int
     a: str
@@ -307,7 +320,7 @@ def matchups(group: Sequence[CellSummary], *, seed: int = DEFAULT_SEED) -> list[
     for key in sorted(by_key):
         cells = sorted(by_key[key], key=lambda s: s.backend)
         for i, x in enumerate(cells):
-            for y in cells[i + 1:]:
+            for y in cells[i + 1 :]:
                 for c in sorted(set(x.points) & set(y.points)):
                     ranking = rank_pair(x.points[c].values, y.points[c].values, seed=seed)
                     out.append(Matchup(x.checkpoint, c, x.backend, y.backend, ranking))

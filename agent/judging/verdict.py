@@ -11,8 +11,14 @@ from __future__ import annotations
 from agent.hostside.logparse import linear_backend_of, normalise_backend
 
 AXES = ("moe_backend", "linear_backend", "attention_backend", "draft_moe_backend")
-_SHORT = {"moe": "moe_backend", "linear": "linear_backend", "attention": "attention_backend",
-          "attn": "attention_backend", "draft_moe": "draft_moe_backend", "draft": "draft_moe_backend"}
+_SHORT = {
+    "moe": "moe_backend",
+    "linear": "linear_backend",
+    "attention": "attention_backend",
+    "attn": "attention_backend",
+    "draft_moe": "draft_moe_backend",
+    "draft": "draft_moe_backend",
+}
 
 
 def axis_name(name: str) -> str:
@@ -27,12 +33,20 @@ def verdict(requested: dict, facts: dict, env_set: list[str]) -> dict:
     failure = facts.get("failure") or {}
     if failure:
         reason = f"failed: {failure.get('class', 'other')}: {failure.get('root_cause', '')}".rstrip(": ")
-        return {"verdict": "failed", "reasons": [reason], "evidence": list(failure.get("evidence", [])),
-                "notes": notes(facts)}
+        return {
+            "verdict": "failed",
+            "reasons": [reason],
+            "evidence": list(failure.get("evidence", [])),
+            "notes": notes(facts),
+        }
     reasons: list[str] = []
     evidence: list[str] = []
-    for axis, check in (("moe_backend", _moe), ("linear_backend", _linear),
-                        ("attention_backend", _attention), ("draft_moe_backend", _draft_moe)):
+    for axis, check in (
+        ("moe_backend", _moe),
+        ("linear_backend", _linear),
+        ("attention_backend", _attention),
+        ("draft_moe_backend", _draft_moe),
+    ):
         want = normalise_backend(str(requested.get(axis, "") or ""))
         if want:
             reasons += check(want, facts)
@@ -42,18 +56,24 @@ def verdict(requested: dict, facts: dict, env_set: list[str]) -> dict:
         if var in unknown:
             reasons.append(f"dead variable: {var} (vLLM {facts.get('vllm_version') or '?'} does not know it)")
             evidence.append((facts.get("evidence") or {}).get("unknown_env:" + var, var))
-    return {"verdict": "invalid" if reasons else "valid", "reasons": reasons, "evidence": _unique(evidence),
-            "notes": notes(facts, env_set)}
+    return {
+        "verdict": "invalid" if reasons else "valid",
+        "reasons": reasons,
+        "evidence": _unique(evidence),
+        "notes": notes(facts, env_set),
+    }
 
 
 def requested_from_args(facts: dict) -> dict:
     """What the server was asked for, read from its own `non-default args` line (for logs without a spec)."""
     args = facts.get("non_default_args") or {}
     spec = facts.get("speculative") or {}
-    return {"moe_backend": str(args.get("moe_backend", "") or ""),
-            "linear_backend": str(args.get("linear_backend", "") or ""),
-            "attention_backend": str(args.get("attention_backend", "") or ""),
-            "draft_moe_backend": str(spec.get("requested_moe_backend", "") or "")}
+    return {
+        "moe_backend": str(args.get("moe_backend", "") or ""),
+        "linear_backend": str(args.get("linear_backend", "") or ""),
+        "attention_backend": str(args.get("attention_backend", "") or ""),
+        "draft_moe_backend": str(spec.get("requested_moe_backend", "") or ""),
+    }
 
 
 def notes(facts: dict, env_set: list[str] = ()) -> list[str]:
@@ -109,8 +129,12 @@ def _compare(label: str, want: str, got: str, raw: str) -> list[str]:
 
 def _axis_evidence(axis: str, facts: dict) -> list[str]:
     ev = facts.get("evidence") or {}
-    keys = {"moe_backend": ("moe",), "linear_backend": ("linear", "linear_fallback", "marlin_fp4"),
-            "attention_backend": ("attention",), "draft_moe_backend": ("draft_load", "draft_moe")}[axis]
+    keys = {
+        "moe_backend": ("moe",),
+        "linear_backend": ("linear", "linear_fallback", "marlin_fp4"),
+        "attention_backend": ("attention",),
+        "draft_moe_backend": ("draft_load", "draft_moe"),
+    }[axis]
     return [ev[k] for k in keys if ev.get(k)]
 
 

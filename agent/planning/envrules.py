@@ -24,20 +24,21 @@ GPU_RULES = RULES_DIR / "gpus.toml"
 
 @dataclass
 class EnvResult:
-    env: dict[str, str] = field(default_factory=dict)          # the final environment
-    provenance: list[dict] = field(default_factory=list)       # name, value, action, rule, reason
+    env: dict[str, str] = field(default_factory=dict)  # the final environment
+    provenance: list[dict] = field(default_factory=list)  # name, value, action, rule, reason
     warnings: list[str] = field(default_factory=list)
 
 
 # --- rule files (cached) ---------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
+
+@functools.cache
 def env_rules(path: Path = ENV_RULES) -> dict:
     with open(path, "rb") as handle:
         return tomllib.load(handle)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gpu_rules(path: Path = GPU_RULES) -> dict[str, dict]:
     """gpus.toml keyed by arch (bandwidth_gbs, sm, memory_gb, ...)."""
     return hostfacts.load_gpu_rules(path)
@@ -51,10 +52,12 @@ def classify(facts: dict) -> dict:
 def arch_of(facts: dict) -> str:
     """The arch a host reported, else the controller's own classification of its GPU."""
     return facts.get("arch") or hostfacts.match_arch(
-        facts.get("gpu_name", ""), facts.get("compute_capability", ""), gpu_rules())
+        facts.get("gpu_name", ""), facts.get("compute_capability", ""), gpu_rules()
+    )
 
 
 # --- versions --------------------------------------------------------------------------------------
+
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
     """(major, minor, patch) of "0.24.0", "v0.24.1rc2", "0.11.1.dev3+gabc"; None when unreadable."""
@@ -88,6 +91,7 @@ def _applies(entry: dict, arch: str, quant: str, version) -> bool:
 
 # --- resolution ------------------------------------------------------------------------------------
 
+
 def resolve_env(facts: dict, quant: str, vllm_version: str, overrides: dict[str, str]) -> EnvResult:
     """The environment for a cell on a host with these facts.
 
@@ -119,16 +123,20 @@ def _read_version(vllm_version: str, warnings: list[str]):
     if vllm_version and version is None:
         warnings.append(f"cannot read vLLM version {vllm_version!r}: treated as unknown")
     if version is None:
-        warnings.append("vLLM version unknown: applied only version-independent rules "
-                        "(set the image's vLLM version in the spec to get all of them)")
+        warnings.append(
+            "vLLM version unknown: applied only version-independent rules "
+            "(set the image's vLLM version in the spec to get all of them)"
+        )
     return version
 
 
 def _no_arch_warning(facts: dict) -> str:
     if not facts.get("gpu_name"):
         return "no GPU facts for this host (no nvidia-smi?): no GPU rules apply"
-    return (f"unknown GPU architecture {facts['gpu_name']!r} (compute capability "
-            f"{facts.get('compute_capability') or '?'}): no GPU rules apply; add it to agent/rules/gpus.toml")
+    return (
+        f"unknown GPU architecture {facts['gpu_name']!r} (compute capability "
+        f"{facts.get('compute_capability') or '?'}): no GPU rules apply; add it to agent/rules/gpus.toml"
+    )
 
 
 def _apply_override(result: EnvResult, name: str, value: str, rule: dict | None, version, dead: list[dict]):
@@ -136,15 +144,20 @@ def _apply_override(result: EnvResult, name: str, value: str, rule: dict | None,
     for entry in (entry for entry in dead if entry["name"] == name):
         if _is_dead(entry, version, result.warnings, value):
             result.env.pop(name, None)
-            _record(result, name, value, "drop", entry["id"],
-                    f"{entry['reason']}; use {entry['replacement']} instead")
+            _record(result, name, value, "drop", entry["id"], f"{entry['reason']}; use {entry['replacement']} instead")
             return
     result.env[name] = value
     if rule is None:
         _record(result, name, value, "set", "spec", "set by the spec")
     else:
-        _record(result, name, value, "override", rule["id"],
-                f"the spec overrides {rule['set'][name]!r} of this rule: {rule['reason']}")
+        _record(
+            result,
+            name,
+            value,
+            "override",
+            rule["id"],
+            f"the spec overrides {rule['set'][name]!r} of this rule: {rule['reason']}",
+        )
 
 
 def _is_dead(entry: dict, version, warnings: list[str], value: str) -> bool:
@@ -154,8 +167,9 @@ def _is_dead(entry: dict, version, warnings: list[str], value: str) -> bool:
         warnings.append(f"dropped dead variable {name}={value}: {entry['reason']}; use {flag} instead")
         return True
     if version is None:
-        warnings.append(f"{name} may be dead (vLLM version unknown; dead in {entry['vllm']}): {entry['reason']}; "
-                        f"prefer {flag}")
+        warnings.append(
+            f"{name} may be dead (vLLM version unknown; dead in {entry['vllm']}): {entry['reason']}; prefer {flag}"
+        )
     elif entry.get("deprecated") and in_range(version, entry["deprecated"]):
         warnings.append(f"{name} is deprecated in this vLLM version ({entry['reason']}): use {flag}")
     return False
@@ -166,6 +180,7 @@ def _record(result: EnvResult, name: str, value: str, action: str, rule: str, re
 
 
 # --- speculative decoding ----------------------------------------------------------------------------
+
 
 def speculative_defaults(quant: str, speculative_json: str) -> tuple[str, list[str]]:
     """--speculative-config with the rule defaults filled in (keys the spec set are kept), plus notes."""
@@ -188,13 +203,17 @@ def speculative_warnings(quant: str, speculative_json: str) -> list[str]:
     for rule in _speculative_rules(quant, config):
         for key, value in rule["defaults"].items():
             if key not in config:
-                warnings.append(f"speculative method {config['method']!r} on a {quant} checkpoint without {key!r}: "
-                                f"the agent adds \"{key}\":\"{value}\" (rule {rule['id']}): {rule['reason']}")
+                warnings.append(
+                    f"speculative method {config['method']!r} on a {quant} checkpoint without {key!r}: "
+                    f'the agent adds "{key}":"{value}" (rule {rule["id"]}): {rule["reason"]}'
+                )
         chosen = config.get("moe_backend", "")
         if chosen in rule.get("quantized_only", []):
-            warnings.append(f"speculative moe_backend {chosen!r} loads only quantized weights and the draft head of "
-                            f"a {quant} checkpoint is not quantized: the server will not start; use "
-                            f"{rule['defaults'].get('moe_backend', 'triton')!r} (rule {rule['id']})")
+            warnings.append(
+                f"speculative moe_backend {chosen!r} loads only quantized weights and the draft head of "
+                f"a {quant} checkpoint is not quantized: the server will not start; use "
+                f"{rule['defaults'].get('moe_backend', 'triton')!r} (rule {rule['id']})"
+            )
     return warnings
 
 
@@ -204,8 +223,10 @@ def _parse_speculative(speculative_json: str) -> dict:
     try:
         config = json.loads(speculative_json)
     except ValueError as exc:
-        raise UserError(f"speculative config is not valid JSON ({exc}): {speculative_json!r}; "
-                        "write it as in --speculative-config, e.g. {\"method\":\"mtp\",\"num_speculative_tokens\":2}")
+        raise UserError(
+            f"speculative config is not valid JSON ({exc}): {speculative_json!r}; "
+            'write it as in --speculative-config, e.g. {"method":"mtp","num_speculative_tokens":2}'
+        )
     if not isinstance(config, dict):
         raise UserError(f"speculative config must be a JSON object, got {speculative_json!r}")
     return config
@@ -213,5 +234,8 @@ def _parse_speculative(speculative_json: str) -> dict:
 
 def _speculative_rules(quant: str, config: dict) -> list[dict]:
     quant = (quant or "").lower()
-    return [rule for rule in env_rules().get("speculative", [])
-            if quant in rule.get("quant", [quant]) and config.get("method") == rule.get("method")]
+    return [
+        rule
+        for rule in env_rules().get("speculative", [])
+        if quant in rule.get("quant", [quant]) and config.get("method") == rule.get("method")
+    ]

@@ -90,5 +90,7 @@ def check_reachable(hosts: list[Host], timeout: float = 3.0) -> None:
             with socket.create_connection((addr, port), timeout=timeout):
                 pass
         except OSError as exc:
-            raise UserError(f"host {h.name} ({addr}:{port}) is unreachable: {exc.strerror or exc}; "
-                            "check ansible_host/ansible_port in the inventory, or leave it out with --limit") from None
+            raise UserError(
+                f"host {h.name} ({addr}:{port}) is unreachable: {exc.strerror or exc}; "
+                "check ansible_host/ansible_port in the inventory, or leave it out with --limit"
+            ) from None

@@ -21,11 +21,11 @@ class Cell:
     id: str
     sweep: str
     host: str
-    config: dict[str, Any]                 # the [config] table of cell.toml
-    env: dict[str, str]                    # the server's environment (rules + overrides)
-    provenance: list[dict]                 # the [[env_provenance]] rows
-    notes: list[str] = field(default_factory=list)   # warnings and rule notes, shown before the run
-    argv: list[str] = field(default_factory=list)    # the server command line on this host
+    config: dict[str, Any]  # the [config] table of cell.toml
+    env: dict[str, str]  # the server's environment (rules + overrides)
+    provenance: list[dict]  # the [[env_provenance]] rows
+    notes: list[str] = field(default_factory=list)  # warnings and rule notes, shown before the run
+    argv: list[str] = field(default_factory=list)  # the server command line on this host
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
     checkpoint_info: dict[str, Any] = field(default_factory=dict)  # from the weight headers on the host, if any
 
@@ -44,10 +44,21 @@ class Cell:
     def playbook_vars(self) -> dict[str, Any]:
         """What cell.yml needs as `cell`."""
         c = self.config
-        return {"id": self.id, "argv": self.argv, "image": c["image"], "model": c["model"],
-                "concurrency": c["concurrency"], "duration_s": c["duration_s"], "warmup": c["warmup"],
-                "repeats": c["repeats"], "prompt_len": c["prompt_len"], "output_len": c["output_len"],
-                "profile": c["profile"], "seed": c["seed"], "host_env": self.host_env}
+        return {
+            "id": self.id,
+            "argv": self.argv,
+            "image": c["image"],
+            "model": c["model"],
+            "concurrency": c["concurrency"],
+            "duration_s": c["duration_s"],
+            "warmup": c["warmup"],
+            "repeats": c["repeats"],
+            "prompt_len": c["prompt_len"],
+            "output_len": c["output_len"],
+            "profile": c["profile"],
+            "seed": c["seed"],
+            "host_env": self.host_env,
+        }
 
 
 def _auto(value: str) -> str:
@@ -61,10 +72,20 @@ def cell_id(config: dict[str, Any], env: dict[str, str]) -> str:
 
 def server_args(config: dict[str, Any]) -> list[str]:
     """`vllm serve` arguments after MODEL for a cell (no host/port: those are host plumbing)."""
-    args = ["--gpu-memory-utilization", str(config["gpu_memory_utilization"]),
-            "--max-model-len", str(config["max_model_len"]), "--max-num-seqs", str(config["max_num_seqs"])]
-    for flag, key in (("--moe-backend", "moe_backend"), ("--linear-backend", "linear_backend"),
-                      ("--attention-backend", "attention_backend"), ("--speculative-config", "speculative")):
+    args = [
+        "--gpu-memory-utilization",
+        str(config["gpu_memory_utilization"]),
+        "--max-model-len",
+        str(config["max_model_len"]),
+        "--max-num-seqs",
+        str(config["max_num_seqs"]),
+    ]
+    for flag, key in (
+        ("--moe-backend", "moe_backend"),
+        ("--linear-backend", "linear_backend"),
+        ("--attention-backend", "attention_backend"),
+        ("--speculative-config", "speculative"),
+    ):
         if config[key]:
             args += [flag, config[key]]
     return args + [str(a) for a in config["extra_args"]]
@@ -89,25 +110,43 @@ def plan_cells(spec: Spec, host: str, facts: dict[str, Any], host_vars: dict[str
     return cells
 
 
-def _cell(spec: Spec, host: str, facts: dict, host_vars: dict, ckpt: Checkpoint, moe: str, linear: str,
-          attention: str) -> Cell:
+def _cell(
+    spec: Spec, host: str, facts: dict, host_vars: dict, ckpt: Checkpoint, moe: str, linear: str, attention: str
+) -> Cell:
     speculative, notes = envrules.speculative_defaults(ckpt.quant, spec.server["speculative"])
     config = {
-        "image": spec.image, "runtime": str(host_vars.get("spark_runtime", "docker")),
-        "checkpoint": ckpt.name, "model": ckpt.model, "quant": ckpt.quant,
-        "moe_backend": _auto(moe), "linear_backend": _auto(linear), "attention_backend": _auto(attention),
+        "image": spec.image,
+        "runtime": str(host_vars.get("spark_runtime", "docker")),
+        "checkpoint": ckpt.name,
+        "model": ckpt.model,
+        "quant": ckpt.quant,
+        "moe_backend": _auto(moe),
+        "linear_backend": _auto(linear),
+        "attention_backend": _auto(attention),
         "speculative": speculative,
         "gpu_memory_utilization": float(spec.server["gpu_memory_utilization"]),
-        "max_model_len": spec.server["max_model_len"], "max_num_seqs": spec.server["max_num_seqs"],
+        "max_model_len": spec.server["max_model_len"],
+        "max_num_seqs": spec.server["max_num_seqs"],
         "extra_args": list(spec.server["extra_args"]),
-        "prompt_len": spec.load["prompt_len"], "output_len": spec.load["output_len"],
-        "profile": spec.load["profile"], "seed": spec.load["seed"],
-        "concurrency": list(spec.concurrency), "duration_s": spec.duration_s,
-        "warmup": spec.warmup, "repeats": spec.repeats,
+        "prompt_len": spec.load["prompt_len"],
+        "output_len": spec.load["output_len"],
+        "profile": spec.load["profile"],
+        "seed": spec.load["seed"],
+        "concurrency": list(spec.concurrency),
+        "duration_s": spec.duration_s,
+        "warmup": spec.warmup,
+        "repeats": spec.repeats,
     }
     resolved = envrules.resolve_env(facts, ckpt.quant, spec.vllm_version, spec.env)
-    cell = Cell(id=cell_id(config, resolved.env), sweep=spec.name, host=host, config=config, env=resolved.env,
-                provenance=resolved.provenance, notes=list(resolved.warnings) + notes)
+    cell = Cell(
+        id=cell_id(config, resolved.env),
+        sweep=spec.name,
+        host=host,
+        config=config,
+        env=resolved.env,
+        provenance=resolved.provenance,
+        notes=list(resolved.warnings) + notes,
+    )
     cell.argv = launch_argv(config, host_vars)
     cell.host_env = simulator_env(spec, facts)
     return cell

@@ -23,18 +23,18 @@ SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 @dataclass(frozen=True)
 class Checkpoint:
     name: str
-    model: str          # a path on the host or a hub id, passed to `vllm serve`
-    quant: str          # nvfp4 | fp8 | bf16
+    model: str  # a path on the host or a hub id, passed to `vllm serve`
+    quant: str  # nvfp4 | fp8 | bf16
 
 
 @dataclass
 class Spec:
     path: Path
     name: str
-    image: str                      # name@sha256:<digest>
-    vllm_version: str               # the image's vLLM version if the spec states it ("" = read it from the log)
+    image: str  # name@sha256:<digest>
+    vllm_version: str  # the image's vLLM version if the spec states it ("" = read it from the log)
     checkpoints: list[Checkpoint]
-    server: dict[str, Any]          # gpu_memory_utilization, max_model_len, max_num_seqs, speculative, extra_args
+    server: dict[str, Any]  # gpu_memory_utilization, max_model_len, max_num_seqs, speculative, extra_args
     moe_backends: list[str]
     linear_backends: list[str]
     attention_backends: list[str]
@@ -42,10 +42,10 @@ class Spec:
     duration_s: float
     warmup: int
     repeats: int
-    load: dict[str, Any]            # prompt_len, output_len, profile, seed
-    env: dict[str, str] = field(default_factory=dict)   # overrides, recorded with the rule they override
+    load: dict[str, Any]  # prompt_len, output_len, profile, seed
+    env: dict[str, str] = field(default_factory=dict)  # overrides, recorded with the rule they override
 
-    def with_duration(self, seconds: float) -> "Spec":
+    def with_duration(self, seconds: float) -> Spec:
         """--duration: the same spec with every window set to `seconds` (for quick rehearsals)."""
         copy = Spec(**{k: getattr(self, k) for k in self.__dataclass_fields__})
         copy.duration_s = float(seconds)
@@ -137,8 +137,11 @@ def _check_table(path: Path, lines: _Lines, table: str, values: dict, index: int
         types = schema[key][0]
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             want = " or ".join(t.__name__ for t in types)
-            raise _err(path, lines.of(table, key, index),
-                       f"'{key}' in {where} must be {want}, not {type(value).__name__} ({value!r})")
+            raise _err(
+                path,
+                lines.of(table, key, index),
+                f"'{key}' in {where} must be {want}, not {type(value).__name__} ({value!r})",
+            )
         out[key] = value
     for key, (_, required, default) in schema.items():
         if key not in out:
@@ -184,13 +187,20 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise _err(path, lines.of("env", key), f"env override '{key}' must be a string or number")
     return Spec(
-        path=path, name=sweep["name"], image=image["ref"], vllm_version=image["vllm_version"],
-        checkpoints=checkpoints, server=server,
+        path=path,
+        name=sweep["name"],
+        image=image["ref"],
+        vllm_version=image["vllm_version"],
+        checkpoints=checkpoints,
+        server=server,
         moe_backends=_backends(path, lines, matrix, "moe_backend"),
         linear_backends=_backends(path, lines, matrix, "linear_backend"),
         attention_backends=_backends(path, lines, matrix, "attention_backend"),
-        concurrency=matrix["concurrency"], duration_s=float(matrix["duration_s"]),
-        warmup=matrix["warmup"], repeats=matrix["repeats"], load=load,
+        concurrency=matrix["concurrency"],
+        duration_s=float(matrix["duration_s"]),
+        warmup=matrix["warmup"],
+        repeats=matrix["repeats"],
+        load=load,
         env={k: str(v) for k, v in env.items()},
     )
 
@@ -202,12 +212,18 @@ def _checkpoints(path: Path, lines: _Lines, raw: Any) -> list[Checkpoint]:
     for i, entry in enumerate(raw):
         values = _check_table(path, lines, "checkpoints", entry, index=i)
         if values["quant"] not in QUANTS:
-            raise _err(path, lines.of("checkpoints", "quant", i),
-                       f"quant '{values['quant']}' is not one of {', '.join(QUANTS)}")
+            raise _err(
+                path,
+                lines.of("checkpoints", "quant", i),
+                f"quant '{values['quant']}' is not one of {', '.join(QUANTS)}",
+            )
         if values["name"] in seen:
-            raise _err(path, lines.of("checkpoints", "name", i),
-                       f"duplicate checkpoint name '{values['name']}' (first at line {seen[values['name']]}); "
-                       "give each checkpoint its own name")
+            raise _err(
+                path,
+                lines.of("checkpoints", "name", i),
+                f"duplicate checkpoint name '{values['name']}' (first at line {seen[values['name']]}); "
+                "give each checkpoint its own name",
+            )
         seen[values["name"]] = lines.of("checkpoints", "name", i)
         out.append(Checkpoint(values["name"], values["model"], values["quant"]))
     return out
@@ -222,8 +238,11 @@ def _speculative(path: Path, lines: _Lines, value: str | dict) -> str:
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise _err(path, lines.of("server", "speculative"),
-                   f"speculative must be JSON for --speculative-config or \"off\": {exc.msg}") from None
+        raise _err(
+            path,
+            lines.of("server", "speculative"),
+            f'speculative must be JSON for --speculative-config or "off": {exc.msg}',
+        ) from None
     if not isinstance(parsed, dict) or "method" not in parsed:
         raise _err(path, lines.of("server", "speculative"), 'speculative must be a JSON object with a "method"')
     return json.dumps(parsed, sort_keys=True, separators=(",", ":"))
@@ -232,7 +251,9 @@ def _speculative(path: Path, lines: _Lines, value: str | dict) -> str:
 def _backends(path: Path, lines: _Lines, matrix: dict, key: str) -> list[str]:
     values = matrix[key]
     if not values:
-        raise _err(path, lines.of("matrix", key), f"'{key}' is empty; list at least one backend (\"auto\" = let vLLM choose)")
+        raise _err(
+            path, lines.of("matrix", key), f"'{key}' is empty; list at least one backend (\"auto\" = let vLLM choose)"
+        )
     for v in values:
         if not isinstance(v, str) or not re.match(r"^[a-z0-9_]+$", v):
             raise _err(path, lines.of("matrix", key), f"'{key}' entries must be lower-case backend names, got {v!r}")
@@ -247,8 +268,9 @@ def _check_values(path: Path, lines: _Lines, server: dict, matrix: dict, load: d
         raise _err(path, lines.of("matrix", "concurrency"), "'concurrency' is empty; list levels such as [1, 2, 4, 8]")
     for c in conc:
         if not isinstance(c, int) or isinstance(c, bool) or c < 1:
-            raise _err(path, lines.of("matrix", "concurrency"),
-                       f"concurrency levels must be whole numbers >= 1, got {c!r}")
+            raise _err(
+                path, lines.of("matrix", "concurrency"), f"concurrency levels must be whole numbers >= 1, got {c!r}"
+            )
     if len(set(conc)) != len(conc):
         raise _err(path, lines.of("matrix", "concurrency"), "'concurrency' lists a level twice")
     checks = [
@@ -267,6 +289,9 @@ def _check_values(path: Path, lines: _Lines, server: dict, matrix: dict, load: d
             value = (matrix if table == "matrix" else server if table == "server" else load)[key]
             raise _err(path, lines.of(table, key), f"'{key}' {why}, got {value!r}")
     if max(conc) > server["max_num_seqs"]:
-        raise _err(path, lines.of("matrix", "concurrency"),
-                   f"concurrency {max(conc)} exceeds server max_num_seqs {server['max_num_seqs']}; "
-                   "raise max_num_seqs or drop the level")
+        raise _err(
+            path,
+            lines.of("matrix", "concurrency"),
+            f"concurrency {max(conc)} exceeds server max_num_seqs {server['max_num_seqs']}; "
+            "raise max_num_seqs or drop the level",
+        )

@@ -8,12 +8,13 @@ agent.judging.stats: a regression is B slower than A outside the noise; inside t
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from agent.judging import stats
-from agent.reporting.markdown import num, pct
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Ranking
+from agent.reporting.markdown import num, pct
 
 REGRESSION, IMPROVEMENT, WITHIN_NOISE = "regression", "improvement", "within noise"
 # Fields that may differ between the two sides of a comparison: what is being compared.
@@ -70,8 +71,13 @@ def _label(s: CellSummary, with_host: bool) -> str:
     return f"{s.checkpoint} / {s.backend}" + (f" / {s.cell.get('host', '')}" if with_host else "")
 
 
-def compare(cells_a: Sequence[dict[str, Any]], cells_b: Sequence[dict[str, Any]], *,
-            threshold: float = stats.DEFAULT_THRESHOLD, seed: int = stats.DEFAULT_SEED) -> Comparison:
+def compare(
+    cells_a: Sequence[dict[str, Any]],
+    cells_b: Sequence[dict[str, Any]],
+    *,
+    threshold: float = stats.DEFAULT_THRESHOLD,
+    seed: int = stats.DEFAULT_SEED,
+) -> Comparison:
     side_a, side_b = stats.summarize(cells_a, threshold), stats.summarize(cells_b, threshold)
     with_host = _needs_host(side_a, side_b)
     index_a, index_b = _index(side_a, with_host), _index(side_b, with_host)
@@ -94,8 +100,10 @@ def warnings(side_a: Sequence[CellSummary], side_b: Sequence[CellSummary]) -> li
     out = []
     fp_a, fp_b = _facts(side_a, "fingerprint"), _facts(side_b, "fingerprint")
     if fp_a != fp_b:
-        out.append(f"different host fingerprints (A: {', '.join(fp_a) or '?'}; B: {', '.join(fp_b) or '?'}): "
-                   "a difference may come from the hardware, driver or CUDA, not from what you changed")
+        out.append(
+            f"different host fingerprints (A: {', '.join(fp_a) or '?'}; B: {', '.join(fp_b) or '?'}): "
+            "a difference may come from the hardware, driver or CUDA, not from what you changed"
+        )
     v_a, v_b = _attested(side_a), _attested(side_b)
     if v_a != v_b:
         out.append(f"different vLLM versions in the logs (A: {', '.join(v_a) or '?'}; B: {', '.join(v_b) or '?'})")
@@ -117,16 +125,26 @@ def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> st
     lines = [f"# spark-agent compare: A = {name_a}, B = {name_b}", ""]
     lines += [f"**Warning:** {w}." for w in cmp.warnings] + ([""] if cmp.warnings else [])
     n_reg, n_imp = len(cmp.regressions), sum(d.status == IMPROVEMENT for d in cmp.diffs)
-    lines += [f"{len(cmp.diffs)} points compared: {n_reg} regression(s) and {n_imp} improvement(s) beyond the "
-              f"noise, {len(cmp.diffs) - n_reg - n_imp} within the noise ({CANNOT_RANK}).", ""]
-    lines += ["| cell | c | A tok/s | A spread | B tok/s | B spread | B/A | verdict | rule |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        f"{len(cmp.diffs)} points compared: {n_reg} regression(s) and {n_imp} improvement(s) beyond the "
+        f"noise, {len(cmp.diffs) - n_reg - n_imp} within the noise ({CANNOT_RANK}).",
+        "",
+    ]
+    lines += [
+        "| cell | c | A tok/s | A spread | B tok/s | B spread | B/A | verdict | rule |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for d in cmp.diffs:
-        lines.append(f"| {d.label} | {d.concurrency} | {_med(d.a)} | {_spr(d.a)} | {_med(d.b)} | {_spr(d.b)} "
-                     f"| {d.ratio:.3f} | {d.status.upper() if d.status == REGRESSION else d.status} "
-                     f"| {d.ranking.rule} |")
-    for title, items in (("Only in A", cmp.only_a), ("Only in B", cmp.only_b),
-                         ("Not compared (INVALID or failed)", cmp.not_compared)):
+        lines.append(
+            f"| {d.label} | {d.concurrency} | {_med(d.a)} | {_spr(d.a)} | {_med(d.b)} | {_spr(d.b)} "
+            f"| {d.ratio:.3f} | {d.status.upper() if d.status == REGRESSION else d.status} "
+            f"| {d.ranking.rule} |"
+        )
+    for title, items in (
+        ("Only in A", cmp.only_a),
+        ("Only in B", cmp.only_b),
+        ("Not compared (INVALID or failed)", cmp.not_compared),
+    ):
         if items:
             lines += ["", f"## {title}", ""] + [f"- {x}" for x in items]
     return "\n".join(lines) + "\n"
@@ -148,6 +166,12 @@ def comparison_table(cmp: Comparison) -> Any:
         table.add_column(col, justify="left" if col in ("cell", "verdict") else "right")
     colour = {REGRESSION: "bold red", IMPROVEMENT: "green", WITHIN_NOISE: "dim"}
     for d in cmp.diffs:
-        table.add_row(d.label, str(d.concurrency), f"{_med(d.a)} ({_spr(d.a)})", f"{_med(d.b)} ({_spr(d.b)})",
-                      f"{d.ratio:.3f}", f"[{colour[d.status]}]{d.status}[/]")
+        table.add_row(
+            d.label,
+            str(d.concurrency),
+            f"{_med(d.a)} ({_spr(d.a)})",
+            f"{_med(d.b)} ({_spr(d.b)})",
+            f"{d.ratio:.3f}",
+            f"[{colour[d.status]}]{d.status}[/]",
+        )
     return table

@@ -9,19 +9,60 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from agent.judging.stats import backend_label, cell_verdict, hardware_label
 
-CELL_COLUMNS = ["sweep", "host", "cell_id", "hardware", "fingerprint", "image", "vllm_version", "checkpoint",
-                "model_id", "quant", "backend", "moe_backend", "linear_backend", "attention_backend", "speculative",
-                "profile", "verdict", "loaded_moe_backend"]
+CELL_COLUMNS = [
+    "sweep",
+    "host",
+    "cell_id",
+    "hardware",
+    "fingerprint",
+    "image",
+    "vllm_version",
+    "checkpoint",
+    "model_id",
+    "quant",
+    "backend",
+    "moe_backend",
+    "linear_backend",
+    "attention_backend",
+    "speculative",
+    "profile",
+    "verdict",
+    "loaded_moe_backend",
+]
 # Measurement keys in `vllm bench serve` order, then ours; `concurrency` is renamed to bench's max_concurrency.
-RUN_COLUMNS = ["max_concurrency", "repeat", "ok", "error", "started_at", "duration", "completed", "failed",
-               "total_input_tokens", "total_output_tokens", "request_throughput", "output_throughput",
-               "max_concurrent_requests", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
-               "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms",
-               "p99_e2el_ms", "spec_decode_acceptance_rate", "errors"]
+RUN_COLUMNS = [
+    "max_concurrency",
+    "repeat",
+    "ok",
+    "error",
+    "started_at",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "max_concurrent_requests",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "median_e2el_ms",
+    "p99_e2el_ms",
+    "spec_decode_acceptance_rate",
+    "errors",
+]
 RENAMED = {"concurrency": "max_concurrency"}
 SKIPPED = {"schema", "cell_id", "metrics_delta"}
 
@@ -29,14 +70,23 @@ SKIPPED = {"schema", "cell_id", "metrics_delta"}
 def cell_fields(cell: dict[str, Any]) -> dict[str, Any]:
     config, facts, att = cell.get("config", {}), cell.get("facts", {}), cell.get("attestation", {})
     return {
-        "sweep": cell.get("sweep", ""), "host": cell.get("host", ""), "cell_id": cell.get("cell_id", ""),
-        "hardware": hardware_label(cell), "fingerprint": facts.get("fingerprint", ""),
-        "image": config.get("image", ""), "vllm_version": att.get("vllm_version", ""),
-        "checkpoint": config.get("checkpoint", ""), "model_id": config.get("model", ""),
-        "quant": config.get("quant", ""), "backend": backend_label(config),
-        "moe_backend": config.get("moe_backend", ""), "linear_backend": config.get("linear_backend", ""),
-        "attention_backend": config.get("attention_backend", ""), "speculative": config.get("speculative", ""),
-        "profile": config.get("profile", ""), "verdict": cell_verdict(cell),
+        "sweep": cell.get("sweep", ""),
+        "host": cell.get("host", ""),
+        "cell_id": cell.get("cell_id", ""),
+        "hardware": hardware_label(cell),
+        "fingerprint": facts.get("fingerprint", ""),
+        "image": config.get("image", ""),
+        "vllm_version": att.get("vllm_version", ""),
+        "checkpoint": config.get("checkpoint", ""),
+        "model_id": config.get("model", ""),
+        "quant": config.get("quant", ""),
+        "backend": backend_label(config),
+        "moe_backend": config.get("moe_backend", ""),
+        "linear_backend": config.get("linear_backend", ""),
+        "attention_backend": config.get("attention_backend", ""),
+        "speculative": config.get("speculative", ""),
+        "profile": config.get("profile", ""),
+        "verdict": cell_verdict(cell),
         "loaded_moe_backend": att.get("moe_backend", ""),
     }
 

@@ -25,13 +25,15 @@ tr.unstable td { background: #fff3cd; } tr.invalid td { background: #f8d7da; } t
 IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)]+)\)$")
 
 
-def render(data: "ReportData", images: dict[str, bytes]) -> str:
+def render(data: ReportData, images: dict[str, bytes]) -> str:
     from agent.reporting.markdown import render_markdown
 
     body = markdown_to_html(render_markdown(data, images), images)
     title = html.escape(", ".join(data.provenance["sweeps"]) or "results")
-    return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>spark-agent report: {title}</title>"
-            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
+    return (
+        f'<!doctype html>\n<html><head><meta charset="utf-8"><title>spark-agent report: {title}</title>'
+        f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"
+    )
 
 
 def markdown_to_html(text: str, images: dict[str, bytes]) -> str:
@@ -41,8 +43,8 @@ def markdown_to_html(text: str, images: dict[str, bytes]) -> str:
     while i < len(lines):
         line = lines[i]
         if line.startswith("```"):
-            end = lines.index("```", i + 1) if "```" in lines[i + 1:] else len(lines)
-            out.append("<pre><code>" + html.escape("\n".join(lines[i + 1:end])) + "</code></pre>")
+            end = lines.index("```", i + 1) if "```" in lines[i + 1 :] else len(lines)
+            out.append("<pre><code>" + html.escape("\n".join(lines[i + 1 : end])) + "</code></pre>")
             i = end + 1
             continue
         if line.startswith("|"):

@@ -8,15 +8,16 @@ from __future__ import annotations
 import io
 import math
 import shlex
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from agent.judging import stats
 from agent.errors import UserError
-from agent.results.tree import load_cells
+from agent.judging import stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
+from agent.results.tree import load_cells
 
 PLOTS = {  # file name → (title, y label, which Stat of a point)
     "throughput.png": ("Output throughput vs concurrency", "output tok/s (median, min–max bars)", "throughput"),
@@ -34,8 +35,9 @@ class ReportData:
     seed: int
 
 
-def build(cells: Sequence[dict[str, Any]], *, threshold: float = stats.DEFAULT_THRESHOLD,
-          seed: int = stats.DEFAULT_SEED) -> ReportData:
+def build(
+    cells: Sequence[dict[str, Any]], *, threshold: float = stats.DEFAULT_THRESHOLD, seed: int = stats.DEFAULT_SEED
+) -> ReportData:
     summaries = sorted(stats.summarize(cells, threshold), key=_cell_order)
     return ReportData(summaries, stats.recommend(summaries, seed=seed), provenance(summaries), threshold, seed)
 
@@ -55,8 +57,9 @@ def provenance(summaries: Sequence[CellSummary]) -> dict[str, Any]:
         "sweeps": sorted({c.get("sweep", "") for c in cells}),
         "images": sorted({c.get("config", {}).get("image", "") for c in cells} - {""}),
         "vllm_versions": sorted({c.get("attestation", {}).get("vllm_version", "") for c in cells} - {""}),
-        "hosts": sorted({(c.get("host", ""), stats.hardware_label(c), c.get("facts", {}).get("fingerprint", ""))
-                         for c in cells}),
+        "hosts": sorted(
+            {(c.get("host", ""), stats.hardware_label(c), c.get("facts", {}).get("fingerprint", "")) for c in cells}
+        ),
         "first_started": started[0] if started else "",
         "last_finished": finished[-1] if finished else "",
         "wall_s": _span_s(started[0], finished[-1]) if started and finished else None,
@@ -133,7 +136,9 @@ def config_argv(config: dict[str, Any]) -> list[str]:
 
 def dropped_env(cell: dict[str, Any]) -> list[str]:
     """Variables the env rules dropped (dead or harmful), with why: worth telling whoever copies the command."""
-    return [f"{p.get('name')}: {p.get('reason', '')}" for p in cell.get("env_provenance", []) if p.get("action") == "drop"]
+    return [
+        f"{p.get('name')}: {p.get('reason', '')}" for p in cell.get("env_provenance", []) if p.get("action") == "drop"
+    ]
 
 
 def cell_name(s: CellSummary) -> str:
@@ -153,8 +158,11 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     if rec.winner:
         lines.append(f"**Run {rec.winner}.** {rec.reason}.")
         runner_up = min(rec.versus, key=lambda v: v.ratio_median)
-        lines += ["", f"Margin: {ratio_text(runner_up.ratio_median)} over the runner-up, {runner_up.backend} "
-                      f"(median of the per-point ratios; {runner_up.ratio_lo:.2f}× to {runner_up.ratio_hi:.2f}×)."]
+        lines += [
+            "",
+            f"Margin: {ratio_text(runner_up.ratio_median)} over the runner-up, {runner_up.backend} "
+            f"(median of the per-point ratios; {runner_up.ratio_lo:.2f}× to {runner_up.ratio_hi:.2f}×).",
+        ]
     else:
         lines.append(f"**{CANNOT_RANK.capitalize()}.** {rec.reason}.")
     lines.append("")
@@ -165,20 +173,34 @@ def verdict_lines(rec: Recommendation) -> list[str]:
         lines.append(
             f"- measured slower: **{v.backend}**, {amount} "
             f"(median {rec.winner} / {v.backend} = {v.ratio_median:.2f}×); beaten at {v.beaten_at}, "
-            f"cannot rank at {v.cannot_rank_at}, of {len(v.ratios)} points")
+            f"cannot rank at {v.cannot_rank_at}, of {len(v.ratios)} points"
+        )
     if rec.per_concurrency:
         per_c = ", ".join(f"c={c}: {w}" for c, w in rec.per_concurrency.items())
         lines += ["", f"Per concurrency: {per_c}."]
     for s in rec.winner_cells:
-        lines += ["", f"Command ({s.checkpoint}, as measured on {s.cell.get('host', '?')}):", "",
-                  "```sh", serve_command(s.cell), "```"]
+        lines += [
+            "",
+            f"Command ({s.checkpoint}, as measured on {s.cell.get('host', '?')}):",
+            "",
+            "```sh",
+            serve_command(s.cell),
+            "```",
+        ]
         lines += [f"- dropped by the env rules: {d}" for d in dropped_env(s.cell)]
     if rec.invalid or rec.failed:
-        lines += ["", f"Not ranked: {len(rec.invalid)} INVALID cell(s), {len(rec.failed)} failed cell(s) (details below)."]
-        lines += [f"- INVALID: {s.backend} on {s.checkpoint} ({'; '.join(s.cell.get('verdict_reasons', [])) or 'no reason'})"
-                  for s in rec.invalid]
-        lines += [f"- failed to start: {s.backend} on {s.checkpoint} (class `{s.cell.get('failure_class') or 'other'}`)"
-                  for s in rec.failed]
+        lines += [
+            "",
+            f"Not ranked: {len(rec.invalid)} INVALID cell(s), {len(rec.failed)} failed cell(s) (details below).",
+        ]
+        lines += [
+            f"- INVALID: {s.backend} on {s.checkpoint} ({'; '.join(s.cell.get('verdict_reasons', [])) or 'no reason'})"
+            for s in rec.invalid
+        ]
+        lines += [
+            f"- failed to start: {s.backend} on {s.checkpoint} (class `{s.cell.get('failure_class') or 'other'}`)"
+            for s in rec.failed
+        ]
     return lines + [""]
 
 
@@ -220,20 +242,46 @@ def provenance_lines(data: ReportData) -> list[str]:
         f"{p['measurements']} measurements, {p['failed_runs']} failed runs, {p['unstable_points']} unstable points",
         f"- Method: median of the successful repeats; spread = (max − min) / median, unstable above "
         f"{data.threshold:.0%}; A beats B only if repeat ranges do not overlap or a bootstrap 95% CI on the "
-        f"ratio excludes 1 (seed {data.seed}); otherwise \"{CANNOT_RANK}\".",
+        f'ratio excludes 1 (seed {data.seed}); otherwise "{CANNOT_RANK}".',
     ]
 
 
-MEDIAN_COLUMNS = ["host", "checkpoint", "backend", "verdict", "c", "tok/s (median)", "spread", "min–max",
-                  "TTFT ms", "TPOT ms", "n", "flags"]
+MEDIAN_COLUMNS = [
+    "host",
+    "checkpoint",
+    "backend",
+    "verdict",
+    "c",
+    "tok/s (median)",
+    "spread",
+    "min–max",
+    "TTFT ms",
+    "TPOT ms",
+    "n",
+    "flags",
+]
 
 
 def median_rows(summaries: Sequence[CellSummary]) -> list[list[str]]:
     rows = []
     for s in summaries:
         if not s.points:
-            rows.append([s.cell.get("host", ""), s.checkpoint, s.backend, s.verdict.upper(), "–", "–", "–", "–", "–",
-                         "–", "0", s.cell.get("failure_class", "") or "no measurements"])
+            rows.append(
+                [
+                    s.cell.get("host", ""),
+                    s.checkpoint,
+                    s.backend,
+                    s.verdict.upper(),
+                    "–",
+                    "–",
+                    "–",
+                    "–",
+                    "–",
+                    "–",
+                    "0",
+                    s.cell.get("failure_class", "") or "no measurements",
+                ]
+            )
         for p in s.points.values():
             rows.append(_point_row(s, p))
     return rows
@@ -242,10 +290,20 @@ def median_rows(summaries: Sequence[CellSummary]) -> list[list[str]]:
 def _point_row(s: CellSummary, p: Point) -> list[str]:
     t = p.throughput
     flags = (["UNSTABLE"] if p.unstable else []) + ([f"{len(p.failed)} failed run(s)"] if p.failed else [])
-    return [s.cell.get("host", ""), s.checkpoint, s.backend, s.verdict.upper() if s.verdict != "valid" else "valid",
-            str(p.concurrency), num(t.median if t else None), pct(t.spread) if t else "–",
-            f"{num(t.lo)}–{num(t.hi)}" if t else "–", num(p.ttft.median if p.ttft else None),
-            num(p.tpot.median if p.tpot else None, 2), str(len(p.values)), ", ".join(flags)]
+    return [
+        s.cell.get("host", ""),
+        s.checkpoint,
+        s.backend,
+        s.verdict.upper() if s.verdict != "valid" else "valid",
+        str(p.concurrency),
+        num(t.median if t else None),
+        pct(t.spread) if t else "–",
+        f"{num(t.lo)}–{num(t.hi)}" if t else "–",
+        num(p.ttft.median if p.ttft else None),
+        num(p.tpot.median if p.tpot else None, 2),
+        str(len(p.values)),
+        ", ".join(flags),
+    ]
 
 
 def medians_table_md(summaries: Sequence[CellSummary]) -> list[str]:
@@ -255,12 +313,18 @@ def medians_table_md(summaries: Sequence[CellSummary]) -> list[str]:
 
 
 def unstable_lines(summaries: Sequence[CellSummary], threshold: float) -> list[str]:
-    return [f"- {cell_name(s)} c={p.concurrency}: spread {pct(p.throughput.spread)} > {threshold:.0%}; "
-            f"repeats {values_text(p.throughput)} tok/s" for s in summaries for p in s.unstable_points]
+    return [
+        f"- {cell_name(s)} c={p.concurrency}: spread {pct(p.throughput.spread)} > {threshold:.0%}; "
+        f"repeats {values_text(p.throughput)} tok/s"
+        for s in summaries
+        for p in s.unstable_points
+    ]
 
 
 def failed_run_lines(summaries: Sequence[CellSummary]) -> list[str]:
-    return [f"- {cell_name(s)} c={f.concurrency} repeat {f.repeat}: {f.error}" for s in summaries for f in s.failed_runs]
+    return [
+        f"- {cell_name(s)} c={f.concurrency} repeat {f.repeat}: {f.error}" for s in summaries for f in s.failed_runs
+    ]
 
 
 def invalid_lines(summaries: Sequence[CellSummary]) -> list[str]:
@@ -282,8 +346,10 @@ def failed_cell_lines(summaries: Sequence[CellSummary]) -> list[str]:
         if s.verdict != "failed":
             continue
         reasons = "; ".join(s.cell.get("verdict_reasons", []))
-        lines.append(f"- **{cell_name(s)}**: class `{s.cell.get('failure_class') or 'other'}`"
-                     + (f" — {reasons}" if reasons else ""))
+        lines.append(
+            f"- **{cell_name(s)}**: class `{s.cell.get('failure_class') or 'other'}`"
+            + (f" — {reasons}" if reasons else "")
+        )
         lines += [f"    - evidence: `{e}`" for e in s.cell.get("failure_evidence", [])[:3]]
     return lines
 
@@ -306,11 +372,17 @@ def ceiling_lines(summaries: Sequence[CellSummary]) -> list[str]:
             lines += [f"- {arch} · {backend}: no ceiling ({exc.message})", ""]
             continue
         notes = bandwidth.ceiling_notes([_ceiling_point(s) for s in cells], gbs, source)
-        lines += [f"{arch} · {backend}: {gbs:g} GB/s ({source})", "",
-                  "| checkpoint | bytes/token | ceiling tok/s | c=1 tok/s | % of ceiling | note |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {r['label']} | {r['bytes_per_token']:,} | {num(r['ceiling_tok_s'])} | {num(r['tok_s'])} "
-                  f"| {num(r['pct_of_ceiling'])} | {r['note']} |" for r in notes["rows"]]
+        lines += [
+            f"{arch} · {backend}: {gbs:g} GB/s ({source})",
+            "",
+            "| checkpoint | bytes/token | ceiling tok/s | c=1 tok/s | % of ceiling | note |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['label']} | {r['bytes_per_token']:,} | {num(r['ceiling_tok_s'])} | {num(r['tok_s'])} "
+            f"| {num(r['pct_of_ceiling'])} | {r['note']} |"
+            for r in notes["rows"]
+        ]
         lines += [""] + [f"- {p['note']}" for p in notes["pairs"]] + [""]
     return lines
 
@@ -330,8 +402,12 @@ def _ceiling_point(s: CellSummary) -> dict[str, Any]:
 
     p = _c1(s)
     medians = {"median_tpot_ms": p.tpot.median if p.tpot else 0.0, "output_throughput": p.throughput.median}
-    return {"label": s.checkpoint, "bytes_per_token": int(s.cell["checkpoint_info"]["bytes_per_token"]),
-            "tok_s": single_stream_tok_s(medians), "speculative": bool(s.config.get("speculative"))}
+    return {
+        "label": s.checkpoint,
+        "bytes_per_token": int(s.cell["checkpoint_info"]["bytes_per_token"]),
+        "tok_s": single_stream_tok_s(medians),
+        "speculative": bool(s.config.get("speculative")),
+    }
 
 
 # ---------------------------------------------------------------- plots
@@ -356,12 +432,13 @@ def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) 
     colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}  # one colour per backend in every panel
     for ax, (name, cells) in zip(axes.flat, panels.items()):
         _panel(ax, name, cells, ylabel, attr, colours)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(f"{title} (dotted: INVALID, never ranked; circled: unstable point)")
     # Fixed margins instead of tight_layout: that would draw every figure twice (half the report's time).
-    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.6 / (4.2 * rows), top=1 - 0.6 / (4.2 * rows),
-                        wspace=0.25, hspace=0.45)
+    fig.subplots_adjust(
+        left=0.07, right=0.98, bottom=0.6 / (4.2 * rows), top=1 - 0.6 / (4.2 * rows), wspace=0.25, hspace=0.45
+    )
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
     plt.close(fig)
@@ -390,12 +467,19 @@ def _panel(ax: Any, name: str, cells: list[CellSummary], ylabel: str, attr: str,
         mids = [st.median for _, st, _ in pts]
         err = [[st.median - st.lo for _, st, _ in pts], [st.hi - st.median for _, st, _ in pts]]
         style = "-" if members[0].rankable else ":"
-        line = ax.errorbar(xs, mids, yerr=err, fmt="o" + style, capsize=3, label=label,
-                           color=colours.get(members[0].backend))
+        line = ax.errorbar(
+            xs, mids, yerr=err, fmt="o" + style, capsize=3, label=label, color=colours.get(members[0].backend)
+        )
         bad = [(c, st.median) for c, st, unstable in pts if unstable]
         if bad:
-            ax.scatter([c for c, _ in bad], [m for _, m in bad], s=140, facecolors="none",
-                       edgecolors=line[0].get_color(), linewidths=1.5)
+            ax.scatter(
+                [c for c, _ in bad],
+                [m for _, m in bad],
+                s=140,
+                facecolors="none",
+                edgecolors=line[0].get_color(),
+                linewidths=1.5,
+            )
     ax.set_xscale("log", base=2)
     ax.xaxis.set_minor_locator(NullLocator())  # no minor ticks: labels only at measured concurrencies
     ticks = sorted({c for s in cells for c in s.points})
@@ -426,8 +510,9 @@ def _pooled(members: list[CellSummary], attr: str) -> list[tuple[int, Stat, bool
 def _lines(cells: list[CellSummary]) -> dict[str, list[CellSummary]]:
     """Line label → its cells: the backend, plus whatever else differs between the cells of one panel (image,
     speculative, ...) except the host, over which a line pools."""
-    keys = sorted({k for s in cells for k in s.config} - set(stats.BACKEND_FIELDS) - set(stats.SCHEDULE_FIELDS)
-                  - {"checkpoint"})
+    keys = sorted(
+        {k for s in cells for k in s.config} - set(stats.BACKEND_FIELDS) - set(stats.SCHEDULE_FIELDS) - {"checkpoint"}
+    )
     varying = [k for k in keys if len({str(s.config.get(k)) for s in cells}) > 1]
     lines: dict[str, list[CellSummary]] = {}
     for s in cells:
@@ -435,8 +520,9 @@ def _lines(cells: list[CellSummary]) -> dict[str, list[CellSummary]]:
         tag = "" if s.rankable else f" ({s.verdict.upper()})"
         lines.setdefault(" ".join([s.backend] + extra) + tag, []).append(s)
     hosts = {label: len({s.cell.get("host") for s in members}) for label, members in lines.items()}
-    return {(f"{label}, {hosts[label]} hosts" if hosts[label] > 1 else label): members
-            for label, members in lines.items()}
+    return {
+        (f"{label}, {hosts[label]} hosts" if hosts[label] > 1 else label): members for label, members in lines.items()
+    }
 
 
 def _short(value: Any) -> str:
@@ -447,8 +533,9 @@ def _short(value: Any) -> str:
 # ---------------------------------------------------------------- terminal
 
 
-def terminal_table(cells: Sequence[dict[str, Any]], *, threshold: float = stats.DEFAULT_THRESHOLD,
-                   seed: int = stats.DEFAULT_SEED) -> Any:
+def terminal_table(
+    cells: Sequence[dict[str, Any]], *, threshold: float = stats.DEFAULT_THRESHOLD, seed: int = stats.DEFAULT_SEED
+) -> Any:
     """A rich Table for the end of a sweep: one row per cell, median ± spread per concurrency, the verdict."""
     from rich.table import Table
 
@@ -460,8 +547,13 @@ def terminal_table(cells: Sequence[dict[str, Any]], *, threshold: float = stats.
     for c in conc:
         table.add_column(f"c={c}", justify="right")
     for s in data.summaries:
-        table.add_row(s.cell.get("host", ""), s.checkpoint, s.backend, _verdict_markup(s),
-                      *[_cell_markup(s.points.get(c)) for c in conc])
+        table.add_row(
+            s.cell.get("host", ""),
+            s.checkpoint,
+            s.backend,
+            _verdict_markup(s),
+            *[_cell_markup(s.points.get(c)) for c in conc],
+        )
     return table
 
 
@@ -489,8 +581,13 @@ def _caption(recs: Sequence[Recommendation]) -> str:
 # ---------------------------------------------------------------- I/O
 
 
-def write_report(results_dir: Path, out_dir: Path | None = None, *, threshold: float = stats.DEFAULT_THRESHOLD,
-                 seed: int = stats.DEFAULT_SEED) -> list[Path]:
+def write_report(
+    results_dir: Path,
+    out_dir: Path | None = None,
+    *,
+    threshold: float = stats.DEFAULT_THRESHOLD,
+    seed: int = stats.DEFAULT_SEED,
+) -> list[Path]:
     """Read the tree, write report.md, report.html and the PNGs into out_dir (default: results_dir)."""
     from agent.reporting import htmlpage as report_html
 
@@ -517,4 +614,3 @@ def _write(path: Path, data: bytes) -> Path:
 
     atomic_write_bytes(path, data)
     return path
-

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.results import tree as results
-from agent.judging import verdict
 from agent.hostside import logparse
 from agent.hostside.serving import launch_command
+from agent.judging import verdict
 from agent.planning.matrix import Cell
+from agent.results import tree as results
 
 INCOMING = ".incoming"
 
@@ -27,8 +27,9 @@ def incoming_tar(root: Path, sweep: str, host: str, cell_id: str) -> Path:
     return Path(root) / INCOMING / sweep / host / f"{cell_id}.tar"
 
 
-def finalize_cell(root: Path, cell: Cell, facts: dict[str, Any], started: float, finished: float,
-                  measure_s: float = 0.0) -> dict | None:
+def finalize_cell(
+    root: Path, cell: Cell, facts: dict[str, Any], started: float, finished: float, measure_s: float = 0.0
+) -> dict | None:
     """Write the cell's results from its incoming tar. Returns the cell record, or None if nothing came back."""
     tar_path = incoming_tar(root, cell.sweep, cell.host, cell.id)
     if not tar_path.exists():
@@ -41,8 +42,9 @@ def finalize_cell(root: Path, cell: Cell, facts: dict[str, Any], started: float,
     return record
 
 
-def _write_cell(root: Path, cell: Cell, facts: dict, src: Path, started: float, finished: float,
-                measure_s: float) -> dict:
+def _write_cell(
+    root: Path, cell: Cell, facts: dict, src: Path, started: float, finished: float, measure_s: float
+) -> dict:
     dest = results.cell_dir(root, cell.sweep, cell.host, cell.id)
     dest.mkdir(parents=True, exist_ok=True)
     log_text = (src / "server.log").read_text(errors="replace") if (src / "server.log").exists() else ""
@@ -76,20 +78,35 @@ def _write_runs(dest: Path, cell: Cell, src: Path) -> int:
 
 def _requested(cell: Cell) -> dict[str, str]:
     spec = json.loads(cell.config["speculative"]) if cell.config["speculative"] else {}
-    return {"moe_backend": cell.config["moe_backend"], "linear_backend": cell.config["linear_backend"],
-            "attention_backend": cell.config["attention_backend"],
-            "draft_moe_backend": str(spec.get("moe_backend", ""))}
+    return {
+        "moe_backend": cell.config["moe_backend"],
+        "linear_backend": cell.config["linear_backend"],
+        "attention_backend": cell.config["attention_backend"],
+        "draft_moe_backend": str(spec.get("moe_backend", "")),
+    }
 
 
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-def _cell_record(cell: Cell, facts: dict, attestation: dict, outcome: dict, failure: dict, serve: dict, runs: int,
-                 started: float, finished: float) -> dict:
+def _cell_record(
+    cell: Cell,
+    facts: dict,
+    attestation: dict,
+    outcome: dict,
+    failure: dict,
+    serve: dict,
+    runs: int,
+    started: float,
+    finished: float,
+) -> dict:
     failed = not serve.get("ready", False)
     return {
-        "schema": results.SCHEMA, "cell_id": cell.id, "sweep": cell.sweep, "host": cell.host,
+        "schema": results.SCHEMA,
+        "cell_id": cell.id,
+        "sweep": cell.sweep,
+        "host": cell.host,
         "status": "failed" if failed else "done",
         "verdict": "failed" if failed else outcome["verdict"],
         "verdict_reasons": outcome["reasons"] if not failed else [f"startup failed: {failure.get('class', 'other')}"],
@@ -100,7 +117,9 @@ def _cell_record(cell: Cell, facts: dict, attestation: dict, outcome: dict, fail
         "failure_root_cause": failure.get("root_cause", "") if failed else "",
         "startup_s": float(serve.get("startup_s", 0.0)),
         "runs_collected": runs,
-        "started_at": _iso(started), "finished_at": _iso(finished), "elapsed_s": round(finished - started, 2),
+        "started_at": _iso(started),
+        "finished_at": _iso(finished),
+        "elapsed_s": round(finished - started, 2),
         "notes": cell.notes,
         "config": cell.config,
         "env": cell.env,

@@ -10,9 +10,10 @@ import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import ansible_runner
 import structlog
@@ -33,8 +34,8 @@ class FleetRun:
     rc: int
     status: str
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> task name -> module result
-    items: dict[str, dict[str, list]] = field(default_factory=dict)   # host -> task name -> loop item results
-    failures: dict[str, str] = field(default_factory=dict)            # host -> first failure message
+    items: dict[str, dict[str, list]] = field(default_factory=dict)  # host -> task name -> loop item results
+    failures: dict[str, str] = field(default_factory=dict)  # host -> first failure message
     unreachable: dict[str, str] = field(default_factory=dict)
     changed: dict[str, int] = field(default_factory=dict)
 
@@ -94,16 +95,26 @@ class _Collector:
         return True
 
 
-def run_playbook(playbook: str, inventory: str | Path, extravars: dict[str, Any] | None = None,
-                 limit: str | None = None, tags: str | None = None, on_event: EventHook | None = None,
-                 cancel: threading.Event | None = None) -> FleetRun:
+def run_playbook(
+    playbook: str,
+    inventory: str | Path,
+    extravars: dict[str, Any] | None = None,
+    limit: str | None = None,
+    tags: str | None = None,
+    on_event: EventHook | None = None,
+    cancel: threading.Event | None = None,
+) -> FleetRun:
     """Run one playbook with ansible-runner and return what happened on each host."""
     cancel = cancel or threading.Event()
     outcome: dict[str, Any] = {}
     # ansible-runner installs its own SIGINT/SIGTERM handlers when called from the main thread (and leaves them
     # there, swallowing every later Ctrl-C); in a worker thread it doesn't, and Ctrl-C reaches us.
-    worker = threading.Thread(target=_run_in_thread, name="ansible-runner", daemon=True,
-                              args=(playbook, inventory, extravars, limit, tags, on_event, cancel, outcome))
+    worker = threading.Thread(
+        target=_run_in_thread,
+        name="ansible-runner",
+        daemon=True,
+        args=(playbook, inventory, extravars, limit, tags, on_event, cancel, outcome),
+    )
     worker.start()
     try:
         while worker.is_alive():
@@ -149,6 +160,13 @@ def _run(playbook, inventory, extravars, limit, tags, on_event, cancel) -> Fleet
             run.failures["*"] = stdout.strip().splitlines()[-1] if stdout.strip() else f"ansible {runner.status}"
     finally:
         shutil.rmtree(private, ignore_errors=True)
-    log.info("playbook_done", playbook=Path(str(playbook)).name, limit=limit, rc=run.rc, status=run.status,
-             failures=run.failures or None, unreachable=run.unreachable or None)
+    log.info(
+        "playbook_done",
+        playbook=Path(str(playbook)).name,
+        limit=limit,
+        rc=run.rc,
+        status=run.status,
+        failures=run.failures or None,
+        unreachable=run.unreachable or None,
+    )
     return run

@@ -7,10 +7,12 @@ worker thread reports into the same display.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
 
 from agent.planning.matrix import Cell
 
@@ -30,16 +32,23 @@ class Progress:
         self.lock = threading.Lock()
         self.bars: dict[str, Any] = {}
         self.current: dict[str, Cell] = {}
-        self.advanced: dict[str, float] = {}   # seconds of the current cell already shown
+        self.advanced: dict[str, float] = {}  # seconds of the current cell already shown
         self.display: RichProgress | None = None
 
     def start(self, todo: dict[str, list[Cell]]) -> None:
         if not self.enabled:
             return
         self.display = RichProgress(
-            TextColumn("[bold]{task.fields[host]}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-            TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=self.console, transient=False)
+            TextColumn("[bold]{task.fields[host]}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
         self.display.start()
         for host, cells in todo.items():
             total = sum(_cell_seconds(c) for c in cells) or 1.0
@@ -85,10 +94,17 @@ class Progress:
                 level = data.get("res", {}).get("level")
                 windows = cell.config["warmup"] + cell.config["repeats"]
                 levels = cell.config["concurrency"]
-                nxt = levels[levels.index(level) + 1] if level in levels and levels.index(level) + 1 < len(levels) \
+                nxt = (
+                    levels[levels.index(level) + 1]
+                    if level in levels and levels.index(level) + 1 < len(levels)
                     else None
+                )
                 step = windows * cell.config["duration_s"]
                 self.advanced[host] = self.advanced.get(host, 0.0) + step
-                self._update(host, advance=step,
-                             description=f"{cell.label} [dim]{cell.id}[/] " + (f"c={nxt}" if nxt else "collecting"))
+                self._update(
+                    host,
+                    advance=step,
+                    description=f"{cell.label} [dim]{cell.id}[/] " + (f"c={nxt}" if nxt else "collecting"),
+                )
+
         return hook

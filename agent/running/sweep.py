@@ -15,16 +15,16 @@ from typing import Any
 import psutil
 import structlog
 
-from agent.running import collect
-from agent.running import playbooks as fleet
-from agent.planning import matrix as plan
-from agent.results import tree as results
 from agent.errors import UserError
 from agent.hostside.supervise import controller_identity
+from agent.planning import matrix as plan
 from agent.planning.inventory import Host, check_reachable
 from agent.planning.matrix import Cell
-from agent.running.progress import Progress
 from agent.planning.spec import Spec
+from agent.results import tree as results
+from agent.running import collect
+from agent.running import playbooks as fleet
+from agent.running.progress import Progress
 
 log = structlog.get_logger("spark_agent.sweep")
 
@@ -32,9 +32,9 @@ log = structlog.get_logger("spark_agent.sweep")
 @dataclass
 class HostOutcome:
     host: str
-    done: list[str] = field(default_factory=list)      # cell ids finished in this run
-    skipped: list[str] = field(default_factory=list)   # already finished (resume)
-    lost: list[str] = field(default_factory=list)      # nothing came back (host error, interrupted)
+    done: list[str] = field(default_factory=list)  # cell ids finished in this run
+    skipped: list[str] = field(default_factory=list)  # already finished (resume)
+    lost: list[str] = field(default_factory=list)  # nothing came back (host error, interrupted)
     error: str = ""
 
 
@@ -72,8 +72,12 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
     """The image present by digest and each cell's env file on its host. Idempotent."""
     by_host = {h: [{"id": c.id, "env": c.env} for c in cs] for h, cs in cells.items()}
     checkpoints = [{"name": c.name, "model": c.model} for c in spec.checkpoints]
-    run = fleet.run_playbook("provision", inventory, {"image": spec.image, "cells_by_host": by_host,
-                                                      "checkpoints": checkpoints}, limit=_limit(hosts))
+    run = fleet.run_playbook(
+        "provision",
+        inventory,
+        {"image": spec.image, "cells_by_host": by_host, "checkpoints": checkpoints},
+        limit=_limit(hosts),
+    )
     _raise_host_errors(run, "provisioning")
     for host, cs in cells.items():
         infos = checkpoint_infos(run, host)
@@ -100,9 +104,16 @@ def checkpoint_infos(run: fleet.FleetRun, host: str) -> dict[str, dict]:
     return out
 
 
-def run_sweep(spec: Spec, inventory: Path, hosts: list[Host], results_root: Path, fresh: bool = False,
-              evict: bool = False, progress: Progress | None = None,
-              cancel: threading.Event | None = None) -> SweepOutcome:
+def run_sweep(
+    spec: Spec,
+    inventory: Path,
+    hosts: list[Host],
+    results_root: Path,
+    fresh: bool = False,
+    evict: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> SweepOutcome:
     """Run every cell of the spec on every host. Returns what happened; the results tree holds the numbers."""
     cancel = cancel or threading.Event()
     progress = progress or Progress(enabled=False)
@@ -116,15 +127,33 @@ def run_sweep(spec: Spec, inventory: Path, hosts: list[Host], results_root: Path
         for note in sorted({n for c in cs for n in c.notes}):
             log.warning("plan_note", host=host, note=note)
     collect.clear_incoming(results_root, spec.name)
-    todo = {h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
-            for h, cs in cells.items()}
+    todo = {
+        h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
+        for h, cs in cells.items()
+    }
     provision(inventory, spec, hosts, todo)
     outcome = SweepOutcome(sweep_dir=Path(results_root) / spec.name, hosts={}, warnings=warnings)
     progress.start({h: [c for c in todo[h]] for h in todo})
-    runners = [threading.Thread(target=_host_worker, name=f"host-{h.name}",
-                                args=(inventory, h, cells[h.name], todo[h.name], facts[h.name], results_root,
-                                      evict, progress, cancel, outcome), daemon=True)
-               for h in hosts]
+    runners = [
+        threading.Thread(
+            target=_host_worker,
+            name=f"host-{h.name}",
+            args=(
+                inventory,
+                h,
+                cells[h.name],
+                todo[h.name],
+                facts[h.name],
+                results_root,
+                evict,
+                progress,
+                cancel,
+                outcome,
+            ),
+            daemon=True,
+        )
+        for h in hosts
+    ]
     try:
         for t in runners:
             t.start()
@@ -160,9 +189,18 @@ def _stop_our_playbooks() -> None:
             pass
 
 
-def _host_worker(inventory: Path, host: Host, all_cells: list[Cell], todo: list[Cell], facts: dict,
-                 results_root: Path, evict: bool, progress: Progress, cancel: threading.Event,
-                 outcome: SweepOutcome) -> None:
+def _host_worker(
+    inventory: Path,
+    host: Host,
+    all_cells: list[Cell],
+    todo: list[Cell],
+    facts: dict,
+    results_root: Path,
+    evict: bool,
+    progress: Progress,
+    cancel: threading.Event,
+    outcome: SweepOutcome,
+) -> None:
     result = HostOutcome(host=host.name, skipped=[c.id for c in all_cells if c not in todo])
     outcome.hosts[host.name] = result
     for cell in todo:
@@ -173,25 +211,40 @@ def _host_worker(inventory: Path, host: Host, all_cells: list[Cell], todo: list[
             record = run_cell(inventory, host, cell, facts, results_root, evict, progress, cancel)
         except UserError as exc:  # the host can't take cells (busy, no docker): say so, keep other hosts going
             result.error = exc.message
-            result.lost += [c.id for c in todo[todo.index(cell):]]
+            result.lost += [c.id for c in todo[todo.index(cell) :]]
             log.error("host_stopped", host=host.name, error=exc.message)
             progress.host_failed(host.name, exc.message)
             return
         (result.done if record else result.lost).append(cell.id)
 
 
-def run_cell(inventory: Path, host: Host, cell: Cell, facts: dict, results_root: Path, evict: bool,
-             progress: Progress, cancel: threading.Event) -> dict | None:
+def run_cell(
+    inventory: Path,
+    host: Host,
+    cell: Cell,
+    facts: dict,
+    results_root: Path,
+    evict: bool,
+    progress: Progress,
+    cancel: threading.Event,
+) -> dict | None:
     """Serve, bench, collect and tear down one cell on one host (playbooks/cell.yml), then write its results."""
     started = time.time()
     progress.cell_started(host.name, cell)
-    extravars = {"cell": cell.playbook_vars(), "sweep": cell.sweep, "results_dir": str(Path(results_root).resolve()),
-                 "controller": controller_identity(cell.sweep, cell.id), "spark_evict": evict}
-    run = fleet.run_playbook("cell", inventory, extravars, limit=host.name,
-                             on_event=progress.event_hook(host.name), cancel=cancel)
+    extravars = {
+        "cell": cell.playbook_vars(),
+        "sweep": cell.sweep,
+        "results_dir": str(Path(results_root).resolve()),
+        "controller": controller_identity(cell.sweep, cell.id),
+        "spark_evict": evict,
+    }
+    run = fleet.run_playbook(
+        "cell", inventory, extravars, limit=host.name, on_event=progress.event_hook(host.name), cancel=cancel
+    )
     if _stale_lock_reclaimed(inventory, host, run):
-        run = fleet.run_playbook("cell", inventory, extravars, limit=host.name,
-                                 on_event=progress.event_hook(host.name), cancel=cancel)
+        run = fleet.run_playbook(
+            "cell", inventory, extravars, limit=host.name, on_event=progress.event_hook(host.name), cancel=cancel
+        )
     serve = run.results.get(host.name, {}).get("serve", {})
     if serve.get("host_error"):  # busy, port taken, no docker...: the cell is not measured, nor counted as failed
         raise UserError(f"host {host.name}: {serve.get('msg')}")
@@ -200,9 +253,15 @@ def run_cell(inventory: Path, host: Host, cell: Cell, facts: dict, results_root:
     measure_s = sum(float(i.get("elapsed_s", 0.0)) for i in run.items.get(host.name, {}).get("bench", []))
     record = collect.finalize_cell(results_root, cell, facts, started, time.time(), measure_s)
     progress.cell_finished(host.name, cell, record)
-    log.info("cell_done", host=host.name, cell=cell.id, label=cell.label,
-             verdict=record["verdict"] if record else "lost",
-             failure=(record or {}).get("failure_class") or None, seconds=round(time.time() - started, 1))
+    log.info(
+        "cell_done",
+        host=host.name,
+        cell=cell.id,
+        label=cell.label,
+        verdict=record["verdict"] if record else "lost",
+        failure=(record or {}).get("failure_class") or None,
+        seconds=round(time.time() - started, 1),
+    )
     return record
 
 
@@ -223,7 +282,11 @@ def _stale_lock_reclaimed(inventory: Path, host: Host, run: fleet.FleetRun) -> b
 
 def teardown(inventory: Path, hosts: list[Host], sweep: str) -> None:
     """Stop our server on every host (Ctrl-C, errors). Only servers of our cells are touched."""
-    run = fleet.run_playbook("teardown", inventory, {"cell": {"id": ""}, "sweep": sweep,
-                                         "controller": controller_identity(sweep, "")}, limit=_limit(hosts))
+    run = fleet.run_playbook(
+        "teardown",
+        inventory,
+        {"cell": {"id": ""}, "sweep": sweep, "controller": controller_identity(sweep, "")},
+        limit=_limit(hosts),
+    )
     if not run.ok:
         log.error("teardown_incomplete", failures=run.failures, unreachable=run.unreachable)

@@ -20,11 +20,11 @@ from .ratemodel import RateModel
 class Request:
     prompt_tokens: int
     max_tokens: int
-    stop_at: int                  # the "natural" length: finish_reason stop; max_tokens + 1 with ignore_eos
-    sink: object                  # .emit(n, finish) .flush() .drop() .gone()
-    drop_at: int = 0              # fault: cut the stream after this many tokens (0 = never)
+    stop_at: int  # the "natural" length: finish_reason stop; max_tokens + 1 with ignore_eos
+    sink: object  # .emit(n, finish) .flush() .drop() .gone()
+    drop_at: int = 0  # fault: cut the stream after this many tokens (0 = never)
     generated: int = 0
-    ready_at: float = 0.0         # end of prefill: the first token can come after this
+    ready_at: float = 0.0  # end of prefill: the first token can come after this
     done: asyncio.Future | None = None
 
 
@@ -40,7 +40,9 @@ class Counters:
 
 
 class Engine:
-    def __init__(self, rate: RateModel, max_num_seqs: int, kv_tokens: int, rng: random.Random, drop_fraction: float = 0.0):
+    def __init__(
+        self, rate: RateModel, max_num_seqs: int, kv_tokens: int, rng: random.Random, drop_fraction: float = 0.0
+    ):
         cal = calibration.load()
         self.rate, self.rng = rate, rng
         self.max_num_seqs, self.kv_tokens = max_num_seqs, max(1, kv_tokens)
@@ -55,7 +57,7 @@ class Engine:
         self.idle_since = 0.0
         self.phase_lengths: set = set()
         self.step_end: float | None = None
-        self.max_lag_s = 1.0                 # catch up on missed steps for at most this long
+        self.max_lag_s = 1.0  # catch up on missed steps for at most this long
         self.dead = False
 
     # -- admission ----------------------------------------------------------------------------
@@ -114,7 +116,7 @@ class Engine:
             self.wake.clear()
             try:
                 await asyncio.wait_for(self.wake.wait(), first_ready - now)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             return
         dt = self.rate.step_s(len(self.running), self.mixed())

@@ -30,8 +30,22 @@ SITE = "/opt/spark-agent"  # where `agent` lives in the image (PYTHONPATH)
 
 # Standard-library parts a server never needs: tests, GUIs, terminals, build tools, old databases, NIS
 # (their extensions pull in curses, Berkeley DB and Kerberos libraries), bytecode caches.
-PRUNE_DIRS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "ensurepip", "__pycache__", "lib2to3",
-              "pydoc_data", "distutils", "curses", "dbm", "site-packages", "dist-packages"}
+PRUNE_DIRS = {
+    "test",
+    "tests",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "__pycache__",
+    "lib2to3",
+    "pydoc_data",
+    "distutils",
+    "curses",
+    "dbm",
+    "site-packages",
+    "dist-packages",
+}
 PRUNE_FILE = re.compile(
     r"^(_test\w*|_xxtestfuzz|xxlimited\w*|_ctypes_test|_curses\w*|readline|_dbm|_gdbm|nis)\.cpython-.*\.so$"
     r"|^sitecustomize\.py$"
@@ -62,7 +76,9 @@ def _python_layout(python: str) -> dict:
     try:
         out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
-        raise UserError(f"{python}: cannot run it to build the simulator image ({exc}); install python3 (apt install python3)") from None
+        raise UserError(
+            f"{python}: cannot run it to build the simulator image ({exc}); install python3 (apt install python3)"
+        ) from None
     layout = json.loads(out)
     layout["exe"] = os.path.realpath(layout["exe"])
     return layout
@@ -126,7 +142,9 @@ def _python_files(python: str) -> dict[str, str]:
     try:
         plan.update({lib: lib for lib in shared_libraries(exe)})
     except FileNotFoundError as exc:
-        raise UserError(f"{exc}: python itself cannot run here; reinstall it (apt install --reinstall python3)") from None
+        raise UserError(
+            f"{exc}: python itself cannot run here; reinstall it (apt install --reinstall python3)"
+        ) from None
     for extension in (f for f in files if f.endswith(".so")):
         try:
             plan.update({lib: lib for lib in shared_libraries(extension)})
@@ -198,7 +216,9 @@ def write_rootfs_tar(out_path: str, python: str = PYTHON, busybox: str = BUSYBOX
 
 def _write_tar(out_path: str, plan: dict[str, str], python: str, busybox: str) -> None:
     exe = os.path.realpath(python)  # the same file sys.executable names
-    dirs = {"/tmp", "/etc", "/root", "/usr/bin", "/usr/local/bin"} | {str(p) for dest in plan for p in Path(dest).parents if str(p) != "/"}
+    dirs = {"/tmp", "/etc", "/root", "/usr/bin", "/usr/local/bin"} | {
+        str(p) for dest in plan for p in Path(dest).parents if str(p) != "/"
+    }
     with tarfile.open(out_path, "w") as tar:
         for folder in sorted(dirs):
             tar.addfile(_tarinfo(folder, tarfile.DIRTYPE, 0o1777 if folder == "/tmp" else 0o755))

@@ -68,7 +68,10 @@ async def serve(opts: Options, plan: Plan, log: VllmLog) -> int:
     log.uvicorn(f"Started server process [{os.getpid()}]")
     log.uvicorn("Waiting for application startup.")
     log.uvicorn("Application startup complete.")
-    tasks = [asyncio.ensure_future(engine.run()), asyncio.ensure_future(periodic_log(engine, log, opts.sim["log_interval"]))]
+    tasks = [
+        asyncio.ensure_future(engine.run()),
+        asyncio.ensure_future(periodic_log(engine, log, opts.sim["log_interval"])),
+    ]
     tasks[0].add_done_callback(lambda task: _engine_ended(task, engine, log, stopped))
     if opts.sim["crash_after"] is not None:
         tasks.append(asyncio.ensure_future(crash_after(opts.sim["crash_after"], engine, log, stopped)))
@@ -86,6 +89,7 @@ def _engine_ended(task: asyncio.Task, engine: Engine, log: VllmLog, stopped: asy
     if task.cancelled() or task.exception() is None:
         return
     import traceback
+
     log.error(ENGINE, "core.py:1037", "EngineCore encountered a fatal error.")
     traceback.print_exception(task.exception())
     engine.kill()
@@ -97,14 +101,18 @@ async def crash_after(delay: float, engine: Engine, log: VllmLog, stopped: async
     """Fault: the engine core dies; /health answers 503 for a moment, streams break, the process exits 1."""
     await asyncio.sleep(delay)
     log.error(ENGINE, "core.py:1037", "EngineCore encountered a fatal error.")
-    sys.stderr.write("Traceback (most recent call last):\n"
-                     '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 1028, in run_engine_core\n'
-                     "    engine_core.run_busy_loop()\n"
-                     "torch.AcceleratorError: CUDA error: unspecified launch failure\n")
+    sys.stderr.write(
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 1028, in run_engine_core\n'
+        "    engine_core.run_busy_loop()\n"
+        "torch.AcceleratorError: CUDA error: unspecified launch failure\n"
+    )
     sys.stderr.flush()
     engine.kill()
     log.error(API, "async_llm.py:525", "AsyncLLM output_handler failed.")
-    sys.stderr.write("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.\n")
+    sys.stderr.write(
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.\n"
+    )
     sys.stderr.flush()
     await asyncio.sleep(0.5)
     if not stopped.done():
@@ -122,14 +130,24 @@ async def periodic_log(engine: Engine, log: VllmLog, interval: float) -> None:
         last = now
         if not any(delta[:2]) and not engine.running and not engine.waiting:
             continue
-        log.info(API, "loggers.py:236", (
-            f"Engine 000: Avg prompt throughput: {delta[0] / interval:.1f} tokens/s, Avg generation throughput: "
-            f"{delta[1] / interval:.1f} tokens/s, Running: {len(engine.running)} reqs, Waiting: {len(engine.waiting)} reqs, "
-            f"GPU KV cache usage: {engine.kv_usage() * 100:.1f}%, Prefix cache hit rate: 0.0%"))
+        log.info(
+            API,
+            "loggers.py:236",
+            (
+                f"Engine 000: Avg prompt throughput: {delta[0] / interval:.1f} tokens/s, Avg generation throughput: "
+                f"{delta[1] / interval:.1f} tokens/s, Running: {len(engine.running)} reqs, Waiting: {len(engine.waiting)} reqs, "
+                f"GPU KV cache usage: {engine.kv_usage() * 100:.1f}%, Prefix cache hit rate: 0.0%"
+            ),
+        )
         if engine.rate.spec_tokens and delta[2]:
             drafts, draft_tokens, accepted = delta[2:]
-            log.info(API, "metrics.py:100", (
-                f"SpecDecoding metrics: Mean acceptance length: {1 + accepted / drafts:.2f}, Accepted throughput: "
-                f"{accepted / interval:.2f} tokens/s, Drafted throughput: {draft_tokens / interval:.2f} tokens/s, "
-                f"Accepted: {accepted} tokens, Drafted: {draft_tokens} tokens, Avg Draft acceptance rate: "
-                f"{100 * accepted / draft_tokens:.1f}%"))
+            log.info(
+                API,
+                "metrics.py:100",
+                (
+                    f"SpecDecoding metrics: Mean acceptance length: {1 + accepted / drafts:.2f}, Accepted throughput: "
+                    f"{accepted / interval:.2f} tokens/s, Drafted throughput: {draft_tokens / interval:.2f} tokens/s, "
+                    f"Accepted: {accepted} tokens, Drafted: {draft_tokens} tokens, Avg Draft acceptance rate: "
+                    f"{100 * accepted / draft_tokens:.1f}%"
+                ),
+            )

@@ -15,9 +15,17 @@ class UsageError(Exception):
 
 # vLLM flags the simulator understands: name -> converter.
 VLLM_FLAGS = {
-    "model": str, "host": str, "port": int, "served_model_name": str,
-    "moe_backend": str, "linear_backend": str, "attention_backend": str,
-    "speculative_config": "json", "gpu_memory_utilization": float, "max_model_len": int, "max_num_seqs": int,
+    "model": str,
+    "host": str,
+    "port": int,
+    "served_model_name": str,
+    "moe_backend": str,
+    "linear_backend": str,
+    "attention_backend": str,
+    "speculative_config": "json",
+    "gpu_memory_utilization": float,
+    "max_model_len": int,
+    "max_num_seqs": int,
 }
 FLAG_SINCE = {"moe_backend": "moe_backends", "linear_backend": "linear_backends", "attention_backend": "attention"}
 
@@ -29,12 +37,12 @@ SIM_FLAGS = {
     "rate": (str, "calibrated"),
     "startup_s": (float, None),
     "log_interval": (float, None),
-    "crash_after": (float, None),       # fault: the engine dies N s after startup completes
-    "slow_start": (float, 0.0),         # fault: N s more before the server is up
-    "health_hang": ("bool", False),     # fault: /health never answers
-    "oom": ("bool", False),             # fault: CUDA OOM while loading weights
-    "drop_streams": (float, 0.0),       # fault: this fraction of streams is cut mid-response
-    "silent_fallback": (str, ""),       # fault: the named MoE backend loads whatever was requested
+    "crash_after": (float, None),  # fault: the engine dies N s after startup completes
+    "slow_start": (float, 0.0),  # fault: N s more before the server is up
+    "health_hang": ("bool", False),  # fault: /health never answers
+    "oom": ("bool", False),  # fault: CUDA OOM while loading weights
+    "drop_streams": (float, 0.0),  # fault: this fraction of streams is cut mid-response
+    "silent_fallback": (str, ""),  # fault: the named MoE backend loads whatever was requested
 }
 
 
@@ -42,7 +50,7 @@ SIM_FLAGS = {
 class Options:
     model: str = ""
     served_model_name: str = ""
-    host: str = "127.0.0.1"            # vLLM binds all interfaces; the simulator stays on loopback unless told
+    host: str = "127.0.0.1"  # vLLM binds all interfaces; the simulator stays on loopback unless told
     port: int = 8000
     moe_backend: str = ""
     linear_backend: str = ""
@@ -51,7 +59,7 @@ class Options:
     gpu_memory_utilization: float | None = None
     max_model_len: int = 262144
     max_num_seqs: int = 256
-    given: dict = field(default_factory=dict)   # vLLM's "non-default args", in command-line order
+    given: dict = field(default_factory=dict)  # vLLM's "non-default args", in command-line order
     sim: dict = field(default_factory=dict)
 
 
@@ -121,7 +129,8 @@ def _check_sim(sim: dict, cal: dict) -> None:
     low, high = cal["supported_versions"]
     try:
         version_ok = calibration.at_least(sim["vllm_version"], low) and not calibration.at_least(
-            sim["vllm_version"], f"0.{int(high.split('.')[1]) + 1}")
+            sim["vllm_version"], f"0.{int(high.split('.')[1]) + 1}"
+        )
     except ValueError:
         version_ok = False
     if not version_ok:

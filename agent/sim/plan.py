@@ -16,8 +16,8 @@ STAGES = ("model", "memory_check", "flashinfer_import", "moe_select", "weights",
 
 @dataclass
 class Failure:
-    key: str                 # a [failures.*] table
-    stage: str               # one of STAGES
+    key: str  # a [failures.*] table
+    stage: str  # one of STAGES
     fields: dict = field(default_factory=dict)
 
 
@@ -27,12 +27,12 @@ class Plan:
     quant: str = ""
     version: str = ""
     hardware: str = ""
-    moe_loaded: str = ""              # backend key, e.g. "marlin"
+    moe_loaded: str = ""  # backend key, e.g. "marlin"
     moe_candidates: list = field(default_factory=list)
-    attention: str = ""               # enum name
+    attention: str = ""  # enum name
     attention_explicit: bool = False
     linear_backend: str = ""
-    spec_tokens: int = 0              # 0 = no speculative decoding
+    spec_tokens: int = 0  # 0 = no speculative decoding
     spec_method: str = ""
     gpu_memory_utilization: float = 0.9
     kv_tokens: int = 0
@@ -49,7 +49,9 @@ def _fail(plan: Plan, key: str, stage: str, **fields) -> Plan:
 def unknown_env(version: str, env: dict) -> list[str]:
     """VLLM_* variables this version does not know (it warns about each, 0.17+)."""
     cal = calibration.load()["versions"]
-    known = set(cal["known_env"]) | {n for n, life in cal["env_lifetime"].items() if calibration.in_lifetime(version, life)}
+    known = set(cal["known_env"]) | {
+        n for n, life in cal["env_lifetime"].items() if calibration.in_lifetime(version, life)
+    }
     return sorted(n for n in env if n.startswith("VLLM_") and n not in known)
 
 
@@ -78,7 +80,11 @@ def _deep_gemm_allowed(plan: Plan, env: dict, hw: dict) -> bool:
 
 def _auto_moe(plan: Plan, env: dict, hw: dict) -> str:
     table = hw["moe"][plan.quant]
-    if plan.quant == "nvfp4" and env.get("VLLM_USE_FLASHINFER_MOE_FP4") == "1" and env_known(plan.version, "VLLM_USE_FLASHINFER_MOE_FP4"):
+    if (
+        plan.quant == "nvfp4"
+        and env.get("VLLM_USE_FLASHINFER_MOE_FP4") == "1"
+        and env_known(plan.version, "VLLM_USE_FLASHINFER_MOE_FP4")
+    ):
         return "flashinfer_cutlass"  # the pre-0.24 switch NVIDIA's card still sets
     for backend in hw["auto"][plan.quant]:
         if not _available(plan.version, backend, plan.quant) and backend != "deep_gemm":
@@ -108,12 +114,20 @@ def _select_moe(plan: Plan, opts: Options, env: dict, hw: dict) -> None:
     if plan.moe_loaded == "deep_gemm" and hw["deep_gemm_faults"]:
         _fail(plan, "deep_gemm_assert", "profile")
     elif "fails" in entry:
-        _fail(plan, entry["fails"], "moe_select", moe_label=label, backend_enum=cal["moe_backends"]["names"][plan.moe_loaded])
+        _fail(
+            plan,
+            entry["fails"],
+            "moe_select",
+            moe_label=label,
+            backend_enum=cal["moe_backends"]["names"][plan.moe_loaded],
+        )
 
 
 def _select_attention(plan: Plan, opts: Options, env: dict, hw: dict) -> None:
     valid = calibration.load()["attention"]["valid"]
-    requested = opts.attention_backend or (env.get("VLLM_ATTENTION_BACKEND", "") if env_known(plan.version, "VLLM_ATTENTION_BACKEND") else "")
+    requested = opts.attention_backend or (
+        env.get("VLLM_ATTENTION_BACKEND", "") if env_known(plan.version, "VLLM_ATTENTION_BACKEND") else ""
+    )
     plan.attention = requested.upper() or hw["default_attention"]
     plan.attention_explicit = bool(requested)
     if plan.attention not in valid:
@@ -156,8 +170,14 @@ def _check_memory(plan: Plan, opts: Options, ckpt: dict, hw: dict) -> None:
     cal = calibration.load()
     util = plan.gpu_memory_utilization
     wanted = util * hw["mem_total_gib"]
-    common = {"mem_total_gib": hw["mem_total_gib"], "mem_free_gib": hw["mem_free_gib"], "util": util,
-              "wanted_gib": round(wanted, 2), "weights_gib": ckpt["weights_gib"], "max_model_len": opts.max_model_len}
+    common = {
+        "mem_total_gib": hw["mem_total_gib"],
+        "mem_free_gib": hw["mem_free_gib"],
+        "util": util,
+        "wanted_gib": round(wanted, 2),
+        "weights_gib": ckpt["weights_gib"],
+        "max_model_len": opts.max_model_len,
+    }
     if wanted > hw["mem_free_gib"]:
         _fail(plan, "uma_free_memory", "memory_check", **common)
         return
@@ -170,22 +190,36 @@ def _check_memory(plan: Plan, opts: Options, ckpt: dict, hw: dict) -> None:
     plan.kv_tokens = int(kv_gib * 2**30 / cal["quants"][plan.quant]["kv_bytes_per_token"])
     if plan.kv_tokens < opts.max_model_len:
         per_token = cal["quants"][plan.quant]["kv_bytes_per_token"]
-        _fail(plan, "kv_too_small", "kv", **common, kv_gib=round(kv_gib, 2), fit_tokens=plan.kv_tokens,
-              needed_gib=round(opts.max_model_len * per_token / 2**30, 2))
+        _fail(
+            plan,
+            "kv_too_small",
+            "kv",
+            **common,
+            kv_gib=round(kv_gib, 2),
+            fit_tokens=plan.kv_tokens,
+            needed_gib=round(opts.max_model_len * per_token / 2**30, 2),
+        )
 
 
 def _default_util(version: str) -> float:
     table = calibration.load()["versions"]["gpu_util_default"]
-    return [v for since, v in sorted(table.items(), key=lambda kv: calibration.version_tuple(kv[0]))
-            if calibration.at_least(version, since)][-1]
+    return [
+        v
+        for since, v in sorted(table.items(), key=lambda kv: calibration.version_tuple(kv[0]))
+        if calibration.at_least(version, since)
+    ][-1]
 
 
 def make_plan(opts: Options, env: dict) -> Plan:
     cal = calibration.load()
     sim = opts.sim
     hw = cal["hardware"][sim["hardware"]]
-    plan = Plan(version=sim["vllm_version"], hardware=sim["hardware"], linear_backend=opts.linear_backend.lower(),
-                unknown_env=unknown_env(sim["vllm_version"], env))
+    plan = Plan(
+        version=sim["vllm_version"],
+        hardware=sim["hardware"],
+        linear_backend=opts.linear_backend.lower(),
+        unknown_env=unknown_env(sim["vllm_version"], env),
+    )
     plan.gpu_memory_utilization = opts.gpu_memory_utilization or _default_util(plan.version)
     plan.checkpoint = calibration.resolve_checkpoint(opts.model) or ""
     if not plan.checkpoint:

@@ -22,7 +22,7 @@ def solve_prefix_acceptance(rate: float, k: int) -> float:
     low, high = 0.0, 1.0
     for _ in range(60):
         q = (low + high) / 2
-        if sum(q ** j for j in range(1, k + 1)) / k < rate:
+        if sum(q**j for j in range(1, k + 1)) / k < rate:
             low = q
         else:
             high = q

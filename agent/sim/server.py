@@ -76,8 +76,10 @@ class Server:
 
     def _respond(self, writer, status: int, body, content_type="application/json", keep=True) -> None:
         payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-        head = (f"HTTP/1.1 {status} {REASONS.get(status, 'OK')}\r\ncontent-type: {content_type}\r\n"
-                f"content-length: {len(payload)}\r\n{'' if keep else 'connection: close' + chr(13) + chr(10)}\r\n")
+        head = (
+            f"HTTP/1.1 {status} {REASONS.get(status, 'OK')}\r\ncontent-type: {content_type}\r\n"
+            f"content-length: {len(payload)}\r\n{'' if keep else 'connection: close' + chr(13) + chr(10)}\r\n"
+        )
         writer.write(head.encode() + payload)
 
     def _error(self, writer, err: HttpError, keep: bool) -> None:
@@ -98,7 +100,9 @@ class Server:
             elif path == "/v1/models":
                 self._respond(writer, 200, self._models(), keep=keep)
             elif path == "/metrics":
-                self._respond(writer, 200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8", keep)
+                self._respond(
+                    writer, 200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8", keep
+                )
             else:
                 raise HttpError(404, "Not Found", "NotFoundError")
         except HttpError as err:
@@ -117,10 +121,21 @@ class Server:
 
     def _models(self) -> dict:
         name = self.opts.served_model_name
-        return {"object": "list", "data": [{
-            "id": name, "object": "model", "created": int(time.time()), "owned_by": "vllm", "root": self.opts.model,
-            "parent": None, "max_model_len": self.opts.max_model_len,
-            "permission": [{"id": "modelperm-sim", "object": "model_permission", "allow_sampling": True}]}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "vllm",
+                    "root": self.opts.model,
+                    "parent": None,
+                    "max_model_len": self.opts.max_model_len,
+                    "permission": [{"id": "modelperm-sim", "object": "model_permission", "allow_sampling": True}],
+                }
+            ],
+        }
 
     def _parse_body(self, request, chat: bool) -> dict:
         try:
@@ -151,9 +166,14 @@ class Server:
         if not isinstance(value, int) or value < 1:
             raise HttpError(400, f"max_tokens must be at least 1, got {value}.")
         if value > room:
-            raise HttpError(400, (f"This model's maximum context length is {self.opts.max_model_len} tokens. However, you "
-                                  f"requested {prompt_tokens + value} tokens ({prompt_tokens} in the messages, {value} in "
-                                  f"the completion). Please reduce the length of the messages or completion."))
+            raise HttpError(
+                400,
+                (
+                    f"This model's maximum context length is {self.opts.max_model_len} tokens. However, you "
+                    f"requested {prompt_tokens + value} tokens ({prompt_tokens} in the messages, {value} in "
+                    f"the completion). Please reduce the length of the messages or completion."
+                ),
+            )
         return value
 
     async def _generate(self, request, reader, writer, chat: bool) -> bool:
@@ -165,11 +185,21 @@ class Server:
         low, high = self.cal["natural_output_tokens"]
         stop_at = max_tokens + 1 if body.get("ignore_eos") else self.rng.randint(low, high)
         options = body.get("stream_options") or {}
-        stream = Stream(writer, reader, self.opts.served_model_name, prompt_tokens, chat, bool(body.get("stream")),
-                        bool(options.get("include_usage")), bool(options.get("continuous_usage_stats")))
+        stream = Stream(
+            writer,
+            reader,
+            self.opts.served_model_name,
+            prompt_tokens,
+            chat,
+            bool(body.get("stream")),
+            bool(options.get("include_usage")),
+            bool(options.get("continuous_usage_stats")),
+        )
         if stream.stream:
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                         b"transfer-encoding: chunked\r\n\r\n" + stream.first_chunk())
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                b"transfer-encoding: chunked\r\n\r\n" + stream.first_chunk()
+            )
         req = Request(prompt_tokens=prompt_tokens, max_tokens=max_tokens, stop_at=stop_at, sink=stream)
         self.engine.submit(req)
         outcome = await req.done
@@ -192,17 +222,44 @@ class Server:
             for extra, value in samples:
                 out.append(f"{name}{{{labels}{extra}}} {float(value)}")
 
-        metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", [("", len(e.running))])
-        metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [("", len(e.waiting))])
+        metric(
+            "vllm:num_requests_running",
+            "gauge",
+            "Number of requests in model execution batches.",
+            [("", len(e.running))],
+        )
+        metric(
+            "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [("", len(e.waiting))]
+        )
         metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [("", e.kv_usage())])
         metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [("", c.prompt_tokens)])
-        metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", [("", c.generation_tokens)])
-        metric("vllm:request_success_total", "counter", "Count of successfully processed requests.",
-               [(f',finished_reason="{r}"', n) for r, n in c.success.items()])
+        metric(
+            "vllm:generation_tokens_total",
+            "counter",
+            "Number of generation tokens processed.",
+            [("", c.generation_tokens)],
+        )
+        metric(
+            "vllm:request_success_total",
+            "counter",
+            "Count of successfully processed requests.",
+            [(f',finished_reason="{r}"', n) for r, n in c.success.items()],
+        )
         if e.rate.spec_tokens:
             metric("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", [("", c.drafts)])
-            metric("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", [("", c.draft_tokens)])
-            metric("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.", [("", c.accepted_tokens)])
-            metric("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.",
-                   [(f',position="{i}"', n) for i, n in enumerate(c.accepted_per_pos)])
+            metric(
+                "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", [("", c.draft_tokens)]
+            )
+            metric(
+                "vllm:spec_decode_num_accepted_tokens_total",
+                "counter",
+                "Number of accepted tokens.",
+                [("", c.accepted_tokens)],
+            )
+            metric(
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                "counter",
+                "Accepted tokens per draft position.",
+                [(f',position="{i}"', n) for i, n in enumerate(c.accepted_per_pos)],
+            )
         return "\n".join(out) + "\n"

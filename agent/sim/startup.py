@@ -11,11 +11,25 @@ from .plan import Plan
 from .vlog import API, ENGINE, VllmLog
 
 SITE = "/usr/local/lib/python3.12/dist-packages/"
-LOGO = ["       █     █     █▄   ▄█", " ▄▄ ▄█ █     █     █ ▀▄▀ █  version {version}",
-        "  █▄█▀ █     █     █     █  model   {model}", "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀", ""]
+LOGO = [
+    "       █     █     █▄   ▄█",
+    " ▄▄ ▄█ █     █     █ ▀▄▀ █  version {version}",
+    "  █▄█▀ █     █     █     █  model   {model}",
+    "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀",
+    "",
+]
 # Share of the startup time spent before each stage is reached.
-STAGE_TIME = {"model": 0.05, "memory_check": 0.1, "flashinfer_import": 0.15, "moe_select": 0.2, "weights": 0.45,
-              "draft": 0.5, "compile": 0.6, "profile": 0.7, "kv": 0.8}
+STAGE_TIME = {
+    "model": 0.05,
+    "memory_check": 0.1,
+    "flashinfer_import": 0.15,
+    "moe_select": 0.2,
+    "weights": 0.45,
+    "draft": 0.5,
+    "compile": 0.6,
+    "profile": 0.7,
+    "kv": 0.8,
+}
 
 
 class _Fields(dict):
@@ -42,16 +56,28 @@ class Startup:
 
     def run(self) -> bool:
         self._identity()
-        steps = [("model", self._model_config), ("memory_check", self._engine_config), ("flashinfer_import", self._attention),
-                 ("moe_select", self._kernels), ("weights", self._weights), ("draft", self._draft),
-                 ("compile", lambda: None), ("profile", lambda: None), ("kv", self._kv)]
+        steps = [
+            ("model", self._model_config),
+            ("memory_check", self._engine_config),
+            ("flashinfer_import", self._attention),
+            ("moe_select", self._kernels),
+            ("weights", self._weights),
+            ("draft", self._draft),
+            ("compile", lambda: None),
+            ("profile", lambda: None),
+            ("kv", self._kv),
+        ]
         for stage, emit in steps:
             if self._reached(stage):
                 self._traceback()
                 return False
             emit()
         self._wait_until(1.0)
-        self.log.info(ENGINE, "core.py:290", f"init engine (profile, create kv cache, warmup model) took {self.total_s * 0.5:.2f} seconds")
+        self.log.info(
+            ENGINE,
+            "core.py:290",
+            f"init engine (profile, create kv cache, warmup model) took {self.total_s * 0.5:.2f} seconds",
+        )
         return True
 
     # -- the lines, in vLLM's order -------------------------------------------------------------
@@ -82,15 +108,22 @@ class Startup:
             spec = f"SpeculativeConfig(method='{plan.spec_method}', model='{opts.model}', num_spec_tokens={plan.spec_tokens})"
         kernel = ""
         if calibration.at_least(plan.version, cal["moe_backends"]["flag_since"]):
-            kernel = (f", kernel_config=KernelConfig(moe_backend='{opts.moe_backend or 'auto'}', "
-                      f"linear_backend='{opts.linear_backend or 'auto'}')")
+            kernel = (
+                f", kernel_config=KernelConfig(moe_backend='{opts.moe_backend or 'auto'}', "
+                f"linear_backend='{opts.linear_backend or 'auto'}')"
+            )
         quant = cal["quants"][plan.quant]["vllm_quantization"]
-        self.log.info(ENGINE, "core.py:96", (
-            f"Initializing a V1 LLM engine (v{plan.version}) with config: model='{opts.model}', speculative_config={spec}, "
-            f"tokenizer='{opts.model}', skip_tokenizer_init=False, tokenizer_mode=auto, trust_remote_code=False, "
-            f"dtype=torch.bfloat16, max_seq_len={opts.max_model_len}, load_format=auto, tensor_parallel_size=1, "
-            f"quantization={quant}, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, seed=0, "
-            f"served_model_name={opts.served_model_name}, enable_prefix_caching=True{kernel}"))
+        self.log.info(
+            ENGINE,
+            "core.py:96",
+            (
+                f"Initializing a V1 LLM engine (v{plan.version}) with config: model='{opts.model}', speculative_config={spec}, "
+                f"tokenizer='{opts.model}', skip_tokenizer_init=False, tokenizer_mode=auto, trust_remote_code=False, "
+                f"dtype=torch.bfloat16, max_seq_len={opts.max_model_len}, load_format=auto, tensor_parallel_size=1, "
+                f"quantization={quant}, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, seed=0, "
+                f"served_model_name={opts.served_model_name}, enable_prefix_caching=True{kernel}"
+            ),
+        )
 
     def _attention(self) -> None:
         plan = self.plan
@@ -100,15 +133,24 @@ class Startup:
         else:
             valid = calibration.load()["attention"]["valid"]
             end = "" if not calibration.at_least(plan.version, "0.13") else "."
-            self.log.info(ENGINE, "cuda.py:367", f"Using {plan.attention} attention backend out of potential backends: {valid}{end}")
+            self.log.info(
+                ENGINE,
+                "cuda.py:367",
+                f"Using {plan.attention} attention backend out of potential backends: {valid}{end}",
+            )
 
     def _kernels(self) -> None:
         self._linear_lines()
         if self.plan.quant == "nvfp4" and self.plan.moe_loaded == "marlin":
-            self.log.warning(ENGINE, "marlin_utils_fp4.py:204", (
-                "Your GPU does not have native support for FP4 computation but FP4 quantization is being used. "
-                "Weight-only FP4 compression will be used leveraging the Marlin kernel. This may degrade performance "
-                "for compute-heavy workloads."))
+            self.log.warning(
+                ENGINE,
+                "marlin_utils_fp4.py:204",
+                (
+                    "Your GPU does not have native support for FP4 computation but FP4 quantization is being used. "
+                    "Weight-only FP4 compression will be used leveraging the Marlin kernel. This may degrade performance "
+                    "for compute-heavy workloads."
+                ),
+            )
         self.log.info(ENGINE, self._moe_where(), self.moe_line())
 
     def _linear_lines(self) -> None:
@@ -117,7 +159,11 @@ class Startup:
         if plan.quant == "nvfp4":
             kernels = cal["nvfp4_kernels"]
             if requested and requested not in kernels:
-                self.log.warning(ENGINE, "linear.py:88", f"--linear-backend={requested} has no kernel for this linear layer type; using automatic selection for that layer type.")
+                self.log.warning(
+                    ENGINE,
+                    "linear.py:88",
+                    f"--linear-backend={requested} has no kernel for this linear layer type; using automatic selection for that layer type.",
+                )
             kernel = kernels.get(requested or "auto", kernels["auto"])
             if not calibration.at_least(plan.version, calibration.load()["versions"]["nvfp4_gemm_class_since"]):
                 kernel = cal["nvfp4_enum"]
@@ -125,8 +171,16 @@ class Startup:
         else:
             kernels = cal["fp8_kernels"]
             if requested and requested not in kernels:
-                self.log.warning(ENGINE, "linear.py:96", f"--linear-backend={requested} was requested, but no FP8 kernel exists for block-quantized layers; falling back to normal kernel selection for this layer.")
-            self.log.info(ENGINE, "kernels.py:143", f"Selected {kernels.get(requested or 'auto', kernels['auto'])} for {cal['fp8_method']}")
+                self.log.warning(
+                    ENGINE,
+                    "linear.py:96",
+                    f"--linear-backend={requested} was requested, but no FP8 kernel exists for block-quantized layers; falling back to normal kernel selection for this layer.",
+                )
+            self.log.info(
+                ENGINE,
+                "kernels.py:143",
+                f"Selected {kernels.get(requested or 'auto', kernels['auto'])} for {cal['fp8_method']}",
+            )
 
     def _moe_where(self) -> str:
         return "nvfp4.py:312" if self.plan.quant == "nvfp4" else "fp8.py:298"
@@ -150,7 +204,11 @@ class Startup:
     def _weights(self) -> None:
         ckpt = calibration.load()["checkpoints"][self.plan.checkpoint]
         self.log.info(ENGINE, "default_loader.py:267", f"Loading weights took {self.total_s * 0.2:.2f} seconds")
-        self.log.info(ENGINE, "gpu_model_runner.py:3602", f"Model loading took {ckpt['weights_gib']:.4f} GiB memory and {self.total_s * 0.3:.6f} seconds")
+        self.log.info(
+            ENGINE,
+            "gpu_model_runner.py:3602",
+            f"Model loading took {ckpt['weights_gib']:.4f} GiB memory and {self.total_s * 0.3:.6f} seconds",
+        )
         if self.plan.spec_tokens:  # the drafter loads next (and is where an MTP misconfiguration fails)
             self.log.info(ENGINE, "eagle.py:1071", "Loading drafter model...")
 
@@ -160,14 +218,23 @@ class Startup:
     def _kv(self) -> None:
         plan = self.plan
         self.log.info(ENGINE, "kv_cache_utils.py:1087", f"GPU KV cache size: {plan.kv_tokens:,} tokens")
-        self.log.info(ENGINE, "kv_cache_utils.py:1091", f"Maximum concurrency for {self.opts.max_model_len:,} tokens per request: {plan.kv_tokens / self.opts.max_model_len:.2f}x")
+        self.log.info(
+            ENGINE,
+            "kv_cache_utils.py:1091",
+            f"Maximum concurrency for {self.opts.max_model_len:,} tokens per request: {plan.kv_tokens / self.opts.max_model_len:.2f}x",
+        )
 
     # -- failure ------------------------------------------------------------------------------
     def _fields(self) -> dict:
         hw = calibration.load()["hardware"][self.plan.hardware]
         quant = self.plan.quant or "fp8"
-        fields = _Fields(capability=hw["capability"], sm="sm_" + hw["capability"].replace(".", ""), quant=quant,
-                         moe_label=calibration.load()["quants"][quant]["moe_label"], model=self.opts.model)
+        fields = _Fields(
+            capability=hw["capability"],
+            sm="sm_" + hw["capability"].replace(".", ""),
+            quant=quant,
+            moe_label=calibration.load()["quants"][quant]["moe_label"],
+            model=self.opts.model,
+        )
         fields.update(self.plan.failure.fields)
         return fields
 
@@ -178,23 +245,31 @@ class Startup:
         lines = [p.format_map(fields) for p in spec.get("pre", [])]
         if failure.stage != "model":
             self.log.error(ENGINE, "core.py:1012", "EngineCore failed to start.")
-            lines += ["Traceback (most recent call last):",
-                      f'  File "{SITE}vllm/v1/engine/core.py", line 1003, in run_engine_core',
-                      "    engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)"]
+            lines += [
+                "Traceback (most recent call last):",
+                f'  File "{SITE}vllm/v1/engine/core.py", line 1003, in run_engine_core',
+                "    engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)",
+            ]
         else:
-            lines += ["Traceback (most recent call last):", '  File "/usr/local/bin/vllm", line 10, in <module>', "    sys.exit(main())"]
+            lines += [
+                "Traceback (most recent call last):",
+                '  File "/usr/local/bin/vllm", line 10, in <module>',
+                "    sys.exit(main())",
+            ]
         for frame in spec["frames"]:
             path, line, func, code = frame.format_map(fields).split("|", 3)
             lines += [f'  File "{SITE}{path}", line {line}, in {func}', f"    {code}"]
         lines.append(f"{spec['exc']}: {spec['message'].format_map(fields)}")
         if failure.stage != "model":
-            lines += ["Traceback (most recent call last):", '  File "/usr/local/bin/vllm", line 10, in <module>', "    sys.exit(main())",
-                      f'  File "{SITE}vllm/v1/engine/utils.py", line 1131, in wait_for_engine_startup',
-                      '    raise RuntimeError(',
-                      "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore_DP0': 1}"]
+            lines += [
+                "Traceback (most recent call last):",
+                '  File "/usr/local/bin/vllm", line 10, in <module>',
+                "    sys.exit(main())",
+                f'  File "{SITE}vllm/v1/engine/utils.py", line 1131, in wait_for_engine_startup',
+                "    raise RuntimeError(",
+                "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore_DP0': 1}",
+            ]
         sys.stdout.flush()
         for text in lines:
             sys.stderr.write(text + "\n")
         sys.stderr.flush()
-
-

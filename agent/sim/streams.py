@@ -25,8 +25,17 @@ def _chunked(payload: bytes) -> bytes:
 class Stream:
     """The engine's sink for one request: formats chunks, batches writes, notices a vanished client."""
 
-    def __init__(self, writer, reader, model: str, prompt_tokens: int, chat: bool, stream: bool,
-                 include_usage: bool, continuous_usage: bool):
+    def __init__(
+        self,
+        writer,
+        reader,
+        model: str,
+        prompt_tokens: int,
+        chat: bool,
+        stream: bool,
+        include_usage: bool,
+        continuous_usage: bool,
+    ):
         self.writer, self.reader = writer, reader
         self.model, self.prompt_tokens, self.chat = model, prompt_tokens, chat
         self.stream, self.include_usage, self.continuous_usage = stream, include_usage, continuous_usage
@@ -36,8 +45,15 @@ class Stream:
         self.finish: str | None = None
         self.buffer: list[str] = []
         self.dropped = False
-        head = json.dumps({"id": self.id, "object": "chat.completion.chunk" if chat else "text_completion",
-                           "created": self.created, "model": model}, separators=(",", ":"))[:-1]
+        head = json.dumps(
+            {
+                "id": self.id,
+                "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": self.created,
+                "model": model,
+            },
+            separators=(",", ":"),
+        )[:-1]
         if chat:
             self.pre = head + ',"choices":[{"index":0,"delta":{"content":"'
             self.mid = '"},"logprobs":null,"finish_reason":'
@@ -71,7 +87,7 @@ class Stream:
         self.buffer.clear()
         if self.finish:
             if self.include_usage:
-                body += f"data: {self.head},\"choices\":[],\"usage\":{self._usage()}}}\n\n"
+                body += f'data: {self.head},"choices":[],"usage":{self._usage()}}}\n\n'
             body += "data: [DONE]\n\n"
         self.writer.write(_chunked(body.encode()) + (b"0\r\n\r\n" if self.finish else b""))
 
@@ -95,13 +111,25 @@ class Stream:
     def whole(self) -> dict:
         text = "".join(self.buffer)
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": self.finish}
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": self.finish,
+            }
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": self.finish, "stop_reason": None}
-        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion", "created": self.created,
-                "model": self.model, "choices": [choice], "usage": json.loads(self._usage())}
+        return {
+            "id": self.id,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": json.loads(self._usage()),
+        }
 
     def _usage(self) -> str:
-        return (f'{{"prompt_tokens":{self.prompt_tokens},"total_tokens":{self.prompt_tokens + self.generated},'
-                f'"completion_tokens":{self.generated}}}')
+        return (
+            f'{{"prompt_tokens":{self.prompt_tokens},"total_tokens":{self.prompt_tokens + self.generated},'
+            f'"completion_tokens":{self.generated}}}'
+        )

@@ -29,16 +29,33 @@ def main():
     os.makedirs(p["out_dir"], exist_ok=True)
 
     def save(result):  # each window's file exists as soon as the window is over
-        loadgen.write_json_atomic(os.path.join(p["out_dir"], loadgen.result_filename(p["level"], result["repeat"])),
-                                  result)
+        loadgen.write_json_atomic(
+            os.path.join(p["out_dir"], loadgen.result_filename(p["level"], result["repeat"])), result
+        )
 
     started = time.monotonic()
     runs = loadgen.run_levels(
-        p["url"], p["model"], [p["level"]], duration_s=p["duration"], warmup_s=p["warmup"] * p["duration"],
-        repeats=p["repeats"], prompt_len=p["prompt_len"], output_len=p["output_len"], profile=p["profile"],
-        seed=p["seed"], on_result=save)
-    summary = [{"repeat": r.get("repeat"), "ok": r.get("ok"), "output_throughput": r.get("output_throughput"),
-                "error": r.get("error", "")} for r in runs]
+        p["url"],
+        p["model"],
+        [p["level"]],
+        duration_s=p["duration"],
+        warmup_s=p["warmup"] * p["duration"],
+        repeats=p["repeats"],
+        prompt_len=p["prompt_len"],
+        output_len=p["output_len"],
+        profile=p["profile"],
+        seed=p["seed"],
+        on_result=save,
+    )
+    summary = [
+        {
+            "repeat": r.get("repeat"),
+            "ok": r.get("ok"),
+            "output_throughput": r.get("output_throughput"),
+            "error": r.get("error", ""),
+        }
+        for r in runs
+    ]
     module.exit_json(changed=True, level=p["level"], runs=summary, elapsed_s=round(time.monotonic() - started, 3))
 
 

@@ -2,8 +2,7 @@
 """Ansible module: start, stop or inspect the one model server of a cell (logic: hostside/supervise.py)."""
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_hostside import docker, logparse, supervise  # noqa: F401 (loaded for the fork)
-from ansible.module_utils.spark_hostside import serving
+from ansible.module_utils.spark_hostside import docker, logparse, serving, supervise  # noqa: F401 (loaded for the fork)
 
 ARGS = dict(
     state=dict(type="str", default="started", choices=["started", "stopped", "status"]),

@@ -34,8 +34,14 @@ class BenchServe:
         self.timeout_s = timeout_s
         self.result_dir.mkdir(parents=True, exist_ok=True)
         with open(self.result_dir / "bench.log", "w") as log:
-            self.proc = subprocess.Popen([str(python), __file__, str(result_dir), *flags], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+            self.proc = subprocess.Popen(
+                [str(python), __file__, str(result_dir), *flags],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+            )
         try:
             self._expect_line()  # "ready": vLLM is imported
         except BaseException:
@@ -75,7 +81,8 @@ class BenchServe:
 
 
 def serve_requests(result_dir: str, flags: list[str]) -> int:
-    from vllm.benchmarks.serve import add_cli_args, main as bench_main
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.benchmarks.serve import main as bench_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     parser = FlexibleArgumentParser()
@@ -86,13 +93,29 @@ def serve_requests(result_dir: str, flags: list[str]) -> int:
     for line in sys.stdin:
         concurrency, num_prompts, run = (int(word) for word in line.split())
         name = f"bench-c{concurrency:03d}-r{run}.json"
-        args = parser.parse_args(flags + [
-            "--max-concurrency", str(concurrency), "--num-prompts", str(num_prompts), "--seed", str(run),
-            "--save-result", "--result-dir", result_dir, "--result-filename", name])
+        args = parser.parse_args(
+            flags
+            + [
+                "--max-concurrency",
+                str(concurrency),
+                "--num-prompts",
+                str(num_prompts),
+                "--seed",
+                str(run),
+                "--save-result",
+                "--result-dir",
+                result_dir,
+                "--result-filename",
+                name,
+            ]
+        )
         with contextlib.redirect_stdout(sys.stderr):
             bench_main(args)
-        print(json.dumps({"concurrency": concurrency, "run": run, "file": os.path.join(result_dir, name)}),
-              file=answer, flush=True)
+        print(
+            json.dumps({"concurrency": concurrency, "run": run, "file": os.path.join(result_dir, name)}),
+            file=answer,
+            flush=True,
+        )
     return 0
 
 

