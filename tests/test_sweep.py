@@ -37,9 +37,9 @@ max_model_len = 8192
 max_num_seqs = 8
 [matrix]
 moe_backend = {backends}
-concurrency = [1, 2]
+concurrency = {concurrency}
 duration_s = {duration}
-warmup = 1
+warmup = {warmup}
 repeats = {repeats}
 [load]
 prompt_len = 64
@@ -47,13 +47,26 @@ output_len = 32
 """
 
 
-def write_spec(tmp_path: Path, name: str, backends=("marlin", "flashinfer_b12x"), duration=1.0, repeats=1) -> Path:
+def write_spec(
+    tmp_path: Path,
+    name: str,
+    backends=("marlin", "flashinfer_b12x"),
+    duration=1.0,
+    repeats=1,
+    concurrency=(1, 2),
+    warmup=1,
+) -> Path:
     path = tmp_path / f"{name}.toml"
-    path.write_text(
-        SPEC.format(name=name, digest="ab" * 32, backends=list(backends), duration=duration, repeats=repeats).replace(
-            "'", '"'
-        )
+    text = SPEC.format(
+        name=name,
+        digest="ab" * 32,
+        backends=list(backends),
+        duration=duration,
+        repeats=repeats,
+        concurrency=list(concurrency),
+        warmup=warmup,
     )
+    path.write_text(text.replace("'", '"'))
     return path
 
 

@@ -1,7 +1,8 @@
 """The results tree: atomic writes, resume, reading back.
 
 Layout (see ARCHITECTURE.md): results/<sweep>/<host>/<cell_id>/{cell.toml, server.log, launch.txt, cNNN-rK.toml}.
-cell.toml is written last; its presence means the cell is finished.
+cell.toml is written last; its presence means the cell is finished. A cell that was started but whose results never
+arrived gets lost.toml instead (why, and when): resume only looks for cell.toml, so a lost cell is measured again.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import tomli_w
 
 CELL_FILE = "cell.toml"
+LOST_FILE = "lost.toml"
 SCHEMA = 1
 
 
@@ -62,6 +64,30 @@ def cell_dir(root: Path, sweep: str, host: str, cell_id: str) -> Path:
 
 def is_finished(root: Path, sweep: str, host: str, cell_id: str) -> bool:
     return (cell_dir(root, sweep, host, cell_id) / CELL_FILE).is_file()
+
+
+def record_lost(root: Path, sweep: str, host: str, cell_id: str, reason: str, error: str, at: str) -> None:
+    """Say why a started cell has no results (reason: lost | host_lost | host_failed | interrupted | controller).
+    Never marks the cell finished; a finished cell is never marked lost."""
+    folder = cell_dir(root, sweep, host, cell_id)
+    if (folder / CELL_FILE).is_file():
+        return
+    record = {
+        "schema": SCHEMA,
+        "cell_id": cell_id,
+        "sweep": sweep,
+        "host": host,
+        "status": "lost",
+        "reason": reason,
+        "error": error,
+        "at": at,
+    }
+    atomic_write_toml(folder / LOST_FILE, record)
+
+
+def clear_lost(root: Path, sweep: str, host: str, cell_id: str) -> None:
+    """A cell measured after all is no longer lost (called once cell.toml is in place)."""
+    (cell_dir(root, sweep, host, cell_id) / LOST_FILE).unlink(missing_ok=True)
 
 
 def iter_cell_dirs(root: Path) -> Iterator[Path]:
