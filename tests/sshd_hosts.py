@@ -6,6 +6,7 @@ variable `spark_workdir`, so hosts that share this filesystem never collide. Eve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -200,10 +201,8 @@ def lose_host(fleet: SshFleet, name: str) -> None:
     listener = psutil.Process(host.pid)
     sessions = [p for p in listener.children(recursive=True) if p.name().startswith("sshd")]
     for proc in [listener, *sessions]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs([listener, *sessions], timeout=10)
     host.pid = 0
 
