@@ -125,16 +125,16 @@ def _members(fh: BinaryIO) -> Iterator[tuple[str, int]]:
                 raise BadHostData(f"pax header of {size} bytes, more than {MAX_PAX_BYTES}")
             pax = _pax_records(_read_data(fh, size))
             continue
-        raw_name = _field(header[0:100]) if not header[345:500].strip(b"\0") else None
-        if raw_name is None:
+        if kind not in REGULAR:  # before the name: a GNU header keeps other data where ustar has its prefix
+            what = TYPE_NAMES.get(kind, f"member type {kind!r}")
+            shown = _quote(_field(header[0:100]).decode("utf-8", "replace"))
+            raise BadHostData(f"archive member {shown} is {what}; only regular files are accepted")
+        if header[257:263] == b"ustar\0" and header[345:500].strip(b"\0"):
             raise BadHostData("archive member with a ustar prefix (a path with a folder)")
-        name = pax.pop("path", None) or _text(raw_name, "member name")
+        name = pax.pop("path", None) or _text(_field(header[0:100]), "member name")
         if "size" in pax:
             size = _pax_size(pax.pop("size"))
         pax = {}
-        if kind not in REGULAR:
-            what = TYPE_NAMES.get(kind, f"member type {kind!r}")
-            raise BadHostData(f"archive member {_quote(name)} is {what}; only regular files are accepted")
         cap = file_cap(name)
         if cap is None:
             raise BadHostData(f"archive member {_quote(name)} is not an expected file name")
