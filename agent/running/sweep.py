@@ -50,6 +50,11 @@ def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, dict[str, Any]
     """Host facts (the fingerprint stored with every result), from the provision playbook's facts step."""
     run = fleet.run_playbook("provision", inventory, {"image": ""}, limit=_limit(hosts), tags="facts")
     _raise_host_errors(run, "gathering facts")
+    return validated_facts(run, hosts)
+
+
+def validated_facts(run: fleet.FleetRun, hosts: list[Host]) -> dict[str, dict[str, Any]]:
+    """Each host's spark_facts, checked (agent/running/hostdata.py); a bad shape is a clear host error."""
     try:
         return {h.name: hostdata.facts(_task(run, h.name, "facts").get("spark_facts"), h.name) for h in hosts}
     except hostdata.BadHostData as exc:
