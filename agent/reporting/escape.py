@@ -39,7 +39,9 @@ def md_code(value: object) -> str:
     """An inline code span holding the text verbatim: its fence is longer than any run of backticks inside."""
     text = plain(value)
     fence = "`" * (max((len(run) for run in _BACKTICKS.findall(text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    # CommonMark strips one space from each end when both ends have one (unless it is all spaces): pad to undo it
+    ends = text.startswith("`") or text.endswith("`") or (text.startswith(" ") and text.endswith(" "))
+    pad = " " if ends and text.strip() else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
 

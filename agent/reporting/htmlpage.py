@@ -117,7 +117,7 @@ def _tokens(text: str) -> list[object]:
             out.append(html(text[i + 1]))
             i += 2
         elif c == "`":
-            run = len(text) - len(text[i:].lstrip("`"))
+            run = len(text[i:]) - len(text[i:].lstrip("`"))
             close = _closing_run(text, i + run, run)
             if close < 0:
                 out.append("`" * run)
@@ -171,7 +171,7 @@ def _cells(line: str) -> list[str]:
             i += 2
             continue
         if c == "`":
-            run = len(body) - len(body[i:].lstrip("`"))
+            run = len(body[i:]) - len(body[i:].lstrip("`"))
             code = 0 if code == run else (code or run)  # inside a span until the same run closes it
             cell.append("`" * run)
             i += run
