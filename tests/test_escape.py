@@ -207,3 +207,46 @@ class Tags(HTMLParser):
         self.text += data
         if self._in_code:
             self.code[-1] += data
+
+
+@pytest.mark.parametrize(
+    ("value", "cell"),
+    [
+        ('=HYPERLINK("http://evil")', '\'=HYPERLINK("http://evil")'),
+        ("+cmd|' /C calc'!A0", "'+cmd|' /C calc'!A0"),
+        ("@SUM(1)", "'@SUM(1)"),
+        ("-2+3", "'-2+3"),
+        ("\tx", "'\tx"),
+        ("-1.5", "-1.5"),
+        ("marlin", "marlin"),
+        (3.0, 3.0),
+    ],
+)
+def test_csv_cells_never_start_a_formula(value, cell):
+    assert escape.csv_cell(value) == cell
+
+
+def test_export_csv_escapes_host_text(tainted):
+    from agent.reporting import export
+
+    cells = results.load_cells(tainted)
+    for cell in cells:
+        cell["facts"]["gpu_name"] = '=HYPERLINK("http://evil")'
+    text = export.to_csv(export.rows(cells))
+    assert "'=HYPERLINK" in text and ",=HYPERLINK" not in text and ',"=HYPERLINK' not in text
+
+
+def test_check_table_shows_host_facts_as_text():
+    from rich.table import Table
+
+    from agent.commands import check
+
+    facts = {"gpu_name": RICH, "driver": TERMINAL, "notes": [SCRIPT]}
+    table = Table()
+    for _ in range(8):
+        table.add_column()
+    table.add_row(*check.row("spark-a", facts, check.blockers({"spark_runtime": "process"}, facts, {})))
+    console = Console(record=True, width=400, file=io.StringIO(), color_system=None)
+    console.print(table)
+    out = console.export_text()
+    assert "[bold red]fake[/]" in out and SCRIPT in out and "\x1b" not in out

@@ -57,6 +57,12 @@ def blockers(host_vars: dict, facts: dict, status: dict) -> list[str]:
     return out + notes
 
 
+def row(host: str, facts: dict, issues: list[str]) -> list[str]:
+    """One table row as rich markup: every value is host text, escaped line by line."""
+    cells = [host, *_columns(facts).values(), "\n".join(issues) or "-"]
+    return ["\n".join(rich(part) for part in c.split("\n")) for c in cells]
+
+
 def lock_status(value: object, host: str) -> dict:
     """The status task's answer, validated: whether a server runs and who holds the lock."""
     try:
@@ -85,7 +91,6 @@ def run(args) -> int:
         st = lock_status(status.results.get(h.name, {}).get("status", {}), h.name)
         issues = blockers(h.vars, f, st)
         problems += bool(issues)
-        cells = [h.name, *_columns(f).values(), "\n".join(issues) or "-"]
-        table.add_row(*("\n".join(rich(part) for part in c.split("\n")) for c in cells))  # host text, not markup
+        table.add_row(*row(h.name, f, issues))
     Console(width=max(Console().width, 140)).print(table)
     return 1 if problems else 0

@@ -58,6 +58,19 @@ def html(value: object) -> str:
     return _html.escape(plain(value), quote=True)
 
 
+_NUMBER = re.compile(r"[-+]?[0-9.]+([eE][-+]?[0-9]+)?")
+
+
+def csv_cell(value: object) -> object:
+    """A CSV field a spreadsheet will not run: text starting like a formula (= + - @, tab, CR) gets a leading '.
+    Numbers stay numbers; "-1.5" as text stays as it is."""
+    if not isinstance(value, str):
+        return value
+    if value[:1] in ("=", "+", "-", "@", "\t", "\r") and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
 def rich(value: object) -> str:
     """Text in rich console markup (tables, progress bars): [bold] and friends stay literal."""
     from rich.markup import escape
