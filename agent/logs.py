@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -11,7 +12,7 @@ import structlog
 from agent.reporting.escape import plain
 
 
-def _plain_strings(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+def _plain_strings(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
     """A host's text (error messages, holder records) can carry terminal escape sequences: not on our console."""
     return {k: _plain(v) for k, v in event.items()}
 
@@ -26,7 +27,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _keep(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+def _keep(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     return event
 
 

@@ -250,3 +250,15 @@ def test_check_table_shows_host_facts_as_text():
     console.print(table)
     out = console.export_text()
     assert "[bold red]fake[/]" in out and SCRIPT in out and "\x1b" not in out
+
+
+def test_console_log_lines_carry_no_control_codes(capsys):
+    import structlog
+
+    from agent import logs
+
+    logs.configure("console")
+    structlog.get_logger("t").error("host_stopped", host="spark-a", error=TERMINAL, holder={"user": TERMINAL})
+    err = capsys.readouterr().err
+    assert "red" in err and "second line" in err and "\x1b" not in err and "\x07" not in err
+    assert len(err.strip().splitlines()) == 1
