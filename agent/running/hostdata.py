@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agent.reporting.escape import plain
+
 MAX_TEXT = 4096  # one log line, one error message
 MAX_NAME = 256  # a GPU name, a host name, a version
 MAX_LIST = 256  # notes, errors, evidence lines
@@ -27,7 +29,6 @@ SM = re.compile(r"(sm_[0-9]{2,3}[a-z]?)?")
 COMPUTE_CAPABILITY = re.compile(r"([0-9]{1,2}\.[0-9]{1,2})?")
 FINGERPRINT = re.compile(r"[0-9a-f]{8}")
 FAILURE_CLASS = re.compile(r"[a-z][a-z0-9_]{0,47}")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class BadHostData(ValueError):
@@ -43,7 +44,7 @@ class BadHostData(ValueError):
 
 def one_line(text: str, limit: int = MAX_REASON) -> str:
     """Control characters (newlines, escape sequences) become spaces; long text is cut with an ellipsis."""
-    flat = _CONTROL.sub(" ", str(text)).replace("\n", " ").replace("\t", " ")
+    flat = plain(text)
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
