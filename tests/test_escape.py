@@ -94,8 +94,16 @@ def tainted(tmp_path: Path) -> Path:
         collect.incoming_tar(root, failed.sweep, failed.host, failed.id), {"serve.json": json.dumps(serve).encode()}
     )
     assert collect.finalize_cell(root, failed, facts, time.time() - 2, time.time())["status"] == "failed"
+    oom = make_cell(cell_id="cccccccccccc")  # evidence taken from server.log lines by the log parser
+    oom.config["moe_backend"] = "flashinfer_cutlass"
+    log = f"ERROR 12-01 00:00:02 [core.py:1] torch.OutOfMemoryError: CUDA out of memory {SCRIPT} {RICH} {MARKDOWN}\n"
+    files = {"server.log": log.encode(), "serve.json": b'{"ready": false}', "launch.txt": (ATTRIBUTE + SCRIPT).encode()}
+    write_tar(collect.incoming_tar(root, oom.sweep, oom.host, oom.id), files)
+    record = collect.finalize_cell(root, oom, facts, time.time() - 2, time.time())
+    assert record["failure_class"] == "oom" and SCRIPT in record["failure_evidence"][0]
     done = make_cell(cell_id="bbbbbbbbbbbb")
     files = dict(good_files(), **{"c001-r2.json": run_json(repeat=2, ok=False, error=MARKDOWN + RICH + TERMINAL)})
+    files["launch.txt"] = (SCRIPT + ATTRIBUTE).encode()
     done.config["repeats"] = 2
     write_tar(collect.incoming_tar(root, done.sweep, done.host, done.id), files)
     assert collect.finalize_cell(root, done, facts, time.time() - 2, time.time())["status"] == "done"
@@ -113,6 +121,7 @@ def test_report_html_holds_only_our_tags(tainted):
     for text in (SCRIPT, shown(MARKDOWN), shown(RICH), ATTRIBUTE):
         assert text in tags.text, text  # shown as itself, as text
     assert SCRIPT in tags.code and shown(MARKDOWN) in tags.code  # evidence lines: code spans, verbatim
+    assert any(SCRIPT in c and RICH in c for c in tags.code)  # the log line the parser took as evidence
 
 
 def test_report_md_renders_without_links_or_html(tainted):

@@ -130,6 +130,7 @@ def _write_cell(
     measure_s: float,
 ) -> dict:
     log_path = src / "server.log"
+    # kept byte for byte (a log cut mid-character by a kill is still the log); parsed with replacement characters
     log_text = log_path.read_bytes().decode("utf-8", errors="replace") if log_path.exists() else ""
     serve = received["serve"]
     for name in ("server.log", "launch.txt"):
