@@ -182,3 +182,14 @@ def test_unsafe_values_reach_ansible_as_plain_text(tmp_path):
     assert run.ok, run.failures
     # the control: the same text not marked unsafe is templated, so the test can tell the difference
     assert run.results["local"]["show"]["msg"] == f"{JINJA}|vllm {{{{ 6 * 7 }}}}|42"
+
+
+def test_checkpoint_infos_from_provision_are_validated():
+    run = fleet.FleetRun(rc=0, status="successful")
+    good = {"item": {"model": "/models/a"}, "summary": {"bytes_per_token": 1000, "total_gib": 2.0, "mtp": {}}}
+    run.items["spark-1"] = {"checkpoints": [good]}
+    assert sweep.checkpoint_infos(run, "spark-1")["/models/a"]["bytes_per_token"] == 1000
+    bad = {"item": {"model": "/models/b"}, "summary": {"bytes_per_token": "1e9", "expert_format": JINJA}}
+    run.items["spark-1"] = {"checkpoints": [good, bad]}
+    with pytest.raises(UserError, match=r"provisioning failed: host spark-1: checkpoint /models/b.bytes_per_token"):
+        sweep.checkpoint_infos(run, "spark-1")
