@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,15 +317,15 @@ def _host_worker(
                     stop.set()
                     break
             except Exception as exc:  # a bug or a surprise: this cell is lost, not the host's queue
-                log.exception("cell_error", host=host.name, cell=cell.id)
-                _lose(results_root, result, progress, cell, "lost", f"{exc.__class__.__name__}: {exc}")
+                log.error("cell_error", host=host.name, cell=cell.id, error=_described(exc), at=_where(exc))
+                _lose(results_root, result, progress, cell, "lost", _described(exc))
                 _teardown_quietly(inventory, host, cell)
             else:
                 result.add({"valid": "measured", "invalid": "invalid"}.get(record["verdict"], "failed"), cell.id)
                 results.clear_lost(results_root, cell.sweep, cell.host, cell.id)
     except Exception as exc:  # never end a host's work silently
-        log.exception("host_worker_error", host=host.name)
-        _host_stopped(result, progress, f"internal error: {exc.__class__.__name__}: {exc}")
+        log.error("host_worker_error", host=host.name, error=_described(exc), at=_where(exc))
+        _host_stopped(result, progress, f"internal error: {_described(exc)}")
     finally:
         why = "interrupted" if cancel.is_set() else result.error or outcome.fatal or "stopped"
         result.settle(why)
@@ -356,8 +357,18 @@ def _teardown_quietly(inventory: Path, host: Host, cell: Cell) -> None:
     """After a surprise the cell playbook may not have reached its teardown: stop our server on that host."""
     try:
         teardown(inventory, [host], cell.sweep)
-    except Exception:
-        log.exception("teardown_failed", host=host.name)
+    except Exception as exc:
+        log.error("teardown_failed", host=host.name, error=_described(exc), at=_where(exc))
+
+
+def _described(exc: BaseException) -> str:
+    return hostdata.one_line(f"{exc.__class__.__name__}: {exc}")
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame, file:line: enough to report a bug without a screenful of traceback in the sweep's log."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
 
 
 def _disk_full(text: str) -> bool:
@@ -407,9 +418,14 @@ def run_cell(
         raise CellLost(
             "host_lost", f"host {host.name} became unreachable: {hostdata.one_line(run.unreachable[host.name])}"
         )
-    fetch = run.results.get(host.name, {}).get("fetch", {})
-    if not fetch or fetch.get("failed"):  # a fetch that failed half-way may have left a partial archive
-        why = run.failures.get(host.name) or run.failures.get("*") or f"ansible {run.status}, nothing came back"
+    fetched = "fetch" in run.results.get(host.name, {}) and "fetch" not in run.failed_tasks.get(host.name, {})
+    if not fetched:  # a fetch that failed half-way leaves a partial archive: never read as the host's answer
+        why = (
+            run.failed_tasks.get(host.name, {}).get("fetch")
+            or run.failures.get(host.name)
+            or run.failures.get("*")
+            or f"ansible {run.status}, nothing came back"
+        )
         if _disk_full(why):
             raise CellLost("controller", f"the results folder {results_root} is full ({hostdata.one_line(why)})")
         raise CellLost("interrupted" if cancel.is_set() else "lost", hostdata.one_line(why))
