@@ -19,6 +19,7 @@ import psutil
 
 from agent.hostside import supervise
 from agent.results import tree as results
+from agent.running import collect
 
 from .sshd_hosts import REPO, SshFleet
 from .test_sweep import write_spec
@@ -106,7 +107,8 @@ def check_summary(stderr: str, out: Path, sweep: str, planned: dict[str, int]) -
 
 
 def stray_temp_files(out: Path) -> list[Path]:
-    return [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    """Half-written files: an atomic write's temp file, or collect's staging folder of a cell being received."""
+    return [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(collect.STAGING_PREFIX)]
 
 
 def finished_cells(out: Path, sweep: str) -> dict[str, tuple[int, int]]:

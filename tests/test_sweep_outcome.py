@@ -92,13 +92,29 @@ def test_lost_hosts_are_named(capsys):
 
 
 def test_a_lost_record_never_marks_a_cell_finished_and_never_overrides_one(tmp_path):
-    results.record_lost(tmp_path, "s", "h", "c1", "host_lost", "gone", "2026-12-01T00:00:00Z")
-    assert not results.is_finished(tmp_path, "s", "h", "c1"), "resume must measure a lost cell again"
-    assert results.read_toml(results.cell_dir(tmp_path, "s", "h", "c1") / results.LOST_FILE)["reason"] == "host_lost"
+    results.record_lost(tmp_path, "s", "h", "c1c1c1c1c1c1", "host_lost", "gone", "2026-12-01T00:00:00Z")
+    assert not results.is_finished(tmp_path, "s", "h", "c1c1c1c1c1c1"), "resume must measure a lost cell again"
+    assert (
+        results.read_toml(results.cell_dir(tmp_path, "s", "h", "c1c1c1c1c1c1") / results.LOST_FILE)["reason"]
+        == "host_lost"
+    )
     assert results.load_cells(tmp_path) == [], "a lost cell is no result"
-    done = results.cell_dir(tmp_path, "s", "h", "c2")
-    results.atomic_write_toml(done / results.CELL_FILE, {"cell_id": "c2", "verdict": "valid"})
-    results.record_lost(tmp_path, "s", "h", "c2", "lost", "late", "2026-12-01T00:00:00Z")
+    done = results.cell_dir(tmp_path, "s", "h", "c2c2c2c2c2c2")
+    results.atomic_write_toml(done / results.CELL_FILE, {"cell_id": "c2c2c2c2c2c2", "verdict": "valid"})
+    results.record_lost(tmp_path, "s", "h", "c2c2c2c2c2c2", "lost", "late", "2026-12-01T00:00:00Z")
     assert not (done / results.LOST_FILE).exists()
-    results.clear_lost(tmp_path, "s", "h", "c1")
+    results.clear_lost(tmp_path, "s", "h", "c1c1c1c1c1c1")
     assert not list(tmp_path.rglob(results.LOST_FILE))
+
+
+def test_temp_files_of_a_killed_write_are_dropped_before_a_resume(tmp_path):
+    folder = results.cell_dir(tmp_path, "s", "h", "c1c1c1c1c1c1")
+    folder.mkdir(parents=True)
+    (folder / ".cell.toml.k3j2.tmp").write_bytes(b"schema = 1\ncell_")  # cut short by SIGKILL
+    (folder / "server.log").write_text("kept")
+    other = tmp_path / "other-sweep" / ".x.toml.a1.tmp"
+    other.parent.mkdir()
+    other.write_text("another sweep's")
+    results.clear_temp_files(tmp_path, "s")
+    assert [p.name for p in folder.iterdir()] == ["server.log"]
+    assert other.exists(), "only this sweep's folder is cleaned"

@@ -41,6 +41,15 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def clear_temp_files(root: Path, sweep: str) -> None:
+    """Temp files of atomic writes cut short by a SIGKILL: never read by anyone, dropped before a sweep resumes."""
+    folder = Path(root) / path_part(sweep, "sweep")
+    if folder.is_dir():
+        for tmp in folder.rglob(".*.tmp"):
+            if tmp.is_file() and not tmp.is_symlink():
+                tmp.unlink(missing_ok=True)
+
+
 def atomic_write_toml(path: Path, data: dict[str, Any]) -> None:
     atomic_write_bytes(path, tomli_w.dumps(_drop_none(data)).encode())
 

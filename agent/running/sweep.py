@@ -208,6 +208,7 @@ def run_sweep(
             for note in sorted({n for c in cs for n in c.notes}):
                 log.warning("plan_note", host=host, note=note)
         collect.clear_incoming(results_root, spec.name)
+        results.clear_temp_files(results_root, spec.name)
         todo = {
             h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
             for h, cs in cells.items()
