@@ -106,7 +106,7 @@ def engines_running_on(workdir: Path) -> list[dict]:
 @pytest.mark.parametrize("how", ["SIGINT to the process group", "SIGINT to the process group", "SIGTERM"])
 def test_ctrl_c_or_sigterm_at_a_random_point_leaves_no_server(tmp_path, sim_inventory, ssh_fleet, seed, how):
     out = tmp_path / "results"
-    delay = round(random.Random(f"{seed}{how}{os.environ.get('PYTEST_CURRENT_TEST')}").uniform(2.0, 18.0), 2)
+    delay = round(random.Random(f"{seed}{how}{os.environ.get('PYTEST_CURRENT_TEST')}").uniform(3.0, 18.0), 2)
     print(f"{how} after {delay} s")
     proc = start_cli(sweep_cmd(fault_spec(tmp_path, "stopped"), sim_inventory, out))
     ours: list = []
