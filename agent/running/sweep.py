@@ -24,6 +24,7 @@ from agent.planning.spec import Spec
 from agent.results import tree as results
 from agent.running import collect
 from agent.running import playbooks as fleet
+from agent.running import tasks
 from agent.running.progress import Progress
 
 log = structlog.get_logger("spark_agent.sweep")
@@ -48,9 +49,9 @@ class SweepOutcome:
 
 def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, dict[str, Any]]:
     """Host facts (the fingerprint stored with every result), from the provision playbook's facts step."""
-    run = fleet.run_playbook("provision", inventory, {"image": ""}, limit=_limit(hosts), tags="facts")
+    run = fleet.run_playbook(tasks.FACTS.playbook, inventory, {"image": ""}, limit=_limit(hosts), tags=tasks.FACTS.tag)
     _raise_host_errors(run, "gathering facts")
-    return {h.name: run.results[h.name]["facts"]["spark_facts"] for h in hosts}
+    return {h.name: run.results[h.name][tasks.FACTS.name]["spark_facts"] for h in hosts}
 
 
 def _limit(hosts: list[Host]) -> str:
@@ -89,7 +90,7 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
 def checkpoint_infos(run: fleet.FleetRun, host: str) -> dict[str, dict]:
     """What the weight headers on the host say per checkpoint folder (bytes per token for the decode ceiling)."""
     out = {}
-    for item in run.items.get(host, {}).get("checkpoints", []):
+    for item in run.items.get(host, {}).get(tasks.CHECKPOINTS.name, []):
         summary = item.get("summary")
         if summary:
             out[item["item"]["model"]] = {
@@ -234,7 +235,7 @@ def run_cell(
     extravars = {
         "cell": cell.playbook_vars(),
         "sweep": cell.sweep,
-        "results_dir": str(Path(results_root).resolve()),
+        "spark_results_dir": str(Path(results_root).resolve()),
         "controller": controller_identity(cell.sweep, cell.id),
         "spark_evict": evict,
     }
@@ -245,12 +246,12 @@ def run_cell(
         run = fleet.run_playbook(
             "cell", inventory, extravars, limit=host.name, on_event=progress.event_hook(host.name), cancel=cancel
         )
-    serve = run.results.get(host.name, {}).get("serve", {})
+    serve = run.results.get(host.name, {}).get(tasks.SERVE.name, {})
     if serve.get("host_error"):  # busy, port taken, no docker...: the cell is not measured, nor counted as failed
         raise UserError(f"host {host.name}: {serve.get('msg')}")
     if host.name in run.unreachable:
         raise UserError(f"host {host.name} became unreachable: {run.unreachable[host.name]}")
-    measure_s = sum(float(i.get("elapsed_s", 0.0)) for i in run.items.get(host.name, {}).get("bench", []))
+    measure_s = sum(float(i.get("elapsed_s", 0.0)) for i in run.items.get(host.name, {}).get(tasks.BENCH.name, []))
     record = collect.finalize_cell(results_root, cell, facts, started, time.time(), measure_s)
     progress.cell_finished(host.name, cell, record)
     log.info(
@@ -268,7 +269,7 @@ def run_cell(
 def _stale_lock_reclaimed(inventory: Path, host: Host, run: fleet.FleetRun) -> bool:
     """A lock held by an earlier run of ours on this controller whose process is gone (e.g. SIGKILL) is stale:
     stop that run's server and take over. A lock held by anyone else is never touched."""
-    serve = run.results.get(host.name, {}).get("serve", {})
+    serve = run.results.get(host.name, {}).get(tasks.SERVE.name, {})
     holder = serve.get("holder") or {}
     if not serve.get("busy") or not holder:
         return False
