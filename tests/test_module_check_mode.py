@@ -55,7 +55,7 @@ def _playbook(work: Path) -> list[dict]:
                     "spark_facts": {
                         "simulate_gpu": "gb10",
                         "model_cache": str(work),
-                        "gpu_rules_toml": "{{ lookup('ansible.builtin.file', '%s') }}" % GPU_RULES,
+                        "gpu_rules_toml": f"{{{{ lookup('ansible.builtin.file', '{GPU_RULES}') }}}}",
                     },
                 },
                 {"name": "Inspect", "spark_inspect": {"path": str(work / "no-checkpoint")}, "ignore_errors": True},

@@ -28,7 +28,7 @@ def run_dir(workdir: str, cell_id: str) -> Path:
 
 def read_env_file(path: str) -> dict:
     """KEY=VALUE lines, as docker --env-file reads them (no quoting, # comments)."""
-    env = {}
+    env: dict[str, str] = {}
     if not path:
         return env
     for line in Path(os.path.expanduser(path)).read_text().splitlines():

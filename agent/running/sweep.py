@@ -22,9 +22,8 @@ from agent.planning.inventory import Host, check_reachable
 from agent.planning.matrix import Cell
 from agent.planning.spec import Spec
 from agent.results import tree as results
-from agent.running import collect
+from agent.running import collect, tasks
 from agent.running import playbooks as fleet
-from agent.running import tasks
 from agent.running.progress import Progress
 
 log = structlog.get_logger("spark_agent.sweep")
