@@ -7,7 +7,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from agent.cli import main
+
+pytestmark = pytest.mark.integration
 
 
 def test_check_shows_every_host_and_a_clean_fleet_exits_0(sim_inventory, ssh_fleet, capsys):

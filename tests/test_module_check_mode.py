@@ -13,6 +13,8 @@ import yaml
 from agent.running import playbooks as fleet
 from agent.running.playbooks import REPO
 
+pytestmark = pytest.mark.integration
+
 GPU_RULES = REPO / "agent" / "rules" / "gpus.toml"
 DIGEST_REF = "registry.invalid/never/pulled@sha256:" + "0" * 64
 

@@ -18,6 +18,8 @@ from agent.running.playbooks import REPO
 
 from .module_specs import LIBRARY, MODULES, argument_spec, load
 
+pytestmark = pytest.mark.integration
+
 ANSIBLE_DOC = str(Path(sys.executable).parent / "ansible-doc")
 
 

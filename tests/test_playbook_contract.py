@@ -15,6 +15,8 @@ from agent.running.playbooks import PLAYBOOKS, REPO
 
 from .module_specs import argument_spec
 
+pytestmark = pytest.mark.unit
+
 # Keys of a task that are not its module (the module is the one key left over).
 TASK_KEYWORDS = {
     "name", "register", "when", "loop", "loop_control", "tags", "failed_when", "changed_when", "no_log",

@@ -10,6 +10,7 @@ from agent.errors import UserError
 from agent.hostside import safetensors
 from agent.hostside.safetensors import FORMAT_LABEL, compare, size_text
 from agent.judging.bandwidth import ceiling_notes
+from agent.running import tasks
 
 __all__ = [
     "compare",
@@ -47,8 +48,7 @@ def inspect_local(path: str) -> dict:
 
 
 def inspect_remote(path: str, host: str, inventory: str | None) -> dict:
-    from agent.running import tasks  # ansible is only needed for the remote path
-    from agent.running.playbooks import run_playbook
+    from agent.running.playbooks import run_playbook  # ansible is only needed for the remote path
 
     if not inventory:
         raise UserError(f"{host}: --host needs an inventory (-i INVENTORY) that defines it")

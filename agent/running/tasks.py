@@ -20,6 +20,7 @@ class TaskRef:
 
 
 FACTS = TaskRef("provision", "Gather host facts", "spark_facts", tag="facts")
+IMAGE = TaskRef("provision", "Pull the image by digest", "spark_image")  # read by the tests (changed or not)
 CHECKPOINTS = TaskRef("provision", "Inspect the checkpoints on the host", "spark_inspect", loop=True)
 SERVE = TaskRef("cell", "Serve", "spark_server")
 BENCH = TaskRef("cell", "Bench", "spark_bench", loop=True)
@@ -27,4 +28,4 @@ STATUS = TaskRef("status", "Server status", "spark_server")
 RESOLVE = TaskRef("pin", "Resolve the tag", "spark_image")
 INSPECT = TaskRef("inspect", "Inspect checkpoint", "spark_inspect")
 
-ALL = (FACTS, CHECKPOINTS, SERVE, BENCH, STATUS, RESOLVE, INSPECT)
+ALL = (FACTS, IMAGE, CHECKPOINTS, SERVE, BENCH, STATUS, RESOLVE, INSPECT)

@@ -139,7 +139,8 @@ def main() -> None:
         module.fail_json(msg=f"cannot create {out_dir}: {exc.strerror}", level=p["level"])
 
     def save(result: dict) -> None:  # each window's file exists as soon as the window is over
-        loadgen.write_json_atomic(os.path.join(out_dir, loadgen.result_filename(p["level"], result["repeat"])), result)
+        name = loadgen.result_filename(concurrency=p["level"], repeat=result["repeat"])
+        loadgen.write_json_atomic(path=os.path.join(out_dir, name), data=result)
 
     started = time.monotonic()
     try:

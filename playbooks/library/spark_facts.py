@@ -110,7 +110,7 @@ ARGUMENT_SPEC = {
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    rules = facts.parse_gpu_rules(params["gpu_rules_toml"]) if params["gpu_rules_toml"] else {}
+    rules = facts.parse_gpu_rules(text=params["gpu_rules_toml"]) if params["gpu_rules_toml"] else {}
     try:
         gathered = facts.gather(
             simulate_gpu=params["simulate_gpu"] or None,

@@ -73,16 +73,16 @@ ARGUMENT_SPEC = {
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    ref, env = module.params["ref"], sdocker.docker_env_for(module.params["docker_host"])
+    ref, env = module.params["ref"], sdocker.docker_env_for(host=module.params["docker_host"])
     try:
         if module.params["state"] == "resolved":
-            if module.check_mode and not sdocker.image_present(ref, docker_env=env):
+            if module.check_mode and not sdocker.image_present(ref=ref, docker_env=env):
                 module.exit_json(changed=False, skipped=True, ref=ref, msg=f"check mode: {ref} would be pulled")
             # A lookup: the pulled tag is only a by-product, so it does not count as a change.
-            pinned = sdocker.resolve_tag(ref, docker_env=env, pull=not module.check_mode)
+            pinned = sdocker.resolve_tag(tag=ref, docker_env=env, pull=not module.check_mode)
             module.exit_json(changed=False, ref=ref, pinned=pinned)
-        changed = sdocker.pull(ref, docker_env=env, dry_run=module.check_mode)
-        module.exit_json(changed=changed, ref=ref, digest=sdocker.parse_ref(ref)[1])
+        changed = sdocker.pull(ref=ref, docker_env=env, dry_run=module.check_mode)
+        module.exit_json(changed=changed, ref=ref, digest=sdocker.parse_ref(ref=ref)[1])
     except (ValueError, HostError) as exc:  # ValueError: not a reference by digest
         module.fail_json(msg=str(exc), ref=ref)
 

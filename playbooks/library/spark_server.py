@@ -197,18 +197,18 @@ def main() -> None:
     p = module.params
     workdir, cell_id, holder = p["workdir"], p["cell_id"], p["holder"] or None
     if p["state"] == "status":
-        module.exit_json(changed=False, **supervise.status(workdir))
+        module.exit_json(changed=False, **supervise.status(workdir=workdir))
     if p["state"] == "stopped":
         if module.check_mode:
-            module.exit_json(changed=supervise.would_stop(workdir, cell_id=cell_id, holder=holder))
-        result = supervise.stop(workdir, cell_id=cell_id, holder=holder)
+            module.exit_json(changed=supervise.would_stop(workdir=workdir, cell_id=cell_id, holder=holder))
+        result = supervise.stop(workdir=workdir, cell_id=cell_id, holder=holder)
         if p["seal"] and cell_id:  # the log is final now: pack the run folder for collect
-            result["sealed"] = serving.seal(workdir, cell_id)
+            result["sealed"] = serving.seal(workdir=workdir, cell_id=cell_id)
         module.exit_json(changed=result["stopped"], **result)
     if module.check_mode:
         module.exit_json(changed=True)
     if p["state"] == "sealed":
-        module.exit_json(changed=True, sealed=serving.seal(workdir, cell_id))
+        module.exit_json(changed=True, sealed=serving.seal(workdir=workdir, cell_id=cell_id))
     try:
         result = serving.serve_cell(
             workdir=workdir,
