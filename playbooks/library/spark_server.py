@@ -207,7 +207,7 @@ def main() -> None:
         module.exit_json(changed=result["stopped"], **result)
     if module.check_mode:
         module.exit_json(changed=True)
-    if p["state"] == "sealed":
+    if p["state"] == "sealed":  # teardown did not seal (it failed): pack what there is, no shell involved
         module.exit_json(changed=True, sealed=serving.seal(workdir=workdir, cell_id=cell_id))
     try:
         result = serving.serve_cell(
