@@ -419,10 +419,11 @@ def run_cell(
         raise CellLost(
             "host_lost", f"host {host.name} became unreachable: {hostdata.one_line(run.unreachable[host.name])}"
         )
-    fetched = "fetch" in run.results.get(host.name, {}) and "fetch" not in run.failed_tasks.get(host.name, {})
-    if not fetched:  # a fetch that failed half-way leaves a partial archive: never read as the host's answer
+    failed = run.failed_tasks.get(host.name, {})
+    if tasks.FETCH.name not in run.results.get(host.name, {}) or tasks.FETCH.name in failed:
+        # a fetch that failed half-way (a full disk) leaves a partial archive: never read as the host's answer
         why = (
-            run.failed_tasks.get(host.name, {}).get("fetch")
+            failed.get(tasks.FETCH.name)
             or run.failures.get(host.name)
             or run.failures.get("*")
             or f"ansible {run.status}, nothing came back"
