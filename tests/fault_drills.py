@@ -4,6 +4,7 @@ then read what it left behind. Shared by tests/test_faults.py and bench/bench_ki
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -45,8 +46,20 @@ def run_cli(cmd: list[str], timeout: float = 300) -> subprocess.CompletedProcess
 def start_cli(cmd: list[str]) -> subprocess.Popen:
     """In a process group of its own, like a terminal's foreground job: a signal to the group reaches only it."""
     return subprocess.Popen(
-        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_as_on_a_terminal,
     )
+
+
+def _ctrl_c_as_on_a_terminal() -> None:
+    """A job started in the background by a shell inherits SIGINT ignored (POSIX); a terminal's foreground job
+    does not. Python turns SIGINT into KeyboardInterrupt only when it starts with the default disposition."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def descendants(proc: subprocess.Popen) -> list[psutil.Process]:
@@ -61,17 +74,27 @@ def playbooks_among(procs: list[psutil.Process]) -> list[psutil.Process]:
     out = []
     for p in procs:
         try:
-            if p.is_running() and any("ansible-playbook" in part for part in p.cmdline()[:3]):
+            if _alive(p) and any("ansible-playbook" in part for part in p.cmdline()[:3]):
                 out.append(p)
         except psutil.Error:
             pass
     return out
 
 
+def _alive(p: psutil.Process) -> bool:
+    """Running, and not a zombie: an orphan that ended waits to be reaped by whatever init this box has."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
     """Wait for processes we started to end on their own; returns those still alive."""
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    return alive
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [p for p in procs if _alive(p)]
 
 
 def engines_running(fleet: SshFleet) -> list[dict]:
@@ -161,10 +184,12 @@ def kill_resume(
         before = finished_cells(out, sweep)
         delay = round(rng.uniform(0.5, max_delay), 2)
         proc = start_cli(sweep_cmd(spec, inventory, out))
+        killed = False
         try:
             proc.wait(timeout=delay)
             report.ran_to_end += 1
         except subprocess.TimeoutExpired:
+            killed = True
             orphans += descendants(proc)  # ansible-playbook runs in its own session and outlives a SIGKILL
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -175,7 +200,8 @@ def kill_resume(
         report.temp_files += len(stray_temp_files(out))
         report.delays.append(delay)
         report.finished_after_each.append(len(after))
-        say(f"  run {i + 1}: killed after {delay:.2f} s, {len(after)} cell(s) finished")
+        how = f"killed after {delay:.2f} s" if killed else f"ran to the end before {delay:.2f} s"
+        say(f"  run {i + 1}: {how}, {len(after)} cell(s) finished")
     before = finished_cells(out, sweep)
     final = run_cli(sweep_cmd(spec, inventory, out), timeout=600)
     after = finished_cells(out, sweep)
@@ -189,7 +215,8 @@ def kill_resume(
     leftover = wait_gone(playbooks_among(orphans), timeout=60)
     report.stray_playbooks = len(leftover)
     for p in leftover:  # ours, by PID: never leave them to the next test
-        p.kill()
+        with contextlib.suppress(psutil.Error):
+            p.kill()
     report.stray_servers = len(engines_running(fleet))
     report.seconds = round(time.monotonic() - started, 1)
     return report

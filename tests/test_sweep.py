@@ -169,7 +169,9 @@ def test_sigkill_mid_sweep_then_rerun_measures_only_unfinished(tmp_path, sim_inv
     assert not list(out.rglob("*.tmp")), "a killed controller must leave no partial file"
 
     rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    # cutlass fails on the simulated GB10 (sm100 only): the cell is finished as failed and the exit says so
+    assert rerun.returncode == 1, rerun.stderr[-2000:]
+    assert "  lost " not in rerun.stderr, "a cell interrupted by the kill is measured by the re-run, not lost"
     finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("killed/spark-a/*/cell.toml")}
     assert len(finished) == 3
     for cell_id, mtime in first.items():
