@@ -3,7 +3,10 @@ Spark, the real CLI), re-running after each kill, then run it to the end and cou
 measurements per cell, cells measured twice, lost cells, half-written files, servers and playbooks left running.
 The kill points come from a seed (printed; pass --seed to replay). The test suite runs a 3-kill version of this.
 
-    flock /tmp/spark-agent-it.lock .venv/bin/python bench/bench_kill_resume.py [--kills 20] [--seed N] [--cells 3]
+    flock /tmp/spark-agent-it.lock .venv/bin/python bench/bench_kill_resume.py [--kills 20] [--seed N] [--cells 6]
+
+The final exit code is 0 only when every cell is valid; a backend the simulated GB10 refuses is a failed cell
+(finished, counted, exit 1), which is not a loss.
 """
 
 from __future__ import annotations
@@ -23,15 +26,15 @@ sys.path.insert(0, str(REPO))
 from tests.fault_drills import BACKENDS, check_summary, fault_spec, kill_resume  # noqa: E402
 from tests.sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet  # noqa: E402
 
-MORE_BACKENDS = (*BACKENDS, "cutlass", "auto")
+MORE_BACKENDS = (*BACKENDS, "humming", "emulation", "b12x", "flashinfer_trtllm")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--cells", type=int, default=3, help="cells per host (1-4)")
-    ap.add_argument("--max-delay", type=float, default=30.0, help="latest kill point after a start, seconds")
+    ap.add_argument("--cells", type=int, default=6, help="cells per host (1-6): enough that kills land mid-sweep")
+    ap.add_argument("--max-delay", type=float, default=45.0, help="latest kill point after a start, seconds")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 30)
     with tempfile.TemporaryDirectory(prefix="bench-kill-resume-") as tmp_name:
@@ -67,7 +70,8 @@ def main() -> int:
             print(f"summary adds up          {adds_up}")
             print(f"wall time                {time.monotonic() - t0:.0f} s")
             ok = (
-                report.final_rc == 0
+                report.final_rc in (0, 1)
+                and "  lost " not in report.final_stderr
                 and report.cells == expected
                 and set(report.runs_per_cell.values()) == {1}
                 and not report.remeasured
