@@ -7,6 +7,7 @@ The venv and the models are cached (tests/engine/README.md); run with `pytest -m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -20,7 +21,6 @@ from tests.engine.fixtures import (
     running_server,
     start_server,
     stop_server,
-    tiny_models,  # noqa: F401
     wait_exit,
 )
 
@@ -213,10 +213,8 @@ def _pin_server_and_clients(server):
     server_core, client_core = {cores[0]}, {cores[1]}
     for pid in _group_pids(server.proc.pid):
         for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
+            with contextlib.suppress(OSError):
                 os.sched_setaffinity(int(tid), server_core)
-            except OSError:
-                pass
     os.sched_setaffinity(0, client_core)  # this process (loadgen) and bench's process, started below
     return lambda: os.sched_setaffinity(0, set(cores))
 

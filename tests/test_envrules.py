@@ -322,5 +322,5 @@ def test_env_command_with_an_inventory_gathers_facts_through_ansible(spec_file, 
 
 
 def test_env_command_refuses_an_unknown_simulated_chip(spec_file):
-    with pytest.raises(UserError, match="--simulate-gpu: .*gb99"):
+    with pytest.raises(UserError, match=r"--simulate-gpu: .*gb99"):
         env_command(str(spec_file), "--host", "x", "--simulate-gpu", "gb99")

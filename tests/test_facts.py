@@ -162,7 +162,7 @@ def test_simulated_gb10():
 
 
 def test_simulating_an_unknown_chip_is_refused():
-    with pytest.raises(ValueError, match="not in gpus.toml"):
+    with pytest.raises(ValueError, match=r"not in gpus\.toml"):
         facts.gather(simulate_gpu="gb99")
 
 

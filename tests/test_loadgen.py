@@ -103,7 +103,7 @@ def test_result_keys_are_the_contract_and_have_no_none():
         "median_e2el_ms",
         "p99_e2el_ms",
     }
-    expected |= {"%s_%s_ms" % (s, m) for s in ("mean", "median", "p99") for m in ("ttft", "tpot", "itl")}
+    expected |= {f"{s}_{m}_ms" for s in ("mean", "median", "p99") for m in ("ttft", "tpot", "itl")}
     assert set(res) == expected
     assert all(v is not None for v in res.values())
 
@@ -177,7 +177,7 @@ class _ScriptedHandler(socketserver.StreamRequestHandler):
         while not head.endswith(b"\r\n\r\n"):
             head += self.rfile.read(1)
         length = int(
-            [line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")][0]
+            next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
         )
         self.server.bodies.append(json.loads(self.rfile.read(length)))
         for piece in self.server.pieces:
@@ -366,7 +366,7 @@ def test_unknown_model_is_a_failed_level_not_an_exception(sim):
 
 def test_dead_server_aborts_the_level_quickly():
     began = time.monotonic()
-    res = loadgen.run_level("http://127.0.0.1:%d" % free_port(), MODEL, 4, 30.0, 5.0, 8, 8)
+    res = loadgen.run_level(f"http://127.0.0.1:{free_port():d}", MODEL, 4, 30.0, 5.0, 8, 8)
     assert res["ok"] is False and "ConnectionRefusedError" in res["error"]
     assert time.monotonic() - began < 30.0  # it gave up instead of hammering a closed port for 35 s
     assert all(v is not None for v in res.values())

@@ -52,7 +52,7 @@ def test_write_refuses_what_it_cannot_edit_safely(tmp_path):
     spec = tmp_path / "spec.toml"
     spec.write_text('image = { ref = "x:1" }\n')  # an inline table, not an [image] section
     before = spec.read_text()
-    with pytest.raises(UserError, match="spec.toml"):
+    with pytest.raises(UserError, match=r"spec\.toml"):
         write_image_ref(spec, PINNED)
     assert spec.read_text() == before
     with pytest.raises(UserError, match="cannot read the spec"):

@@ -32,7 +32,8 @@ class SimServer:
             k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SPARK_SIM_", "CUTE_", "FLASHINFER_"))
         }
         self.env.update(PYTHONPATH=str(REPO), **(env or {}))
-        self.logfile = tempfile.NamedTemporaryFile(prefix="sim-", suffix=".log", delete=False)
+        # Lives as long as the server; stop() closes and removes it.
+        self.logfile = tempfile.NamedTemporaryFile(prefix="sim-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc: subprocess.Popen | None = None
         self._last_log = ""
 

@@ -84,7 +84,5 @@ def test_missing_digest_fails_provision_with_the_pull_error(tmp_path, docker_inv
     with pytest.raises(UserError) as exc:
         run_sweep(spec, docker_inventory, hosts, tmp_path / "results")
     assert (
-        ("host spark-a" in exc.value.message
-        and "manifest unknown" in exc.value.message.lower())
-        or "not found" in exc.value.message.lower()
-    )
+        "host spark-a" in exc.value.message and "manifest unknown" in exc.value.message.lower()
+    ) or "not found" in exc.value.message.lower()

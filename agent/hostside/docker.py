@@ -360,7 +360,7 @@ def _ps(args: list[str], docker_env: dict | None) -> list[dict]:
     out = _docker(["ps", "--no-trunc", "--format", "\t".join(_PS_FIELDS.values()), *args], docker_env)
     rows = []
     for line in out.splitlines():
-        row = dict(zip(_PS_FIELDS, line.split("\t")))
+        row = dict(zip(_PS_FIELDS, line.split("\t"), strict=False))  # a short row leaves keys out
         row["ours"] = row.get("ours") == "1"
         row["command"] = row.get("command", "").strip('"')
         rows.append(row)

@@ -7,6 +7,7 @@ of the holder. Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -305,7 +306,8 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         child_env.update({k: str(v) for k, v in env.items()})
         child_env[CELL_ENV] = info["cell_id"]
         child_env[WORKDIR_ENV] = str(Path(os.path.expanduser(workdir)))
-        log = open(info["log"], "ab", buffering=0)
+        # Held open for the server's whole life; os._exit below closes it.
+        log = open(info["log"], "ab", buffering=0)  # noqa: SIM115
         if runtime == "docker":
             container = docker.run_server(
                 image, info["container"], [str(a) for a in argv], env, label=info["cell_id"], log_path=info["log"]
@@ -334,10 +336,8 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
     except SystemExit:
         pass
     except BaseException as exc:  # the supervisor must never leave a server behind
-        try:
-            Path(info["log"]).open("a").write(f"spark-agent supervisor error: {exc!r}\n")
-        except OSError:
-            pass
+        with contextlib.suppress(OSError), Path(info["log"]).open("a") as log_file:
+            log_file.write(f"spark-agent supervisor error: {exc!r}\n")
         code = 1
     finally:
         os._exit(code)
@@ -482,10 +482,8 @@ def stop(workdir: str, cell_id: str = "", holder: dict | None = None, grace: flo
     stopped = False
     sup = info.get("supervisor_pid")
     if sup and _alive(int(sup)):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(int(sup), signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         deadline = time.monotonic() + grace
         while _alive(int(sup)) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -145,7 +145,7 @@ def format_ceiling(
     ]
     notes = ceiling_notes(points, gbs, source)
     lines = []
-    for row, point in zip(notes["rows"], points):
+    for row, point in zip(notes["rows"], points, strict=True):
         ceiling = "unknown" if row["ceiling_tok_s"] is None else f"{row['ceiling_tok_s']:.1f} tok/s"
         line = f"single-stream decode ceiling of {row['label']}: {ceiling} at {gbs:g} GB/s ({source})"
         if point["tok_s"]:

@@ -226,7 +226,7 @@ def _parse_speculative(speculative_json: str) -> dict:
         raise UserError(
             f"speculative config is not valid JSON ({exc}): {speculative_json!r}; "
             'write it as in --speculative-config, e.g. {"method":"mtp","num_speculative_tokens":2}'
-        )
+        ) from None
     if not isinstance(config, dict):
         raise UserError(f"speculative config must be a JSON object, got {speculative_json!r}")
     return config

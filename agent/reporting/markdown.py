@@ -84,7 +84,7 @@ def _span_s(start: str, end: str) -> float | None:
 def duration_text(seconds: float | None) -> str:
     if seconds is None:
         return "unknown"
-    minutes, s = divmod(int(round(seconds)), 60)
+    minutes, s = divmod(round(seconds), 60)
     h, m = divmod(minutes, 60)
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
 
@@ -430,7 +430,7 @@ def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) 
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
     backends = sorted({s.backend for cells in panels.values() for s in cells})
     colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}  # one colour per backend in every panel
-    for ax, (name, cells) in zip(axes.flat, panels.items()):
+    for ax, (name, cells) in zip(axes.flat, panels.items(), strict=False):  # the grid may have spare axes
         _panel(ax, name, cells, ylabel, attr, colours)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
