@@ -6,6 +6,8 @@ import pytest
 
 from agent.hostside import docker as sdocker
 
+pytestmark = pytest.mark.unit
+
 HEX = "0123456789abcdef" * 4
 
 

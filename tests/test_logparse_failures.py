@@ -9,6 +9,8 @@ import pytest
 
 from agent.hostside.logparse import Follower, classify, parse
 
+pytestmark = pytest.mark.unit
+
 LOGS = Path(__file__).parent / "data" / "logs" / "synthetic"
 ENGINE = "(EngineCore_DP0 pid=90) "
 STARTING = [

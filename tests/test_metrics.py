@@ -7,6 +7,8 @@ import pytest
 
 from agent.hostside import metrics
 
+pytestmark = pytest.mark.unit
+
 EXPOSITION = """\
 # HELP vllm:generation_tokens_total Number of generation tokens processed.
 # TYPE vllm:generation_tokens_total counter

@@ -13,6 +13,8 @@ from agent.hostside.metrics import parse as parse_metrics
 
 from .test_sim_support import SimServer, sse_events
 
+pytestmark = pytest.mark.integration
+
 GB10_ENV = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_DISABLE_VERSION_CHECK": "1"}
 MTP_TRITON = '{"method":"mtp","num_speculative_tokens":2,"moe_backend":"triton"}'
 

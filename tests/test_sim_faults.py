@@ -12,6 +12,8 @@ from agent.hostside import logparse
 
 from .test_sim_support import HOST, SimServer, sse_events
 
+pytestmark = pytest.mark.integration
+
 GB10_ENV = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_DISABLE_VERSION_CHECK": "1"}
 
 

@@ -12,6 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 

@@ -7,6 +7,8 @@ import pytest
 from agent.errors import UserError
 from agent.planning.spec import load_spec
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 GOOD = (REPO / "examples" / "quick.toml").read_text()
 

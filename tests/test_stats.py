@@ -1,16 +1,14 @@
 """agent.judging.stats: hand-computed medians and spreads, the ranking rule, and who may win."""
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_report_fixtures import write_cell
-
 from agent.judging import stats
 from agent.results.tree import load_cells
+from tests.test_report_fixtures import write_cell
+
+pytestmark = pytest.mark.unit
 
 
 def run(c, r, tput, ok=True, error=""):

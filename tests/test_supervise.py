@@ -9,6 +9,8 @@ import pytest
 
 from agent.hostside import supervise
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize(
     "argv,expected",

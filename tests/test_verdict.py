@@ -9,6 +9,8 @@ import pytest
 from agent.hostside.logparse import parse
 from agent.judging.verdict import attest, requested_from_args, verdict
 
+pytestmark = pytest.mark.unit
+
 LOGS = Path(__file__).parent / "data" / "logs" / "synthetic"
 MARLIN_LOG = parse((LOGS / "v0.24-nvfp4-marlin-mtp.log").read_text())
 
