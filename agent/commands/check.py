@@ -5,8 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from agent.paths import DEFAULT_INVENTORY
 from agent.planning import envrules
-from agent.planning.inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
+from agent.planning.inventory import check_reachable, load_inventory
 from agent.running import playbooks as fleet
 from agent.running.sweep import gather_facts
 

@@ -13,9 +13,8 @@ import tomllib
 from pathlib import Path
 
 from agent.errors import UserError
+from agent.paths import DEFAULT_INVENTORY
 from agent.running import playbooks as fleet
-
-DEFAULT_INVENTORY = fleet.REPO / "inventory" / "local.yml"
 
 _PLAYBOOK = """\
 - name: Resolve an image tag to its digest

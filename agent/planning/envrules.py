@@ -16,10 +16,7 @@ from pathlib import Path
 
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
-
-RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
-ENV_RULES = RULES_DIR / "env.toml"
-GPU_RULES = RULES_DIR / "gpus.toml"
+from agent.paths import ENV_RULES, GPU_RULES
 
 
 @dataclass

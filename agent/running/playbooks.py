@@ -18,9 +18,7 @@ from typing import Any
 import ansible_runner
 import structlog
 
-REPO = Path(__file__).resolve().parent.parent.parent
-PLAYBOOKS = REPO / "playbooks"
-ANSIBLE_CFG = REPO / "ansible.cfg"
+from agent.paths import ANSIBLE_CFG, PLAYBOOKS
 
 log = structlog.get_logger("spark_agent.fleet")
 
