@@ -27,11 +27,10 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
 import urllib.parse
 
-from . import metrics
+from . import atomic, metrics, utc
 
 DEFAULT_TIMEOUT_S = 600.0
 MAX_ERRORS_LISTED = 5
@@ -321,7 +320,7 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
     for repeat in range(1, repeats + 1):
         if load.abort_reason:  # the server is gone: the remaining windows are not measured
             result = summarize([], 0.0, duration_s, load.concurrency)
-            result.update(ok=False, error=load.abort_reason, started_at=_iso(time.time()))
+            result.update(ok=False, error=load.abort_reason, started_at=utc.iso())
             finish(result, repeat, None, None)
             continue
         before = await scrape() if scrape else None
@@ -330,14 +329,10 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
         await asyncio.sleep(SETTLE_S)
         after = await scrape() if scrape else None
         result = summarize(requests, t0, t1, load.concurrency)
-        result["started_at"] = _iso(wall)
+        result["started_at"] = utc.iso(wall)
         if load.abort_reason:
             result.update(ok=False, error=load.abort_reason)
         finish(result, repeat, before, after)
-
-
-def _iso(wall: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
 
 
 # ---------------------------------------------------------------- window accounting
@@ -511,19 +506,6 @@ def _add_counters(result: dict, before, after):
 # ---------------------------------------------------------------- CLI
 
 
-def write_json_atomic(path: str, data: dict) -> None:
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def result_filename(concurrency: int, repeat: int) -> str:
     return f"c{concurrency:03d}-r{repeat:d}.json"
 
@@ -570,7 +552,7 @@ def main(argv=None) -> int:
     def save(result):
         if args.out_dir:
             path = os.path.join(args.out_dir, result_filename(result["concurrency"], result["repeat"]))
-            write_json_atomic(path, result)
+            atomic.write_json(path, result)
             written.append(path)
 
     results = run_levels(

@@ -12,7 +12,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from . import docker, supervise
+from . import atomic, docker, supervise
 
 
 class ServeError(Exception):
@@ -101,9 +101,7 @@ def seal(workdir: str, cell_id: str) -> str:
     """Pack the cell's run folder (log, launch line, results) into one tar for collection; returns its path."""
     rdir = run_dir(workdir, cell_id)
     tar_path = str(rdir) + ".tar"
-    tmp = tar_path + ".tmp"
-    with tarfile.open(tmp, "w") as tar:
+    with atomic.replacing(tar_path) as tmp, tarfile.open(tmp, "w") as tar:
         for path in sorted(rdir.iterdir()):
             tar.add(str(path), arcname=path.name)
-    os.replace(tmp, tar_path)
     return tar_path

@@ -22,7 +22,7 @@ import urllib.request
 import zlib
 from pathlib import Path
 
-from . import docker, logparse  # imported up front: the forked supervisor must not import late
+from . import atomic, docker, logparse, utc  # imported up front: the forked supervisor must not import late
 
 CELL_ENV = "SPARK_AGENT_CELL"  # marks every server process we start
 WORKDIR_ENV = "SPARK_AGENT_WORKDIR"  # which host work dir started it (several test hosts can share a machine)
@@ -50,12 +50,6 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
 # ---------------------------------------------------------------------------------------------- the lock
 def acquire_lock(workdir: str, holder: dict) -> int:
     """Take the host lock without waiting; returns the fd (keep it open). Raises HostBusy naming the holder."""
@@ -69,7 +63,7 @@ def acquire_lock(workdir: str, holder: dict) -> int:
             raise
         held = _read_json(sdir / "holder.json")
         raise HostBusy("host is in use by " + describe_holder(held), held) from None
-    _write_json(sdir / "holder.json", holder)
+    atomic.write_json(sdir / "holder.json", holder)
     return fd
 
 
@@ -318,7 +312,7 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
                 [str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True
             )
         info.update({"supervisor_pid": os.getpid(), "server_pid": proc.pid})
-        _write_json(state_dir(workdir) / "server.json", info)
+        atomic.write_json(state_dir(workdir) / "server.json", info)
 
         def on_term(signum, frame):
             _stop_server(info, proc)
@@ -332,7 +326,7 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         else:
             info["exit_code"] = code
         info["exited"] = time.time()
-        _write_json(state_dir(workdir) / "server.json", info)
+        atomic.write_json(state_dir(workdir) / "server.json", info)
     except SystemExit:
         pass
     except BaseException as exc:  # the supervisor must never leave a server behind
@@ -519,7 +513,7 @@ def controller_identity(sweep: str, cell_id: str) -> dict:
         "user": os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid()),
         "controller_host": socket.gethostname(),
         "controller_pid": os.getpid(),
-        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "since": utc.iso(),
         "sweep": sweep,
         "cell_id": cell_id,
     }

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
+from agent.hostside import atomic
 from agent.judging import stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.results.tree import load_cells
@@ -610,7 +611,5 @@ def write_report(
 
 
 def _write(path: Path, data: bytes) -> Path:
-    from agent.results.tree import atomic_write_bytes
-
-    atomic_write_bytes(path, data)
+    atomic.write_bytes(path, data)
     return path

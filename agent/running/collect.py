@@ -10,11 +10,10 @@ import json
 import shutil
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from agent.hostside import logparse
+from agent.hostside import atomic, logparse, utc
 from agent.hostside.serving import launch_command
 from agent.judging import verdict
 from agent.planning.matrix import Cell
@@ -51,7 +50,7 @@ def _write_cell(
     serve = json.loads((src / "serve.json").read_text()) if (src / "serve.json").exists() else {}
     for name in ("server.log", "launch.txt"):
         if (src / name).exists():
-            results.atomic_write_bytes(dest / name, (src / name).read_bytes())
+            atomic.write_bytes(dest / name, (src / name).read_bytes())
     runs = _write_runs(dest, cell, src)
     attestation = logparse.parse(log_text)
     outcome = verdict.verdict(_requested(cell), attestation, env_set=sorted(cell.env))
@@ -86,10 +85,6 @@ def _requested(cell: Cell) -> dict[str, str]:
     }
 
 
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
 def _cell_record(
     cell: Cell,
     facts: dict,
@@ -117,8 +112,8 @@ def _cell_record(
         "failure_root_cause": failure.get("root_cause", "") if failed else "",
         "startup_s": float(serve.get("startup_s", 0.0)),
         "runs_collected": runs,
-        "started_at": _iso(started),
-        "finished_at": _iso(finished),
+        "started_at": utc.iso(started),
+        "finished_at": utc.iso(finished),
         "elapsed_s": round(finished - started, 2),
         "notes": cell.notes,
         "config": cell.config,

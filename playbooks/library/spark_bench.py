@@ -5,7 +5,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_hostside import loadgen, metrics  # noqa: F401
+from ansible.module_utils.spark_hostside import atomic, loadgen, metrics  # noqa: F401
 
 ARGS = dict(
     url=dict(type="str", required=True),
@@ -29,9 +29,7 @@ def main():
     os.makedirs(p["out_dir"], exist_ok=True)
 
     def save(result):  # each window's file exists as soon as the window is over
-        loadgen.write_json_atomic(
-            os.path.join(p["out_dir"], loadgen.result_filename(p["level"], result["repeat"])), result
-        )
+        atomic.write_json(os.path.join(p["out_dir"], loadgen.result_filename(p["level"], result["repeat"])), result)
 
     started = time.monotonic()
     runs = loadgen.run_levels(
