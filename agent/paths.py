@@ -6,8 +6,7 @@ from pathlib import Path
 
 AGENT = Path(__file__).resolve().parent  # the `agent` package
 REPO = AGENT.parent
-RULES = AGENT / "rules"  # env.toml, gpus.toml
-GPU_RULES = RULES / "gpus.toml"
+RULES = AGENT / "rules"  # gpus.toml is hostside/facts.py's DEFAULT_GPU_RULES: hosts read it too
 ENV_RULES = RULES / "env.toml"
 PLAYBOOKS = REPO / "playbooks"
 ANSIBLE_CFG = REPO / "ansible.cfg"

@@ -17,7 +17,7 @@ from agent.planning import envrules
 
 pytestmark = pytest.mark.unit
 
-GB10 = facts.classify({"gpu_name": "NVIDIA GB10", "compute_capability": "12.1"}, envrules.gpu_rules())
+GB10 = facts.classify_gpu({"gpu_name": "NVIDIA GB10", "compute_capability": "12.1"}, facts.load_gpu_rules())
 H200 = {"gpu_name": "NVIDIA H200", "compute_capability": "9.0", "arch": "h200", "sm": "sm_90a"}
 UNKNOWN = {"gpu_name": "NVIDIA H800", "compute_capability": "9.0", "arch": "", "sm": ""}
 PROVENANCE_KEYS = {"name", "value", "action", "rule", "reason"}
@@ -208,7 +208,7 @@ def test_rule_files_are_consistent():
     entries = rules["rule"] + rules["dead"] + rules["speculative"]
     ids = [entry["id"] for entry in entries]
     assert len(ids) == len(set(ids)) and all(entry["reason"] for entry in entries)
-    known_arches = set(envrules.gpu_rules())
+    known_arches = set(facts.load_gpu_rules())
     for entry in entries:
         assert set(entry.get("arch", [])) <= known_arches, entry["id"]
         if entry.get("vllm"):
@@ -222,10 +222,10 @@ def test_rule_files_are_consistent():
     }
 
 
-def test_classify_fills_arch_only_when_the_host_could_not():
-    assert envrules.classify({"gpu_name": "NVIDIA GB10", "compute_capability": "12.1", "arch": ""})["sm"] == "sm_121a"
+def test_with_arch_fills_arch_only_when_the_host_could_not():
+    assert envrules.with_arch({"gpu_name": "NVIDIA GB10", "compute_capability": "12.1", "arch": ""})["sm"] == "sm_121a"
     reported = {"gpu_name": "NVIDIA GB10", "compute_capability": "12.1", "arch": "gb10", "sm": "sm_121a"}
-    assert envrules.classify(reported) is reported
+    assert envrules.with_arch(reported) is reported
 
 
 # --- `spark-agent env` ----------------------------------------------------------------------------

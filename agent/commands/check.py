@@ -58,7 +58,7 @@ def blockers(host_vars: dict, facts: dict, status: dict) -> list[str]:
 def run(args) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     check_reachable(hosts)
-    facts = {name: envrules.classify(f) for name, f in gather_facts(args.inventory, hosts).items()}
+    facts = {name: envrules.with_arch(f) for name, f in gather_facts(args.inventory, hosts).items()}
     status = fleet.run_playbook(
         "teardown", args.inventory, {"cell": {"id": ""}}, limit=",".join(h.name for h in hosts), tags="status"
     )

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     cells = [
         cell
         for name, facts, host_vars in hosts_with_facts(args)
-        for cell in plan.plan_cells(spec, name, envrules.classify(facts), host_vars)
+        for cell in plan.plan_cells(spec, name, envrules.with_arch(facts), host_vars)
     ]
     warnings = plan.spec_warnings(spec)
     if args.json:
