@@ -39,9 +39,10 @@ def read_env_file(path: str) -> dict:
 
 
 def launch_command(
-    runtime: str, argv: list, env: dict, image: str, container: str = "spark-agent", cell_id: str = ""
+    runtime: str, argv: list, env: dict, image: str = "", container: str = "spark-agent", cell_id: str = ""
 ) -> str:
-    """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line)."""
+    """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line).
+    The one renderer of a serve command line: launch.txt, cell.toml's [launch] and the report all use it."""
     if runtime == "docker":
         return docker.launch_line(image, container, [str(a) for a in argv], env, label=cell_id)
     assigns = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))

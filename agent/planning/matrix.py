@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,35 +71,40 @@ def cell_id(config: dict[str, Any], env: dict[str, str]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
+# [config] key -> its `vllm serve` flag, in command-line order; "" (auto / off) passes no flag.
+SERVE_FLAGS = (
+    ("gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("max_model_len", "--max-model-len"),
+    ("max_num_seqs", "--max-num-seqs"),
+    ("moe_backend", "--moe-backend"),
+    ("linear_backend", "--linear-backend"),
+    ("attention_backend", "--attention-backend"),
+    ("speculative", "--speculative-config"),
+)
+
+
 def server_args(config: dict[str, Any]) -> list[str]:
     """`vllm serve` arguments after MODEL for a cell (no host/port: those are host plumbing)."""
-    args = [
-        "--gpu-memory-utilization",
-        str(config["gpu_memory_utilization"]),
-        "--max-model-len",
-        str(config["max_model_len"]),
-        "--max-num-seqs",
-        str(config["max_num_seqs"]),
-    ]
-    for flag, key in (
-        ("--moe-backend", "moe_backend"),
-        ("--linear-backend", "linear_backend"),
-        ("--attention-backend", "attention_backend"),
-        ("--speculative-config", "speculative"),
-    ):
-        if config[key]:
-            args += [flag, config[key]]
-    return args + [str(a) for a in config["extra_args"]]
+    args = []
+    for key, flag in SERVE_FLAGS:
+        if config.get(key) not in (None, ""):  # a [config] read back from an older cell.toml may lack a key
+            args += [flag, str(config[key])]
+    return args + [str(a) for a in config.get("extra_args", [])]
+
+
+def serve_argv(config: dict[str, Any], prefix: Sequence[str] = ("vllm", "serve")) -> list[str]:
+    """The one builder of a serve command line: the engine command, MODEL, then the cell's flags."""
+    return [str(a) for a in prefix] + [str(config.get("model", ""))] + server_args(config)
 
 
 def launch_argv(config: dict[str, Any], host_vars: dict[str, Any]) -> list[str]:
-    """The full server command on a host: the engine command, MODEL, the cell's flags, then bind and port."""
+    """The full server command on a host: serve_argv, then bind and port."""
     # process: the engine command; docker: the command after the image (NVIDIA's image runs `vllm serve`;
     # the simulator's image has it as its entrypoint, so its hosts set spark_serve_cmd: [])
-    prefix = [str(a) for a in host_vars.get("spark_serve_cmd", ["vllm", "serve"])]
+    prefix = host_vars.get("spark_serve_cmd", ["vllm", "serve"])
     bind = str(host_vars.get("spark_bind_host", "127.0.0.1"))
     port = str(host_vars.get("spark_port", 8000))
-    return prefix + [config["model"]] + server_args(config) + ["--host", bind, "--port", port]
+    return serve_argv(config, prefix) + ["--host", bind, "--port", port]
 
 
 def plan_cells(spec: Spec, host: str, facts: dict[str, Any], host_vars: dict[str, Any]) -> list[Cell]:

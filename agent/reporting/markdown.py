@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import math
-import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,8 +15,10 @@ from typing import Any
 
 from agent.errors import UserError
 from agent.hostside import atomic
+from agent.hostside.serving import launch_command
 from agent.judging import stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
+from agent.planning.matrix import serve_argv
 from agent.results.tree import load_cells
 
 PLOTS = {  # file name → (title, y label, which Stat of a point)
@@ -116,23 +117,8 @@ def slower_text(r: float) -> str:
 
 def serve_command(cell: dict[str, Any]) -> str:
     """A copy-pasteable command: the cell's env + its launch argv (or argv rebuilt from [config])."""
-    env = cell.get("env", {})
-    argv = cell.get("launch", {}).get("argv") or config_argv(cell.get("config", {}))
-    assignments = [f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items())]
-    return " ".join(assignments + [shlex.join(str(a) for a in argv)])
-
-
-def config_argv(config: dict[str, Any]) -> list[str]:
-    argv = ["vllm", "serve", str(config.get("model", ""))]
-    for key in ("gpu_memory_utilization", "max_model_len", "max_num_seqs"):
-        if config.get(key) not in (None, ""):
-            argv += [f"--{key.replace('_', '-')}", str(config[key])]
-    for key in stats.BACKEND_FIELDS:
-        if config.get(key):
-            argv += [f"--{key.replace('_', '-')}", str(config[key])]
-    if config.get("speculative"):
-        argv += ["--speculative-config", str(config["speculative"])]
-    return argv
+    argv = cell.get("launch", {}).get("argv") or serve_argv(cell.get("config", {}))
+    return launch_command("process", argv, cell.get("env", {}))
 
 
 def dropped_env(cell: dict[str, Any]) -> list[str]:
