@@ -391,11 +391,11 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
     info = _read_json(state_dir(workdir) / "server.json")
     follower = logparse.Follower()
     t0 = time.monotonic()
-    offset, partial = 0, ""
+    offset = 0
     failure: dict = {}
     ready = False
     while True:
-        offset, partial = _feed_new_lines(info.get("log", ""), offset, partial, follower)
+        offset = _feed_new_bytes(info.get("log", ""), offset, follower)
         if follower.fatal:
             failure = dict(follower.fatal)
             break
@@ -404,7 +404,7 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
             break
         if not _server_running(workdir, info):
             time.sleep(0.2)  # let the last lines reach the log
-            offset, partial = _feed_new_lines(info.get("log", ""), offset, partial, follower)
+            offset = _feed_new_bytes(info.get("log", ""), offset, follower)
             failure = dict(follower.fatal or _exit_failure(info, follower))
             break
         if time.monotonic() - t0 > timeout_s:
@@ -415,23 +415,20 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
             }
             break
         time.sleep(poll_s)
-    if partial:
-        follower.feed(partial)
+    follower.flush()
     return {"ready": ready, "failure": failure, "facts": follower.facts(), "startup_s": time.monotonic() - t0}
 
 
-def _feed_new_lines(log_path: str, offset: int, partial: str, follower) -> tuple[int, str]:
+def _feed_new_bytes(log_path: str, offset: int, follower: logparse.Follower) -> int:
+    """What the log gained since `offset`, to the follower (it keeps a cut-off last line for the next call)."""
     try:
         with open(log_path, "rb") as fh:
             fh.seek(offset)
             chunk = fh.read()
     except OSError:
-        return offset, partial
-    text = partial + chunk.decode(errors="replace")
-    lines = text.split("\n")
-    for line in lines[:-1]:
-        follower.feed(line)
-    return offset + len(chunk), lines[-1]
+        return offset
+    follower.feed_chunk(chunk.decode(errors="replace"))
+    return offset + len(chunk)
 
 
 def _exit_failure(info: dict, follower) -> dict:

@@ -16,6 +16,8 @@ from typing import Any
 from agent.planning import envrules
 from agent.planning.spec import Checkpoint, Spec
 
+BACKEND_FIELDS = ("moe_backend", "linear_backend", "attention_backend")  # the axes a sweep compares
+
 
 @dataclass
 class Cell:
@@ -32,12 +34,9 @@ class Cell:
 
     @property
     def label(self) -> str:
+        """ "uns-fast marlin attention=flashinfer spec=mtp": checkpoint, backend_label, speculative method."""
         c = self.config
-        parts = [c["checkpoint"], f"moe={c['moe_backend'] or 'auto'}"]
-        if c["linear_backend"]:
-            parts.append(f"linear={c['linear_backend']}")
-        if c["attention_backend"]:
-            parts.append(f"attn={c['attention_backend']}")
+        parts = [c["checkpoint"], backend_label(c)]
         if c["speculative"]:
             parts.append("spec=" + json.loads(c["speculative"]).get("method", "?"))
         return " ".join(parts)
@@ -60,6 +59,16 @@ class Cell:
             "seed": c["seed"],
             "host_env": self.host_env,
         }
+
+
+def backend_label(config: dict[str, Any]) -> str:
+    """ "marlin", or "marlin linear=x attention=y" when those are forced too; "" (auto) reads "auto".
+    The one spelling of a cell's backends: progress bar, env table, report, compare and export."""
+    parts = [config.get("moe_backend") or "auto"]
+    for name in BACKEND_FIELDS[1:]:
+        if config.get(name):
+            parts.append(f"{name.removesuffix('_backend')}={config[name]}")
+    return " ".join(parts)
 
 
 def _auto(value: str) -> str:

@@ -18,7 +18,7 @@ from agent.hostside import atomic
 from agent.hostside.serving import launch_command
 from agent.judging import stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
-from agent.planning.matrix import serve_argv
+from agent.planning.matrix import BACKEND_FIELDS, serve_argv
 from agent.results.tree import load_cells
 
 PLOTS = {  # file name → (title, y label, which Stat of a point)
@@ -498,7 +498,7 @@ def _lines(cells: list[CellSummary]) -> dict[str, list[CellSummary]]:
     """Line label → its cells: the backend, plus whatever else differs between the cells of one panel (image,
     speculative, ...) except the host, over which a line pools."""
     keys = sorted(
-        {k for s in cells for k in s.config} - set(stats.BACKEND_FIELDS) - set(stats.SCHEDULE_FIELDS) - {"checkpoint"}
+        {k for s in cells for k in s.config} - set(BACKEND_FIELDS) - set(stats.SCHEDULE_FIELDS) - {"checkpoint"}
     )
     varying = [k for k in keys if len({str(s.config.get(k)) for s in cells}) > 1]
     lines: dict[str, list[CellSummary]] = {}
