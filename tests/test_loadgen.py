@@ -31,7 +31,7 @@ def _req(start, chunks, end=None, error="", prompt_tokens=10):
 def test_in_flight_request_counts_only_its_in_window_tokens():
     # window [10, 20): chunks at 8 and 9 are before it, 20 and 21 after it; the request never finishes
     r = _req(5.0, [(8.0, 1), (9.0, 1), (10.0, 2), (15.0, 1), (19.5, 3), (20.0, 1), (21.0, 1)])
-    res = loadgen.summarize([r], 10.0, 20.0, concurrency=1)
+    res = loadgen.summarize_window([r], 10.0, 20.0, concurrency=1)
     assert res["total_output_tokens"] == 6  # 2 + 1 + 3: t0 is inside, t1 is not
     assert res["output_throughput"] == 0.6
     assert res["completed"] == 0 and res["failed"] == 0
@@ -47,7 +47,7 @@ def test_in_flight_request_counts_only_its_in_window_tokens():
 def test_completed_requests_give_ttft_tpot_e2el():
     a = _req(0.0, [(0.5, 1), (0.6, 1), (0.7, 1), (0.9, 1)], end=1.0, prompt_tokens=100)
     b = _req(1.0, [(1.2, 1), (1.4, 3)], end=1.5, prompt_tokens=120)  # a 3-token (speculative) chunk
-    res = loadgen.summarize([a, b], 0.0, 2.0, concurrency=1)
+    res = loadgen.summarize_window([a, b], 0.0, 2.0, concurrency=1)
     assert res["completed"] == 2
     assert res["total_input_tokens"] == 220
     assert res["total_output_tokens"] == 8
@@ -70,21 +70,21 @@ def test_failures_and_completions_count_where_they_end():
     inside_err2 = _req(7.5, [], end=8.0, error="HTTP 400: prompt too long")
     other_err = _req(8.0, [], end=9.0, error="stream ended without [DONE] after 0 tokens")
     after_err = _req(9.0, [], end=10.0, error="late")  # ends exactly at t1: not inside
-    res = loadgen.summarize([before, inside_ok, inside_err, inside_err2, other_err, after_err], 5.0, 10.0, 2)
+    res = loadgen.summarize_window([before, inside_ok, inside_err, inside_err2, other_err, after_err], 5.0, 10.0, 2)
     assert res["completed"] == 1 and res["failed"] == 3
     assert res["errors"] == ["HTTP 400: prompt too long", "stream ended without [DONE] after 0 tokens"]
     assert res["total_output_tokens"] == 2 and res["ok"] is True
 
 
 def test_window_without_tokens_is_not_ok():
-    res = loadgen.summarize([_req(0.0, [], end=0.1, error="HTTP 500: boom")], 0.0, 1.0, 4)
+    res = loadgen.summarize_window([_req(0.0, [], end=0.1, error="HTTP 500: boom")], 0.0, 1.0, 4)
     assert res["ok"] is False and res["error"] == "HTTP 500: boom"
-    res = loadgen.summarize([_req(0.0, [])], 0.0, 1.0, 4)  # a server that accepts and says nothing
+    res = loadgen.summarize_window([_req(0.0, [])], 0.0, 1.0, 4)  # a server that accepts and says nothing
     assert res["ok"] is False and "no output tokens" in res["error"]
 
 
 def test_result_keys_are_the_contract_and_have_no_none():
-    res = loadgen.summarize([], 0.0, 1.0, 1)
+    res = loadgen.summarize_window([], 0.0, 1.0, 1)
     expected = {
         "concurrency",
         "ok",

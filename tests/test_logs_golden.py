@@ -9,7 +9,7 @@ A new vLLM version (or a new way a server fails) is two new files: the log, and 
   follower   how the incremental Follower ends: ready, or the fatal class and the line it turned fatal on
   attest     optional: {requested, env_set} for judging.verdict.attest, and the verdict and reasons expected
 Every log is also checked for what holds of all facts: JSON and TOML friendly, no None, no ANSI escape codes,
-and the failure `classify` gives from the text is the one in the facts.
+and the failure `classify_failure` gives from the text is the one in the facts.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import tomli_w
 
-from agent.hostside.logparse import Follower, classify, parse
+from agent.hostside.logparse import Follower, classify_failure, parse
 from agent.judging.verdict import attest
 
 pytestmark = pytest.mark.unit
@@ -107,4 +107,4 @@ def test_log_gives_its_expected_facts(log: Path):
     tomli_w.dumps({"attestation": facts})
     assert no_nones(facts) == []
     assert "\x1b" not in json.dumps(facts)
-    assert classify(text) == classify(facts) == facts["failure"]
+    assert classify_failure(text) == classify_failure(facts) == facts["failure"]

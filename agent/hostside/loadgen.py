@@ -319,7 +319,7 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
         await asyncio.sleep(SETTLE_S)
     for repeat in range(1, repeats + 1):
         if load.abort_reason:  # the server is gone: the remaining windows are not measured
-            result = summarize([], 0.0, duration_s, load.concurrency)
+            result = summarize_window([], 0.0, duration_s, load.concurrency)
             result.update(ok=False, error=load.abort_reason, started_at=utc.iso())
             finish(result, repeat, None, None)
             continue
@@ -328,7 +328,7 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
         requests, t0, t1 = await load.run(duration_s)
         await asyncio.sleep(SETTLE_S)
         after = await scrape() if scrape else None
-        result = summarize(requests, t0, t1, load.concurrency)
+        result = summarize_window(requests, t0, t1, load.concurrency)
         result["started_at"] = utc.iso(wall)
         if load.abort_reason:
             result.update(ok=False, error=load.abort_reason)
@@ -338,7 +338,7 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
 # ---------------------------------------------------------------- window accounting
 
 
-def summarize(requests, t0: float, t1: float, concurrency: int) -> dict:
+def summarize_window(requests, t0: float, t1: float, concurrency: int) -> dict:
     """The measurement dict of window [t0, t1) over the requests' recorded events (see module doc)."""
     duration = t1 - t0
     out_tokens = 0

@@ -432,7 +432,7 @@ def _feed_new_bytes(log_path: str, offset: int, follower: logparse.Follower) -> 
 
 
 def _exit_failure(info: dict, follower) -> dict:
-    failure = logparse.classify(follower.facts())
+    failure = logparse.classify_failure(follower.facts())
     if failure and failure.get("class"):
         return failure
     return {

@@ -167,7 +167,7 @@ def summarize_cell(cell: dict[str, Any], threshold: float = DEFAULT_THRESHOLD) -
     return CellSummary(cell, points)
 
 
-def summarize(cells: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD) -> list[CellSummary]:
+def summarize_cells(cells: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD) -> list[CellSummary]:
     return [summarize_cell(c, threshold) for c in cells]
 
 

@@ -40,7 +40,7 @@ class ReportData:
 def build(
     cells: Sequence[dict[str, Any]], *, threshold: float = stats.DEFAULT_THRESHOLD, seed: int = stats.DEFAULT_SEED
 ) -> ReportData:
-    summaries = sorted(stats.summarize(cells, threshold), key=_cell_order)
+    summaries = sorted(stats.summarize_cells(cells, threshold), key=_cell_order)
     return ReportData(summaries, stats.recommend(summaries, seed=seed), provenance(summaries), threshold, seed)
 
 

@@ -53,7 +53,7 @@ def _write_cell(
             atomic.write_bytes(dest / name, (src / name).read_bytes())
     runs = _write_runs(dest, cell, src)
     attestation = logparse.parse(log_text)
-    outcome = verdict.verdict(_requested(cell), attestation, env_set=sorted(cell.env))
+    outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
     failure = serve.get("failure") or {}
     if not serve.get("ready") and not failure:
         failure = attestation.get("failure") or {"class": "other", "evidence": ["the server never became ready"]}
