@@ -36,15 +36,6 @@ def test_anything_but_a_digest_is_refused_with_a_reason(ref, words):
     assert "\n" not in str(info.value)
 
 
-def test_pin_command_is_a_runnable_shell_line():
-    assert sdocker.pin_command("nvcr.io/nvidia/vllm:25.09-py3", "spark-1") == (
-        "spark-agent pin nvcr.io/nvidia/vllm:25.09-py3 --host spark-1"
-    )
-    assert sdocker.pin_command("x:1", "spark 2", inventory="inv/fleet.yml", write="my spec.toml") == (
-        "spark-agent pin x:1 --host 'spark 2' -i inv/fleet.yml --write 'my spec.toml'"
-    )
-
-
 def test_env_file_refuses_values_it_cannot_carry():
     assert sdocker._env_file_text({"A": "1", "CUTE_DSL_ARCH": "sm_121a"}) == "A=1\nCUTE_DSL_ARCH=sm_121a\n"
     with pytest.raises(ValueError, match="BAD"):

@@ -22,7 +22,7 @@ import urllib.request
 import zlib
 from pathlib import Path
 
-from . import atomic, docker, logparse, utc  # imported up front: the forked supervisor must not import late
+from . import atomic, docker, logparse  # imported up front: the forked supervisor must not import late
 
 CELL_ENV = "SPARK_AGENT_CELL"  # marks every server process we start
 WORKDIR_ENV = "SPARK_AGENT_WORKDIR"  # which host work dir started it (several test hosts can share a machine)
@@ -502,15 +502,3 @@ def status(workdir: str) -> dict:
     info = _read_json(sdir / "server.json")
     running = bool(info.get("supervisor_pid")) and _alive(int(info["supervisor_pid"])) and not info.get("exited")
     return {"running": running, "server": info, "holder": _read_json(sdir / "holder.json") if running else {}}
-
-
-def controller_identity(sweep: str, cell_id: str) -> dict:
-    """Who holds the lock: recorded on the host, shown to anyone refused."""
-    return {
-        "user": os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid()),
-        "controller_host": socket.gethostname(),
-        "controller_pid": os.getpid(),
-        "since": utc.iso(),
-        "sweep": sweep,
-        "cell_id": cell_id,
-    }
