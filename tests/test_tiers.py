@@ -26,25 +26,26 @@ def tree(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def test_a_module_without_a_tier_fails_collection(tree):
-    tree.makepyfile(test_plain="def test_x():\n    pass\n")
+BAD_MODULES = {
+    "no tier": ("def test_x():\n    pass\n", "*declare exactly one test tier*found none*"),
+    "two tiers": (
+        "import pytest\npytestmark = [pytest.mark.unit, pytest.mark.engine]\ndef test_x():\n    pass\n",
+        "*declare exactly one test tier*found*'unit', 'engine'*",
+    ),
+    "unit with sshd hosts": (
+        "import pytest\npytestmark = pytest.mark.unit\ndef test_x(ssh_fleet):\n    pass\n",
+        "*marked unit but test_x starts real parts*",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_MODULES)
+def test_a_badly_tiered_module_fails_collection(tree, case):
+    source, message = BAD_MODULES[case]
+    tree.makepyfile(test_bad=source)
     result = tree.runpytest_inprocess("-q")
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*test_plain.py: declare exactly one test tier*found none*"])
-
-
-def test_two_tiers_are_refused(tree):
-    tree.makepyfile(
-        test_both="import pytest\npytestmark = [pytest.mark.unit, pytest.mark.engine]\ndef test_x():\n    pass\n"
-    )
-    tree.runpytest_inprocess("-q").assert_outcomes(errors=1)
-
-
-def test_a_unit_module_that_starts_sshd_hosts_is_refused(tree):
-    tree.makepyfile(test_ssh="import pytest\npytestmark = pytest.mark.unit\ndef test_x(ssh_fleet):\n    pass\n")
-    result = tree.runpytest_inprocess("-q")
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*marked unit but test_x starts real parts*"])
+    result.stdout.fnmatch_lines([message])
 
 
 def test_tiers_select_what_they_say(tree):
