@@ -19,6 +19,7 @@ import ansible_runner
 import structlog
 
 from agent.paths import ANSIBLE_CFG, PLAYBOOKS
+from agent.running.hostdata import one_line
 
 log = structlog.get_logger("spark_agent.fleet")
 
@@ -59,9 +60,13 @@ def ansible_env() -> dict[str, str]:
     }
 
 
+MAX_MESSAGE = 500  # a host's failure message, as we quote it
+
+
 def _failure_message(res: dict[str, Any]) -> str:
+    """The last line of what failed, as one bounded line: it is host text and ends up in errors and logs."""
     msg = res.get("msg") or res.get("stderr") or res.get("module_stderr") or "failed"
-    return str(msg).strip().splitlines()[-1] if str(msg).strip() else "failed"
+    return one_line(str(msg).strip().splitlines()[-1] if str(msg).strip() else "failed", MAX_MESSAGE)
 
 
 class _Collector:
