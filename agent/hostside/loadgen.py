@@ -31,6 +31,7 @@ import time
 import urllib.parse
 
 from . import atomic, metrics, utc
+from .errors import HostError
 
 DEFAULT_TIMEOUT_S = 600.0
 MAX_ERRORS_LISTED = 5
@@ -50,7 +51,7 @@ _WORDS_TEXT = (
 WORDS = _WORDS_TEXT.split()
 
 
-class LoadError(Exception):
+class LoadError(HostError):
     """A request failed: bad HTTP status, an error object in the stream, or a broken stream."""
 
 
