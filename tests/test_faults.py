@@ -38,6 +38,8 @@ from .fault_drills import (
 )
 from .sshd_hosts import lose_host, restore_host
 
+pytestmark = pytest.mark.integration
+
 PLANNED = {"spark-a": 2, "spark-b": 2}
 
 

@@ -14,6 +14,8 @@ from agent.running.sweep import HostOutcome, SweepOutcome
 
 from .fault_drills import COLUMNS, parse_summary
 
+pytestmark = pytest.mark.unit
+
 
 def host(name: str, n: int = 4, **buckets) -> HostOutcome:
     o = HostOutcome(host=name, planned=[f"{name}-{i}" for i in range(n)])
