@@ -147,7 +147,11 @@ def attest(text: str, requested: dict | None = None, env_set: list[str] = ()) ->
     log's own non-default args, so a server that ignored its flags is caught without a spec."""
     from agent.hostside.logparse import parse
 
-    facts = parse(text)
+    return attest_facts(parse(text), requested, env_set)
+
+
+def attest_facts(facts: dict, requested: dict | None = None, env_set: list[str] = ()) -> dict:
+    """attest() of facts already parsed (e.g. by logparse.parse_file, which streams a big log)."""
     asked = requested_from_args(facts)
     asked.update({k: v for k, v in (requested or {}).items() if k in AXES})
     return {"facts": facts, "requested": asked, "verdict": verdict(asked, facts, list(env_set))}
