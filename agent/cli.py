@@ -5,14 +5,22 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from agent import logs
 from agent.commands import NAMES
-from agent.errors import UserError
+from agent.errors import UserError, one_line
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line too (argparse prints the usage first), exit 2. Subcommands inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"spark-agent: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spark-agent", description=__doc__)
+    parser = _Parser(prog="spark-agent", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks for unexpected errors")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in NAMES:
@@ -32,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"spark-agent: error: {exc.message}", file=sys.stderr)
+        print(f"spark-agent: error: {one_line(exc.message)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("spark-agent: interrupted", file=sys.stderr)
