@@ -13,10 +13,10 @@ from agent.errors import UserError, one_line
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors are one line too (argparse prints the usage first), exit 2. Subcommands inherit it."""
+    """Usage errors are one line too (argparse would print the usage first), exit 2. Subcommands inherit it."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"spark-agent: error: {one_line(message)} (see {self.prog} --help)\n")
+        raise UserError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UserError as exc:
+        print(f"spark-agent: error: {one_line(exc.message)}", file=sys.stderr)
+        return exc.exit_code
     logs.configure("console")  # commands with --log-format reconfigure
     try:
         return int(args.func(args) or 0)

@@ -32,7 +32,7 @@ def folder(text: str) -> Path:
     """An existing folder to read (a results tree)."""
     path = Path(text)
     if not text or not path.is_dir():
-        why = "is a file" if path.is_file() else "no such folder"
+        why = "is a file, not a folder" if path.is_file() else "no such results folder"
         raise argparse.ArgumentTypeError(f"{text!r}: {why}; pass a results folder a sweep wrote")
     return path
 
