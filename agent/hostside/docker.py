@@ -77,6 +77,11 @@ def pin_command(tag_ref: str, host: str, inventory: str | None = None, write: st
     return shlex.join(argv)
 
 
+def is_tag(ref: str) -> bool:
+    """`name[:tag]` as docker pull accepts it (no digest)."""
+    return bool(_TAG_RE.match(ref) or _NAME_RE.match(ref))
+
+
 def _repo_name(ref: str) -> str:
     """`name[:tag][@digest]` -> name, normalised the way docker shortens Docker Hub names."""
     name = ref.split("@", 1)[0]

@@ -131,9 +131,15 @@ class _Lines:
                     if seen == index:
                         start = n
                 continue
-            if current == table and seen == index and key and re.match(rf"^\s*{re.escape(key)}\s*=", line):
+            if current == table and seen == index and key is not None and _assigns(line, key):
                 return n
         return start or 1
+
+
+def _assigns(line: str, key: str) -> bool:
+    """Whether a TOML line sets `key` (bare or quoted)."""
+    k = re.escape(key)
+    return bool(re.match(rf"""^\s*(?:{k}|"{k}"|'{k}')\s*=""", line))
 
 
 def load_spec(path: str | Path) -> Spec:
