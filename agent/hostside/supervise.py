@@ -7,6 +7,8 @@ of the holder. Standard library only.
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import errno
 import fcntl
 import json
@@ -305,7 +307,7 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         child_env.update({k: str(v) for k, v in env.items()})
         child_env[CELL_ENV] = info["cell_id"]
         child_env[WORKDIR_ENV] = str(Path(os.path.expanduser(workdir)))
-        log = open(info["log"], "ab", buffering=0)
+        log = open(info["log"], "ab", buffering=0)  # noqa: SIM115 - the server's stdout for as long as it runs
         if runtime == "docker":
             container = docker.run_server(
                 image, info["container"], [str(a) for a in argv], env, label=info["cell_id"], log_path=info["log"]
@@ -334,10 +336,8 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
     except SystemExit:
         pass
     except BaseException as exc:  # the supervisor must never leave a server behind
-        try:
-            Path(info["log"]).open("a").write(f"spark-agent supervisor error: {exc!r}\n")
-        except OSError:
-            pass
+        with contextlib.suppress(OSError), Path(info["log"]).open("a") as fh:
+            fh.write(f"spark-agent supervisor error: {exc!r}\n")
         code = 1
     finally:
         os._exit(code)
@@ -397,11 +397,12 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
     info = _read_json(state_dir(workdir) / "server.json")
     follower = logparse.Follower()
     t0 = time.monotonic()
-    offset, partial = 0, ""
+    offset = 0
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character cut between two reads
     failure: dict = {}
     ready = False
     while True:
-        offset, partial = _feed_new_lines(info.get("log", ""), offset, partial, follower)
+        offset = _feed_new_lines(info.get("log", ""), offset, decoder, follower)
         if follower.fatal:
             failure = dict(follower.fatal)
             break
@@ -410,7 +411,7 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
             break
         if not _server_running(workdir, info):
             time.sleep(0.2)  # let the last lines reach the log
-            offset, partial = _feed_new_lines(info.get("log", ""), offset, partial, follower)
+            offset = _feed_new_lines(info.get("log", ""), offset, decoder, follower)
             failure = dict(follower.fatal or _exit_failure(info, follower))
             break
         if time.monotonic() - t0 > timeout_s:
@@ -421,23 +422,24 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
             }
             break
         time.sleep(poll_s)
-    if partial:
-        follower.feed(partial)
+    follower.flush()
     return {"ready": ready, "failure": failure, "facts": follower.facts(), "startup_s": time.monotonic() - t0}
 
 
-def _feed_new_lines(log_path: str, offset: int, partial: str, follower) -> tuple[int, str]:
+_TAIL_READ = 8 * 1024 * 1024  # per poll: a log that grows faster is caught up over the next polls
+
+
+def _feed_new_lines(log_path: str, offset: int, decoder: codecs.IncrementalDecoder, follower) -> int:
+    """Feed what the log gained since `offset`; returns the new offset. The follower keeps a cut-off last line
+    (at most logparse.MAX_LINE characters of it), so a line that never ends costs no memory."""
     try:
         with open(log_path, "rb") as fh:
             fh.seek(offset)
-            chunk = fh.read()
+            chunk = fh.read(_TAIL_READ)
     except OSError:
-        return offset, partial
-    text = partial + chunk.decode(errors="replace")
-    lines = text.split("\n")
-    for line in lines[:-1]:
-        follower.feed(line)
-    return offset + len(chunk), lines[-1]
+        return offset
+    follower.feed_chunk(decoder.decode(chunk))
+    return offset + len(chunk)
 
 
 def _exit_failure(info: dict, follower) -> dict:
@@ -482,10 +484,8 @@ def stop(workdir: str, cell_id: str = "", holder: dict | None = None, grace: flo
     stopped = False
     sup = info.get("supervisor_pid")
     if sup and _alive(int(sup)):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(int(sup), signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         deadline = time.monotonic() + grace
         while _alive(int(sup)) and time.monotonic() < deadline:
             time.sleep(0.05)
