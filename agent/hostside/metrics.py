@@ -55,7 +55,7 @@ def scrape(url: str, timeout: float = 5.0) -> dict:
 
 def parse(text: str) -> dict:
     """Prometheus text exposition -> {name: sum over label sets, 'name{labels}': value}."""
-    values = {}
+    values: dict[str, float] = {}
     for line in text.splitlines():
         sample = _parse_sample(line)
         if sample is None:

@@ -282,7 +282,7 @@ def _quant_summary(source: str, q: dict, producer) -> dict:
         "weight_block_size",
         "activation_scheme",
     )
-    out = {"source": source}
+    out: dict[str, object] = {"source": source}
     out.update({k: q[k] for k in keys if k in q and not isinstance(q[k], dict)})
     if isinstance(producer, dict) and "name" in producer:
         out["producer"] = producer["name"]
@@ -422,7 +422,7 @@ def inspect_checkpoint(path: str) -> dict:
     if missing:
         warnings.append(f"{missing} tensor(s) named in the index are in no shard (incomplete download?)")
     modules = _modules(tensors)
-    summary = {
+    summary: dict = {
         "path": path,
         "name": os.path.basename(path.rstrip("/")),
         "shards": len(shards),
@@ -535,7 +535,7 @@ def _expert_layers(modules: dict) -> dict:
             totals[fmt] = totals.get(fmt, 0) + n
     usual = max(totals, key=lambda f: (totals[f], -FORMAT_RANK[f]))
     raised = {
-        layer: max(counts, key=FORMAT_RANK.get)
+        layer: max(counts, key=lambda f: FORMAT_RANK[f])
         for layer, counts in per_layer.items()
         if max(FORMAT_RANK[f] for f in counts) > FORMAT_RANK[usual]
     }
