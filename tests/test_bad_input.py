@@ -392,7 +392,7 @@ FLAG_CASES = [
     argv_case("sweep-no-spec", "spec", "sweep"),
     argv_case("no-command", "command", "--debug"),
     argv_case("check-limit-no-match", "--limit nope", "check", "-i", "inv.yml", "--limit", "nope"),
-    argv_case("env-host-no-match", "--limit nope", "env", "spec.toml", "-i", "inv.yml", "--host", "nope"),
+    argv_case("env-host-no-match", "--host nope", "env", "spec.toml", "-i", "inv.yml", "--host", "nope"),
     argv_case("attest-missing", "nolog.txt", "attest", "nolog.txt"),
     argv_case("attest-folder", "alog: is a folder", "attest", "alog", prepare=lambda w: _folder(w, "alog")),
     argv_case(
@@ -444,7 +444,7 @@ FLAG_CASES = [
     argv_case("inspect-tok-s-negative", "--tok-s", "inspect", "x", "--tok-s=-1"),
     argv_case(
         "pin-host-not-in-inventory",
-        "--limit nope",
+        "--host nope",
         "pin",
         "nvcr.io/nvidia/vllm:25.11-py3",
         "-i",

@@ -70,7 +70,7 @@ def check_input(tag: str, host: str, inventory: str, write: str | None) -> None:
             raise UserError(f"{write}: not valid TOML ({exc}); fix it, then run pin again") from None
         except RecursionError:
             raise UserError(f"{write}: nested too deeply to be a sweep spec") from None
-    load_inventory(inventory, limit=host)
+    load_inventory(inventory, limit=host, flag="--host")
 
 
 def resolve_on_host(tag: str, host: str, inventory: str) -> str:

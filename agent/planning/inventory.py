@@ -51,8 +51,9 @@ class Host:
         return str(self.vars.get("ansible_host", self.name)), int(self.vars.get("ansible_port", 22))
 
 
-def load_inventory(path: str | Path | None, limit: str | None = None) -> list[Host]:
-    """The hosts to work on, with their variables. Raises UserError naming the file or host."""
+def load_inventory(path: str | Path | None, limit: str | None = None, flag: str = "--limit") -> list[Host]:
+    """The hosts to work on, with their variables. Raises UserError naming the file, the host or the flag
+    (`flag`: how the command spells the option that gave `limit`)."""
     path = Path(path) if path else DEFAULT_INVENTORY
     if not path.exists():
         raise UserError(f"{path}: inventory not found; pass -i INVENTORY (see inventory/example-fleet.yml)")
@@ -63,14 +64,14 @@ def load_inventory(path: str | Path | None, limit: str | None = None) -> list[Ho
     Display()  # made before the redirect: it patches the real streams once, and writes to sys.stderr per call
     held = io.StringIO()
     with contextlib.redirect_stdout(held), contextlib.redirect_stderr(held):
-        hosts = _load(path, limit)
+        hosts = _load(path, limit, flag)
     sys.stderr.write(held.getvalue())  # ansible's warnings, now that the inventory proved good
     for h in hosts:
         check_host(path, h)
     return hosts
 
 
-def _load(path: Path, limit: str | None) -> list[Host]:
+def _load(path: Path, limit: str | None, flag: str) -> list[Host]:
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
@@ -90,23 +91,23 @@ def _load(path: Path, limit: str | None) -> list[Host]:
                 "name it plainly and put the address in ansible_host"
             )
     if limit is not None:
-        names = _limited(inv, path, names, limit)
+        names = _limited(inv, path, names, limit, flag)
     variables = VariableManager(loader=loader, inventory=inv)
     return [Host(n, _templated(loader, variables.get_vars(host=inv.get_host(n)))) for n in names]
 
 
-def _limited(inv: Any, path: Path, names: list[str], limit: str) -> list[str]:
+def _limited(inv: Any, path: Path, names: list[str], limit: str, flag: str) -> list[str]:
     wanted = [p.strip() for p in limit.split(",") if p.strip()]
     if not wanted:
-        raise UserError(f"--limit {limit!r}: name hosts or groups (comma-separated); hosts: {', '.join(names)}")
+        raise UserError(f"{flag} {limit!r}: name hosts or groups (comma-separated); hosts: {', '.join(names)}")
     selected: list[str] = []
     for pattern in wanted:
         try:
             matched = [h.name for h in inv.get_hosts(pattern)]
         except Exception:  # ansible raises several kinds for a bad pattern (a broken ~regex, a bad range)
-            raise UserError(f"--limit {_shown(pattern)}: not a valid host pattern") from None
+            raise UserError(f"{flag} {_shown(pattern)}: not a valid host pattern") from None
         if not matched:
-            raise UserError(f"--limit {_shown(pattern)}: no such host or group in {path}; hosts: {', '.join(names)}")
+            raise UserError(f"{flag} {_shown(pattern)}: no such host or group in {path}; hosts: {', '.join(names)}")
         selected += [m for m in matched if m not in selected]
     return selected
 
