@@ -89,17 +89,18 @@ def test_acceptance_rates_are_capped(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "args",
+    "args,expected",
     [
-        "{" + "[" * 5000,  # deeper than the parser allows
-        "{'speculative_config': '" + "[" * 5000 + "'}",  # JSON nested past the recursion limit
-        "{'a': " + "9" * 5000 + "}",  # an int past Python's digit limit
-        "{'a': 1",  # cut off
+        ("{" + "[" * 5000, {}),  # deeper than the parser allows
+        ("{'speculative_config': '" + "[" * 5000 + "'}", {"speculative_config": "[" * 5000}),  # JSON too deep
+        ("{'a': " + "9" * 5000 + "}", {}),  # an int past Python's digit limit
+        ("{'a': 1", {}),  # cut off
     ],
+    ids=["deep-repr", "deep-json", "huge-int", "cut-off"],
 )
-def test_hostile_non_default_args_give_no_args_and_no_crash(args):
+def test_hostile_non_default_args_give_no_args_and_no_crash(args, expected):
     facts = parse(INFO + "non-default args: " + args + "\n")
-    assert facts["non_default_args"] == {} or facts["non_default_args"] == {"speculative_config": "[" * 5000}
+    assert facts["non_default_args"] == expected and facts["speculative"]["method"] == ""
 
 
 def test_only_a_few_bad_args_lines_are_evaluated(monkeypatch):
