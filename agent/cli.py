@@ -9,7 +9,8 @@ from typing import NoReturn
 
 from agent import logs
 from agent.commands import NAMES
-from agent.errors import UserError, one_line
+from agent.errors import UserError
+from agent.reporting.escape import plain
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,13 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except UserError as exc:
-        print(f"spark-agent: error: {one_line(exc.message)}", file=sys.stderr)
+        print(f"spark-agent: error: {plain(exc.message)}", file=sys.stderr)
         return exc.exit_code
     logs.configure("console")  # commands with --log-format reconfigure
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"spark-agent: error: {one_line(exc.message)}", file=sys.stderr)
+        print(f"spark-agent: error: {plain(exc.message)}", file=sys.stderr)  # may quote a host: one clean line
         return exc.exit_code
     except KeyboardInterrupt:
         print("spark-agent: interrupted", file=sys.stderr)
