@@ -17,6 +17,8 @@ import re
 import struct
 import sys
 
+from .errors import HostError
+
 HEADER_LIMIT = 100 * 1024 * 1024  # the format's own cap; a larger length means a corrupt file
 # Nothing on disk is trusted: a checkpoint folder may come from anyone. These bound the work and memory.
 HEADERS_LIMIT = 1024**3  # header bytes of all shards together (real checkpoints: a few MB)
@@ -97,7 +99,7 @@ _DIGITS = re.compile(r"\d+")
 _EXPERT_INDEX = re.compile(r"(?:^|\.)experts\.(\d+)\.")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(HostError, ValueError):
     """A path that is not a readable checkpoint. The message names the file and says what to do."""
 
 
