@@ -13,7 +13,7 @@ import structlog
 from rich.console import Console
 
 from agent import logs
-from agent.errors import UserError
+from agent.commands import flags
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
@@ -34,8 +34,14 @@ def register(sub) -> None:
         help="Ansible inventory (default: inventory/local.yml, the simulated Spark on this machine)",
     )
     p.add_argument("--limit", help="only these hosts or groups (comma-separated), as ansible --limit")
-    p.add_argument("--results", default="results", help="results folder (default: ./results)")
-    p.add_argument("--duration", type=float, help="override every measurement window, seconds (quick rehearsals)")
+    p.add_argument(
+        "--results", type=flags.writable_folder, default="results", help="results folder (default: ./results)"
+    )
+    p.add_argument(
+        "--duration",
+        type=flags.number(0, 86_400),
+        help="override every measurement window, seconds (quick rehearsals)",
+    )
     p.add_argument("--fresh", action="store_true", help="measure finished cells again (default: resume)")
     p.add_argument("--evict", action="store_true", help="stop a vLLM server we did not start (default: refuse)")
     p.add_argument("--log-format", choices=["console", "json"], default="console")
@@ -49,8 +55,6 @@ def run(args) -> int:
     logs.configure(args.log_format)
     spec = load_spec(args.spec)
     if args.duration is not None:
-        if args.duration <= 0:
-            raise UserError(f"--duration must be > 0 seconds, got {args.duration}")
         spec = spec.with_duration(args.duration)
     hosts = load_inventory(args.inventory, args.limit)
     show = not args.no_progress and args.log_format == "console" and sys.stderr.isatty()
