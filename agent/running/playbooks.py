@@ -58,6 +58,10 @@ def ansible_env() -> dict[str, str]:
         "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
         "PATH": venv_bin + os.pathsep + os.environ.get("PATH", ""),
         "ANSIBLE_NOCOLOR": "1",
+        # a playbook dies with the controller that started it (playbooks/callback_plugins/spark_parent_guard.py)
+        "ANSIBLE_CALLBACK_PLUGINS": str(PLAYBOOKS / "callback_plugins"),
+        "ANSIBLE_CALLBACKS_ENABLED": "spark_parent_guard",
+        "SPARK_AGENT_CONTROLLER_PID": str(os.getpid()),
     }
 
 

@@ -1,0 +1,93 @@
+"""A playbook dies with the controller that started it: SIGKILL the controller and no later task runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from agent.paths import REPO
+
+pytestmark = pytest.mark.integration
+
+CONTROLLER = textwrap.dedent("""
+    import sys
+    from agent.running.playbooks import run_playbook
+    run_playbook(sys.argv[1], sys.argv[2])
+""")
+
+
+def _playbooks_under(pid: int) -> list[psutil.Process]:
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [c for c in children if any("ansible-playbook" in part for part in c.cmdline()[:3])]
+
+
+def test_sigkilled_controller_leaves_no_playbook(tmp_path):
+    marker, after = tmp_path / "started", tmp_path / "went-on"
+    playbook = tmp_path / "slow.yml"
+    playbook.write_text(
+        textwrap.dedent(f"""
+        - name: Slow
+          hosts: localhost
+          gather_facts: false
+          tasks:
+            - name: Say we started
+              ansible.builtin.file:
+                path: {marker}
+                state: touch
+                mode: "0600"
+            - name: Wait long
+              ansible.builtin.command: sleep 120
+              changed_when: false
+    """)
+    )
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text(
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+        f"      ansible_python_interpreter: {sys.executable}\n"
+    )
+    controller = subprocess.Popen(
+        [sys.executable, "-c", CONTROLLER, str(playbook), str(inventory)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the playbook never started"
+            assert controller.poll() is None, "the controller exited early"
+            time.sleep(0.2)
+        main = [p for p in _playbooks_under(controller.pid) if p.ppid() == controller.pid]
+        assert main, "no ansible-playbook under the controller"
+        controller.send_signal(signal.SIGKILL)
+        controller.wait(timeout=10)
+        _gone, alive = psutil.wait_procs(main, timeout=10)
+        assert alive == [], f"ansible-playbook outlived its controller: {[p.pid for p in alive]}"
+        time.sleep(6)  # the running task (sleep 3) ends in its worker; the next task must never start
+        assert not after.exists()
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+            controller.wait()
+        for proc in _playbooks_under(controller.pid):
+            proc.kill()
+
+
+def test_guard_is_off_for_plain_ansible_runs():
+    sys.path.insert(0, str(REPO / "playbooks" / "callback_plugins"))
+    try:
+        import spark_parent_guard
+    finally:
+        sys.path.pop(0)
+    assert spark_parent_guard.guard_parent(None) == "off"
+    assert spark_parent_guard.guard_parent("not-a-pid") == "off"
+    assert spark_parent_guard.guard_parent("1") == "parent gone"  # our parent is not init
