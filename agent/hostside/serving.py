@@ -10,7 +10,9 @@ import os
 import shlex
 import shutil
 import tarfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import docker, supervise
 
@@ -25,9 +27,9 @@ def run_dir(workdir: str, cell_id: str) -> Path:
     return path
 
 
-def read_env_file(path: str) -> dict:
+def read_env_file(path: str) -> dict[str, str]:
     """KEY=VALUE lines, as docker --env-file reads them (no quoting, # comments)."""
-    env = {}
+    env: dict[str, str] = {}
     if not path:
         return env
     for line in Path(os.path.expanduser(path)).read_text().splitlines():
@@ -39,7 +41,12 @@ def read_env_file(path: str) -> dict:
 
 
 def launch_command(
-    runtime: str, argv: list, env: dict, image: str, container: str = "spark-agent", cell_id: str = ""
+    runtime: str,
+    argv: Sequence[object],
+    env: Mapping[str, object],
+    image: str,
+    container: str = "spark-agent",
+    cell_id: str = "",
 ) -> str:
     """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line)."""
     if runtime == "docker":
@@ -48,7 +55,7 @@ def launch_command(
     return (assigns + " " if assigns else "") + shlex.join([str(a) for a in argv])
 
 
-def serve_cell(p: dict) -> dict:
+def serve_cell(p: dict[str, Any]) -> dict[str, Any]:
     """Start the cell's server and wait until it is healthy, or until the log says it died (fail fast)."""
     rdir = run_dir(p["workdir"], p["cell_id"])
     env = read_env_file(p["env_file"])

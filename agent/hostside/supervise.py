@@ -19,9 +19,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from . import docker, logparse  # imported up front: the forked supervisor must not import late
+from .contracts import Failure, Holder, ServeStatus
 
 CELL_ENV = "SPARK_AGENT_CELL"  # marks every server process we start
 WORKDIR_ENV = "SPARK_AGENT_WORKDIR"  # which host work dir started it (several test hosts can share a machine)
@@ -30,9 +33,9 @@ WORKDIR_ENV = "SPARK_AGENT_WORKDIR"  # which host work dir started it (several t
 class HostBusy(Exception):
     """The host is taken: another controller holds the lock, or a foreign server runs."""
 
-    def __init__(self, message: str, holder: dict | None = None):
+    def __init__(self, message: str, holder: Mapping[str, Any] | None = None):
         super().__init__(message)
-        self.holder = holder or {}
+        self.holder = holder or {}  # as read from the host's holder.json: not trusted to be a Holder
 
 
 # ---------------------------------------------------------------------------------------------- state files
@@ -49,14 +52,14 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
-def _write_json(path: Path, data: dict) -> None:
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
     os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------- the lock
-def acquire_lock(workdir: str, holder: dict) -> int:
+def acquire_lock(workdir: str, holder: Holder) -> int:
     """Take the host lock without waiting; returns the fd (keep it open). Raises HostBusy naming the holder."""
     sdir = state_dir(workdir)
     fd = os.open(str(sdir / "host.lock"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -72,7 +75,7 @@ def acquire_lock(workdir: str, holder: dict) -> int:
     return fd
 
 
-def describe_holder(holder: dict) -> str:
+def describe_holder(holder: Mapping[str, Any]) -> str:
     if not holder:
         return "another process (no holder record)"
     return (
@@ -211,7 +214,7 @@ def start(
     argv: list,
     env: dict,
     log_path: str,
-    holder: dict,
+    holder: Holder,
     image: str = "",
     scope: str = "machine",
     evict: bool = False,
@@ -310,6 +313,8 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
             container = docker.run_server(
                 image, info["container"], [str(a) for a in argv], env, label=info["cell_id"], log_path=info["log"]
             )
+            if container.log_follower is None:  # run_server follows the log whenever log_path is given
+                raise RuntimeError("docker run gave no log follower")
             proc = container.log_follower  # `docker logs -f` ends when the container does
         else:
             proc = subprocess.Popen(
@@ -389,7 +394,7 @@ def _alive(pid: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- health wait
-def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) -> dict:
+def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) -> ServeStatus:
     """Wait for /health while tailing the log. Stop at once on a fatal log line or a dead server.
 
     Returns {"ready": bool, "failure": {...} or {}, "facts": parsed log facts, "startup_s": float}.
@@ -398,12 +403,12 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
     follower = logparse.Follower()
     t0 = time.monotonic()
     offset, partial = 0, ""
-    failure: dict = {}
+    failure = Failure()
     ready = False
     while True:
         offset, partial = _feed_new_lines(info.get("log", ""), offset, partial, follower)
         if follower.fatal:
-            failure = dict(follower.fatal)
+            failure = follower.fatal.copy()
             break
         if _health_ok(url):
             ready = True
@@ -411,22 +416,24 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
         if not _server_running(workdir, info):
             time.sleep(0.2)  # let the last lines reach the log
             offset, partial = _feed_new_lines(info.get("log", ""), offset, partial, follower)
-            failure = dict(follower.fatal or _exit_failure(info, follower))
+            failure = (follower.fatal or _exit_failure(follower)).copy()
             break
         if time.monotonic() - t0 > timeout_s:
-            failure = {
-                "class": "health_timeout",
-                "evidence": [f"/health not ready after {timeout_s:.0f} s"],
-                "root_cause": "the server neither became healthy nor died",
-            }
+            failure = Failure(
+                {
+                    "class": "health_timeout",
+                    "evidence": [f"/health not ready after {timeout_s:.0f} s"],
+                    "root_cause": "the server neither became healthy nor died",
+                }
+            )
             break
         time.sleep(poll_s)
     if partial:
         follower.feed(partial)
-    return {"ready": ready, "failure": failure, "facts": follower.facts(), "startup_s": time.monotonic() - t0}
+    return ServeStatus(ready=ready, failure=failure, facts=follower.facts(), startup_s=time.monotonic() - t0)
 
 
-def _feed_new_lines(log_path: str, offset: int, partial: str, follower) -> tuple[int, str]:
+def _feed_new_lines(log_path: str, offset: int, partial: str, follower: logparse.Follower) -> tuple[int, str]:
     try:
         with open(log_path, "rb") as fh:
             fh.seek(offset)
@@ -440,15 +447,17 @@ def _feed_new_lines(log_path: str, offset: int, partial: str, follower) -> tuple
     return offset + len(chunk), lines[-1]
 
 
-def _exit_failure(info: dict, follower) -> dict:
+def _exit_failure(follower: logparse.Follower) -> Failure:
     failure = logparse.classify(follower.facts())
     if failure and failure.get("class"):
         return failure
-    return {
-        "class": "other",
-        "evidence": ["the server process exited before it became healthy"],
-        "root_cause": "server exited",
-    }
+    return Failure(
+        {
+            "class": "other",
+            "evidence": ["the server process exited before it became healthy"],
+            "root_cause": "server exited",
+        }
+    )
 
 
 def _health_ok(url: str) -> bool:
@@ -464,11 +473,11 @@ def _server_running(workdir: str, info: dict) -> bool:
     if current.get("exited"):
         return False
     pid = current.get("supervisor_pid") or info.get("supervisor_pid")
-    return bool(pid) and _alive(int(pid))
+    return _alive(int(pid)) if pid else False
 
 
 # ---------------------------------------------------------------------------------------------- stop / status
-def stop(workdir: str, cell_id: str = "", holder: dict | None = None, grace: float = 30.0) -> dict:
+def stop(workdir: str, cell_id: str = "", holder: Mapping[str, Any] | None = None, grace: float = 30.0) -> dict:
     """Stop the server we started here (via its supervisor), if any. Idempotent: returns {"stopped": bool}.
 
     With cell_id, only that cell's server is stopped; with holder (a controller identity), only a server that
@@ -503,7 +512,7 @@ def stop(workdir: str, cell_id: str = "", holder: dict | None = None, grace: flo
     return {"stopped": stopped, "cell_id": info.get("cell_id", "")}
 
 
-def _same_controller(a: dict, b: dict) -> bool:
+def _same_controller(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     keys = ("controller_host", "controller_pid")
     return all(str(a.get(k)) == str(b.get(k)) for k in keys)
 
@@ -515,13 +524,13 @@ def status(workdir: str) -> dict:
     return {"running": running, "server": info, "holder": _read_json(sdir / "holder.json") if running else {}}
 
 
-def controller_identity(sweep: str, cell_id: str) -> dict:
+def controller_identity(sweep: str, cell_id: str) -> Holder:
     """Who holds the lock: recorded on the host, shown to anyone refused."""
-    return {
-        "user": os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid()),
-        "controller_host": socket.gethostname(),
-        "controller_pid": os.getpid(),
-        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "sweep": sweep,
-        "cell_id": cell_id,
-    }
+    return Holder(
+        user=os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid()),
+        controller_host=socket.gethostname(),
+        controller_pid=os.getpid(),
+        since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        sweep=sweep,
+        cell_id=cell_id,
+    )
