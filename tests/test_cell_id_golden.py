@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agent.hostside import facts
 from agent.planning import envrules, matrix
+from agent.planning.matrix import CellConfig
 from agent.planning.spec import load_spec
 
 GOLDEN_ID = "a4979e5cc5c3"
@@ -71,7 +72,12 @@ seed = 7
 
 
 def test_cell_id_of_a_known_config_is_pinned():
-    assert matrix.cell_id(GOLDEN_CONFIG, GOLDEN_ENV) == GOLDEN_ID
+    config = CellConfig.from_dict(GOLDEN_CONFIG)
+    assert matrix.cell_id(config, GOLDEN_ENV) == GOLDEN_ID
+    # the table it hashes is exactly the recorded one: same keys in the same order, same values and types
+    table = config.to_dict()
+    assert list(table) == list(GOLDEN_CONFIG) and table == GOLDEN_CONFIG
+    assert [type(v) for v in table.values()] == [type(v) for v in GOLDEN_CONFIG.values()]
 
 
 def test_a_spec_plans_exactly_the_known_config(tmp_path: Path):
@@ -80,10 +86,10 @@ def test_a_spec_plans_exactly_the_known_config(tmp_path: Path):
     gb10 = facts.classify({"gpu_name": "NVIDIA GB10", "compute_capability": "12.1"}, envrules.gpu_rules())
     cells = matrix.plan_cells(load_spec(path), "spark-1", gb10, {"spark_runtime": "docker"})
     cell = next(c for c in cells if c.label == "uns-fast moe=marlin spec=mtp")
-    config = cell.config
+    table = cell.config.to_dict()
     # same keys in the same order (the [config] table of cell.toml), same values and types
-    assert list(config) == list(GOLDEN_CONFIG)
-    assert config == GOLDEN_CONFIG
-    assert [type(v) for v in config.values()] == [type(v) for v in GOLDEN_CONFIG.values()]
-    assert cell.id == matrix.cell_id(GOLDEN_CONFIG, cell.env)
+    assert list(table) == list(GOLDEN_CONFIG)
+    assert table == GOLDEN_CONFIG
+    assert [type(v) for v in table.values()] == [type(v) for v in GOLDEN_CONFIG.values()]
+    assert cell.id == matrix.cell_id(CellConfig.from_dict(GOLDEN_CONFIG), cell.env)
     assert cell.argv[3:9] == ["--gpu-memory-utilization", "0.85", "--max-model-len", "262144", "--max-num-seqs", "16"]

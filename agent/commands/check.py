@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
+from agent.hostside.contracts import Facts
 from agent.planning import envrules
 from agent.planning.inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
 from agent.running import playbooks as fleet
 from agent.running.sweep import gather_facts
 
 
-def _columns(f: dict) -> dict[str, str]:
+def _columns(f: Facts) -> dict[str, str]:
     """The facts that matter when choosing what to run, compactly."""
     sim = " (simulated)" if f.get("simulated") else ""
     return {
@@ -32,7 +37,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def blockers(host_vars: dict, facts: dict, status: dict) -> list[str]:
+def blockers(host_vars: Mapping[str, Any], facts: Facts, status: Mapping[str, Any]) -> list[str]:
     """What would stop (or silently spoil) a sweep on this host."""
     out = []
     runtime = host_vars.get("spark_runtime", "docker")
@@ -54,7 +59,7 @@ def blockers(host_vars: dict, facts: dict, status: dict) -> list[str]:
     return out + notes
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     check_reachable(hosts)
     facts = {name: envrules.classify(f) for name, f in gather_facts(args.inventory, hosts).items()}
@@ -62,7 +67,7 @@ def run(args) -> int:
         "teardown", args.inventory, {"cell": {"id": ""}}, limit=",".join(h.name for h in hosts), tags="status"
     )
     table = Table(title="spark-agent check")
-    for col in ("host", *_columns({}), "would stop a sweep"):
+    for col in ("host", *_columns(Facts()), "would stop a sweep"):
         table.add_column(col, overflow="fold", style="red" if col == "would stop a sweep" else None)
     problems = 0
     for h in hosts:

@@ -13,19 +13,31 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
+from agent.hostside.contracts import Facts
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
 ENV_RULES = RULES_DIR / "env.toml"
 GPU_RULES = RULES_DIR / "gpus.toml"
 
 
+class EnvProvenance(TypedDict):
+    """One [[env_provenance]] row of cell.toml: a variable set, overridden or dropped, and the rule that did it."""
+
+    name: str
+    value: str
+    action: str  # set | override | drop
+    rule: str
+    reason: str
+
+
 @dataclass
 class EnvResult:
     env: dict[str, str] = field(default_factory=dict)  # the final environment
-    provenance: list[dict] = field(default_factory=list)  # name, value, action, rule, reason
+    provenance: list[EnvProvenance] = field(default_factory=list)  # the [[env_provenance]] rows of cell.toml
     warnings: list[str] = field(default_factory=list)
 
 
@@ -44,12 +56,12 @@ def gpu_rules(path: Path = GPU_RULES) -> dict[str, dict]:
     return hostfacts.load_gpu_rules(path)
 
 
-def classify(facts: dict) -> dict:
+def classify(facts: Facts) -> Facts:
     """Host facts with arch/sm filled by the controller's gpus.toml when the host could not classify."""
     return facts if facts.get("arch") else hostfacts.classify(facts, gpu_rules())
 
 
-def arch_of(facts: dict) -> str:
+def arch_of(facts: Facts) -> str:
     """The arch a host reported, else the controller's own classification of its GPU."""
     return facts.get("arch") or hostfacts.match_arch(
         facts.get("gpu_name", ""), facts.get("compute_capability", ""), gpu_rules()
@@ -71,7 +83,7 @@ def in_range(version: tuple[int, int, int], spec: str) -> bool:
     for clause in filter(None, (part.strip() for part in spec.split(","))):
         match = re.fullmatch(r"(>=|<=|==|>|<)\s*(\S+)", clause)
         bound = parse_version(match[2]) if match else None
-        if bound is None:
+        if match is None or bound is None:
             raise ValueError(f"bad version range clause {clause!r} in {spec!r}")
         if not compare[match[1]](version, bound):
             return False
@@ -92,7 +104,7 @@ def _applies(entry: dict, arch: str, quant: str, version) -> bool:
 # --- resolution ------------------------------------------------------------------------------------
 
 
-def resolve_env(facts: dict, quant: str, vllm_version: str, overrides: dict[str, str]) -> EnvResult:
+def resolve_env(facts: Facts, quant: str, vllm_version: str, overrides: dict[str, str]) -> EnvResult:
     """The environment for a cell on a host with these facts.
 
     vllm_version "" means unknown (pass the spec's image version when there is one): then only
@@ -130,11 +142,11 @@ def _read_version(vllm_version: str, warnings: list[str]):
     return version
 
 
-def _no_arch_warning(facts: dict) -> str:
+def _no_arch_warning(facts: Facts) -> str:
     if not facts.get("gpu_name"):
         return "no GPU facts for this host (no nvidia-smi?): no GPU rules apply"
     return (
-        f"unknown GPU architecture {facts['gpu_name']!r} (compute capability "
+        f"unknown GPU architecture {facts.get('gpu_name', '')!r} (compute capability "
         f"{facts.get('compute_capability') or '?'}): no GPU rules apply; add it to agent/rules/gpus.toml"
     )
 
@@ -176,7 +188,7 @@ def _is_dead(entry: dict, version, warnings: list[str], value: str) -> bool:
 
 
 def _record(result: EnvResult, name: str, value: str, action: str, rule: str, reason: str) -> None:
-    result.provenance.append({"name": name, "value": value, "action": action, "rule": rule, "reason": reason})
+    result.provenance.append(EnvProvenance(name=name, value=value, action=action, rule=rule, reason=reason))
 
 
 # --- speculative decoding ----------------------------------------------------------------------------
@@ -226,7 +238,7 @@ def _parse_speculative(speculative_json: str) -> dict:
         raise UserError(
             f"speculative config is not valid JSON ({exc}): {speculative_json!r}; "
             'write it as in --speculative-config, e.g. {"method":"mtp","num_speculative_tokens":2}'
-        )
+        ) from None
     if not isinstance(config, dict):
         raise UserError(f"speculative config must be a JSON object, got {speculative_json!r}")
     return config

@@ -9,11 +9,74 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypedDict
 
+from agent.hostside.contracts import Facts
 from agent.planning import envrules
+from agent.planning.settings import LoadSettings, ServerSettings, flat_dict, flat_items, from_flat, meta
 from agent.planning.spec import Checkpoint, Spec
+
+
+@dataclass(frozen=True)
+class CellConfig:
+    """What a cell asks for: the [config] table of cell.toml, and (with the env) what its id hashes.
+
+    to_dict() gives the table exactly as recorded since schema 1 (key order, value types); changing what it gives
+    changes every cell id and so breaks every user's resume (tests/test_cell_id_golden.py pins it)."""
+
+    image: str  # name@sha256:<digest>
+    runtime: str  # docker | process
+    checkpoint: str  # the spec's name for it
+    model: str  # path or hub id passed to `vllm serve`
+    quant: str  # nvfp4 | fp8 | bf16
+    moe_backend: str = field(metadata=meta(flag="--moe-backend"))  # "" = auto (flag not passed)
+    linear_backend: str = field(metadata=meta(flag="--linear-backend"))
+    attention_backend: str = field(metadata=meta(flag="--attention-backend"))
+    server: ServerSettings  # flattened into the table, in its field order
+    load: LoadSettings  # likewise
+    concurrency: list[int]
+    duration_s: float
+    warmup: int
+    repeats: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return flat_dict(self)
+
+    @classmethod
+    def from_dict(cls, table: Mapping[str, Any]) -> CellConfig:
+        """From a [config] table; keys recorded before a setting existed take its default (ValueError if a
+        required key is missing or a key is unknown)."""
+        return from_flat(cls, table)
+
+    def serve_args(self) -> list[str]:
+        """`vllm serve` arguments after MODEL (no host/port: those are host plumbing). The flags passed always
+        come first, then those set (a backend, speculative), then extra_args, each in field order."""
+        items = list(flat_items(self))
+        always = [[f.metadata["flag"], str(v)] for f, v in items if f.metadata.get("always")]
+        when_set = [
+            [f.metadata["flag"], str(v)]
+            for f, v in items
+            if f.metadata.get("flag") and not f.metadata.get("always") and v
+        ]
+        return [a for pair in always + when_set for a in pair] + [str(a) for a in self.server.extra_args]
+
+    @property
+    def speculative_method(self) -> str:
+        return str(json.loads(self.server.speculative).get("method", "?")) if self.server.speculative else ""
+
+
+class CheckpointInfo(TypedDict, total=False):
+    """[checkpoint_info] of cell.toml: what the weight headers on the host say, when the model is a folder there."""
+
+    bytes_per_token: int
+    total_gib: float
+    packed_fp4_tensors: int
+    high_precision_weights: int
+    expert_format: str
+    mtp_present: bool
+    mtp_quantized: bool
 
 
 @dataclass
@@ -21,24 +84,24 @@ class Cell:
     id: str
     sweep: str
     host: str
-    config: dict[str, Any]  # the [config] table of cell.toml
+    config: CellConfig
     env: dict[str, str]  # the server's environment (rules + overrides)
-    provenance: list[dict]  # the [[env_provenance]] rows
+    provenance: list[envrules.EnvProvenance]  # the [[env_provenance]] rows
     notes: list[str] = field(default_factory=list)  # warnings and rule notes, shown before the run
     argv: list[str] = field(default_factory=list)  # the server command line on this host
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
-    checkpoint_info: dict[str, Any] = field(default_factory=dict)  # from the weight headers on the host, if any
+    checkpoint_info: CheckpointInfo = field(default_factory=lambda: CheckpointInfo())  # {} unless a folder there
 
     @property
     def label(self) -> str:
         c = self.config
-        parts = [c["checkpoint"], f"moe={c['moe_backend'] or 'auto'}"]
-        if c["linear_backend"]:
-            parts.append(f"linear={c['linear_backend']}")
-        if c["attention_backend"]:
-            parts.append(f"attn={c['attention_backend']}")
-        if c["speculative"]:
-            parts.append("spec=" + json.loads(c["speculative"]).get("method", "?"))
+        parts = [c.checkpoint, f"moe={c.moe_backend or 'auto'}"]
+        if c.linear_backend:
+            parts.append(f"linear={c.linear_backend}")
+        if c.attention_backend:
+            parts.append(f"attn={c.attention_backend}")
+        if c.server.speculative:
+            parts.append("spec=" + c.speculative_method)
         return " ".join(parts)
 
     def playbook_vars(self) -> dict[str, Any]:
@@ -47,16 +110,16 @@ class Cell:
         return {
             "id": self.id,
             "argv": self.argv,
-            "image": c["image"],
-            "model": c["model"],
-            "concurrency": c["concurrency"],
-            "duration_s": c["duration_s"],
-            "warmup": c["warmup"],
-            "repeats": c["repeats"],
-            "prompt_len": c["prompt_len"],
-            "output_len": c["output_len"],
-            "profile": c["profile"],
-            "seed": c["seed"],
+            "image": c.image,
+            "model": c.model,
+            "concurrency": list(c.concurrency),
+            "duration_s": c.duration_s,
+            "warmup": c.warmup,
+            "repeats": c.repeats,
+            "prompt_len": c.load.prompt_len,
+            "output_len": c.load.output_len,
+            "profile": c.load.profile,
+            "seed": c.load.seed,
             "host_env": self.host_env,
         }
 
@@ -65,43 +128,23 @@ def _auto(value: str) -> str:
     return "" if value == "auto" else value
 
 
-def cell_id(config: dict[str, Any], env: dict[str, str]) -> str:
-    canonical = json.dumps({"config": config, "env": env}, sort_keys=True, separators=(",", ":"))
+def cell_id(config: CellConfig, env: Mapping[str, str]) -> str:
+    """12 hex of sha256 over the canonical JSON of the [config] table and the env: the resume key."""
+    canonical = json.dumps({"config": config.to_dict(), "env": env}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
-def server_args(config: dict[str, Any]) -> list[str]:
-    """`vllm serve` arguments after MODEL for a cell (no host/port: those are host plumbing)."""
-    args = [
-        "--gpu-memory-utilization",
-        str(config["gpu_memory_utilization"]),
-        "--max-model-len",
-        str(config["max_model_len"]),
-        "--max-num-seqs",
-        str(config["max_num_seqs"]),
-    ]
-    for flag, key in (
-        ("--moe-backend", "moe_backend"),
-        ("--linear-backend", "linear_backend"),
-        ("--attention-backend", "attention_backend"),
-        ("--speculative-config", "speculative"),
-    ):
-        if config[key]:
-            args += [flag, config[key]]
-    return args + [str(a) for a in config["extra_args"]]
-
-
-def launch_argv(config: dict[str, Any], host_vars: dict[str, Any]) -> list[str]:
+def launch_argv(config: CellConfig, host_vars: Mapping[str, Any]) -> list[str]:
     """The full server command on a host: the engine command, MODEL, the cell's flags, then bind and port."""
     # process: the engine command; docker: the command after the image (NVIDIA's image runs `vllm serve`;
     # the simulator's image has it as its entrypoint, so its hosts set spark_serve_cmd: [])
     prefix = [str(a) for a in host_vars.get("spark_serve_cmd", ["vllm", "serve"])]
     bind = str(host_vars.get("spark_bind_host", "127.0.0.1"))
     port = str(host_vars.get("spark_port", 8000))
-    return prefix + [config["model"]] + server_args(config) + ["--host", bind, "--port", port]
+    return prefix + [config.model] + config.serve_args() + ["--host", bind, "--port", port]
 
 
-def plan_cells(spec: Spec, host: str, facts: dict[str, Any], host_vars: dict[str, Any]) -> list[Cell]:
+def plan_cells(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any]) -> list[Cell]:
     """Every (checkpoint × moe × linear × attention) combination, with its environment for this host."""
     cells = []
     combos = itertools.product(spec.checkpoints, spec.moe_backends, spec.linear_backends, spec.attention_backends)
@@ -111,32 +154,32 @@ def plan_cells(spec: Spec, host: str, facts: dict[str, Any], host_vars: dict[str
 
 
 def _cell(
-    spec: Spec, host: str, facts: dict, host_vars: dict, ckpt: Checkpoint, moe: str, linear: str, attention: str
+    spec: Spec,
+    host: str,
+    facts: Facts,
+    host_vars: Mapping[str, Any],
+    ckpt: Checkpoint,
+    moe: str,
+    linear: str,
+    attention: str,
 ) -> Cell:
-    speculative, notes = envrules.speculative_defaults(ckpt.quant, spec.server["speculative"])
-    config = {
-        "image": spec.image,
-        "runtime": str(host_vars.get("spark_runtime", "docker")),
-        "checkpoint": ckpt.name,
-        "model": ckpt.model,
-        "quant": ckpt.quant,
-        "moe_backend": _auto(moe),
-        "linear_backend": _auto(linear),
-        "attention_backend": _auto(attention),
-        "speculative": speculative,
-        "gpu_memory_utilization": float(spec.server["gpu_memory_utilization"]),
-        "max_model_len": spec.server["max_model_len"],
-        "max_num_seqs": spec.server["max_num_seqs"],
-        "extra_args": list(spec.server["extra_args"]),
-        "prompt_len": spec.load["prompt_len"],
-        "output_len": spec.load["output_len"],
-        "profile": spec.load["profile"],
-        "seed": spec.load["seed"],
-        "concurrency": list(spec.concurrency),
-        "duration_s": spec.duration_s,
-        "warmup": spec.warmup,
-        "repeats": spec.repeats,
-    }
+    speculative, notes = envrules.speculative_defaults(ckpt.quant, spec.server.speculative)
+    config = CellConfig(
+        image=spec.image,
+        runtime=str(host_vars.get("spark_runtime", "docker")),
+        checkpoint=ckpt.name,
+        model=ckpt.model,
+        quant=ckpt.quant,
+        moe_backend=_auto(moe),
+        linear_backend=_auto(linear),
+        attention_backend=_auto(attention),
+        server=replace(spec.server, speculative=speculative, extra_args=list(spec.server.extra_args)),
+        load=spec.load,
+        concurrency=list(spec.concurrency),
+        duration_s=spec.duration_s,
+        warmup=spec.warmup,
+        repeats=spec.repeats,
+    )
     resolved = envrules.resolve_env(facts, ckpt.quant, spec.vllm_version, spec.env)
     cell = Cell(
         id=cell_id(config, resolved.env),
@@ -152,7 +195,7 @@ def _cell(
     return cell
 
 
-def simulator_env(spec: Spec, facts: dict) -> dict[str, str]:
+def simulator_env(spec: Spec, facts: Facts) -> dict[str, str]:
     """A simulated host plays the chip its facts report, and the vLLM version the spec says its image has."""
     if not facts.get("simulated"):
         return {}
@@ -166,6 +209,6 @@ def spec_warnings(spec: Spec) -> list[str]:
     """Warnings that need no host: said before anything is touched."""
     out = []
     for ckpt in spec.checkpoints:
-        for w in envrules.speculative_warnings(ckpt.quant, spec.server["speculative"]):
+        for w in envrules.speculative_warnings(ckpt.quant, spec.server.speculative):
             out.append(f"{ckpt.name}: {w}")
     return out

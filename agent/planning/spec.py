@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
 from agent.hostside import docker
+from agent.planning.settings import LoadSettings, ServerSettings, toml_schema
 
 QUANTS = ("nvfp4", "fp8", "bf16")
 PROFILES = ("uniform", "mixed")
@@ -34,7 +35,7 @@ class Spec:
     image: str  # name@sha256:<digest>
     vllm_version: str  # the image's vLLM version if the spec states it ("" = read it from the log)
     checkpoints: list[Checkpoint]
-    server: dict[str, Any]  # gpu_memory_utilization, max_model_len, max_num_seqs, speculative, extra_args
+    server: ServerSettings
     moe_backends: list[str]
     linear_backends: list[str]
     attention_backends: list[str]
@@ -42,14 +43,12 @@ class Spec:
     duration_s: float
     warmup: int
     repeats: int
-    load: dict[str, Any]  # prompt_len, output_len, profile, seed
+    load: LoadSettings
     env: dict[str, str] = field(default_factory=dict)  # overrides, recorded with the rule they override
 
     def with_duration(self, seconds: float) -> Spec:
         """--duration: the same spec with every window set to `seconds` (for quick rehearsals)."""
-        copy = Spec(**{k: getattr(self, k) for k in self.__dataclass_fields__})
-        copy.duration_s = float(seconds)
-        return copy
+        return replace(self, duration_s=float(seconds))
 
 
 # table -> key -> (types, required, default)
@@ -57,13 +56,7 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
     "sweep": {"name": ((str,), True, None), "description": ((str,), False, "")},
     "image": {"ref": ((str,), True, None), "vllm_version": ((str,), False, "")},
     "checkpoints": {"name": ((str,), True, None), "model": ((str,), True, None), "quant": ((str,), True, None)},
-    "server": {
-        "gpu_memory_utilization": ((float, int), False, 0.85),
-        "max_model_len": ((int,), False, 8192),
-        "max_num_seqs": ((int,), False, 16),
-        "speculative": ((str, dict), False, ""),
-        "extra_args": ((list,), False, []),
-    },
+    "server": toml_schema(ServerSettings),
     "matrix": {
         "moe_backend": ((list,), True, None),
         "linear_backend": ((list,), False, ["auto"]),
@@ -73,12 +66,7 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
         "warmup": ((int,), False, 1),
         "repeats": ((int,), False, 3),
     },
-    "load": {
-        "prompt_len": ((int,), False, 1024),
-        "output_len": ((int,), False, 256),
-        "profile": ((str,), False, "uniform"),
-        "seed": ((int,), False, 0),
-    },
+    "load": toml_schema(LoadSettings),
     "env": {},
 }
 _REQUIRED_TABLES = ("sweep", "image", "checkpoints", "matrix")
@@ -192,7 +180,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         image=image["ref"],
         vllm_version=image["vllm_version"],
         checkpoints=checkpoints,
-        server=server,
+        server=ServerSettings(**dict(server, gpu_memory_utilization=float(server["gpu_memory_utilization"]))),
         moe_backends=_backends(path, lines, matrix, "moe_backend"),
         linear_backends=_backends(path, lines, matrix, "linear_backend"),
         attention_backends=_backends(path, lines, matrix, "attention_backend"),
@@ -200,7 +188,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         duration_s=float(matrix["duration_s"]),
         warmup=matrix["warmup"],
         repeats=matrix["repeats"],
-        load=load,
+        load=LoadSettings(**load),
         env={k: str(v) for k, v in env.items()},
     )
 
@@ -208,7 +196,8 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
 def _checkpoints(path: Path, lines: _Lines, raw: Any) -> list[Checkpoint]:
     if not isinstance(raw, list) or not raw:
         raise _err(path, lines.of("checkpoints"), "[[checkpoints]] must list at least one checkpoint")
-    out, seen = [], {}
+    out: list[Checkpoint] = []
+    seen: dict[str, int] = {}
     for i, entry in enumerate(raw):
         values = _check_table(path, lines, "checkpoints", entry, index=i)
         if values["quant"] not in QUANTS:

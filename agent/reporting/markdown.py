@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
-from agent.judging import stats
+from agent.judging import bandwidth, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
+from agent.planning.matrix import CellConfig
 from agent.results.tree import load_cells
 
 PLOTS = {  # file name → (title, y label, which Stat of a point)
@@ -84,7 +85,7 @@ def _span_s(start: str, end: str) -> float | None:
 def duration_text(seconds: float | None) -> str:
     if seconds is None:
         return "unknown"
-    minutes, s = divmod(int(round(seconds)), 60)
+    minutes, s = divmod(round(seconds), 60)
     h, m = divmod(minutes, 60)
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
 
@@ -122,16 +123,13 @@ def serve_command(cell: dict[str, Any]) -> str:
 
 
 def config_argv(config: dict[str, Any]) -> list[str]:
-    argv = ["vllm", "serve", str(config.get("model", ""))]
-    for key in ("gpu_memory_utilization", "max_model_len", "max_num_seqs"):
-        if config.get(key) not in (None, ""):
-            argv += [f"--{key.replace('_', '-')}", str(config[key])]
-    for key in stats.BACKEND_FIELDS:
-        if config.get(key):
-            argv += [f"--{key.replace('_', '-')}", str(config[key])]
-    if config.get("speculative"):
-        argv += ["--speculative-config", str(config["speculative"])]
-    return argv
+    """For a record without [launch]: the command rebuilt from [config] by the code that builds it for a sweep
+    (a table too damaged to read gives just the model)."""
+    try:
+        cell_config = CellConfig.from_dict(config)
+    except (ValueError, TypeError):
+        return ["vllm", "serve", str(config.get("model", ""))]
+    return ["vllm", "serve", cell_config.model] + cell_config.serve_args()
 
 
 def dropped_env(cell: dict[str, Any]) -> list[str]:
@@ -318,6 +316,7 @@ def unstable_lines(summaries: Sequence[CellSummary], threshold: float) -> list[s
         f"repeats {values_text(p.throughput)} tok/s"
         for s in summaries
         for p in s.unstable_points
+        if p.throughput is not None  # always: a point is unstable by its throughput's spread
     ]
 
 
@@ -358,8 +357,6 @@ def ceiling_lines(summaries: Sequence[CellSummary]) -> list[str]:
     """Single-stream decode (c=1) as % of the bandwidth ceiling, for cells that carry
     checkpoint_info.bytes_per_token; and whether bytes explain the differences between checkpoints
     on the same backend (agent.judging.bandwidth)."""
-    from agent.judging import bandwidth
-
     groups: dict[tuple[str, str], list[CellSummary]] = {}
     for s in summaries:
         if s.rankable and _c1(s) and s.cell.get("checkpoint_info", {}).get("bytes_per_token"):
@@ -397,17 +394,16 @@ def _arch(cell: dict[str, Any]) -> str:
     return facts.get("arch") or facts.get("gpu_name") or "unknown"
 
 
-def _ceiling_point(s: CellSummary) -> dict[str, Any]:
-    from agent.judging.bandwidth import single_stream_tok_s
-
+def _ceiling_point(s: CellSummary) -> bandwidth.Point:
     p = _c1(s)
+    assert p is not None and p.throughput is not None  # ceiling_lines only passes cells with a c=1 throughput
     medians = {"median_tpot_ms": p.tpot.median if p.tpot else 0.0, "output_throughput": p.throughput.median}
-    return {
-        "label": s.checkpoint,
-        "bytes_per_token": int(s.cell["checkpoint_info"]["bytes_per_token"]),
-        "tok_s": single_stream_tok_s(medians),
-        "speculative": bool(s.config.get("speculative")),
-    }
+    return bandwidth.Point(
+        label=s.checkpoint,
+        bytes_per_token=int(s.cell["checkpoint_info"]["bytes_per_token"]),
+        tok_s=bandwidth.single_stream_tok_s(medians),
+        speculative=bool(s.config.get("speculative")),
+    )
 
 
 # ---------------------------------------------------------------- plots
@@ -430,7 +426,7 @@ def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) 
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
     backends = sorted({s.backend for cells in panels.values() for s in cells})
     colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}  # one colour per backend in every panel
-    for ax, (name, cells) in zip(axes.flat, panels.items()):
+    for ax, (name, cells) in zip(axes.flat, panels.items(), strict=False):  # spare axes are hidden below
         _panel(ax, name, cells, ylabel, attr, colours)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)

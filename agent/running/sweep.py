@@ -10,18 +10,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import psutil
 import structlog
 
 from agent.errors import UserError
+from agent.hostside.contracts import Facts
 from agent.hostside.supervise import controller_identity
 from agent.planning import matrix as plan
 from agent.planning.inventory import Host, check_reachable
-from agent.planning.matrix import Cell
+from agent.planning.matrix import Cell, CheckpointInfo
 from agent.planning.spec import Spec
 from agent.results import tree as results
+from agent.results.records import CellRecord
 from agent.running import collect
 from agent.running import playbooks as fleet
 from agent.running.progress import Progress
@@ -46,11 +48,12 @@ class SweepOutcome:
     warnings: list[str] = field(default_factory=list)
 
 
-def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, dict[str, Any]]:
+def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, Facts]:
     """Host facts (the fingerprint stored with every result), from the provision playbook's facts step."""
     run = fleet.run_playbook("provision", inventory, {"image": ""}, limit=_limit(hosts), tags="facts")
     _raise_host_errors(run, "gathering facts")
-    return {h.name: run.results[h.name]["facts"]["spark_facts"] for h in hosts}
+    # what the spark_facts module returned: hostside.facts.gather() on that host
+    return {h.name: cast(Facts, run.results[h.name]["facts"]["spark_facts"]) for h in hosts}
 
 
 def _limit(hosts: list[Host]) -> str:
@@ -64,7 +67,7 @@ def _raise_host_errors(run: fleet.FleetRun, stage: str) -> None:
         raise UserError(f"{stage} failed: {detail}")
 
 
-def plan_fleet(spec: Spec, hosts: list[Host], facts: dict[str, dict]) -> dict[str, list[Cell]]:
+def plan_fleet(spec: Spec, hosts: list[Host], facts: dict[str, Facts]) -> dict[str, list[Cell]]:
     return {h.name: plan.plan_cells(spec, h.name, facts[h.name], h.vars) for h in hosts}
 
 
@@ -82,25 +85,25 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
     for host, cs in cells.items():
         infos = checkpoint_infos(run, host)
         for cell in cs:
-            cell.checkpoint_info = infos.get(cell.config["model"], {})
+            cell.checkpoint_info = infos.get(cell.config.model, CheckpointInfo())
     return run
 
 
-def checkpoint_infos(run: fleet.FleetRun, host: str) -> dict[str, dict]:
+def checkpoint_infos(run: fleet.FleetRun, host: str) -> dict[str, CheckpointInfo]:
     """What the weight headers on the host say per checkpoint folder (bytes per token for the decode ceiling)."""
-    out = {}
+    out: dict[str, CheckpointInfo] = {}
     for item in run.items.get(host, {}).get("checkpoints", []):
         summary = item.get("summary")
         if summary:
-            out[item["item"]["model"]] = {
-                "bytes_per_token": int(summary.get("bytes_per_token", 0)),
-                "total_gib": float(summary.get("total_gib", 0.0)),
-                "packed_fp4_tensors": int(summary.get("packed_fp4_tensors", 0)),
-                "high_precision_weights": int(summary.get("high_precision_weights", 0)),
-                "expert_format": str(summary.get("expert_format", "")),
-                "mtp_present": bool(summary.get("mtp", {}).get("present", False)),
-                "mtp_quantized": bool(summary.get("mtp", {}).get("quantized", False)),
-            }
+            out[item["item"]["model"]] = CheckpointInfo(
+                bytes_per_token=int(summary.get("bytes_per_token", 0)),
+                total_gib=float(summary.get("total_gib", 0.0)),
+                packed_fp4_tensors=int(summary.get("packed_fp4_tensors", 0)),
+                high_precision_weights=int(summary.get("high_precision_weights", 0)),
+                expert_format=str(summary.get("expert_format", "")),
+                mtp_present=bool(summary.get("mtp", {}).get("present", False)),
+                mtp_quantized=bool(summary.get("mtp", {}).get("quantized", False)),
+            )
     return out
 
 
@@ -194,7 +197,7 @@ def _host_worker(
     host: Host,
     all_cells: list[Cell],
     todo: list[Cell],
-    facts: dict,
+    facts: Facts,
     results_root: Path,
     evict: bool,
     progress: Progress,
@@ -222,12 +225,12 @@ def run_cell(
     inventory: Path,
     host: Host,
     cell: Cell,
-    facts: dict,
+    facts: Facts,
     results_root: Path,
     evict: bool,
     progress: Progress,
     cancel: threading.Event,
-) -> dict | None:
+) -> CellRecord | None:
     """Serve, bench, collect and tear down one cell on one host (playbooks/cell.yml), then write its results."""
     started = time.time()
     progress.cell_started(host.name, cell)
@@ -258,8 +261,8 @@ def run_cell(
         host=host.name,
         cell=cell.id,
         label=cell.label,
-        verdict=record["verdict"] if record else "lost",
-        failure=(record or {}).get("failure_class") or None,
+        verdict=record.verdict if record else "lost",
+        failure=(record.failure_class if record else "") or None,
         seconds=round(time.time() - started, 1),
     )
     return record
