@@ -100,7 +100,7 @@ NOT_INSTALLED = (
 )
 
 
-def _cli(args: list[str], docker_env: dict | None, **kwargs) -> subprocess.CompletedProcess:
+def _cli(args: list[str], docker_env: dict[str, str] | None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """Run `docker ARGS` to completion; a host without the CLI -> DockerError(NOT_INSTALLED)."""
     kwargs.setdefault("stdin", subprocess.DEVNULL)
     try:
@@ -363,7 +363,7 @@ def _ps(args: list[str], docker_env: dict | None) -> list[dict]:
     out = _docker(["ps", "--no-trunc", "--format", "\t".join(_PS_FIELDS.values()), *args], docker_env)
     rows: list[dict[str, Any]] = []
     for line in out.splitlines():
-        row: dict[str, Any] = dict(zip(_PS_FIELDS, line.split("\t")))
+        row: dict[str, Any] = dict(zip(_PS_FIELDS, line.split("\t"), strict=False))  # short rows: missing keys
         row["ours"] = row.get("ours") == "1"
         row["command"] = row.get("command", "").strip('"')
         rows.append(row)

@@ -139,7 +139,7 @@ def _check_entries(path: str, header: dict, data_len: int) -> None:
             raise CheckpointError(f"{path}: tensor {name!r}: {problem}")
 
 
-def _entry_problem(entry, data_len: int) -> str:
+def _entry_problem(entry: Any, data_len: int) -> str:  # Any: one entry of an untrusted header
     try:
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
         begin, end = offsets
@@ -218,7 +218,7 @@ def _configs(path: str) -> tuple[dict, list[dict]]:
     return config, quant
 
 
-def _quant_summary(source: str, q: dict, producer) -> dict:
+def _quant_summary(source: str, q: dict[str, Any], producer: object) -> dict[str, Any]:
     keys = (
         "quant_method",
         "quant_algo",
@@ -245,7 +245,7 @@ def _text_config(config: dict) -> dict:
     return {}
 
 
-def _config_value(config: dict, *keys):
+def _config_value(config: dict[str, Any], *keys: str) -> int | float | None:
     for holder in (_text_config(config), config):
         for key in keys:
             if isinstance(holder.get(key), (int, float)) and not isinstance(holder.get(key), bool):
@@ -345,7 +345,7 @@ def inspect_checkpoint(path: str) -> CheckpointSummary:
     shards, weight_map, warnings = _shards(path)
     config, quant_configs = _configs(path)
     layers = _config_value(config, "num_hidden_layers", "n_layer", "num_layers")
-    role = _RoleCache(layers)
+    role = _RoleCache(int(layers) if layers is not None else None)
     tensors = []  # (name, dtype, shape, bytes, role, module)
     for shard in shards:
         header = read_header(shard)
@@ -546,10 +546,11 @@ def _bytes_per_token(tensors: list, config: dict, warnings: list) -> dict:
         else:
             parts["always"] += size
     moe = {"num_experts": experts, "num_experts_per_tok": top_k}
-    if routed and not (experts and top_k):
-        warnings.append("config.json gives no num_experts_per_tok (or expert count): bytes per token unknown")
-        return {"moe": moe, "bytes_per_token": None, "bytes_per_token_parts": parts}
-    parts["routed_experts_active"] = round(routed * top_k / experts) if routed else 0
+    if routed:
+        if not (experts and top_k):
+            warnings.append("config.json gives no num_experts_per_tok (or expert count): bytes per token unknown")
+            return {"moe": moe, "bytes_per_token": None, "bytes_per_token_parts": parts}
+        parts["routed_experts_active"] = round(routed * top_k / experts)
     return {"moe": moe, "bytes_per_token": sum(parts.values()), "bytes_per_token_parts": parts}
 
 

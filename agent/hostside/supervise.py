@@ -7,6 +7,7 @@ of the holder. Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -308,7 +309,7 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         child_env.update({k: str(v) for k, v in env.items()})
         child_env[CELL_ENV] = info["cell_id"]
         child_env[WORKDIR_ENV] = str(Path(os.path.expanduser(workdir)))
-        log = open(info["log"], "ab", buffering=0)
+        log = open(info["log"], "ab", buffering=0)  # noqa: SIM115 - the server's stdout for its whole life
         if runtime == "docker":
             container = docker.run_server(
                 image, info["container"], [str(a) for a in argv], env, label=info["cell_id"], log_path=info["log"]
@@ -323,7 +324,7 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         info.update({"supervisor_pid": os.getpid(), "server_pid": proc.pid})
         _write_json(state_dir(workdir) / "server.json", info)
 
-        def on_term(signum, frame):
+        def on_term(signum: int, frame: object) -> None:
             _stop_server(info, proc)
             raise SystemExit(0)
 
@@ -339,10 +340,8 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
     except SystemExit:
         pass
     except BaseException as exc:  # the supervisor must never leave a server behind
-        try:
-            Path(info["log"]).open("a").write(f"spark-agent supervisor error: {exc!r}\n")
-        except OSError:
-            pass
+        with contextlib.suppress(OSError), Path(info["log"]).open("a") as fh:
+            fh.write(f"spark-agent supervisor error: {exc!r}\n")
         code = 1
     finally:
         os._exit(code)
@@ -491,10 +490,8 @@ def stop(workdir: str, cell_id: str = "", holder: Mapping[str, Any] | None = Non
     stopped = False
     sup = info.get("supervisor_pid")
     if sup and _alive(int(sup)):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(int(sup), signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         deadline = time.monotonic() + grace
         while _alive(int(sup)) and time.monotonic() < deadline:
             time.sleep(0.05)

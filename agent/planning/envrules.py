@@ -13,7 +13,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
@@ -71,7 +71,10 @@ def arch_of(facts: Facts) -> str:
 # --- versions --------------------------------------------------------------------------------------
 
 
-def parse_version(text: str) -> tuple[int, int, int] | None:
+Version = tuple[int, int, int]
+
+
+def parse_version(text: str) -> Version | None:
     """(major, minor, patch) of "0.24.0", "v0.24.1rc2", "0.11.1.dev3+gabc"; None when unreadable."""
     match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
     return (int(match[1]), int(match[2]), int(match[3] or 0)) if match else None
@@ -90,7 +93,7 @@ def in_range(version: tuple[int, int, int], spec: str) -> bool:
     return True
 
 
-def _applies(entry: dict, arch: str, quant: str, version) -> bool:
+def _applies(entry: dict[str, Any], arch: str, quant: str, version: Version | None) -> bool:
     """Arch and quant conditions fit, and the version one fits (False when the version is unknown)."""
     if "arch" in entry and arch not in entry["arch"]:
         return False
@@ -130,7 +133,7 @@ def resolve_env(facts: Facts, quant: str, vllm_version: str, overrides: dict[str
     return result
 
 
-def _read_version(vllm_version: str, warnings: list[str]):
+def _read_version(vllm_version: str, warnings: list[str]) -> Version | None:
     version = parse_version(vllm_version)
     if vllm_version and version is None:
         warnings.append(f"cannot read vLLM version {vllm_version!r}: treated as unknown")
@@ -151,7 +154,14 @@ def _no_arch_warning(facts: Facts) -> str:
     )
 
 
-def _apply_override(result: EnvResult, name: str, value: str, rule: dict | None, version, dead: list[dict]):
+def _apply_override(
+    result: EnvResult,
+    name: str,
+    value: str,
+    rule: dict[str, Any] | None,
+    version: Version | None,
+    dead: list[dict[str, Any]],
+) -> None:
     """A spec variable: dropped when dead, else set, recording any rule it overrides."""
     for entry in (entry for entry in dead if entry["name"] == name):
         if _is_dead(entry, version, result.warnings, value):
@@ -172,7 +182,7 @@ def _apply_override(result: EnvResult, name: str, value: str, rule: dict | None,
         )
 
 
-def _is_dead(entry: dict, version, warnings: list[str], value: str) -> bool:
+def _is_dead(entry: dict[str, Any], version: Version | None, warnings: list[str], value: str) -> bool:
     """Whether a dead-variable entry drops the variable; warns either way when it matters."""
     name, flag = entry["name"], entry["replacement"]
     if not entry.get("vllm") or (version is not None and in_range(version, entry["vllm"])):
