@@ -358,3 +358,23 @@ def test_hostside_contracts_stay_stdlib_and_type_only():
     imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
     assert imports == ["from __future__ import annotations", "from typing import Any, TypedDict"]
     assert typing.get_type_hints(contracts.Measurement)["metrics_delta"] == dict[str, float]
+
+
+def test_the_host_data_checks_cover_exactly_the_contracts():
+    """running/hostdata.py checks what a host returns, key by key: its tables must name the contract's keys, and
+    what a real producer gives passes through unchanged."""
+    from agent.running import hostdata
+
+    assert set(hostdata.FACTS) == all_keys(contracts.Facts)
+    assert set(hostdata.HOLDER) == all_keys(contracts.Holder)
+    assert set(hostdata.RUN) == all_keys(contracts.Measurement)
+    assert set(hostdata.FAILURE) == all_keys(contracts.Failure) - {"draft_model"}  # not kept in cell.toml
+    gathered = facts.gather(simulate_gpu="gb10", cache_dir=str(Path.home()))
+    assert hostdata.facts(json.loads(json.dumps(gathered)), "h") == gathered
+    holder = supervise.controller_identity("quick", GOLDEN_ID)
+    assert hostdata.holder(holder) == holder
+    measurement = loadgen._with_counters(_window(), 1, {}, {})
+    assert hostdata.run_result(json.loads(json.dumps(measurement)), "c002-r1.json") == measurement
+    summary = {"bytes_per_token": 5, "total_gib": 1.5, "mtp": {"present": True, "quantized": False}}
+    info = hostdata.checkpoint_summary(summary, "ckpt")
+    assert problems(info, matrix.CheckpointInfo) == [] and set(info) == all_keys(matrix.CheckpointInfo)
