@@ -225,7 +225,7 @@ def bootstrap_ratio_ci(
     ratios.sort()
     tail = (1.0 - confidence) / 2.0
     lo = ratios[int(tail * (resamples - 1))]
-    hi = ratios[int(math.ceil((1.0 - tail) * (resamples - 1)))]
+    hi = ratios[math.ceil((1.0 - tail) * (resamples - 1))]
     return lo, hi
 
 
