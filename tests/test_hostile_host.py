@@ -51,8 +51,8 @@ def test_a_hostile_archive_over_ssh_fails_the_cell_and_touches_nothing_else(tmp_
     [cell_id] = outcome.hosts["spark-a"].done
     cell_dir = results.cell_dir(root, "hostile", "spark-a", cell_id)
     record = results.read_toml(cell_dir / results.CELL_FILE)
-    assert record.status == "failed" and record.failure_class == collect.BAD_HOST_DATA
-    assert "'c001-r9.json' is a symbolic link" in record.failure_evidence[0]
+    assert record["status"] == "failed" and record["failure_class"] == collect.BAD_HOST_DATA
+    assert "'c001-r9.json' is a symbolic link" in record["failure_evidence"][0]
     assert sorted(p.name for p in cell_dir.iterdir()) == [results.CELL_FILE]
     # the host really sent the link (this is what was refused)
     assert (ssh_fleet.host("spark-a").workdir / "runs" / cell_id / "c001-r9.json").is_symlink()
