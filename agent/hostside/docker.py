@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import HostError
+
 OUR_LABEL = "spark-agent"  # every container we start carries spark-agent=1
 CELL_LABEL = "spark-agent.cell"  # ... and spark-agent.cell=<cell id>
 
@@ -29,7 +31,7 @@ _TAG_RE = re.compile(rf"^(?P<name>{_NAME}):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{{0
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
-class DockerError(RuntimeError):
+class DockerError(HostError, RuntimeError):
     """A docker CLI call failed; the message carries docker's own error text verbatim."""
 
 
@@ -142,9 +144,11 @@ def repo_digests(image: str, docker_env: dict | None = None) -> list[str]:
     return json.loads(out) or []
 
 
-def resolve_tag(tag: str, docker_env: dict | None = None) -> str:
-    """Pull a tag and return the pinned reference `name@sha256:…` it resolves to right now."""
-    _docker(["pull", "--quiet", tag], docker_env)
+def resolve_tag(tag: str, docker_env: dict | None = None, pull: bool = True) -> str:
+    """Pull a tag and return the pinned reference `name@sha256:…` it resolves to right now
+    (pull=False: what the tag already in the local store resolves to)."""
+    if pull:
+        _docker(["pull", "--quiet", tag], docker_env)
     match = _TAG_RE.match(tag)
     name = match.group("name") if match else tag.split("@", 1)[0]
     digests = repo_digests(tag, docker_env)

@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from .contracts import CheckpointSummary, MtpSummary
+from .errors import HostError
 
 HEADER_LIMIT = 100 * 1024 * 1024  # the format's own cap; a larger length means a corrupt file
 
@@ -94,7 +95,7 @@ _DIGITS = re.compile(r"\d+")
 _EXPERT_INDEX = re.compile(r"(?:^|\.)experts\.(\d+)\.")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(HostError, ValueError):
     """A path that is not a readable checkpoint. The message names the file and says what to do."""
 
 
