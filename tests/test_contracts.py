@@ -29,10 +29,13 @@ from agent.planning.settings import LoadSettings, ServerSettings, flat_dict, fro
 from agent.results import tree
 from agent.results.records import CellRecord, Launch, MeasurementRecord
 from agent.running import collect
+from agent.running.identity import controller_identity
 
 from .test_cell_id_golden import GOLDEN_CONFIG, GOLDEN_ENV, GOLDEN_ID
 from .test_inspect_build import build_qwen
 from .test_report_fixtures import write_cell
+
+pytestmark = pytest.mark.unit
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 ALL_LOGS = sorted(LOGS.rglob("*.log"))
@@ -91,7 +94,7 @@ def round_trips(value: Any) -> None:
 
 def test_the_checker_finds_what_is_wrong():
     """The checker the tests below rely on can fail."""
-    good = supervise.controller_identity("s", "c")
+    good = controller_identity("s", "c")
     assert problems(good, contracts.Holder) == []
     assert problems(dict(good, controller_pid="1"), contracts.Holder) == [".controller_pid: '1' is not int"]
     assert problems(dict(good, extra=1), contracts.Holder) == [".extra: unknown key"]
@@ -111,7 +114,7 @@ def test_facts_gather_fills_exactly_the_facts_contract():
 
 def test_facts_classified_on_the_controller_keep_the_contract():
     partial = contracts.Facts(gpu_name="NVIDIA GB10", compute_capability="12.1")
-    classified = envrules.classify(partial)
+    classified = envrules.with_arch(partial)
     assert problems(classified, contracts.Facts) == [] and classified["arch"] == "gb10"
     assert "arch" not in partial  # a copy: the host's facts are left alone
 
@@ -122,13 +125,13 @@ def test_attestation_of_every_captured_log_is_the_contract(log: Path):
     assert problems(attestation, contracts.Attestation) == []
     assert set(attestation) == all_keys(contracts.Attestation)
     round_trips(attestation)
-    failure = logparse.classify(attestation)
+    failure = logparse.classify_failure(attestation)
     assert problems(failure, contracts.Failure) == []
     assert failure == attestation["failure"]
 
 
 def test_failures_the_logs_show_have_all_their_keys():
-    failing = [logparse.classify(p.read_text(errors="replace")) for p in ALL_LOGS]
+    failing = [logparse.classify_failure(p.read_text(errors="replace")) for p in ALL_LOGS]
     failing = [f for f in failing if f]
     assert failing, "the captured logs include failed starts"
     for failure in failing:
@@ -140,7 +143,7 @@ def _window(concurrency: int = 2) -> contracts.Window:
     ok.times, ok.tokens, ok.end = [0.5, 1.0, 1.5], [1, 2, 1], 1.6
     broken = _Request(0.2, 10)
     broken.end, broken.error = 0.9, "HTTP 500: boom"
-    return loadgen.summarize([ok, broken], 0.0, 2.0, concurrency)
+    return loadgen.summarize_window([ok, broken], 0.0, 2.0, concurrency)
 
 
 def test_a_window_and_a_measurement_are_their_contracts():
@@ -166,7 +169,7 @@ def test_serve_status_is_the_contract(tmp_path: Path):
 
 
 def test_holder_is_written_and_read_back_as_the_contract(tmp_path: Path):
-    holder = supervise.controller_identity("quick", "3f9a1c0e7b2d")
+    holder = controller_identity("quick", "3f9a1c0e7b2d")
     assert problems(holder, contracts.Holder) == [] and set(holder) == all_keys(contracts.Holder)
     fd = supervise.acquire_lock(str(tmp_path), holder)
     try:
@@ -371,7 +374,7 @@ def test_the_host_data_checks_cover_exactly_the_contracts():
     assert set(hostdata.FAILURE) == all_keys(contracts.Failure) - {"draft_model"}  # not kept in cell.toml
     gathered = facts.gather(simulate_gpu="gb10", cache_dir=str(Path.home()))
     assert hostdata.facts(json.loads(json.dumps(gathered)), "h") == gathered
-    holder = supervise.controller_identity("quick", GOLDEN_ID)
+    holder = controller_identity("quick", GOLDEN_ID)
     assert hostdata.holder(holder) == holder
     measurement = loadgen._with_counters(_window(), 1, {}, {})
     assert hostdata.run_result(json.loads(json.dumps(measurement)), "c002-r1.json") == measurement

@@ -24,6 +24,8 @@ from agent.running.sweep import run_sweep
 
 from .test_contracts import problems
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "agent.cli"]
 

@@ -11,8 +11,9 @@ from rich.table import Table
 
 from agent.errors import UserError
 from agent.hostside.contracts import Facts
+from agent.paths import DEFAULT_INVENTORY
 from agent.planning import envrules
-from agent.planning.inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
+from agent.planning.inventory import check_reachable, load_inventory
 from agent.reporting.escape import rich
 from agent.running import hostdata, tasks
 from agent.running import playbooks as fleet
@@ -83,7 +84,7 @@ def lock_status(value: object, host: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     check_reachable(hosts)
-    facts = {name: envrules.classify(f) for name, f in gather_facts(args.inventory, hosts).items()}
+    facts = {name: envrules.with_arch(f) for name, f in gather_facts(args.inventory, hosts).items()}
     status = fleet.run_playbook(tasks.STATUS.playbook, args.inventory, limit=",".join(h.name for h in hosts))
     table = Table(title="spark-agent check")
     for col in ("host", *_columns(Facts()), "would stop a sweep"):

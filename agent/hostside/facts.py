@@ -178,7 +178,7 @@ def _fits(entry: dict[str, Any], gpu_name: str, compute_capability: str) -> bool
     return any(re.search(pattern, gpu_name, re.IGNORECASE) for pattern in patterns)
 
 
-def classify(facts: Facts, gpu_rules: dict[str, dict[str, Any]]) -> Facts:
+def classify_gpu(facts: Facts, gpu_rules: dict[str, dict[str, Any]]) -> Facts:
     """Facts with `arch` and `sm` filled from the rules (a copy; the input is left alone)."""
     arch = match_arch(facts.get("gpu_name", ""), facts.get("compute_capability", ""), gpu_rules)
     out = facts.copy()
@@ -322,7 +322,7 @@ def gather(
         kernel=platform.release(),
         machine=platform.machine(),
     )
-    facts = classify(gathered, rules)
+    facts = classify_gpu(gathered, rules)
     notes = gpu["notes"] + containers["notes"]
     if facts["gpu_name"] and not facts["arch"]:
         notes.append(unknown_arch_note(facts, rules))

@@ -679,7 +679,7 @@ def parse(text: str) -> Attestation:
     return follower.facts()
 
 
-def classify(text_or_facts: str | Attestation) -> Failure:
+def classify_failure(text_or_facts: str | Attestation) -> Failure:
     """The failure dict {class, evidence, root_cause, draft_model} of a log or of its facts; {} if it started."""
     facts = parse(text_or_facts) if isinstance(text_or_facts, str) else text_or_facts
     return Failure(**(facts.get("failure") or {}))

@@ -18,10 +18,7 @@ from typing import Any, TypedDict
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
 from agent.hostside.contracts import Facts
-
-RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
-ENV_RULES = RULES_DIR / "env.toml"
-GPU_RULES = RULES_DIR / "gpus.toml"
+from agent.paths import ENV_RULES
 
 
 class EnvProvenance(TypedDict):
@@ -50,22 +47,14 @@ def env_rules(path: Path = ENV_RULES) -> dict:
         return tomllib.load(handle)
 
 
-@functools.cache
-def gpu_rules(path: Path = GPU_RULES) -> dict[str, dict]:
-    """gpus.toml keyed by arch (bandwidth_gbs, sm, memory_gb, ...)."""
-    return hostfacts.load_gpu_rules(path)
-
-
-def classify(facts: Facts) -> Facts:
+def with_arch(facts: Facts) -> Facts:
     """Host facts with arch/sm filled by the controller's gpus.toml when the host could not classify."""
-    return facts if facts.get("arch") else hostfacts.classify(facts, gpu_rules())
+    return facts if facts.get("arch") else hostfacts.classify_gpu(facts, hostfacts.load_gpu_rules())
 
 
 def arch_of(facts: Facts) -> str:
     """The arch a host reported, else the controller's own classification of its GPU."""
-    return facts.get("arch") or hostfacts.match_arch(
-        facts.get("gpu_name", ""), facts.get("compute_capability", ""), gpu_rules()
-    )
+    return with_arch(facts)["arch"]
 
 
 # --- versions --------------------------------------------------------------------------------------

@@ -9,14 +9,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 from agent.hostside.contracts import Facts
 from agent.planning import envrules
-from agent.planning.settings import LoadSettings, ServerSettings, flat_dict, flat_items, from_flat, meta
+from agent.planning.settings import LoadSettings, ServerSettings, flat_dict, flat_fields, from_flat, meta
 from agent.planning.spec import Checkpoint, Spec
+
+BACKEND_FIELDS = ("moe_backend", "linear_backend", "attention_backend")  # the axes a sweep compares
 
 
 @dataclass(frozen=True)
@@ -51,16 +53,8 @@ class CellConfig:
         return from_flat(cls, table)
 
     def serve_args(self) -> list[str]:
-        """`vllm serve` arguments after MODEL (no host/port: those are host plumbing). The flags passed always
-        come first, then those set (a backend, speculative), then extra_args, each in field order."""
-        items = list(flat_items(self))
-        always = [[f.metadata["flag"], str(v)] for f, v in items if f.metadata.get("always")]
-        when_set = [
-            [f.metadata["flag"], str(v)]
-            for f, v in items
-            if f.metadata.get("flag") and not f.metadata.get("always") and v
-        ]
-        return [a for pair in always + when_set for a in pair] + [str(a) for a in self.server.extra_args]
+        """`vllm serve` arguments after MODEL (server_args of the [config] table)."""
+        return server_args(self.to_dict())
 
     @property
     def speculative_method(self) -> str:
@@ -94,12 +88,9 @@ class Cell:
 
     @property
     def label(self) -> str:
+        """ "uns-fast marlin attention=flashinfer spec=mtp": checkpoint, backend_label, speculative method."""
         c = self.config
-        parts = [c.checkpoint, f"moe={c.moe_backend or 'auto'}"]
-        if c.linear_backend:
-            parts.append(f"linear={c.linear_backend}")
-        if c.attention_backend:
-            parts.append(f"attn={c.attention_backend}")
+        parts = [c.checkpoint, backend_label(c.to_dict())]
         if c.server.speculative:
             parts.append("spec=" + c.speculative_method)
         return " ".join(parts)
@@ -124,6 +115,16 @@ class Cell:
         }
 
 
+def backend_label(config: dict[str, Any]) -> str:
+    """ "marlin", or "marlin linear=x attention=y" when those are forced too; "" (auto) reads "auto".
+    The one spelling of a cell's backends: progress bar, env table, report, compare and export."""
+    parts = [config.get("moe_backend") or "auto"]
+    for name in BACKEND_FIELDS[1:]:
+        if config.get(name):
+            parts.append(f"{name.removesuffix('_backend')}={config[name]}")
+    return " ".join(parts)
+
+
 def _auto(value: str) -> str:
     return "" if value == "auto" else value
 
@@ -134,14 +135,39 @@ def cell_id(config: CellConfig, env: Mapping[str, str]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
+def _serve_flags() -> tuple[tuple[str, str], ...]:
+    """[config] key -> `vllm serve` flag, from the fields' metadata: the flags always passed first, then those passed
+    when set, each in field order (the command line as it has always been built)."""
+    flagged = [f for f in flat_fields(CellConfig) if f.metadata.get("flag")]
+    flagged.sort(key=lambda f: not f.metadata.get("always"))  # stable: field order within each group
+    return tuple((f.name, f.metadata["flag"]) for f in flagged)
+
+
+SERVE_FLAGS = _serve_flags()
+
+
+def server_args(config: Mapping[str, Any]) -> list[str]:
+    """`vllm serve` arguments after MODEL for a cell (no host/port: those are host plumbing)."""
+    args: list[str] = []
+    for key, flag in SERVE_FLAGS:
+        if config.get(key) not in (None, ""):  # a [config] read back from an older cell.toml may lack a key
+            args += [flag, str(config[key])]
+    return args + [str(a) for a in config.get("extra_args", [])]
+
+
+def serve_argv(config: Mapping[str, Any], prefix: Sequence[str] = ("vllm", "serve")) -> list[str]:
+    """The one builder of a serve command line: the engine command, MODEL, then the cell's flags."""
+    return [str(a) for a in prefix] + [str(config.get("model", ""))] + server_args(config)
+
+
 def launch_argv(config: CellConfig, host_vars: Mapping[str, Any]) -> list[str]:
-    """The full server command on a host: the engine command, MODEL, the cell's flags, then bind and port."""
+    """The full server command on a host: serve_argv, then bind and port."""
     # process: the engine command; docker: the command after the image (NVIDIA's image runs `vllm serve`;
     # the simulator's image has it as its entrypoint, so its hosts set spark_serve_cmd: [])
-    prefix = [str(a) for a in host_vars.get("spark_serve_cmd", ["vllm", "serve"])]
+    prefix = host_vars.get("spark_serve_cmd", ["vllm", "serve"])
     bind = str(host_vars.get("spark_bind_host", "127.0.0.1"))
     port = str(host_vars.get("spark_port", 8000))
-    return prefix + [config.model] + config.serve_args() + ["--host", bind, "--port", port]
+    return serve_argv(config.to_dict(), prefix) + ["--host", bind, "--port", port]
 
 
 def plan_cells(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any]) -> list[Cell]:

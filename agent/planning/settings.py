@@ -108,6 +108,15 @@ def from_flat(cls: type[T], table: Mapping[str, Any]) -> T:
     return _build(cls, table)
 
 
+def flat_fields(cls: type[DataclassInstance]) -> list[dataclasses.Field[Any]]:
+    """The fields of a dataclass in order, those of a nested settings dataclass in its place."""
+    out: list[dataclasses.Field[Any]] = []
+    for f in fields(cls):
+        nested = _nested_type(cls, f)
+        out += flat_fields(nested) if nested else [f]
+    return out
+
+
 def flat_names(cls: type[DataclassInstance]) -> list[str]:
     names: list[str] = []
     for f in fields(cls):

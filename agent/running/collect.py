@@ -10,11 +10,10 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, cast
 
-from agent.hostside import logparse
+from agent.hostside import logparse, utc
 from agent.hostside.contracts import Attestation, Facts, Failure, Measurement
 from agent.hostside.serving import launch_command
 from agent.judging import verdict
@@ -141,7 +140,7 @@ def _write_cell(
     for name, run in received["runs"].items():
         results.atomic_write_toml(dest / name, run)
     attestation = logparse.parse(log_text)
-    outcome = verdict.verdict(_requested(cell), attestation, env_set=sorted(cell.env))
+    outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
     failure: Failure = serve.get("failure") or Failure()
     if not serve.get("ready") and not failure:
         failure = attestation.get("failure") or Failure(
@@ -174,10 +173,6 @@ def _requested(cell: Cell) -> dict[str, str]:
     }
 
 
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
 def _cell_record(
     cell: Cell,
     facts: Facts,
@@ -204,8 +199,8 @@ def _cell_record(
         failure_root_cause=failure.get("root_cause", "") if failed else "",
         startup_s=float(serve.get("startup_s", 0.0)),
         runs_collected=runs,
-        started_at=_iso(started),
-        finished_at=_iso(finished),
+        started_at=utc.iso(started),
+        finished_at=utc.iso(finished),
         elapsed_s=round(finished - started, 2),
         notes=cell.notes,
         config=cell.config,

@@ -17,7 +17,6 @@ import structlog
 
 from agent.errors import UserError
 from agent.hostside.contracts import Facts
-from agent.hostside.supervise import controller_identity
 from agent.planning import matrix as plan
 from agent.planning.inventory import Host, check_reachable
 from agent.planning.matrix import Cell, CheckpointInfo
@@ -26,6 +25,7 @@ from agent.results import tree as results
 from agent.results.records import CellRecord
 from agent.running import collect, hostdata, tasks
 from agent.running import playbooks as fleet
+from agent.running.identity import controller_identity
 from agent.running.progress import Progress
 
 log = structlog.get_logger("spark_agent.sweep")
