@@ -8,7 +8,7 @@ import os
 import tarfile
 from pathlib import Path
 
-from agent.planning.matrix import Cell
+from agent.planning.matrix import Cell, CellConfig
 
 CELL_ID = "0123456789ab"
 OTHER_CELL_ID = "ba9876543210"
@@ -51,7 +51,7 @@ def make_cell(sweep: str = "hostile", host: str = "spark-a", cell_id: str = CELL
         id=cell_id,
         sweep=sweep,
         host=host,
-        config=config,
+        config=CellConfig.from_dict(config),
         env={"CUTE_DSL_ARCH": "sm_121a"},
         provenance=[],
         argv=["vllm", "serve", "uns-fast", "--moe-backend", "marlin"],

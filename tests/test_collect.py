@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.results import tree as results
+from agent.results.records import CellRecord
 from agent.running import archive, collect
 from agent.running.hostdata import MAX_REASON
 from tests.hostile import (
@@ -55,7 +56,7 @@ def world(tmp_path: Path) -> dict[str, Path]:
     }
 
 
-def finalize(world: dict[str, Path]) -> dict:
+def finalize(world: dict[str, Path]) -> CellRecord:
     """finalize_cell with the filesystem around the results root snapshotted: only the cell's folder may change
     (and the incoming tar goes away)."""
     top = world["root"].parent
@@ -76,17 +77,17 @@ def finalize(world: dict[str, Path]) -> dict:
     assert not world["tar"].exists()
     assert not list(Path(top, cell_part).glob(collect.STAGING_PREFIX + "*"))
     assert record is not None
-    assert results.read_toml(Path(top, cell_part) / "cell.toml") == record
+    assert results.read_toml(Path(top, cell_part) / "cell.toml") == record.to_toml()
     return record
 
 
-def assert_rejected(record: dict, reason: str) -> None:
-    assert record["status"] == "failed" and record["verdict"] == "failed"
-    assert record["failure_class"] == collect.BAD_HOST_DATA
-    assert record["runs_collected"] == 0
-    assert reason in record["failure_evidence"][0], record["failure_evidence"]
-    assert len(record["failure_evidence"][0]) <= MAX_REASON and "\n" not in record["failure_evidence"][0]
-    assert record["verdict_reasons"][0].startswith("bad host data: ")
+def assert_rejected(record: CellRecord, reason: str) -> None:
+    assert record.status == "failed" and record.verdict == "failed"
+    assert record.failure_class == collect.BAD_HOST_DATA
+    assert record.runs_collected == 0
+    assert reason in record.failure_evidence[0], record.failure_evidence
+    assert len(record.failure_evidence[0]) <= MAX_REASON and "\n" not in record.failure_evidence[0]
+    assert record.verdict_reasons[0].startswith("bad host data: ")
 
 
 # ---------------------------------------------------------------- an honest host
@@ -97,9 +98,9 @@ def test_honest_archive_lands_in_the_cell_folder(world):
     record = finalize(world)
     folder = results.cell_dir(world["root"], "hostile", "spark-a", CELL_ID)
     assert sorted(p.name for p in folder.iterdir()) == ["c001-r1.toml", "cell.toml", "launch.txt", "server.log"]
-    assert record["status"] == "done" and record["failure_class"] == ""
-    assert record["runs_collected"] == 1 and record["attestation"]["moe_backend"] == "marlin"
-    assert record["launch"]["command"].endswith("--moe-backend marlin")
+    assert record.status == "done" and record.failure_class == ""
+    assert record.runs_collected == 1 and record.attestation["moe_backend"] == "marlin"
+    assert record.launch.command.endswith("--moe-backend marlin")
     run = results.read_toml(folder / "c001-r1.toml")
     assert run["cell_id"] == CELL_ID and run["output_throughput"] == 96.0 and run["metrics_delta"]
     assert (folder / "server.log").read_bytes() == good_files()["server.log"]
@@ -114,14 +115,14 @@ def test_gnu_tar_of_the_run_folder_is_accepted(world, tmp_path):
     world["tar"].parent.mkdir(parents=True)
     names = sorted(p.name for p in rundir.iterdir())
     subprocess.run(["tar", "-C", str(rundir), "-cf", str(world["tar"])] + names, check=True)
-    assert finalize(world)["runs_collected"] == 1
+    assert finalize(world).runs_collected == 1
 
 
 def test_a_killed_load_driver_leftover_is_ignored(world):
     files = dict(good_files(), **{".tmp-abc123.json": b'{"partial'})
     write_tar(world["tar"], files)
     record = finalize(world)
-    assert record["status"] == "done"
+    assert record.status == "done"
     folder = results.cell_dir(world["root"], "hostile", "spark-a", CELL_ID)
     assert not list(folder.glob(".tmp*"))
 
@@ -403,7 +404,7 @@ def test_the_reason_is_one_bounded_line(world):
     add_members(world["tar"], [_member(name)])
     record = finalize(world)
     assert_rejected(record, "not an expected file name")
-    assert "\x1b" not in record["failure_evidence"][0]
+    assert "\x1b" not in record.failure_evidence[0]
 
 
 def test_markup_in_a_log_is_kept_as_data(world):
@@ -444,6 +445,6 @@ def test_record_bad_host_data_writes_only_the_cell(world):
     top = world["root"].parent
     before = snapshot(top)
     record = collect.record_bad_host_data(world["root"], make_cell(), FACTS, "serve result: bad", 0.0, 1.0)
-    assert record["failure_class"] == collect.BAD_HOST_DATA
+    assert record.failure_class == collect.BAD_HOST_DATA
     new = set(snapshot(top)) - set(before)
     assert all(p.startswith(os.path.join("results", "hostile", "spark-a")) for p in new), new

@@ -3,6 +3,7 @@ parser: no links, no HTML), the rich terminal table and progress bar (no markup,
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import time
@@ -90,25 +91,25 @@ def tainted(tmp_path: Path) -> Path:
     root = tmp_path / "results"
     facts = {"gpu_name": ATTRIBUTE + SCRIPT, "fingerprint": "0a1b2c3d"}
     failed = make_cell(cell_id="aaaaaaaaaaaa")
-    failed.config["moe_backend"] = "cutlass"
+    failed.config = dataclasses.replace(failed.config, moe_backend="cutlass")
     serve = {"ready": False, "failure": {"class": "other", "evidence": HOSTILE, "root_cause": SCRIPT}}
     write_tar(
         collect.incoming_tar(root, failed.sweep, failed.host, failed.id), {"serve.json": json.dumps(serve).encode()}
     )
-    assert collect.finalize_cell(root, failed, facts, time.time() - 2, time.time())["status"] == "failed"
+    assert collect.finalize_cell(root, failed, facts, time.time() - 2, time.time()).status == "failed"
     oom = make_cell(cell_id="cccccccccccc")  # evidence taken from server.log lines by the log parser
-    oom.config["moe_backend"] = "flashinfer_cutlass"
+    oom.config = dataclasses.replace(oom.config, moe_backend="flashinfer_cutlass")
     log = f"ERROR 12-01 00:00:02 [core.py:1] torch.OutOfMemoryError: CUDA out of memory {SCRIPT} {RICH} {MARKDOWN}\n"
     files = {"server.log": log.encode(), "serve.json": b'{"ready": false}', "launch.txt": (ATTRIBUTE + SCRIPT).encode()}
     write_tar(collect.incoming_tar(root, oom.sweep, oom.host, oom.id), files)
     record = collect.finalize_cell(root, oom, facts, time.time() - 2, time.time())
-    assert record["failure_class"] == "oom" and SCRIPT in record["failure_evidence"][0]
+    assert record.failure_class == "oom" and SCRIPT in record.failure_evidence[0]
     done = make_cell(cell_id="bbbbbbbbbbbb")
     files = dict(good_files(), **{"c001-r2.json": run_json(repeat=2, ok=False, error=MARKDOWN + RICH + TERMINAL)})
     files["launch.txt"] = (SCRIPT + ATTRIBUTE).encode()
-    done.config["repeats"] = 2
+    done.config = dataclasses.replace(done.config, repeats=2)
     write_tar(collect.incoming_tar(root, done.sweep, done.host, done.id), files)
-    assert collect.finalize_cell(root, done, facts, time.time() - 2, time.time())["status"] == "done"
+    assert collect.finalize_cell(root, done, facts, time.time() - 2, time.time()).status == "done"
     return root
 
 
@@ -163,7 +164,7 @@ def test_progress_bar_shows_markup_as_text():
     console = Console(record=True, width=300, file=io.StringIO(), color_system=None, force_terminal=True)
     progress = Progress(console=console)
     cell = make_cell()
-    cell.config["checkpoint"] = RICH
+    cell.config = dataclasses.replace(cell.config, checkpoint=RICH)
     progress.start({"spark-a": [cell]})
     progress.cell_started("spark-a", cell)
     progress.host_failed("spark-a", RICH + TERMINAL)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agent.judging.stats import summarize_cell
-from agent.planning.matrix import Cell, backend_label
+from agent.planning.matrix import Cell, CellConfig, backend_label
+from tests.test_cell_id_golden import GOLDEN_CONFIG
 
 pytestmark = pytest.mark.unit
 
@@ -24,6 +25,13 @@ def test_backend_label_names_each_forced_backend_by_its_axis():
 
 
 def test_the_cell_label_and_the_report_use_the_same_backend_label():
-    cell = Cell(id="0123456789ab", sweep="s", host="h", config=CONFIG, env={}, provenance=[])
+    cell = Cell(
+        id="0123456789ab",
+        sweep="s",
+        host="h",
+        config=CellConfig.from_dict({**GOLDEN_CONFIG, **CONFIG}),
+        env={},
+        provenance=[],
+    )
     assert cell.label == "uns-fast marlin linear=cutlass attention=flashinfer spec=mtp"
     assert summarize_cell({"config": CONFIG, "runs": []}).backend in cell.label

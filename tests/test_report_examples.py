@@ -16,8 +16,8 @@ def test_nvfp4_example_is_the_articles_backend_sweep():
     assert [(c.name, c.quant) for c in spec.checkpoints] == [("nv", "nvfp4"), ("uns", "nvfp4"), ("uns-fast", "nvfp4")]
     assert spec.moe_backends == ["marlin", "flashinfer_b12x"]
     assert (spec.concurrency, spec.duration_s, spec.warmup, spec.repeats) == ([1, 2, 4, 8, 16], 60.0, 1, 3)
-    assert spec.server["max_model_len"] == 262144 and spec.server["gpu_memory_utilization"] == 0.85
-    assert not spec.server["speculative"]
+    assert spec.server.max_model_len == 262144 and spec.server.gpu_memory_utilization == 0.85
+    assert not spec.server.speculative
     assert "@sha256:" in spec.image
 
 

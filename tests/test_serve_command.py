@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from agent.hostside.serving import launch_command
-from agent.planning.matrix import launch_argv, serve_argv
+from agent.planning.matrix import CellConfig, launch_argv, serve_argv
 from agent.reporting.markdown import serve_command
+from tests.test_cell_id_golden import GOLDEN_CONFIG
 
 pytestmark = pytest.mark.unit
 
@@ -35,7 +36,7 @@ def test_serve_argv_passes_only_what_is_set():
 
 def test_launch_argv_is_serve_argv_with_the_hosts_engine_bind_and_port():
     host_vars = {"spark_serve_cmd": ["/usr/bin/python3", "-m", "agent.sim", "serve"], "spark_port": 8123}
-    argv = launch_argv(CONFIG, host_vars)
+    argv = launch_argv(CellConfig.from_dict({**GOLDEN_CONFIG, **CONFIG}), host_vars)
     assert argv == serve_argv(CONFIG, host_vars["spark_serve_cmd"]) + ["--host", "127.0.0.1", "--port", "8123"]
 
 

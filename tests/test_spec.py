@@ -34,7 +34,7 @@ def test_example_loads():
     spec = load_spec(REPO / "examples" / "quick.toml")
     assert spec.name == "quick" and spec.moe_backends == ["marlin", "flashinfer_b12x"]
     assert spec.concurrency == [1, 4] and spec.repeats == 3 and spec.warmup == 1
-    assert spec.server["speculative"] == ""
+    assert spec.server.speculative == ""
 
 
 def test_tag_is_refused_with_the_pin_command(tmp_path):
@@ -84,7 +84,7 @@ def test_bad_quant_and_bad_toml(tmp_path):
 def test_speculative_is_canonical_json(tmp_path):
     text = GOOD.replace('speculative = "off"', 'speculative = \'{"num_speculative_tokens": 2, "method": "mtp"}\'')
     spec = load_spec(write(tmp_path, text))
-    assert spec.server["speculative"] == '{"method":"mtp","num_speculative_tokens":2}'
+    assert spec.server.speculative == '{"method":"mtp","num_speculative_tokens":2}'
     bad = GOOD.replace('speculative = "off"', 'speculative = "{mtp"')
     assert "speculative must be JSON" in error_of(tmp_path, bad)
 

@@ -14,10 +14,15 @@ import pytest
 import yaml
 
 from agent.hostside import supervise
+from agent.hostside.contracts import Attestation, Facts
+from agent.planning import matrix
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
+from agent.results.records import CellRecord, MeasurementRecord
 from agent.running.sweep import run_sweep
+
+from .test_contracts import problems
 
 pytestmark = pytest.mark.integration
 
@@ -107,6 +112,13 @@ def test_two_host_sweep_over_ssh(tmp_path, sim_inventory, ssh_fleet):
             assert "--moe-backend " + cell["config"]["moe_backend"] in (d / "launch.txt").read_text()
             assert [r["concurrency"] for r in cell["runs"]] == [1, 2]
             assert all(r["ok"] and r["output_throughput"] > 0 for r in cell["runs"])
+            # the files are the typed records, and the recorded [config] + [env] hash to the cell's id
+            table = results.read_toml(d / results.CELL_FILE)
+            record = CellRecord.from_toml(table)
+            assert record.to_toml() == table and matrix.cell_id(record.config, record.env) == d.name
+            assert problems(record.facts, Facts) == [] and problems(record.attestation, Attestation) == []
+            for run in d.glob("c[0-9][0-9][0-9]-r*.toml"):
+                assert MeasurementRecord.from_toml(results.read_toml(run)).to_toml() == results.read_toml(run)
     # the same cell has the same id on both hosts: the id hashes the configuration, not the host
     ids = {
         h: sorted(p.name for p in (tmp_path / "results" / "two-hosts" / h).iterdir()) for h in ("spark-a", "spark-b")

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
 from agent.errors import UserError
+from agent.hostside.contracts import Facts
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning import envrules
 from agent.planning.inventory import check_reachable, load_inventory
@@ -15,7 +20,7 @@ from agent.running import playbooks as fleet
 from agent.running.sweep import gather_facts
 
 
-def _columns(f: dict) -> dict[str, str]:
+def _columns(f: Facts) -> dict[str, str]:
     """The facts that matter when choosing what to run, compactly (plain text; escaped where shown)."""
     sim = " (simulated)" if f.get("simulated") else ""
     return {
@@ -36,7 +41,7 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def blockers(host_vars: dict, facts: dict, status: dict) -> list[str]:
+def blockers(host_vars: Mapping[str, Any], facts: Facts, status: Mapping[str, Any]) -> list[str]:
     """What would stop (or silently spoil) a sweep on this host."""
     out = []
     runtime = host_vars.get("spark_runtime", "docker")
@@ -58,13 +63,13 @@ def blockers(host_vars: dict, facts: dict, status: dict) -> list[str]:
     return out + notes
 
 
-def row(host: str, facts: dict, issues: list[str]) -> list[str]:
+def row(host: str, facts: Facts, issues: list[str]) -> list[str]:
     """One table row as rich markup: every value is host text, escaped line by line."""
     cells = [host, *_columns(facts).values(), "\n".join(issues) or "-"]
     return ["\n".join(rich(part) for part in c.split("\n")) for c in cells]
 
 
-def lock_status(value: object, host: str) -> dict:
+def lock_status(value: object, host: str) -> dict[str, Any]:
     """The status task's answer, validated: whether a server runs and who holds the lock."""
     try:
         obj = hostdata.mapping(value, f"host {host}: status")
@@ -76,13 +81,13 @@ def lock_status(value: object, host: str) -> dict:
         raise UserError(f"checking the host lock failed: {exc.reason}") from None
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     check_reachable(hosts)
     facts = {name: envrules.with_arch(f) for name, f in gather_facts(args.inventory, hosts).items()}
     status = fleet.run_playbook(tasks.STATUS.playbook, args.inventory, limit=",".join(h.name for h in hosts))
     table = Table(title="spark-agent check")
-    for col in ("host", *_columns({}), "would stop a sweep"):
+    for col in ("host", *_columns(Facts()), "would stop a sweep"):
         table.add_column(col, overflow="fold", style="red" if col == "would stop a sweep" else None)
     problems = 0
     for h in hosts:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
+from agent.hostside.contracts import Facts
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning import envrules
 from agent.planning import matrix as plan
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def hosts_with_facts(args: argparse.Namespace) -> list[tuple[str, dict, dict]]:
+def hosts_with_facts(args: argparse.Namespace) -> list[tuple[str, Facts, dict[str, Any]]]:
     """(host, facts, host vars) for each host: this machine's facts, or gathered by provision's facts task."""
     if args.host and not args.inventory:
         try:
@@ -83,12 +85,12 @@ def _table(cell: plan.Cell) -> Table:
     return table
 
 
-def _as_dict(cell: plan.Cell) -> dict:
+def _as_dict(cell: plan.Cell) -> dict[str, Any]:
     return {
         "host": cell.host,
         "id": cell.id,
         "label": cell.label,
-        "speculative": cell.config["speculative"],
+        "speculative": cell.config.server.speculative,
         "env": cell.env,
         "provenance": cell.provenance,
         "notes": cell.notes,

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             "give one per checkpoint"
         )
     summaries = [inspect(path, args.host, args.inventory) for path in args.checkpoints]
-    comparison = compare(*summaries) if len(summaries) == 2 else None
+    comparison = compare(summaries[0], summaries[1]) if len(summaries) == 2 else None
     if args.json:
         out = summaries[0] if comparison is None else {"a": summaries[0], "b": summaries[1], "comparison": comparison}
         print(json.dumps(out, indent=1, ensure_ascii=False))

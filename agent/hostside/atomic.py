@@ -11,12 +11,13 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 
 @contextlib.contextmanager
-def replacing(path: str | os.PathLike) -> Iterator[Path]:
+def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yields a temp path beside `path`; once the block ends without error it becomes `path`."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -30,16 +31,16 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     with replacing(path) as tmp, open(tmp, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())  # the rename must not land before the data on a crash
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
+def write_text(path: str | os.PathLike[str], text: str) -> None:
     write_bytes(path, text.encode())
 
 
-def write_json(path: str | os.PathLike, data: dict) -> None:
+def write_json(path: str | os.PathLike[str], data: Mapping[str, Any]) -> None:
     write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")

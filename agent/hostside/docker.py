@@ -13,7 +13,9 @@ import re
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import HostError
 
@@ -57,8 +59,9 @@ def parse_ref(ref: str) -> tuple[str, str]:
             raise ValueError(f"image {ref!r} is not pinned by digest (expected name@sha256:<64 hex>)")
         raise ValueError(f"image {ref!r} is not a valid image reference (expected name@sha256:<64 hex>)")
     name, digest = ref.split("@", 1)
-    if _TAG_RE.match(name):
-        bare = _TAG_RE.match(name).group("name")
+    tagged = _TAG_RE.match(name)
+    if tagged:
+        bare = tagged.group("name")
         raise ValueError(f"image {ref!r} has both a tag and a digest; keep only the digest: {bare}@{digest}")
     if not _NAME_RE.match(name):
         raise ValueError(
@@ -94,7 +97,7 @@ NOT_INSTALLED = (
 )
 
 
-def _cli(args: list[str], docker_env: dict | None, **kwargs) -> subprocess.CompletedProcess:
+def _cli(args: list[str], docker_env: dict[str, str] | None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """Run `docker ARGS` to completion; a host without the CLI -> DockerError(NOT_INSTALLED)."""
     kwargs.setdefault("stdin", subprocess.DEVNULL)
     try:
@@ -214,7 +217,7 @@ def launch_line(
     ref: str,
     name: str,
     argv: list[str],
-    env: dict,
+    env: Mapping[str, object],
     label: str,
     gpus: bool = True,
     network: str = "host",
@@ -357,9 +360,9 @@ _PS_FIELDS = {
 def _ps(args: list[str], docker_env: dict | None) -> list[dict]:
     """`docker ps` rows as dicts with the keys of _PS_FIELDS (ours: bool)."""
     out = _docker(["ps", "--no-trunc", "--format", "\t".join(_PS_FIELDS.values()), *args], docker_env)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for line in out.splitlines():
-        row = dict(zip(_PS_FIELDS, line.split("\t"), strict=False))
+        row: dict[str, Any] = dict(zip(_PS_FIELDS, line.split("\t"), strict=False))  # short rows: missing keys
         row["ours"] = row.get("ours") == "1"
         row["command"] = row.get("command", "").strip('"')
         rows.append(row)

@@ -20,8 +20,14 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
+from typing import Any, TypedDict
 
+from .contracts import Facts
+
+tomllib: ModuleType | None
 try:  # Python 3.11+; older hosts get their rules from the controller
     import tomllib
 except ModuleNotFoundError:  # pragma: no cover - exercised only on Python < 3.11
@@ -47,6 +53,26 @@ QUERY_GPU_MEM = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheade
 COMMAND_TIMEOUT_S = 20
 
 
+class GpuFacts(TypedDict):
+    """The GPU part of the facts, plus notes for gather() to merge."""
+
+    gpu_name: str
+    compute_capability: str
+    driver: str
+    cuda: str
+    gpu_count: int
+    gpu_mem_gib: float
+    simulated: bool
+    notes: list[str]
+
+
+class ContainerFacts(TypedDict):
+    docker: bool
+    docker_runtimes: list[str]
+    nvidia_runtime: bool
+    notes: list[str]
+
+
 # --- running commands --------------------------------------------------------------------------
 
 
@@ -66,7 +92,7 @@ def _run(argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> tuple[int, str]
 # --- parsing (pure: tested against captured real output) ----------------------------------------
 
 
-def parse_query_gpu(text: str) -> list[dict]:
+def parse_query_gpu(text: str) -> list[dict[str, Any]]:
     """Rows of `nvidia-smi --query-gpu=name,compute_cap,driver_version[,memory.total] --format=csv,noheader`."""
     gpus = []
     for row in csv.reader(line for line in text.splitlines() if line.strip()):
@@ -92,7 +118,7 @@ def parse_cuda_version(text: str) -> str:
 
 def parse_meminfo(text: str) -> dict[str, float]:
     """MemTotal / MemAvailable of /proc/meminfo in GiB (NVML reports no memory on GB10)."""
-    values = {}
+    values: dict[str, float] = {}
     for line in text.splitlines():
         match = re.match(r"(MemTotal|MemAvailable):\s+(\d+)\s*kB", line)
         if match:
@@ -122,21 +148,21 @@ def _mib(value: str) -> float:
 # --- GPU architecture rules (agent/rules/gpus.toml) ---------------------------------------------
 
 
-def load_gpu_rules(path: str | os.PathLike | None = None) -> dict[str, dict]:
+def load_gpu_rules(path: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:
     """The arch table of gpus.toml; {} when the file or a TOML reader is missing on this host."""
-    path = Path(path) if path else DEFAULT_GPU_RULES
-    if tomllib is None or not path.is_file():
+    rules_path = Path(path) if path else DEFAULT_GPU_RULES
+    if tomllib is None or not rules_path.is_file():
         return {}
-    return parse_gpu_rules(path.read_text())
+    return parse_gpu_rules(rules_path.read_text())
 
 
-def parse_gpu_rules(text: str) -> dict[str, dict]:
+def parse_gpu_rules(text: str) -> dict[str, dict[str, Any]]:
     if tomllib is None:
         return {}
     return {arch: entry for arch, entry in tomllib.loads(text).items() if isinstance(entry, dict)}
 
 
-def match_arch(gpu_name: str, compute_capability: str, gpu_rules: dict[str, dict]) -> str:
+def match_arch(gpu_name: str, compute_capability: str, gpu_rules: dict[str, dict[str, Any]]) -> str:
     """The arch whose compute capability and name pattern both fit; "" when none (or several) do."""
     if not gpu_name:
         return ""
@@ -144,7 +170,7 @@ def match_arch(gpu_name: str, compute_capability: str, gpu_rules: dict[str, dict
     return found[0] if len(found) == 1 else ""
 
 
-def _fits(entry: dict, gpu_name: str, compute_capability: str) -> bool:
+def _fits(entry: dict[str, Any], gpu_name: str, compute_capability: str) -> bool:
     wanted_cc = str(entry.get("compute_capability", ""))
     if wanted_cc and compute_capability and wanted_cc != compute_capability:
         return False
@@ -152,16 +178,19 @@ def _fits(entry: dict, gpu_name: str, compute_capability: str) -> bool:
     return any(re.search(pattern, gpu_name, re.IGNORECASE) for pattern in patterns)
 
 
-def classify_gpu(facts: dict, gpu_rules: dict[str, dict]) -> dict:
+def classify_gpu(facts: Facts, gpu_rules: dict[str, dict[str, Any]]) -> Facts:
     """Facts with `arch` and `sm` filled from the rules (a copy; the input is left alone)."""
     arch = match_arch(facts.get("gpu_name", ""), facts.get("compute_capability", ""), gpu_rules)
-    return dict(facts, arch=arch, sm=gpu_rules.get(arch, {}).get("sm", "") if arch else "")
+    out = facts.copy()
+    out["arch"] = arch
+    out["sm"] = str(gpu_rules.get(arch, {}).get("sm", "")) if arch else ""
+    return out
 
 
 # --- gathering ----------------------------------------------------------------------------------
 
 
-def gpu_facts(simulate_gpu: str | None, gpu_rules: dict[str, dict]) -> dict:
+def gpu_facts(simulate_gpu: str | None, gpu_rules: dict[str, dict[str, Any]]) -> GpuFacts:
     """GPU name, compute capability, driver, CUDA version, count and notes, real or simulated."""
     if simulate_gpu:
         return _simulated_gpu(simulate_gpu.lower(), gpu_rules)
@@ -192,7 +221,7 @@ def _gpu_mem_gib() -> float:
     return round(_mib(_clean(lines[0])) / 1024, 1) if lines else 0.0
 
 
-def _no_gpu(note: str) -> dict:
+def _no_gpu(note: str) -> GpuFacts:
     return {
         "gpu_name": "",
         "compute_capability": "",
@@ -205,7 +234,7 @@ def _no_gpu(note: str) -> dict:
     }
 
 
-def _simulated_gpu(arch: str, gpu_rules: dict[str, dict]) -> dict:
+def _simulated_gpu(arch: str, gpu_rules: dict[str, dict[str, Any]]) -> GpuFacts:
     entry = gpu_rules.get(arch)
     if entry is None:
         if not gpu_rules:
@@ -226,7 +255,7 @@ def _simulated_gpu(arch: str, gpu_rules: dict[str, dict]) -> dict:
     }
 
 
-def memory_facts() -> dict:
+def memory_facts() -> dict[str, float]:
     try:
         return parse_meminfo(Path("/proc/meminfo").read_text())
     except OSError:
@@ -241,9 +270,9 @@ def disk_free_gib(cache_dir: str) -> float:
     return round(shutil.disk_usage(path).free / 2**30, 1)
 
 
-def container_facts() -> dict:
+def container_facts() -> ContainerFacts:
     """Whether a docker daemon answers and whether the NVIDIA container runtime is there."""
-    notes = []
+    notes: list[str] = []
     docker = False
     runtimes: list[str] = []
     if shutil.which("docker"):
@@ -256,32 +285,44 @@ def container_facts() -> dict:
     return {"docker": docker, "docker_runtimes": runtimes, "nvidia_runtime": nvidia_runtime, "notes": notes}
 
 
-def fingerprint(facts: dict) -> str:
+def fingerprint(facts: Mapping[str, object]) -> str:
     """8 hex characters over the stable facts: same fingerprint, same host setup."""
     stable = {key: facts.get(key, "") for key in STABLE_KEYS}
     return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def gather(
-    simulate_gpu: str | None = None, cache_dir: str = DEFAULT_CACHE_DIR, gpu_rules: dict[str, dict] | None = None
-) -> dict:
+    simulate_gpu: str | None = None,
+    cache_dir: str = DEFAULT_CACHE_DIR,
+    gpu_rules: dict[str, dict[str, Any]] | None = None,
+) -> Facts:
     """The [facts] table of this host. No value is None; `notes` (worth a warning each) says what
     could not be read or classified. simulate_gpu (an arch of gpus.toml) reports that chip instead."""
     rules = load_gpu_rules() if gpu_rules is None else gpu_rules
     gpu = gpu_facts(simulate_gpu, rules)
     containers = container_facts()
-    facts = {
-        **{key: value for key, value in gpu.items() if key != "notes"},
-        **memory_facts(),
-        "disk_free_gib": disk_free_gib(cache_dir),
-        "cache_dir": os.path.expanduser(cache_dir),
-        "python": platform.python_version(),
-        **{key: value for key, value in containers.items() if key != "notes"},
-        "hostname": platform.node(),
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-    }
-    facts = classify_gpu(facts, rules)
+    memory = memory_facts()
+    gathered = Facts(
+        gpu_name=gpu["gpu_name"],
+        compute_capability=gpu["compute_capability"],
+        driver=gpu["driver"],
+        cuda=gpu["cuda"],
+        gpu_count=gpu["gpu_count"],
+        gpu_mem_gib=gpu["gpu_mem_gib"],
+        simulated=gpu["simulated"],
+        mem_total_gib=memory["mem_total_gib"],
+        mem_available_gib=memory["mem_available_gib"],
+        disk_free_gib=disk_free_gib(cache_dir),
+        cache_dir=os.path.expanduser(cache_dir),
+        python=platform.python_version(),
+        docker=containers["docker"],
+        docker_runtimes=containers["docker_runtimes"],
+        nvidia_runtime=containers["nvidia_runtime"],
+        hostname=platform.node(),
+        kernel=platform.release(),
+        machine=platform.machine(),
+    )
+    facts = classify_gpu(gathered, rules)
     notes = gpu["notes"] + containers["notes"]
     if facts["gpu_name"] and not facts["arch"]:
         notes.append(unknown_arch_note(facts, rules))
@@ -290,19 +331,19 @@ def gather(
     return facts
 
 
-def unknown_arch_note(facts: dict, gpu_rules: dict[str, dict]) -> str:
+def unknown_arch_note(facts: Facts, gpu_rules: dict[str, dict[str, Any]]) -> str:
     if not gpu_rules:
         return "no GPU rules on this host (gpus.toml not available): the controller classifies the GPU"
     return (
-        f"unknown GPU architecture {facts['gpu_name']!r} (compute capability "
-        f"{facts['compute_capability'] or '?'}): no rules apply; add it to agent/rules/gpus.toml"
+        f"unknown GPU architecture {facts.get('gpu_name', '')!r} (compute capability "
+        f"{facts.get('compute_capability') or '?'}): no rules apply; add it to agent/rules/gpus.toml"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python3 -m agent.hostside.facts", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m agent.hostside.facts", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--simulate-gpu", default=None, help="report this chip (gb10, ...) instead of a GPU")
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="model cache whose free disk is reported")
     parser.add_argument("--gpu-rules", default=None, help="path of gpus.toml (default: agent/rules/gpus.toml)")

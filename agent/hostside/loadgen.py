@@ -29,9 +29,15 @@ import random
 import sys
 import time
 import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 from . import atomic, metrics, utc
+from .contracts import Measurement, Window
 from .errors import HostError
+
+Clock = Callable[[], float]
+
 
 DEFAULT_TIMEOUT_S = 600.0
 MAX_ERRORS_LISTED = 5
@@ -62,9 +68,9 @@ class _Request:
 
     def __init__(self, start: float, prompt_tokens: int):
         self.start = start
-        self.end = None  # set when the stream finished or failed; None while in flight
-        self.times = []
-        self.tokens = []
+        self.end: float | None = None  # set when the stream finished or failed; None while in flight
+        self.times: list[float] = []
+        self.tokens: list[int] = []
         self.prompt_tokens = prompt_tokens  # estimate, replaced by the server's usage.prompt_tokens
         self.error = ""
 
@@ -72,7 +78,7 @@ class _Request:
 # ---------------------------------------------------------------- prompts
 
 
-def request_lengths(profile: str, prompt_len: int, output_len: int, rng: random.Random):
+def request_lengths(profile: str, prompt_len: int, output_len: int, rng: random.Random) -> tuple[int, int]:
     """(prompt words, max_tokens) of the next request. mixed: uniform within ±50% of the nominal lengths."""
     if profile == "uniform":
         return prompt_len, output_len
@@ -93,7 +99,7 @@ def make_prompt(n_words: int, rng: random.Random) -> str:
 # ---------------------------------------------------------------- HTTP + SSE client
 
 
-def parse_url(url: str):
+def parse_url(url: str) -> tuple[str, int, str]:
     """'http://127.0.0.1:8000[/prefix]' -> (host, port, '/prefix/v1/completions')."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
@@ -113,20 +119,20 @@ def build_request(host: str, port: int, path: str, model: str, prompt: str, max_
         }
     ).encode()
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port:d}\r\nContent-Type: application/json\r\n"
-        f"Accept: text/event-stream\r\nContent-Length: {len(body):d}\r\nConnection: close\r\n\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
 
 
-async def _read_head(reader):
+async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
     """Status line + headers -> (status, {lower-case name: value})."""
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     fields = lines[0].split(" ", 2)
     if len(fields) < 2 or not fields[0].startswith("HTTP/"):
         raise LoadError(f"not an HTTP response: {lines[0][:80]!r}")
-    headers = {}
+    headers: dict[str, str] = {}
     for line in lines[1:]:
         name, sep, value = line.partition(":")
         if sep:
@@ -134,7 +140,7 @@ async def _read_head(reader):
     return int(fields[1]), headers
 
 
-async def _body_pieces(reader, headers):
+async def _body_pieces(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[bytes]:
     """The response body as it arrives: chunked, Content-Length, or until the server closes."""
     if "chunked" in headers.get("transfer-encoding", "").lower():
         while True:
@@ -153,7 +159,7 @@ async def _body_pieces(reader, headers):
         while left > 0:
             piece = await reader.read(min(left, 65536))
             if not piece:
-                raise LoadError(f"stream closed {left:d} bytes before the end of the body")
+                raise LoadError(f"stream closed {left} bytes before the end of the body")
             left -= len(piece)
             yield piece
     else:
@@ -164,7 +170,7 @@ async def _body_pieces(reader, headers):
             yield piece
 
 
-async def _error_body(reader, headers) -> str:
+async def _error_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> str:
     """First part of an error response's body, with the server's message when it is JSON."""
     data = b""
     async for piece in _body_pieces(reader, headers):
@@ -182,7 +188,7 @@ async def _error_body(reader, headers) -> str:
     return text[:200]
 
 
-def _chunk_tokens(event: dict, counted: int) -> int:
+def _chunk_tokens(event: dict[str, Any], counted: int) -> int:
     """Tokens carried by one SSE event, given how many this request has counted so far.
 
     With usage the cumulative completion_tokens is exact (speculative decoding may deliver several
@@ -191,7 +197,7 @@ def _chunk_tokens(event: dict, counted: int) -> int:
     """
     usage = event.get("usage")
     if usage and usage.get("completion_tokens") is not None:
-        total = usage["completion_tokens"]
+        total = int(usage["completion_tokens"])
         return total - counted if total > counted else 0
     choices = event.get("choices")
     if choices and choices[0].get("text"):
@@ -199,14 +205,14 @@ def _chunk_tokens(event: dict, counted: int) -> int:
     return 0
 
 
-async def stream_completion(host: str, port: int, request: bytes, record: _Request, clock) -> None:
+async def stream_completion(host: str, port: int, request: bytes, record: _Request, clock: Clock) -> None:
     """Send one request and stamp every token-bearing chunk into `record`. Raises LoadError / OSError."""
     reader, writer = await asyncio.open_connection(host, port)
     try:
         writer.write(request)
         status, headers = await _read_head(reader)
         if status != 200:
-            raise LoadError(f"HTTP {status:d}: {await _error_body(reader, headers)}")
+            raise LoadError(f"HTTP {status}: {await _error_body(reader, headers)}")
         counted = 0
         pending = b""
         async for piece in _body_pieces(reader, headers):
@@ -233,7 +239,7 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
                     counted += n
                     record.times.append(now)
                     record.tokens.append(n)
-        raise LoadError(f"stream ended without [DONE] after {counted:d} tokens")
+        raise LoadError(f"stream ended without [DONE] after {counted} tokens")
     finally:
         writer.close()
 
@@ -244,7 +250,18 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
 class _Load:
     """`concurrency` workers, each sending its next request the moment the previous one ends."""
 
-    def __init__(self, url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock):
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        concurrency: int,
+        prompt_len: int,
+        output_len: int,
+        profile: str,
+        rng: random.Random,
+        timeout_s: float,
+        clock: Clock,
+    ):
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
         self.host, self.port, self.path = parse_url(url)
@@ -254,12 +271,12 @@ class _Load:
         self.rng = rng  # one stream per level: no two requests share a prompt
         self.timeout_s = timeout_s
         self.clock = clock
-        self.requests = []
+        self.requests: list[_Request] = []
         self.failures_in_row = 0
         self.abort_reason = ""
         self.running = False
 
-    async def run(self, duration_s: float):
+    async def run(self, duration_s: float) -> tuple[list[_Request], float, float]:
         """Keep the load on for duration_s (clock units), then cut it; -> (requests, t0, t1)."""
         self.requests = []
         t0 = self.clock()
@@ -277,7 +294,7 @@ class _Load:
             await asyncio.gather(*tasks, return_exceptions=True)
         return self.requests, t0, t1
 
-    async def _worker(self):
+    async def _worker(self) -> None:
         while self.running and not self.abort_reason:
             prompt_len, output_len = request_lengths(*self.lengths, rng=self.rng)
             request = build_request(
@@ -297,7 +314,7 @@ class _Load:
             if record.error:
                 await asyncio.sleep(FAILURE_BACKOFF_S)  # a dead server must not turn into a busy loop
 
-    def _failed(self, record: _Request, message: str):
+    def _failed(self, record: _Request, message: str) -> None:
         record.end = self.clock()
         record.error = message or "request failed"
         if record.times:
@@ -305,10 +322,16 @@ class _Load:
         self.failures_in_row += 1
         # Nothing but failures, many times over: the server is gone; stop instead of spinning to the end.
         if self.failures_in_row >= max(8, 2 * self.concurrency):
-            self.abort_reason = f"aborted after {self.failures_in_row:d} failed requests in a row; last: {record.error}"
+            self.abort_reason = f"aborted after {self.failures_in_row} failed requests in a row; last: {record.error}"
 
 
-async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
+Scrape = Callable[[], Awaitable["dict[str, float] | OSError"]]
+Finish = Callable[[Window, int, "dict[str, float] | OSError | None", "dict[str, float] | OSError | None"], None]
+
+
+async def _level(
+    load: _Load, duration_s: float, warmup_s: float, repeats: int, scrape: Scrape | None, finish: Finish
+) -> None:
     """One warmup window, then `repeats` measured windows, each its own run of the load.
 
     Between runs the load is off for SETTLE_S: cancelled requests are aborted and counted by the server
@@ -321,7 +344,7 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
     for repeat in range(1, repeats + 1):
         if load.abort_reason:  # the server is gone: the remaining windows are not measured
             result = summarize_window([], 0.0, duration_s, load.concurrency)
-            result.update(ok=False, error=load.abort_reason, started_at=utc.iso())
+            result["ok"], result["error"], result["started_at"] = False, load.abort_reason, utc.iso()
             finish(result, repeat, None, None)
             continue
         before = await scrape() if scrape else None
@@ -332,20 +355,23 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
         result = summarize_window(requests, t0, t1, load.concurrency)
         result["started_at"] = utc.iso(wall)
         if load.abort_reason:
-            result.update(ok=False, error=load.abort_reason)
+            result["ok"], result["error"] = False, load.abort_reason
         finish(result, repeat, before, after)
 
 
 # ---------------------------------------------------------------- window accounting
 
 
-def summarize_window(requests, t0: float, t1: float, concurrency: int) -> dict:
+def summarize_window(requests: Sequence[_Request], t0: float, t1: float, concurrency: int) -> Window:
     """The measurement dict of window [t0, t1) over the requests' recorded events (see module doc)."""
     duration = t1 - t0
     out_tokens = 0
-    ttft, itl, tpot, e2el = [], [], [], []
+    ttft: list[float] = []
+    itl: list[float] = []
+    tpot: list[float] = []
+    e2el: list[float] = []
     completed = failed = input_tokens = 0
-    errors = []
+    errors: list[str] = []
     for r in requests:
         lo = bisect.bisect_left(r.times, t0)
         hi = bisect.bisect_left(r.times, t1)
@@ -367,31 +393,39 @@ def summarize_window(requests, t0: float, t1: float, concurrency: int) -> dict:
         if n > 1:
             tpot.append((r.end - r.times[0]) / (n - 1))
     ok = out_tokens > 0
-    result = {
-        "concurrency": concurrency,
-        "ok": ok,
-        "error": "" if ok else (errors[0] if errors else "no output tokens arrived in the measurement window"),
-        "started_at": "",
-        "duration": float(duration),
-        "completed": completed,
-        "failed": failed,
-        "errors": errors[:MAX_ERRORS_LISTED],
-        "total_input_tokens": input_tokens,
-        "total_output_tokens": out_tokens,
-        "output_throughput": out_tokens / duration if duration > 0 else 0.0,
-        "request_throughput": completed / duration if duration > 0 else 0.0,
-        "max_concurrent_requests": max_in_flight(requests, t0, t1),
-    }
-    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl)):
-        result[f"mean_{name}_ms"] = 1000.0 * sum(values) / len(values) if values else 0.0
-        result[f"median_{name}_ms"] = 1000.0 * percentile(values, 50)
-        result[f"p99_{name}_ms"] = 1000.0 * percentile(values, 99)
-    result["median_e2el_ms"] = 1000.0 * percentile(e2el, 50)
-    result["p99_e2el_ms"] = 1000.0 * percentile(e2el, 99)
-    return result
+    return Window(
+        concurrency=concurrency,
+        ok=ok,
+        error="" if ok else (errors[0] if errors else "no output tokens arrived in the measurement window"),
+        started_at="",
+        duration=float(duration),
+        completed=completed,
+        failed=failed,
+        errors=errors[:MAX_ERRORS_LISTED],
+        total_input_tokens=input_tokens,
+        total_output_tokens=out_tokens,
+        output_throughput=out_tokens / duration if duration > 0 else 0.0,
+        request_throughput=completed / duration if duration > 0 else 0.0,
+        max_concurrent_requests=max_in_flight(requests, t0, t1),
+        mean_ttft_ms=_mean_ms(ttft),
+        median_ttft_ms=1000.0 * percentile(ttft, 50),
+        p99_ttft_ms=1000.0 * percentile(ttft, 99),
+        mean_tpot_ms=_mean_ms(tpot),
+        median_tpot_ms=1000.0 * percentile(tpot, 50),
+        p99_tpot_ms=1000.0 * percentile(tpot, 99),
+        mean_itl_ms=_mean_ms(itl),
+        median_itl_ms=1000.0 * percentile(itl, 50),
+        p99_itl_ms=1000.0 * percentile(itl, 99),
+        median_e2el_ms=1000.0 * percentile(e2el, 50),
+        p99_e2el_ms=1000.0 * percentile(e2el, 99),
+    )
 
 
-def max_in_flight(requests, t0: float, t1: float) -> int:
+def _mean_ms(values: list[float]) -> float:
+    return 1000.0 * sum(values) / len(values) if values else 0.0
+
+
+def max_in_flight(requests: Sequence[_Request], t0: float, t1: float) -> int:
     """Most requests in flight at once during [t0, t1) (an end frees its slot before a start at the same instant)."""
     events = []
     for r in requests:
@@ -408,7 +442,7 @@ def max_in_flight(requests, t0: float, t1: float) -> int:
     return peak
 
 
-def percentile(values, q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolation percentile (numpy's default, as `vllm bench serve` reports); 0.0 when empty."""
     if not values:
         return 0.0
@@ -423,59 +457,60 @@ def percentile(values, q: float) -> float:
 
 
 def run_level(
-    url,
-    model,
-    concurrency,
-    duration_s,
-    warmup_s,
-    prompt_len,
-    output_len,
-    profile="uniform",
-    seed=0,
-    timeout_s=DEFAULT_TIMEOUT_S,
-    clock=time.monotonic,
-) -> dict:
+    url: str,
+    model: str,
+    concurrency: int,
+    duration_s: float,
+    warmup_s: float,
+    prompt_len: int,
+    output_len: int,
+    profile: str = "uniform",
+    seed: int = 0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    clock: Clock = time.monotonic,
+) -> Window:
     """One concurrency level: a warmup window, then one measured window. Request failures never raise:
     they are counted, and a window without output tokens comes back with ok=False and the error."""
     load = _Load(
         url, model, concurrency, prompt_len, output_len, profile, _level_rng(seed, concurrency), timeout_s, clock
     )
-    results = []
+    results: list[Window] = []
     asyncio.run(_level(load, duration_s, warmup_s, 1, None, lambda result, *_: results.append(result)))
     return results[0]
 
 
 def run_levels(
-    url,
-    model,
-    levels,
-    duration_s,
-    warmup_s,
-    repeats,
-    prompt_len=1024,
-    output_len=256,
-    profile="uniform",
-    seed=0,
-    timeout_s=DEFAULT_TIMEOUT_S,
-    clock=time.monotonic,
-    on_result=None,
-    metrics_timeout_s=10.0,
-) -> list:
+    url: str,
+    model: str,
+    levels: Sequence[int],
+    duration_s: float,
+    warmup_s: float,
+    repeats: int,
+    prompt_len: int = 1024,
+    output_len: int = 256,
+    profile: str = "uniform",
+    seed: int = 0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    clock: Clock = time.monotonic,
+    on_result: Callable[[Measurement], object] | None = None,
+    metrics_timeout_s: float = 10.0,
+) -> list[Measurement]:
     """Per level: one warmup window, then `repeats` measured windows against the same server, each with
     `repeat`, the /metrics counter deltas over it (`metrics_delta`) and `spec_decode_acceptance_rate`.
     on_result(result) is called as soon as each window's result exists. Warmups are not returned."""
-    results = []
+    results: list[Measurement] = []
 
-    async def scrape():
+    async def scrape() -> dict[str, float] | OSError:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(None, metrics.scrape, url, metrics_timeout_s)
         except OSError as exc:
             return exc
 
-    def finish(result, repeat, before, after):
-        _add_counters(result, before, after)
-        result["repeat"] = repeat
+    def finish(
+        window: Window, repeat: int, before: dict[str, float] | OSError | None, after: dict[str, float] | OSError | None
+    ) -> None:
+        result = _with_counters(window, repeat, before, after)
         results.append(result)
         if on_result:
             on_result(result)
@@ -488,30 +523,39 @@ def run_levels(
     return results
 
 
-def _level_rng(seed, concurrency) -> random.Random:
+def _level_rng(seed: int, concurrency: int) -> random.Random:
     # Seeded per level, so no level replays another's prompts into the server's prefix cache.
     return random.Random(f"{seed}:{concurrency}")
 
 
-def _add_counters(result: dict, before, after):
-    """metrics_delta + spec_decode_acceptance_rate; a failed scrape is listed in `errors`, deltas stay 0."""
+def _with_counters(
+    window: Window, repeat: int, before: dict[str, float] | OSError | None, after: dict[str, float] | OSError | None
+) -> Measurement:
+    """The window + metrics_delta + spec_decode_acceptance_rate + repeat; a failed scrape is listed in `errors`,
+    deltas stay 0."""
     for scraped in (before, after):
         if isinstance(scraped, Exception):
-            result["errors"].append(f"metrics scrape failed: {scraped}")
-    usable = isinstance(before, dict) and isinstance(after, dict)
-    counters = metrics.window_counters(before if usable else {}, after if usable else {})
-    result["metrics_delta"] = counters
-    result["spec_decode_acceptance_rate"] = metrics.acceptance_rate(counters)
+            window["errors"].append(f"metrics scrape failed: {scraped}")
+    if isinstance(before, dict) and isinstance(after, dict):
+        counters = metrics.window_counters(before, after)
+    else:
+        counters = metrics.window_counters({}, {})
+    return Measurement(
+        **window,
+        metrics_delta=counters,
+        spec_decode_acceptance_rate=metrics.acceptance_rate(counters),
+        repeat=repeat,
+    )
 
 
 # ---------------------------------------------------------------- CLI
 
 
 def result_filename(concurrency: int, repeat: int) -> str:
-    return f"c{concurrency:03d}-r{repeat:d}.json"
+    return f"c{concurrency:03d}-r{repeat}.json"
 
 
-def _levels(text: str):
+def _levels(text: str) -> list[int]:
     try:
         levels = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -544,13 +588,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.out_dir:
         os.makedirs(args.out_dir, exist_ok=True)
-    written = []
+    written: list[str] = []
 
-    def save(result):
+    def save(result: Measurement) -> None:
         if args.out_dir:
             path = os.path.join(args.out_dir, result_filename(result["concurrency"], result["repeat"]))
             atomic.write_json(path, result)

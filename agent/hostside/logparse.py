@@ -20,7 +20,10 @@ import codecs
 import copy
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
+
+from .contracts import Attestation, Failure
 
 # --- unwrapping one raw line ---------------------------------------------------------------------
 
@@ -177,7 +180,7 @@ _NEEDLES = (
 )
 
 
-def _grouped_alternation(needles) -> re.Pattern:
+def _grouped_alternation(needles: Iterable[str]) -> re.Pattern[str]:
     groups: dict[str, list[str]] = {}
     for needle in needles:
         groups.setdefault(needle[0], []).append(re.escape(needle[1:]))
@@ -313,7 +316,7 @@ MAX_RATES = 10_000  # acceptance-rate intervals kept (27 h of 10 s intervals)
 MAX_LOG_BYTES = 8 * 1024**3  # parse_file stops here and says so
 
 
-def _new_facts() -> dict:
+def _new_facts() -> Attestation:
     """The facts of a log, "" / -1 / [] / {} where the log does not say. Backends are normalised (see
     normalise_backend), `*_raw` as logged. spec_acceptance_rates: fractions 0..1, one per logged interval.
     evidence: axis (moe, attention, linear, linear_fallback, marlin_fp4, draft_load, draft_moe, version,
@@ -365,7 +368,7 @@ class Follower:
     """
 
     def __init__(self) -> None:
-        self.fatal: dict | None = None
+        self.fatal: Failure | None = None
         self.ready = False
         self.lines_cut = 0
         self.items_dropped = 0
@@ -456,7 +459,7 @@ class Follower:
         }
 
     # -- output --
-    def facts(self) -> dict:
+    def facts(self) -> Attestation:
         f = copy.deepcopy(self._f)  # the caller's to keep: later lines must not change it
         f["startup_complete"] = self.ready or (f["engine_ready"] and not self._server_seen)
         backends = sorted({linear_backend_of(k) for k in f["linear_kernels"]} - {""})
@@ -494,7 +497,7 @@ class Follower:
         seen = self._seen.setdefault(key, set())
         if value in seen:
             return False
-        items = self._f[key]
+        items: list[str] = self._f[key]  # type: ignore[literal-required]  # one of the list keys of Attestation
         if len(items) >= MAX_ITEMS:
             self.items_dropped += 1
             return False
@@ -523,7 +526,7 @@ class Follower:
                 return self._attention(m.group(1), line)
         self._other(msg, line)
 
-    def _moe(self, m: re.Match, line: str) -> None:
+    def _moe(self, m: re.Match[str], line: str) -> None:
         raw = " ".join(m.groups()[0:1] + m.groups()[2:])  # 0.12's "FlashInfer ... TRTLLM" has the name in two parts
         spec = self._f["speculative"]
         if self._in_draft:
@@ -652,7 +655,7 @@ class Follower:
             if m.group(2):
                 spec["num_speculative_tokens"] = int(m.group(2))
 
-    def _args_speculative(self, args: dict) -> None:
+    def _args_speculative(self, args: dict[str, Any]) -> None:
         conf = args.get("speculative_config")
         if isinstance(conf, str):
             try:
@@ -717,12 +720,14 @@ class Follower:
 
     def _declare(self, cls: str, cause: str) -> None:
         where = "while loading the draft model: " if self._in_draft else self._draft_hint(cls, cause)
-        self.fatal = {
-            "class": cls,
-            "evidence": self._evidence_lines(),
-            "root_cause": where + cause,
-            "draft_model": self._in_draft,
-        }
+        self.fatal = Failure(
+            {
+                "class": cls,
+                "evidence": self._evidence_lines(),
+                "root_cause": where + cause,
+                "draft_model": self._in_draft,
+            }
+        )
 
     def _evidence_lines(self) -> list[str]:
         lines = list(self._fail_lines)
@@ -730,17 +735,21 @@ class Follower:
             lines.insert(0, self._f["evidence"]["draft_load"])
         return lines
 
-    def _failure(self) -> dict:
+    def _failure(self) -> Failure:
         if self.fatal is not None:
-            return dict(self.fatal, evidence=self._evidence_lines())
+            failure = self.fatal.copy()
+            failure["evidence"] = self._evidence_lines()
+            return failure
         cause = self._last_exception or self._last_error
         evidence = self._evidence_lines() + [c for c in (self._last_error, self._last_exception) if c]
-        return {
-            "class": "engine_init_failed" if self._dying else "other",
-            "evidence": evidence,
-            "root_cause": cause or "the log ends before the server was ready",
-            "draft_model": self._in_draft,
-        }
+        return Failure(
+            {
+                "class": "engine_init_failed" if self._dying else "other",
+                "evidence": evidence,
+                "root_cause": cause or "the log ends before the server was ready",
+                "draft_model": self._in_draft,
+            }
+        )
 
 
 def _signature_of(msg: str) -> str:
@@ -762,7 +771,7 @@ def _literal_dict(text: str) -> dict:
     return _plain(value) if isinstance(value, dict) else {}
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """JSON/TOML-friendly: no None, no tuples/sets, string keys."""
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items() if v is not None}
@@ -773,7 +782,7 @@ def _plain(value):
     return repr(value)
 
 
-def parse(text: str) -> dict:
+def parse(text: str) -> Attestation:
     """Facts of one whole log (see `_new_facts` for the keys; unknown values are "" / -1 / [] / {})."""
     follower = Follower()
     for pos in range(0, len(text), _PARSE_CHUNK):  # pieces: a 100 MB log never becomes a million strings at once
@@ -797,12 +806,12 @@ def follow_file(path: str, max_bytes: int = MAX_LOG_BYTES) -> Follower:
     return follower
 
 
-def parse_file(path: str, max_bytes: int = MAX_LOG_BYTES) -> dict:
+def parse_file(path: str, max_bytes: int = MAX_LOG_BYTES) -> Attestation:
     """Facts of a log file, read as a stream (see follow_file); the same facts as parse() of its text."""
     return follow_file(path, max_bytes).facts()
 
 
-def classify_failure(text_or_facts) -> dict:
+def classify_failure(text_or_facts: str | Attestation) -> Failure:
     """The failure dict {class, evidence, root_cause, draft_model} of a log or of its facts; {} if it started."""
-    facts = text_or_facts if isinstance(text_or_facts, dict) else parse(text_or_facts)
-    return dict(facts.get("failure") or {})
+    facts = parse(text_or_facts) if isinstance(text_or_facts, str) else text_or_facts
+    return Failure(**(facts.get("failure") or {}))

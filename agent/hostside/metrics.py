@@ -44,7 +44,7 @@ def metrics_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def scrape(url: str, timeout: float = 5.0) -> dict:
+def scrape(url: str, timeout: float = 5.0) -> dict[str, float]:
     """GET /metrics and parse it. Raises OSError (urllib's errors) when the server does not answer 200."""
     with _OPENER.open(metrics_url(url), timeout=timeout) as response:
         data = response.read(MAX_BYTES + 1)
@@ -53,7 +53,7 @@ def scrape(url: str, timeout: float = 5.0) -> dict:
     return parse(data.decode("utf-8", "replace"))
 
 
-def parse(text: str) -> dict:
+def parse(text: str) -> dict[str, float]:
     """Prometheus text exposition -> {name: sum over label sets, 'name{labels}': value}."""
     values: dict[str, float] = {}
     for line in text.splitlines():
@@ -67,7 +67,7 @@ def parse(text: str) -> dict:
     return values
 
 
-def _parse_sample(line: str):
+def _parse_sample(line: str) -> tuple[str, str, float] | None:
     """One sample line -> (name, series key, value), or None for comments, blanks and junk."""
     line = line.strip()
     if not line or line.startswith("#"):
@@ -110,17 +110,17 @@ def _closing_brace(line: str, start: int) -> int:
     return -1
 
 
-def delta(before: dict, after: dict) -> dict:
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """after - before for every series in `after` (a series new in `after` counts from 0)."""
     return {key: value - before.get(key, 0.0) for key, value in after.items()}
 
 
-def window_counters(before: dict, after: dict) -> dict:
+def window_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """The contract's [metrics_delta]: counter deltas over one window, 0.0 where the server lacks one."""
     return {key: float(after.get(name, 0.0) - before.get(name, 0.0)) for key, name in WINDOW_COUNTERS.items()}
 
 
-def acceptance_rate(counters: dict) -> float:
+def acceptance_rate(counters: dict[str, float]) -> float:
     """Speculative-decoding acceptance over a window: accepted / draft tokens; -1.0 when nothing was drafted."""
     drafted = counters.get("spec_decode_num_draft_tokens", 0.0)
     if drafted <= 0:

@@ -16,7 +16,9 @@ import os
 import re
 import struct
 import sys
+from typing import Any
 
+from .contracts import CheckpointSummary, MtpSummary
 from .errors import HostError
 
 HEADER_LIMIT = 100 * 1024 * 1024  # the format's own cap; a larger length means a corrupt file
@@ -154,7 +156,7 @@ def _check_entries(path: str, header: dict, data_len: int) -> None:
             raise CheckpointError(f"{path}: tensor {name!r}: {problem}")
 
 
-def _entry_problem(entry, data_len: int) -> str:
+def _entry_problem(entry: Any, data_len: int) -> str:  # Any: one entry of an untrusted header
     try:
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
         begin, end = offsets
@@ -274,7 +276,7 @@ def _configs(path: str) -> tuple[dict, list[dict]]:
     return config, quant
 
 
-def _quant_summary(source: str, q: dict, producer) -> dict:
+def _quant_summary(source: str, q: dict[str, Any], producer: object) -> dict[str, Any]:
     keys = (
         "quant_method",
         "quant_algo",
@@ -284,7 +286,7 @@ def _quant_summary(source: str, q: dict, producer) -> dict:
         "weight_block_size",
         "activation_scheme",
     )
-    out: dict[str, object] = {"source": source}
+    out: dict[str, Any] = {"source": source}
     out.update({k: q[k] for k in keys if k in q and not isinstance(q[k], dict)})
     if isinstance(producer, dict) and "name" in producer:
         out["producer"] = producer["name"]
@@ -301,7 +303,7 @@ def _text_config(config: dict) -> dict:
     return {}
 
 
-def _config_value(config: dict, *keys):
+def _config_value(config: dict[str, Any], *keys: str) -> int | float | None:
     for holder in (_text_config(config), config):
         for key in keys:
             if isinstance(holder.get(key), (int, float)) and not isinstance(holder.get(key), bool):
@@ -382,7 +384,7 @@ def _module_format(params: dict) -> str:
 # ---------------------------------------------------------------- summarising
 
 
-def inspect_checkpoint(path: str) -> dict:
+def inspect_checkpoint(path: str) -> CheckpointSummary:
     """A JSON-serialisable summary of a checkpoint folder (or one .safetensors file), from headers only.
 
     Keys: path, name, shards, tensors, total_bytes, total_gib, dtypes {dtype: {tensors, bytes}},
@@ -401,7 +403,7 @@ def inspect_checkpoint(path: str) -> dict:
     shards, weight_map, warnings = _shards(path)
     config, quant_configs = _configs(path)
     layers = _config_value(config, "num_hidden_layers", "n_layer", "num_layers")
-    role = _RoleCache(layers)
+    role = _RoleCache(int(layers) if layers is not None else None)
     tensors = []  # (name, dtype, shape, bytes, role, module)
     header_bytes = 0
     for shard in shards:
@@ -424,20 +426,33 @@ def inspect_checkpoint(path: str) -> dict:
     if missing:
         warnings.append(f"{missing} tensor(s) named in the index are in no shard (incomplete download?)")
     modules = _modules(tensors)
-    summary: dict = {
-        "path": path,
-        "name": os.path.basename(path.rstrip("/")),
-        "shards": len(shards),
-        "tensors": len(tensors),
-        "quant_configs": quant_configs,
-    }
-    summary.update(_mass(tensors))
-    summary.update(_formats(modules, summary["roles"]))
-    summary.update(_expert_layers(modules))
-    summary["mtp"] = _mtp(tensors, modules)
-    summary.update(_bytes_per_token(tensors, config, warnings))
-    summary["warnings"] = warnings
-    return summary
+    mass = _mass(tensors)
+    formats = _formats(modules, mass["roles"])
+    experts = _expert_layers(modules)
+    mtp = _mtp(tensors, modules)
+    per_token = _bytes_per_token(tensors, config, warnings)
+    return CheckpointSummary(
+        path=path,
+        name=os.path.basename(path.rstrip("/")),
+        shards=len(shards),
+        tensors=len(tensors),
+        quant_configs=quant_configs,
+        total_bytes=mass["total_bytes"],
+        total_gib=mass["total_gib"],
+        dtypes=mass["dtypes"],
+        roles=mass["roles"],
+        kinds=formats["kinds"],
+        packed_fp4_tensors=formats["packed_fp4_tensors"],
+        high_precision_weights=formats["high_precision_weights"],
+        activation_scales=formats["activation_scales"],
+        expert_format=experts["expert_format"],
+        high_precision_expert_layers=experts["high_precision_expert_layers"],
+        mtp=mtp,
+        moe=per_token["moe"],
+        bytes_per_token=per_token["bytes_per_token"],
+        bytes_per_token_parts=per_token["bytes_per_token_parts"],
+        warnings=warnings,
+    )
 
 
 def _header_length(path: str) -> int:
@@ -558,7 +573,7 @@ def _ranges(layer_formats: dict) -> list:
     return ranges
 
 
-def _mtp(tensors: list, modules: dict) -> dict:
+def _mtp(tensors: list, modules: dict) -> MtpSummary:
     rows = [t for t in tensors if t[4] == "mtp"]
     formats: dict = {}
     for module in modules.values():
@@ -568,14 +583,14 @@ def _mtp(tensors: list, modules: dict) -> dict:
     dtypes: dict = {}
     for row in rows:
         dtypes[row[1]] = dtypes.get(row[1], 0) + 1
-    return {
-        "present": bool(rows),
-        "quantized": any(f != "unquantized" for f in formats),
-        "tensors": len(rows),
-        "bytes": sum(t[3] for t in rows),
-        "formats": dict(sorted(formats.items())),
-        "dtypes": dict(sorted(dtypes.items())),
-    }
+    return MtpSummary(
+        present=bool(rows),
+        quantized=any(f != "unquantized" for f in formats),
+        tensors=len(rows),
+        bytes=sum(t[3] for t in rows),
+        formats=dict(sorted(formats.items())),
+        dtypes=dict(sorted(dtypes.items())),
+    )
 
 
 def _bytes_per_token(tensors: list, config: dict, warnings: list) -> dict:
@@ -601,17 +616,18 @@ def _bytes_per_token(tensors: list, config: dict, warnings: list) -> dict:
         else:
             parts["always"] += size
     moe = {"num_experts": experts, "num_experts_per_tok": top_k}
-    if routed and not (experts and top_k):
-        warnings.append("config.json gives no num_experts_per_tok (or expert count): bytes per token unknown")
-        return {"moe": moe, "bytes_per_token": None, "bytes_per_token_parts": parts}
-    parts["routed_experts_active"] = round(routed * top_k / experts) if routed else 0
+    if routed:
+        if not (experts and top_k):
+            warnings.append("config.json gives no num_experts_per_tok (or expert count): bytes per token unknown")
+            return {"moe": moe, "bytes_per_token": None, "bytes_per_token_parts": parts}
+        parts["routed_experts_active"] = round(routed * top_k / experts)
     return {"moe": moe, "bytes_per_token": sum(parts.values()), "bytes_per_token_parts": parts}
 
 
 # ---------------------------------------------------------------- comparing
 
 
-def compare(a: dict, b: dict) -> dict:
+def compare(a: CheckpointSummary, b: CheckpointSummary) -> dict[str, Any]:
     """What differs between two inspect_checkpoint() summaries, with the article's headline:
     "byte-twins: 30841 vs 30840 packed FP4 tensors, the same 180 high-precision weights"."""
     differences = _format_differences(a, b) + _expert_differences(a, b) + _mtp_differences(a, b)
@@ -648,11 +664,11 @@ def compare(a: dict, b: dict) -> dict:
     }
 
 
-def _pct(old, new):
+def _pct(old: float | None, new: float | None) -> float | None:
     return None if not old or new is None else round((new / old - 1) * 100, 2)
 
 
-def _headline(a: dict, b: dict, twins: bool, change) -> str:
+def _headline(a: CheckpointSummary, b: CheckpointSummary, twins: bool, change: float | None) -> str:
     fp4 = f"{a['packed_fp4_tensors']} vs {b['packed_fp4_tensors']} packed FP4 tensors"
     hp_a, hp_b = a["high_precision_weights"], b["high_precision_weights"]
     hp = f"the same {hp_a} high-precision weights" if hp_a == hp_b else f"{hp_a} vs {hp_b} high-precision weights"
@@ -662,7 +678,7 @@ def _headline(a: dict, b: dict, twins: bool, change) -> str:
     return f"different: {size_text(a['total_bytes'])} vs {size_text(b['total_bytes'])}{per_token}; {fp4}, {hp}"
 
 
-def _format_differences(a: dict, b: dict) -> list:
+def _format_differences(a: CheckpointSummary, b: CheckpointSummary) -> list[str]:
     out = []
     for role in (r for r in ROLES if r != "mtp"):  # the MTP module gets its own line
         fa = a["roles"].get(role, {}).get("formats", {})
@@ -676,7 +692,7 @@ def _formats_text(formats: dict) -> str:
     return " + ".join(f"{n} {FORMAT_LABEL[f]}" for f, n in formats.items()) or "absent"
 
 
-def _expert_differences(a: dict, b: dict) -> list:
+def _expert_differences(a: CheckpointSummary, b: CheckpointSummary) -> list[str]:
     ta = "; ".join(r["text"] for r in a["high_precision_expert_layers"]) or "none"
     tb = "; ".join(r["text"] for r in b["high_precision_expert_layers"]) or "none"
     if ta == tb:
@@ -693,8 +709,8 @@ def size_text(size: int, signed: bool = False) -> str:
     return ""
 
 
-def _mtp_differences(a: dict, b: dict) -> list:
-    def text(m):
+def _mtp_differences(a: CheckpointSummary, b: CheckpointSummary) -> list[str]:
+    def text(m: MtpSummary) -> str:
         if not m["present"]:
             return "absent"
         dtypes = ", ".join(f"{n} {d}" for d, n in m["dtypes"].items())
@@ -713,10 +729,10 @@ def main(argv: list[str]) -> int:
     except (CheckpointError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    result = (
+    result: object = (
         summaries[0]
         if len(summaries) == 1
-        else {"a": summaries[0], "b": summaries[1], "comparison": compare(*summaries)}
+        else {"a": summaries[0], "b": summaries[1], "comparison": compare(summaries[0], summaries[1])}
     )
     json.dump(result, sys.stdout, indent=1, ensure_ascii=False)
     print()

@@ -10,9 +10,12 @@ import os
 import shlex
 import shutil
 import tarfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import atomic, docker, supervise
+from .contracts import Holder
 from .errors import HostError
 
 
@@ -26,7 +29,7 @@ def run_dir(workdir: str, cell_id: str) -> Path:
     return path
 
 
-def read_env_file(path: str) -> dict:
+def read_env_file(path: str) -> dict[str, str]:
     """KEY=VALUE lines, as docker --env-file reads them (no quoting, # comments)."""
     env: dict[str, str] = {}
     if not path:
@@ -40,7 +43,12 @@ def read_env_file(path: str) -> dict:
 
 
 def launch_command(
-    runtime: str, argv: list, env: dict, image: str = "", container: str = "spark-agent", cell_id: str = ""
+    runtime: str,
+    argv: Sequence[object],
+    env: Mapping[str, object],
+    image: str = "",
+    container: str = "spark-agent",
+    cell_id: str = "",
 ) -> str:
     """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line).
     The one renderer of a serve command line: launch.txt, cell.toml's [launch] and the report all use it."""
@@ -55,16 +63,16 @@ def serve_cell(
     workdir: str,
     cell_id: str,
     runtime: str,
-    argv: list,
+    argv: list[str],
     env_file: str,
-    extra_env: dict,
+    extra_env: dict[str, str],
     image: str,
     url: str,
     health_timeout: float,
     scope: str,
     evict: bool,
-    holder: dict,
-) -> dict:
+    holder: Holder,
+) -> dict[str, Any]:
     """Start the cell's server and wait until it is healthy, or until the log says it died (fail fast)."""
     rdir = run_dir(workdir, cell_id)
     env = read_env_file(env_file)

@@ -21,9 +21,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from . import atomic, docker, logparse  # imported up front: the forked supervisor must not import late
+from .contracts import Failure, Holder, ServeStatus
 from .errors import HostError
 
 CELL_ENV = "SPARK_AGENT_CELL"  # marks every server process we start
@@ -33,9 +36,9 @@ WORKDIR_ENV = "SPARK_AGENT_WORKDIR"  # which host work dir started it (several t
 class HostBusy(HostError):
     """The host is taken: another controller holds the lock, or a foreign server runs."""
 
-    def __init__(self, message: str, holder: dict | None = None):
+    def __init__(self, message: str, holder: Mapping[str, Any] | None = None):
         super().__init__(message)
-        self.holder = holder or {}
+        self.holder = holder or {}  # as read from the host's holder.json: not trusted to be a Holder
 
 
 # ---------------------------------------------------------------------------------------------- state files
@@ -58,7 +61,7 @@ def _read_json(path: Path) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- the lock
-def acquire_lock(workdir: str, holder: dict) -> int:
+def acquire_lock(workdir: str, holder: Holder) -> int:
     """Take the host lock without waiting; returns the fd (keep it open). Raises HostBusy naming the holder."""
     sdir = state_dir(workdir)
     fd = os.open(str(sdir / "host.lock"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -74,7 +77,7 @@ def acquire_lock(workdir: str, holder: dict) -> int:
     return fd
 
 
-def describe_holder(holder: dict) -> str:
+def describe_holder(holder: Mapping[str, Any]) -> str:
     if not holder:
         return "another process (no holder record)"
     return (
@@ -213,7 +216,7 @@ def start(
     argv: list,
     env: dict,
     log_path: str,
-    holder: dict,
+    holder: Holder,
     image: str = "",
     scope: str = "machine",
     evict: bool = False,
@@ -312,6 +315,8 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
             container = docker.run_server(
                 image, info["container"], [str(a) for a in argv], env, label=info["cell_id"], log_path=info["log"]
             )
+            if container.log_follower is None:  # run_server follows the log whenever log_path is given
+                raise RuntimeError("docker run gave no log follower")
             proc = container.log_follower  # `docker logs -f` ends when the container does
         else:
             proc = subprocess.Popen(
@@ -320,7 +325,7 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         info.update({"supervisor_pid": os.getpid(), "server_pid": proc.pid})
         atomic.write_json(state_dir(workdir) / "server.json", info)
 
-        def on_term(signum, frame):
+        def on_term(signum: int, frame: object) -> None:
             _stop_server(info, proc)
             raise SystemExit(0)
 
@@ -389,7 +394,7 @@ def _alive(pid: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- health wait
-def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) -> dict:
+def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) -> ServeStatus:
     """Wait for /health while tailing the log. Stop at once on a fatal log line or a dead server.
 
     Returns {"ready": bool, "failure": {...} or {}, "facts": parsed log facts, "startup_s": float}.
@@ -399,12 +404,12 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
     t0 = time.monotonic()
     offset = 0
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character cut between two reads
-    failure: dict = {}
+    failure = Failure()
     ready = False
     while True:
         offset = _feed_new_lines(info.get("log", ""), offset, decoder, follower)
         if follower.fatal:
-            failure = dict(follower.fatal)
+            failure = follower.fatal.copy()
             break
         if _health_ok(url):
             ready = True
@@ -412,24 +417,26 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
         if not _server_running(workdir, info):
             time.sleep(0.2)  # let the last lines reach the log
             offset = _feed_new_lines(info.get("log", ""), offset, decoder, follower)
-            failure = dict(follower.fatal or _exit_failure(info, follower))
+            failure = (follower.fatal or _exit_failure(follower)).copy()
             break
         if time.monotonic() - t0 > timeout_s:
-            failure = {
-                "class": "health_timeout",
-                "evidence": [f"/health not ready after {timeout_s:.0f} s"],
-                "root_cause": "the server neither became healthy nor died",
-            }
+            failure = Failure(
+                {
+                    "class": "health_timeout",
+                    "evidence": [f"/health not ready after {timeout_s:.0f} s"],
+                    "root_cause": "the server neither became healthy nor died",
+                }
+            )
             break
         time.sleep(poll_s)
     follower.flush()
-    return {"ready": ready, "failure": failure, "facts": follower.facts(), "startup_s": time.monotonic() - t0}
+    return ServeStatus(ready=ready, failure=failure, facts=follower.facts(), startup_s=time.monotonic() - t0)
 
 
 _TAIL_READ = 8 * 1024 * 1024  # per poll: a log that grows faster is caught up over the next polls
 
 
-def _feed_new_lines(log_path: str, offset: int, decoder: codecs.IncrementalDecoder, follower) -> int:
+def _feed_new_lines(log_path: str, offset: int, decoder: codecs.IncrementalDecoder, follower: logparse.Follower) -> int:
     """Feed what the log gained since `offset`; returns the new offset. The follower keeps a cut-off last line
     (at most logparse.MAX_LINE characters of it), so a line that never ends costs no memory."""
     try:
@@ -442,15 +449,17 @@ def _feed_new_lines(log_path: str, offset: int, decoder: codecs.IncrementalDecod
     return offset + len(chunk)
 
 
-def _exit_failure(info: dict, follower) -> dict:
+def _exit_failure(follower: logparse.Follower) -> Failure:
     failure = logparse.classify_failure(follower.facts())
     if failure and failure.get("class"):
         return failure
-    return {
-        "class": "other",
-        "evidence": ["the server process exited before it became healthy"],
-        "root_cause": "server exited",
-    }
+    return Failure(
+        {
+            "class": "other",
+            "evidence": ["the server process exited before it became healthy"],
+            "root_cause": "server exited",
+        }
+    )
 
 
 def _health_ok(url: str) -> bool:
@@ -466,11 +475,11 @@ def _server_running(workdir: str, info: dict) -> bool:
     if current.get("exited"):
         return False
     pid = current.get("supervisor_pid") or info.get("supervisor_pid")
-    return bool(pid) and _alive(int(pid))
+    return _alive(int(pid)) if pid else False
 
 
 # ---------------------------------------------------------------------------------------------- stop / status
-def stop(workdir: str, cell_id: str = "", holder: dict | None = None, grace: float = 30.0) -> dict:
+def stop(workdir: str, cell_id: str = "", holder: Mapping[str, Any] | None = None, grace: float = 30.0) -> dict:
     """Stop the server we started here (via its supervisor), if any. Idempotent: returns {"stopped": bool}.
 
     With cell_id, only that cell's server is stopped; with holder (a controller identity), only a server that
@@ -502,13 +511,13 @@ def stop(workdir: str, cell_id: str = "", holder: dict | None = None, grace: flo
     return {"stopped": stopped, "cell_id": info.get("cell_id", "")}
 
 
-def would_stop(workdir: str, cell_id: str = "", holder: dict | None = None) -> bool:
+def would_stop(workdir: str, cell_id: str = "", holder: Mapping[str, Any] | None = None) -> bool:
     """Whether stop() with these arguments would stop a running server (check mode: nothing is touched)."""
     info = _read_json(_state_path(workdir) / "server.json")
     return status(workdir)["running"] and not _not_ours_to_stop(workdir, info, cell_id, holder)
 
 
-def _not_ours_to_stop(workdir: str, info: dict, cell_id: str, holder: dict | None) -> str:
+def _not_ours_to_stop(workdir: str, info: dict[str, Any], cell_id: str, holder: Mapping[str, Any] | None) -> str:
     """Why stop() must leave this server alone, or "" when it may stop it."""
     if cell_id and info.get("cell_id") and info["cell_id"] != cell_id:
         return "another cell's server"
@@ -517,7 +526,7 @@ def _not_ours_to_stop(workdir: str, info: dict, cell_id: str, holder: dict | Non
     return ""
 
 
-def _same_controller(a: dict, b: dict) -> bool:
+def _same_controller(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     keys = ("controller_host", "controller_pid")
     return all(str(a.get(k)) == str(b.get(k)) for k in keys)
 

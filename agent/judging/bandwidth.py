@@ -21,7 +21,9 @@ For the report (agent/report.py):
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, TypedDict
 
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
@@ -30,6 +32,40 @@ from agent.hostside import facts as hostfacts
 # max(TOLERANCE_POINTS, TOLERANCE_SHARE * |predicted|) percentage points of the predicted change.
 TOLERANCE_POINTS = 3.0
 TOLERANCE_SHARE = 0.25
+
+
+class Point(TypedDict):
+    label: str
+    bytes_per_token: int | None  # None when unknown
+    tok_s: float  # measured single-stream decode speed (0.0 = not measured)
+    speculative: bool
+
+
+class CeilingRow(TypedDict):
+    label: str
+    bytes_per_token: int | None
+    tok_s: float
+    speculative: bool
+    ceiling_tok_s: float | None
+    pct_of_ceiling: float | None
+    flag: str  # "" | above_ceiling_speculative | above_ceiling_inputs_wrong
+    note: str
+
+
+class CeilingPair(TypedDict):
+    a: str
+    b: str
+    predicted_pct: float | None
+    measured_pct: float | None
+    explained: bool | None  # None when unknown
+    note: str
+
+
+class CeilingNotes(TypedDict):
+    bandwidth_gbs: float
+    bandwidth_source: str
+    rows: list[CeilingRow]
+    pairs: list[CeilingPair]
 
 
 def bandwidth_for(arch_or_gpu: str, rules: Path = hostfacts.DEFAULT_GPU_RULES) -> tuple[float, str]:
@@ -62,7 +98,7 @@ def ceiling_tok_s(bytes_per_token: float, gbs: float) -> float:
     return gbs * 1e9 / bytes_per_token
 
 
-def single_stream_tok_s(measurement: dict) -> float:
+def single_stream_tok_s(measurement: Mapping[str, Any]) -> float:
     """Decode speed of one stream from a c001-rK measurement: 1000 / median TPOT (no prefill in it);
     output_throughput when TPOT is missing."""
     tpot = float(measurement.get("median_tpot_ms") or 0.0)
@@ -70,12 +106,12 @@ def single_stream_tok_s(measurement: dict) -> float:
 
 
 def ceiling_notes(
-    points: list[dict],
+    points: Sequence[Point],
     gbs: float,
     source: str = "",
     tolerance_points: float = TOLERANCE_POINTS,
     tolerance_share: float = TOLERANCE_SHARE,
-) -> dict:
+) -> CeilingNotes:
     """Rows with % of the ceiling and flags, and explained/not-explained notes for pairs (see module doc).
 
     points: [{"label", "bytes_per_token" (int or None), "tok_s" (measured single-stream), "speculative"}]
@@ -87,59 +123,52 @@ def ceiling_notes(
         for b in rows[i + 1 :]
         if a["speculative"] == b["speculative"]
     ]
-    return {"bandwidth_gbs": gbs, "bandwidth_source": source, "rows": rows, "pairs": pairs}
+    return CeilingNotes(bandwidth_gbs=gbs, bandwidth_source=source, rows=rows, pairs=pairs)
 
 
-def _row(point: dict, gbs: float) -> dict:
-    row = {
-        "label": str(point["label"]),
-        "bytes_per_token": point.get("bytes_per_token"),
-        "tok_s": float(point["tok_s"]),
-        "speculative": bool(point.get("speculative")),
-        "ceiling_tok_s": None,
-        "pct_of_ceiling": None,
-        "flag": "",
-        "note": "",
-    }
-    if not row["bytes_per_token"]:
+def _row(point: Point, gbs: float) -> CeilingRow:
+    row = CeilingRow(
+        label=str(point["label"]),
+        bytes_per_token=point.get("bytes_per_token"),
+        tok_s=float(point["tok_s"]),
+        speculative=bool(point.get("speculative")),
+        ceiling_tok_s=None,
+        pct_of_ceiling=None,
+        flag="",
+        note="",
+    )
+    per_token = row["bytes_per_token"]
+    if not per_token:
         row["note"] = "bytes per token unknown: no ceiling"
         return row
-    row["ceiling_tok_s"] = round(ceiling_tok_s(row["bytes_per_token"], gbs), 2)
-    row["pct_of_ceiling"] = round(100.0 * row["tok_s"] / row["ceiling_tok_s"], 1)
-    if row["pct_of_ceiling"] > 100.0 and row["speculative"]:
+    ceiling = round(ceiling_tok_s(per_token, gbs), 2)
+    pct = round(100.0 * row["tok_s"] / ceiling, 1)
+    row["ceiling_tok_s"], row["pct_of_ceiling"] = ceiling, pct
+    if pct > 100.0 and row["speculative"]:
         row["flag"] = "above_ceiling_speculative"
-        row["note"] = (
-            f"{row['pct_of_ceiling']:.0f}% of the ceiling: speculative decoding is on, "
-            "so one weight read yields several tokens"
-        )
-    elif row["pct_of_ceiling"] > 100.0:
+        row["note"] = f"{pct:.0f}% of the ceiling: speculative decoding is on, so one weight read yields several tokens"
+    elif pct > 100.0:
         row["flag"] = "above_ceiling_inputs_wrong"
         row["note"] = (
-            f"{row['pct_of_ceiling']:.0f}% of the ceiling without speculative decoding: "
+            f"{pct:.0f}% of the ceiling without speculative decoding: "
             "the inputs are wrong (bandwidth, bytes per token or the measurement)"
         )
     else:
-        row["note"] = f"{row['pct_of_ceiling']:.0f}% of the bandwidth ceiling"
+        row["note"] = f"{pct:.0f}% of the bandwidth ceiling"
     return row
 
 
-def _pair(a: dict, b: dict, tolerance_points: float, tolerance_share: float) -> dict:
+def _pair(a: CeilingRow, b: CeilingRow, tolerance_points: float, tolerance_share: float) -> CeilingPair:
     """b relative to a: bytes predict tok/s to scale by bytes_a / bytes_b."""
     measured = round((b["tok_s"] / a["tok_s"] - 1) * 100, 1) if a["tok_s"] > 0 else None
-    pair = {
-        "a": a["label"],
-        "b": b["label"],
-        "predicted_pct": None,
-        "measured_pct": measured,
-        "explained": None,
-        "note": "",
-    }
-    if not (a["bytes_per_token"] and b["bytes_per_token"]) or measured is None:
+    pair = CeilingPair(a=a["label"], b=b["label"], predicted_pct=None, measured_pct=measured, explained=None, note="")
+    bytes_a, bytes_b = a["bytes_per_token"], b["bytes_per_token"]
+    if not (bytes_a and bytes_b) or measured is None:
         pair["note"] = f"{b['label']} vs {a['label']}: bytes per token or speed unknown, nothing to explain"
         return pair
-    predicted = round((a["bytes_per_token"] / b["bytes_per_token"] - 1) * 100, 1)
+    predicted = round((bytes_a / bytes_b - 1) * 100, 1)
     explained = abs(measured - predicted) <= max(tolerance_points, tolerance_share * abs(predicted))
-    pair.update(predicted_pct=predicted, explained=explained)
+    pair["predicted_pct"], pair["explained"] = predicted, explained
     verdict = "explained by bytes" if explained else "not explained by bytes"
     pair["note"] = (
         f"{b['label']} vs {a['label']}: bytes predict {predicted:+.1f}%, measured {measured:+.1f}%: {verdict}"

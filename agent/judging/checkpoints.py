@@ -6,10 +6,14 @@ playbooks/inspect.yml playbook runs that same module there and only the summary 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, cast
+
 from agent.errors import UserError
 from agent.hostside import safetensors
+from agent.hostside.contracts import CheckpointSummary
 from agent.hostside.safetensors import FORMAT_LABEL, compare, size_text
-from agent.judging.bandwidth import ceiling_notes
+from agent.judging.bandwidth import Point, ceiling_notes
 from agent.running import tasks
 
 __all__ = [
@@ -31,14 +35,14 @@ KIND_LABEL = {
 }
 
 
-def inspect(path: str, host: str | None = None, inventory: str | None = None) -> dict:
+def inspect(path: str, host: str | None = None, inventory: str | None = None) -> CheckpointSummary:
     """The summary of one checkpoint: local, or on `host` of `inventory`."""
     if host:
         return inspect_remote(path, host, inventory)
     return inspect_local(path)
 
 
-def inspect_local(path: str) -> dict:
+def inspect_local(path: str) -> CheckpointSummary:
     try:
         return safetensors.inspect_checkpoint(path)
     except safetensors.CheckpointError as exc:
@@ -47,7 +51,7 @@ def inspect_local(path: str) -> dict:
         raise UserError(f"{path}: cannot read the checkpoint ({exc.strerror or exc})") from None
 
 
-def inspect_remote(path: str, host: str, inventory: str | None) -> dict:
+def inspect_remote(path: str, host: str, inventory: str | None) -> CheckpointSummary:
     from agent.running.playbooks import run_playbook  # ansible is only needed for the remote path
 
     if not inventory:
@@ -65,7 +69,7 @@ def inspect_remote(path: str, host: str, inventory: str | None) -> dict:
     return _host_summary(result["summary"], host)
 
 
-def _host_summary(summary: object, host: str) -> dict:
+def _host_summary(summary: object, host: str) -> CheckpointSummary:
     """A summary from a host is bounded JSON of the expected shape: format_summary must not trip over it."""
     from agent.running import hostdata
 
@@ -77,10 +81,10 @@ def _host_summary(summary: object, host: str) -> dict:
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         detail = hostdata.one_line(f"{type(exc).__name__}: {exc}")
         raise UserError(f"{host}: bad checkpoint summary from the host ({detail})") from None
-    return checked
+    return cast(CheckpointSummary, checked)  # its shape checked by format_summary
 
 
-def format_summary(s: dict) -> str:
+def format_summary(s: CheckpointSummary) -> str:
     lines = [
         f"{s['name']}: {s['shards']} shard(s), {s['tensors']} tensors, {size_text(s['total_bytes'])}  ({s['path']})"
     ]
@@ -120,7 +124,7 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
-def _bytes_line(s: dict) -> str:
+def _bytes_line(s: CheckpointSummary) -> str:
     if s["bytes_per_token"] is None:
         return "bytes per token: unknown (see warnings)"
     parts = s["bytes_per_token_parts"]
@@ -139,23 +143,27 @@ def _bytes_line(s: dict) -> str:
     )
 
 
-def format_comparison(c: dict) -> str:
+def format_comparison(c: Mapping[str, Any]) -> str:
     lines = [f"{c['a']} vs {c['b']}: {c['headline']}"]
     lines += [f"  {d}" for d in c["differences"]] or ["  no differences in formats, dtypes, MTP or activation scales"]
     return "\n".join(lines)
 
 
 def format_ceiling(
-    summaries: list[dict], gbs: float, source: str, tok_s: list[float] | None = None, speculative: bool = False
+    summaries: list[CheckpointSummary],
+    gbs: float,
+    source: str,
+    tok_s: list[float] | None = None,
+    speculative: bool = False,
 ) -> str:
     """Decode ceilings for the summaries; with measured tok/s, % of ceiling and the pair notes too."""
     points = [
-        {
-            "label": s["name"],
-            "bytes_per_token": s["bytes_per_token"],
-            "tok_s": (tok_s[i] if tok_s and i < len(tok_s) else 0.0),
-            "speculative": speculative,
-        }
+        Point(
+            label=s["name"],
+            bytes_per_token=s["bytes_per_token"],
+            tok_s=(tok_s[i] if tok_s and i < len(tok_s) else 0.0),
+            speculative=speculative,
+        )
         for i, s in enumerate(summaries)
     ]
     notes = ceiling_notes(points, gbs, source)

@@ -8,7 +8,8 @@ are never ranked or recommended. A server that never became ready is FAILED.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
 from agent.hostside.logparse import linear_backend_of, normalise_backend
 
@@ -23,24 +24,28 @@ _SHORT = {
 }
 
 
+class Verdict(TypedDict):
+    verdict: str  # valid | invalid | failed
+    reasons: list[str]
+    evidence: list[str]  # the log lines behind the reasons
+    notes: list[str]  # worth knowing, not invalidating
+
+
 def axis_name(name: str) -> str:
     """`moe` / `moe_backend` -> `moe_backend`; "" for a name that is no axis."""
     key = name.strip().lower().replace("-", "_")
     return key if key in AXES else _SHORT.get(key, "")
 
 
-def judge(requested: dict, facts: dict, env_set: list[str]) -> dict:
+def judge(requested: Mapping[str, str], facts: Mapping[str, Any], env_set: Sequence[str]) -> Verdict:
     """{verdict, reasons, evidence, notes}. `requested` has the AXES ("" = auto, no claim); `facts` is
     logparse.parse()'s; `env_set` the variables the spec set for the server."""
     failure = facts.get("failure") or {}
     if failure:
         reason = f"failed: {failure.get('class', 'other')}: {failure.get('root_cause', '')}".rstrip(": ")
-        return {
-            "verdict": "failed",
-            "reasons": [reason],
-            "evidence": list(failure.get("evidence", [])),
-            "notes": notes(facts),
-        }
+        return Verdict(
+            verdict="failed", reasons=[reason], evidence=list(failure.get("evidence", [])), notes=notes(facts)
+        )
     reasons: list[str] = []
     evidence: list[str] = []
     for axis, check in (
@@ -58,15 +63,15 @@ def judge(requested: dict, facts: dict, env_set: list[str]) -> dict:
         if var in unknown:
             reasons.append(f"dead variable: {var} (vLLM {facts.get('vllm_version') or '?'} does not know it)")
             evidence.append((facts.get("evidence") or {}).get("unknown_env:" + var, var))
-    return {
-        "verdict": "invalid" if reasons else "valid",
-        "reasons": reasons,
-        "evidence": _unique(evidence),
-        "notes": notes(facts, env_set),
-    }
+    return Verdict(
+        verdict="invalid" if reasons else "valid",
+        reasons=reasons,
+        evidence=_unique(evidence),
+        notes=notes(facts, env_set),
+    )
 
 
-def requested_from_args(facts: dict) -> dict:
+def requested_from_args(facts: Mapping[str, Any]) -> dict[str, str]:
     """What the server was asked for, read from its own `non-default args` line (for logs without a spec)."""
     args = facts.get("non_default_args") or {}
     spec = facts.get("speculative") or {}
@@ -78,7 +83,7 @@ def requested_from_args(facts: dict) -> dict:
     }
 
 
-def notes(facts: dict, env_set: Sequence[str] = ()) -> list[str]:
+def notes(facts: Mapping[str, Any], env_set: Sequence[str] = ()) -> list[str]:
     """Things worth knowing that do not invalidate a cell."""
     out = []
     if any("emulation" in line for line in facts.get("linear_fallbacks", [])):
@@ -93,21 +98,21 @@ def notes(facts: dict, env_set: Sequence[str] = ()) -> list[str]:
     return out
 
 
-def _moe(want: str, facts: dict) -> list[str]:
+def _moe(want: str, facts: Mapping[str, Any]) -> list[str]:
     return _compare("moe", want, facts.get("moe_backend", ""), facts.get("moe_backend_raw", ""))
 
 
-def _attention(want: str, facts: dict) -> list[str]:
+def _attention(want: str, facts: Mapping[str, Any]) -> list[str]:
     got = facts.get("attention_backend", "")
     return _compare("attention", want, got, got)
 
 
-def _draft_moe(want: str, facts: dict) -> list[str]:
+def _draft_moe(want: str, facts: Mapping[str, Any]) -> list[str]:
     spec = facts.get("speculative") or {}
     return _compare("draft moe", want, spec.get("draft_moe_backend", ""), spec.get("draft_moe_backend_raw", ""))
 
 
-def _linear(want: str, facts: dict) -> list[str]:
+def _linear(want: str, facts: Mapping[str, Any]) -> list[str]:
     """--linear-backend falls back per layer with a warning; any fallback or other kernel means not all of it."""
     reasons = [f"linear: requested {want}, vLLM fell back: {w}" for w in facts.get("linear_fallbacks", [])]
     kernels = facts.get("linear_kernels", [])
@@ -129,7 +134,7 @@ def _compare(label: str, want: str, got: str, raw: str) -> list[str]:
     return []
 
 
-def _axis_evidence(axis: str, facts: dict) -> list[str]:
+def _axis_evidence(axis: str, facts: Mapping[str, Any]) -> list[str]:
     ev = facts.get("evidence") or {}
     keys = {
         "moe_backend": ("moe",),
@@ -144,7 +149,7 @@ def _unique(lines: list[str]) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def attest(text: str, requested: dict | None = None, env_set: Sequence[str] = ()) -> dict:
+def attest(text: str, requested: Mapping[str, str] | None = None, env_set: Sequence[str] = ()) -> dict[str, Any]:
     """A log a user already has: {facts, requested, verdict}. Axes not in `requested` are taken from the
     log's own non-default args, so a server that ignored its flags is caught without a spec."""
     from agent.hostside.logparse import parse
@@ -152,7 +157,9 @@ def attest(text: str, requested: dict | None = None, env_set: Sequence[str] = ()
     return attest_facts(parse(text), requested, env_set)
 
 
-def attest_facts(facts: dict, requested: dict | None = None, env_set: Sequence[str] = ()) -> dict:
+def attest_facts(
+    facts: Mapping[str, Any], requested: Mapping[str, str] | None = None, env_set: Sequence[str] = ()
+) -> dict[str, Any]:
     """attest() of facts already parsed (e.g. by logparse.parse_file, which streams a big log)."""
     asked = requested_from_args(facts)
     asked.update({k: v for k, v in (requested or {}).items() if k in AXES})

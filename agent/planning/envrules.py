@@ -13,16 +13,28 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypedDict
 
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
+from agent.hostside.contracts import Facts
 from agent.paths import ENV_RULES
+
+
+class EnvProvenance(TypedDict):
+    """One [[env_provenance]] row of cell.toml: a variable set, overridden or dropped, and the rule that did it."""
+
+    name: str
+    value: str
+    action: str  # set | override | drop
+    rule: str
+    reason: str
 
 
 @dataclass
 class EnvResult:
     env: dict[str, str] = field(default_factory=dict)  # the final environment
-    provenance: list[dict] = field(default_factory=list)  # name, value, action, rule, reason
+    provenance: list[EnvProvenance] = field(default_factory=list)  # the [[env_provenance]] rows of cell.toml
     warnings: list[str] = field(default_factory=list)
 
 
@@ -35,12 +47,12 @@ def env_rules(path: Path = ENV_RULES) -> dict:
         return tomllib.load(handle)
 
 
-def with_arch(facts: dict) -> dict:
+def with_arch(facts: Facts) -> Facts:
     """Host facts with arch/sm filled by the controller's gpus.toml when the host could not classify."""
     return facts if facts.get("arch") else hostfacts.classify_gpu(facts, hostfacts.load_gpu_rules())
 
 
-def arch_of(facts: dict) -> str:
+def arch_of(facts: Facts) -> str:
     """The arch a host reported, else the controller's own classification of its GPU."""
     return with_arch(facts)["arch"]
 
@@ -48,7 +60,10 @@ def arch_of(facts: dict) -> str:
 # --- versions --------------------------------------------------------------------------------------
 
 
-def parse_version(text: str) -> tuple[int, int, int] | None:
+Version = tuple[int, int, int]
+
+
+def parse_version(text: str) -> Version | None:
     """(major, minor, patch) of "0.24.0", "v0.24.1rc2", "0.11.1.dev3+gabc"; None when unreadable."""
     match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
     return (int(match[1]), int(match[2]), int(match[3] or 0)) if match else None
@@ -60,14 +75,14 @@ def in_range(version: tuple[int, int, int], spec: str) -> bool:
     for clause in filter(None, (part.strip() for part in spec.split(","))):
         match = re.fullmatch(r"(>=|<=|==|>|<)\s*(\S+)", clause)
         bound = parse_version(match[2]) if match else None
-        if bound is None:
+        if match is None or bound is None:
             raise ValueError(f"bad version range clause {clause!r} in {spec!r}")
         if not compare[match[1]](version, bound):
             return False
     return True
 
 
-def _applies(entry: dict, arch: str, quant: str, version) -> bool:
+def _applies(entry: dict[str, Any], arch: str, quant: str, version: Version | None) -> bool:
     """Arch and quant conditions fit, and the version one fits (False when the version is unknown)."""
     if "arch" in entry and arch not in entry["arch"]:
         return False
@@ -81,7 +96,7 @@ def _applies(entry: dict, arch: str, quant: str, version) -> bool:
 # --- resolution ------------------------------------------------------------------------------------
 
 
-def resolve_env(facts: dict, quant: str, vllm_version: str, overrides: dict[str, str]) -> EnvResult:
+def resolve_env(facts: Facts, quant: str, vllm_version: str, overrides: dict[str, str]) -> EnvResult:
     """The environment for a cell on a host with these facts.
 
     vllm_version "" means unknown (pass the spec's image version when there is one): then only
@@ -107,7 +122,7 @@ def resolve_env(facts: dict, quant: str, vllm_version: str, overrides: dict[str,
     return result
 
 
-def _read_version(vllm_version: str, warnings: list[str]):
+def _read_version(vllm_version: str, warnings: list[str]) -> Version | None:
     version = parse_version(vllm_version)
     if vllm_version and version is None:
         warnings.append(f"cannot read vLLM version {vllm_version!r}: treated as unknown")
@@ -119,16 +134,23 @@ def _read_version(vllm_version: str, warnings: list[str]):
     return version
 
 
-def _no_arch_warning(facts: dict) -> str:
+def _no_arch_warning(facts: Facts) -> str:
     if not facts.get("gpu_name"):
         return "no GPU facts for this host (no nvidia-smi?): no GPU rules apply"
     return (
-        f"unknown GPU architecture {facts['gpu_name']!r} (compute capability "
+        f"unknown GPU architecture {facts.get('gpu_name', '')!r} (compute capability "
         f"{facts.get('compute_capability') or '?'}): no GPU rules apply; add it to agent/rules/gpus.toml"
     )
 
 
-def _apply_override(result: EnvResult, name: str, value: str, rule: dict | None, version, dead: list[dict]):
+def _apply_override(
+    result: EnvResult,
+    name: str,
+    value: str,
+    rule: dict[str, Any] | None,
+    version: Version | None,
+    dead: list[dict[str, Any]],
+) -> None:
     """A spec variable: dropped when dead, else set, recording any rule it overrides."""
     for entry in (entry for entry in dead if entry["name"] == name):
         if _is_dead(entry, version, result.warnings, value):
@@ -149,7 +171,7 @@ def _apply_override(result: EnvResult, name: str, value: str, rule: dict | None,
         )
 
 
-def _is_dead(entry: dict, version, warnings: list[str], value: str) -> bool:
+def _is_dead(entry: dict[str, Any], version: Version | None, warnings: list[str], value: str) -> bool:
     """Whether a dead-variable entry drops the variable; warns either way when it matters."""
     name, flag = entry["name"], entry["replacement"]
     if not entry.get("vllm") or (version is not None and in_range(version, entry["vllm"])):
@@ -165,7 +187,7 @@ def _is_dead(entry: dict, version, warnings: list[str], value: str) -> bool:
 
 
 def _record(result: EnvResult, name: str, value: str, action: str, rule: str, reason: str) -> None:
-    result.provenance.append({"name": name, "value": value, "action": action, "rule": rule, "reason": reason})
+    result.provenance.append(EnvProvenance(name=name, value=value, action=action, rule=rule, reason=reason))
 
 
 # --- speculative decoding ----------------------------------------------------------------------------

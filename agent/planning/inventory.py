@@ -238,7 +238,7 @@ def _env_problem(env: Any) -> str:
     return ""
 
 
-def _templated(loader, host_vars: dict) -> dict[str, Any]:
+def _templated(loader: Any, host_vars: dict[str, Any]) -> dict[str, Any]:
     """Host vars as a playbook run sees them (Jinja filled in), so what we record is what runs."""
     from ansible.template import Templar
 

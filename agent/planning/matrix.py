@@ -9,14 +9,68 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypedDict
 
+from agent.hostside.contracts import Facts
 from agent.planning import envrules
+from agent.planning.settings import LoadSettings, ServerSettings, flat_dict, flat_fields, from_flat, meta
 from agent.planning.spec import Checkpoint, Spec
 
 BACKEND_FIELDS = ("moe_backend", "linear_backend", "attention_backend")  # the axes a sweep compares
+
+
+@dataclass(frozen=True)
+class CellConfig:
+    """What a cell asks for: the [config] table of cell.toml, and (with the env) what its id hashes.
+
+    to_dict() gives the table exactly as recorded since schema 1 (key order, value types); changing what it gives
+    changes every cell id and so breaks every user's resume (tests/test_cell_id_golden.py pins it)."""
+
+    image: str  # name@sha256:<digest>
+    runtime: str  # docker | process
+    checkpoint: str  # the spec's name for it
+    model: str  # path or hub id passed to `vllm serve`
+    quant: str  # nvfp4 | fp8 | bf16
+    moe_backend: str = field(metadata=meta(flag="--moe-backend"))  # "" = auto (flag not passed)
+    linear_backend: str = field(metadata=meta(flag="--linear-backend"))
+    attention_backend: str = field(metadata=meta(flag="--attention-backend"))
+    server: ServerSettings  # flattened into the table, in its field order
+    load: LoadSettings  # likewise
+    concurrency: list[int]
+    duration_s: float
+    warmup: int
+    repeats: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return flat_dict(self)
+
+    @classmethod
+    def from_dict(cls, table: Mapping[str, Any]) -> CellConfig:
+        """From a [config] table; keys recorded before a setting existed take its default (ValueError if a
+        required key is missing or a key is unknown)."""
+        return from_flat(cls, table)
+
+    def serve_args(self) -> list[str]:
+        """`vllm serve` arguments after MODEL (server_args of the [config] table)."""
+        return server_args(self.to_dict())
+
+    @property
+    def speculative_method(self) -> str:
+        return str(json.loads(self.server.speculative).get("method", "?")) if self.server.speculative else ""
+
+
+class CheckpointInfo(TypedDict, total=False):
+    """[checkpoint_info] of cell.toml: what the weight headers on the host say, when the model is a folder there."""
+
+    bytes_per_token: int
+    total_gib: float
+    packed_fp4_tensors: int
+    high_precision_weights: int
+    expert_format: str
+    mtp_present: bool
+    mtp_quantized: bool
 
 
 @dataclass
@@ -24,21 +78,21 @@ class Cell:
     id: str
     sweep: str
     host: str
-    config: dict[str, Any]  # the [config] table of cell.toml
+    config: CellConfig
     env: dict[str, str]  # the server's environment (rules + overrides)
-    provenance: list[dict]  # the [[env_provenance]] rows
+    provenance: list[envrules.EnvProvenance]  # the [[env_provenance]] rows
     notes: list[str] = field(default_factory=list)  # warnings and rule notes, shown before the run
     argv: list[str] = field(default_factory=list)  # the server command line on this host
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
-    checkpoint_info: dict[str, Any] = field(default_factory=dict)  # from the weight headers on the host, if any
+    checkpoint_info: CheckpointInfo = field(default_factory=lambda: CheckpointInfo())  # {} unless a folder there
 
     @property
     def label(self) -> str:
         """ "uns-fast marlin attention=flashinfer spec=mtp": checkpoint, backend_label, speculative method."""
         c = self.config
-        parts = [c["checkpoint"], backend_label(c)]
-        if c["speculative"]:
-            parts.append("spec=" + json.loads(c["speculative"]).get("method", "?"))
+        parts = [c.checkpoint, backend_label(c.to_dict())]
+        if c.server.speculative:
+            parts.append("spec=" + c.speculative_method)
         return " ".join(parts)
 
     def playbook_vars(self) -> dict[str, Any]:
@@ -47,16 +101,16 @@ class Cell:
         return {
             "id": self.id,
             "argv": self.argv,
-            "image": c["image"],
-            "model": c["model"],
-            "concurrency": c["concurrency"],
-            "duration_s": c["duration_s"],
-            "warmup": c["warmup"],
-            "repeats": c["repeats"],
-            "prompt_len": c["prompt_len"],
-            "output_len": c["output_len"],
-            "profile": c["profile"],
-            "seed": c["seed"],
+            "image": c.image,
+            "model": c.model,
+            "concurrency": list(c.concurrency),
+            "duration_s": c.duration_s,
+            "warmup": c.warmup,
+            "repeats": c.repeats,
+            "prompt_len": c.load.prompt_len,
+            "output_len": c.load.output_len,
+            "profile": c.load.profile,
+            "seed": c.load.seed,
             "host_env": self.host_env,
         }
 
@@ -75,48 +129,48 @@ def _auto(value: str) -> str:
     return "" if value == "auto" else value
 
 
-def cell_id(config: dict[str, Any], env: dict[str, str]) -> str:
-    canonical = json.dumps({"config": config, "env": env}, sort_keys=True, separators=(",", ":"))
+def cell_id(config: CellConfig, env: Mapping[str, str]) -> str:
+    """12 hex of sha256 over the canonical JSON of the [config] table and the env: the resume key."""
+    canonical = json.dumps({"config": config.to_dict(), "env": env}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
-# [config] key -> its `vllm serve` flag, in command-line order; "" (auto / off) passes no flag.
-SERVE_FLAGS = (
-    ("gpu_memory_utilization", "--gpu-memory-utilization"),
-    ("max_model_len", "--max-model-len"),
-    ("max_num_seqs", "--max-num-seqs"),
-    ("moe_backend", "--moe-backend"),
-    ("linear_backend", "--linear-backend"),
-    ("attention_backend", "--attention-backend"),
-    ("speculative", "--speculative-config"),
-)
+def _serve_flags() -> tuple[tuple[str, str], ...]:
+    """[config] key -> `vllm serve` flag, from the fields' metadata: the flags always passed first, then those passed
+    when set, each in field order (the command line as it has always been built)."""
+    flagged = [f for f in flat_fields(CellConfig) if f.metadata.get("flag")]
+    flagged.sort(key=lambda f: not f.metadata.get("always"))  # stable: field order within each group
+    return tuple((f.name, f.metadata["flag"]) for f in flagged)
 
 
-def server_args(config: dict[str, Any]) -> list[str]:
+SERVE_FLAGS = _serve_flags()
+
+
+def server_args(config: Mapping[str, Any]) -> list[str]:
     """`vllm serve` arguments after MODEL for a cell (no host/port: those are host plumbing)."""
-    args = []
+    args: list[str] = []
     for key, flag in SERVE_FLAGS:
         if config.get(key) not in (None, ""):  # a [config] read back from an older cell.toml may lack a key
             args += [flag, str(config[key])]
     return args + [str(a) for a in config.get("extra_args", [])]
 
 
-def serve_argv(config: dict[str, Any], prefix: Sequence[str] = ("vllm", "serve")) -> list[str]:
+def serve_argv(config: Mapping[str, Any], prefix: Sequence[str] = ("vllm", "serve")) -> list[str]:
     """The one builder of a serve command line: the engine command, MODEL, then the cell's flags."""
     return [str(a) for a in prefix] + [str(config.get("model", ""))] + server_args(config)
 
 
-def launch_argv(config: dict[str, Any], host_vars: dict[str, Any]) -> list[str]:
+def launch_argv(config: CellConfig, host_vars: Mapping[str, Any]) -> list[str]:
     """The full server command on a host: serve_argv, then bind and port."""
     # process: the engine command; docker: the command after the image (NVIDIA's image runs `vllm serve`;
     # the simulator's image has it as its entrypoint, so its hosts set spark_serve_cmd: [])
     prefix = host_vars.get("spark_serve_cmd", ["vllm", "serve"])
     bind = str(host_vars.get("spark_bind_host", "127.0.0.1"))
     port = str(host_vars.get("spark_port", 8000))
-    return serve_argv(config, prefix) + ["--host", bind, "--port", port]
+    return serve_argv(config.to_dict(), prefix) + ["--host", bind, "--port", port]
 
 
-def plan_cells(spec: Spec, host: str, facts: dict[str, Any], host_vars: dict[str, Any]) -> list[Cell]:
+def plan_cells(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any]) -> list[Cell]:
     """Every (checkpoint × moe × linear × attention) combination, with its environment for this host."""
     cells = []
     combos = itertools.product(spec.checkpoints, spec.moe_backends, spec.linear_backends, spec.attention_backends)
@@ -126,32 +180,32 @@ def plan_cells(spec: Spec, host: str, facts: dict[str, Any], host_vars: dict[str
 
 
 def _cell(
-    spec: Spec, host: str, facts: dict, host_vars: dict, ckpt: Checkpoint, moe: str, linear: str, attention: str
+    spec: Spec,
+    host: str,
+    facts: Facts,
+    host_vars: Mapping[str, Any],
+    ckpt: Checkpoint,
+    moe: str,
+    linear: str,
+    attention: str,
 ) -> Cell:
-    speculative, notes = envrules.speculative_defaults(ckpt.quant, spec.server["speculative"])
-    config = {
-        "image": spec.image,
-        "runtime": str(host_vars.get("spark_runtime", "docker")),
-        "checkpoint": ckpt.name,
-        "model": ckpt.model,
-        "quant": ckpt.quant,
-        "moe_backend": _auto(moe),
-        "linear_backend": _auto(linear),
-        "attention_backend": _auto(attention),
-        "speculative": speculative,
-        "gpu_memory_utilization": float(spec.server["gpu_memory_utilization"]),
-        "max_model_len": spec.server["max_model_len"],
-        "max_num_seqs": spec.server["max_num_seqs"],
-        "extra_args": list(spec.server["extra_args"]),
-        "prompt_len": spec.load["prompt_len"],
-        "output_len": spec.load["output_len"],
-        "profile": spec.load["profile"],
-        "seed": spec.load["seed"],
-        "concurrency": list(spec.concurrency),
-        "duration_s": spec.duration_s,
-        "warmup": spec.warmup,
-        "repeats": spec.repeats,
-    }
+    speculative, notes = envrules.speculative_defaults(ckpt.quant, spec.server.speculative)
+    config = CellConfig(
+        image=spec.image,
+        runtime=str(host_vars.get("spark_runtime", "docker")),
+        checkpoint=ckpt.name,
+        model=ckpt.model,
+        quant=ckpt.quant,
+        moe_backend=_auto(moe),
+        linear_backend=_auto(linear),
+        attention_backend=_auto(attention),
+        server=replace(spec.server, speculative=speculative, extra_args=list(spec.server.extra_args)),
+        load=spec.load,
+        concurrency=list(spec.concurrency),
+        duration_s=spec.duration_s,
+        warmup=spec.warmup,
+        repeats=spec.repeats,
+    )
     resolved = envrules.resolve_env(facts, ckpt.quant, spec.vllm_version, spec.env)
     cell = Cell(
         id=cell_id(config, resolved.env),
@@ -167,7 +221,7 @@ def _cell(
     return cell
 
 
-def simulator_env(spec: Spec, facts: dict) -> dict[str, str]:
+def simulator_env(spec: Spec, facts: Facts) -> dict[str, str]:
     """A simulated host plays the chip its facts report, and the vLLM version the spec says its image has."""
     if not facts.get("simulated"):
         return {}
@@ -181,6 +235,6 @@ def spec_warnings(spec: Spec) -> list[str]:
     """Warnings that need no host: said before anything is touched."""
     out = []
     for ckpt in spec.checkpoints:
-        for w in envrules.speculative_warnings(ckpt.quant, spec.server["speculative"]):
+        for w in envrules.speculative_warnings(ckpt.quant, spec.server.speculative):
             out.append(f"{ckpt.name}: {w}")
     return out

@@ -10,12 +10,13 @@ import math
 import re
 import shlex
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
 from agent.hostside import docker
+from agent.planning.settings import LoadSettings, ServerSettings, toml_schema
 
 QUANTS = ("nvfp4", "fp8", "bf16")
 PROFILES = ("uniform", "mixed")
@@ -64,7 +65,7 @@ class Spec:
     image: str  # name@sha256:<digest>
     vllm_version: str  # the image's vLLM version if the spec states it ("" = read it from the log)
     checkpoints: list[Checkpoint]
-    server: dict[str, Any]  # gpu_memory_utilization, max_model_len, max_num_seqs, speculative, extra_args
+    server: ServerSettings
     moe_backends: list[str]
     linear_backends: list[str]
     attention_backends: list[str]
@@ -72,14 +73,12 @@ class Spec:
     duration_s: float
     warmup: int
     repeats: int
-    load: dict[str, Any]  # prompt_len, output_len, profile, seed
+    load: LoadSettings
     env: dict[str, str] = field(default_factory=dict)  # overrides, recorded with the rule they override
 
     def with_duration(self, seconds: float) -> Spec:
         """--duration: the same spec with every window set to `seconds` (for quick rehearsals)."""
-        copy = Spec(**{k: getattr(self, k) for k in self.__dataclass_fields__})
-        copy.duration_s = float(seconds)
-        return copy
+        return replace(self, duration_s=float(seconds))
 
 
 # table -> key -> (types, required, default)
@@ -87,13 +86,7 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
     "sweep": {"name": ((str,), True, None), "description": ((str,), False, "")},
     "image": {"ref": ((str,), True, None), "vllm_version": ((str,), False, "")},
     "checkpoints": {"name": ((str,), True, None), "model": ((str,), True, None), "quant": ((str,), True, None)},
-    "server": {
-        "gpu_memory_utilization": ((float, int), False, 0.85),
-        "max_model_len": ((int,), False, 8192),
-        "max_num_seqs": ((int,), False, 16),
-        "speculative": ((str, dict), False, ""),
-        "extra_args": ((list,), False, []),
-    },
+    "server": toml_schema(ServerSettings),
     "matrix": {
         "moe_backend": ((list,), True, None),
         "linear_backend": ((list,), False, ["auto"]),
@@ -103,12 +96,7 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
         "warmup": ((int,), False, 1),
         "repeats": ((int,), False, 3),
     },
-    "load": {
-        "prompt_len": ((int,), False, 1024),
-        "output_len": ((int,), False, 256),
-        "profile": ((str,), False, "uniform"),
-        "seed": ((int,), False, 0),
-    },
+    "load": toml_schema(LoadSettings),
     "env": {},
 }
 _REQUIRED_TABLES = ("sweep", "image", "checkpoints", "matrix")
@@ -277,7 +265,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         image=image["ref"],
         vllm_version=image["vllm_version"],
         checkpoints=checkpoints,
-        server=server,
+        server=ServerSettings(**dict(server, gpu_memory_utilization=float(server["gpu_memory_utilization"]))),
         moe_backends=_backends(path, lines, matrix, "moe_backend"),
         linear_backends=_backends(path, lines, matrix, "linear_backend"),
         attention_backends=_backends(path, lines, matrix, "attention_backend"),
@@ -285,7 +273,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         duration_s=float(matrix["duration_s"]),
         warmup=matrix["warmup"],
         repeats=matrix["repeats"],
-        load=load,
+        load=LoadSettings(**load),
         env={k: str(v) for k, v in env.items()},
     )
 

@@ -85,7 +85,9 @@ def compare(
     result = Comparison([], [], [], [], warnings(side_a, side_b))
     for key in sorted(index_a.keys() | index_b.keys(), key=lambda k: _label((index_a.get(k) or index_b[k]), with_host)):
         a, b = index_a.get(key), index_b.get(key)
-        label = _label(a or b, with_host)
+        either = a or b
+        assert either is not None  # the key came from one of the two indexes
+        label = _label(either, with_host)
         if a is None or b is None:
             (result.only_b if a is None else result.only_a).append(label)
         elif not (a.rankable and b.rankable):

@@ -16,7 +16,7 @@ from typing import Any
 from agent.errors import UserError
 from agent.hostside import atomic
 from agent.hostside.serving import launch_command
-from agent.judging import stats
+from agent.judging import bandwidth, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
 from agent.reporting.escape import md, md_code, md_fence, rich
@@ -308,6 +308,7 @@ def unstable_lines(summaries: Sequence[CellSummary], threshold: float) -> list[s
         f"repeats {values_text(p.throughput)} tok/s"
         for s in summaries
         for p in s.unstable_points
+        if p.throughput is not None  # always: a point is unstable by its throughput's spread
     ]
 
 
@@ -350,8 +351,6 @@ def ceiling_lines(summaries: Sequence[CellSummary]) -> list[str]:
     """Single-stream decode (c=1) as % of the bandwidth ceiling, for cells that carry
     checkpoint_info.bytes_per_token; and whether bytes explain the differences between checkpoints
     on the same backend (agent.judging.bandwidth)."""
-    from agent.judging import bandwidth
-
     groups: dict[tuple[str, str], list[CellSummary]] = {}
     for s in summaries:
         if s.rankable and _c1(s) and s.cell.get("checkpoint_info", {}).get("bytes_per_token"):
@@ -389,17 +388,16 @@ def _arch(cell: dict[str, Any]) -> str:
     return facts.get("arch") or facts.get("gpu_name") or "unknown"
 
 
-def _ceiling_point(s: CellSummary) -> dict[str, Any]:
-    from agent.judging.bandwidth import single_stream_tok_s
-
+def _ceiling_point(s: CellSummary) -> bandwidth.Point:
     p = _c1(s)
+    assert p is not None and p.throughput is not None  # ceiling_lines only passes cells with a c=1 throughput
     medians = {"median_tpot_ms": p.tpot.median if p.tpot else 0.0, "output_throughput": p.throughput.median}
-    return {
-        "label": s.checkpoint,
-        "bytes_per_token": int(s.cell["checkpoint_info"]["bytes_per_token"]),
-        "tok_s": single_stream_tok_s(medians),
-        "speculative": bool(s.config.get("speculative")),
-    }
+    return bandwidth.Point(
+        label=s.checkpoint,
+        bytes_per_token=int(s.cell["checkpoint_info"]["bytes_per_token"]),
+        tok_s=bandwidth.single_stream_tok_s(medians),
+        speculative=bool(s.config.get("speculative")),
+    )
 
 
 # ---------------------------------------------------------------- plots

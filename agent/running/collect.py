@@ -11,13 +11,15 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agent.hostside import logparse, utc
+from agent.hostside.contracts import Attestation, Facts, Failure, Measurement
 from agent.hostside.serving import launch_command
 from agent.judging import verdict
 from agent.planning.matrix import Cell
 from agent.results import tree as results
+from agent.results.records import CellRecord, Launch, MeasurementRecord
 from agent.running import archive, hostdata
 
 INCOMING = ".incoming"
@@ -32,8 +34,8 @@ def incoming_tar(root: Path, sweep: str, host: str, cell_id: str) -> Path:
 
 
 def finalize_cell(
-    root: Path, cell: Cell, facts: dict[str, Any], started: float, finished: float, measure_s: float = 0.0
-) -> dict | None:
+    root: Path, cell: Cell, facts: Facts, started: float, finished: float, measure_s: float = 0.0
+) -> CellRecord | None:
     """Write the cell's results from its incoming tar. Returns the cell record, or None if nothing came back.
 
     Nothing from the archive is trusted (agent/running/archive.py, hostdata.py): a bad archive or a bad shape in it
@@ -53,7 +55,7 @@ def finalize_cell(
             record = _bad_host_data_record(cell, facts, exc.reason, started, finished)
         else:
             record = _write_cell(dest, cell, facts, staging, received, started, finished, measure_s)
-        results.atomic_write_toml(dest / results.CELL_FILE, record)
+        results.atomic_write_toml(dest / results.CELL_FILE, record.to_toml())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     tar_path.unlink()
@@ -61,14 +63,14 @@ def finalize_cell(
 
 
 def record_bad_host_data(
-    root: Path, cell: Cell, facts: dict[str, Any], reason: str, started: float, finished: float
-) -> dict:
+    root: Path, cell: Cell, facts: Facts, reason: str, started: float, finished: float
+) -> CellRecord:
     """A cell whose host answered with a bad shape (serve or bench result): failed, bad_host_data, the reason."""
     dest = results.cell_dir(root, cell.sweep, cell.host, cell.id)
     dest.mkdir(parents=True, exist_ok=True)
     _clear_previous(dest)
     record = _bad_host_data_record(cell, facts, reason, started, finished)
-    results.atomic_write_toml(dest / results.CELL_FILE, record)
+    results.atomic_write_toml(dest / results.CELL_FILE, record.to_toml())
     return record
 
 
@@ -89,14 +91,14 @@ def _read_received(staging: Path, cell: Cell) -> dict[str, Any]:
     serve_path, launch_path = staging / "serve.json", staging / "launch.txt"
     serve = hostdata.serve_status(_json(serve_path)) if serve_path.exists() else {}
     launch = _utf8(launch_path).strip() if launch_path.exists() else None
-    runs = {}
+    runs: dict[str, dict[str, Any]] = {}
     for path in sorted(staging.iterdir()):
         if archive.RUN_FILE.fullmatch(path.name):
             run = hostdata.run_result(_json(path), path.name)
             name = results.run_name(run["concurrency"], run["repeat"])
             if name != path.name.removesuffix(".json") + ".toml":
                 raise hostdata.BadHostData(f"{path.name} holds concurrency {run['concurrency']} repeat {run['repeat']}")
-            runs[name] = dict(run, schema=results.SCHEMA, cell_id=cell.id)
+            runs[name] = MeasurementRecord(cell.id, cast(Measurement, run)).to_toml()  # run_result checked it
     return {"serve": serve, "launch": launch, "runs": runs}
 
 
@@ -121,13 +123,13 @@ def _no_constant(name: str) -> Any:
 def _write_cell(
     dest: Path,
     cell: Cell,
-    facts: dict,
+    facts: Facts,
     src: Path,
     received: dict[str, Any],
     started: float,
     finished: float,
     measure_s: float,
-) -> dict:
+) -> CellRecord:
     # kept byte for byte (a log cut mid-character by a kill is still the log); parsed as a stream with replacement
     # characters, so a large log costs no memory
     attestation = logparse.parse_file(str(src / "server.log")) if (src / "server.log").exists() else logparse.parse("")
@@ -138,77 +140,80 @@ def _write_cell(
     for name, run in received["runs"].items():
         results.atomic_write_toml(dest / name, run)
     outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
-    failure = serve.get("failure") or {}
+    failure: Failure = serve.get("failure") or Failure()
     if not serve.get("ready") and not failure:
-        failure = attestation.get("failure") or {"class": "other", "evidence": ["the server never became ready"]}
+        failure = attestation.get("failure") or Failure(
+            {"class": "other", "evidence": ["the server never became ready"]}
+        )
     record = _cell_record(cell, facts, attestation, outcome, failure, serve, len(received["runs"]), started, finished)
     if received["launch"] is not None:  # the host wrote what it really ran
-        record["launch"]["command"] = received["launch"]
-    record["measure_s"] = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
+        record.launch.command = received["launch"]
+    record.measure_s = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
     return record
 
 
-def _bad_host_data_record(cell: Cell, facts: dict, reason: str, started: float, finished: float) -> dict:
+def _bad_host_data_record(cell: Cell, facts: Facts, reason: str, started: float, finished: float) -> CellRecord:
     """The host sent back something we refuse: the cell is failed, with the reason; none of it is kept."""
-    failure = {"class": BAD_HOST_DATA, "evidence": [reason], "root_cause": reason}
-    record = _cell_record(cell, facts, {}, {"reasons": []}, failure, {"ready": False}, 0, started, finished)
-    record["verdict_reasons"] = [f"bad host data: {reason}"]
+    failure = Failure({"class": BAD_HOST_DATA, "evidence": [reason], "root_cause": reason})
+    nothing = verdict.Verdict(verdict="failed", reasons=[], evidence=[], notes=[])
+    record = _cell_record(cell, facts, {}, nothing, failure, {"ready": False}, 0, started, finished)
+    record.verdict_reasons = [f"bad host data: {reason}"]
     return record
 
 
 def _requested(cell: Cell) -> dict[str, str]:
-    spec = json.loads(cell.config["speculative"]) if cell.config["speculative"] else {}
+    c = cell.config
+    spec = json.loads(c.server.speculative) if c.server.speculative else {}
     return {
-        "moe_backend": cell.config["moe_backend"],
-        "linear_backend": cell.config["linear_backend"],
-        "attention_backend": cell.config["attention_backend"],
+        "moe_backend": c.moe_backend,
+        "linear_backend": c.linear_backend,
+        "attention_backend": c.attention_backend,
         "draft_moe_backend": str(spec.get("moe_backend", "")),
     }
 
 
 def _cell_record(
     cell: Cell,
-    facts: dict,
-    attestation: dict,
-    outcome: dict,
-    failure: dict,
-    serve: dict,
+    facts: Facts,
+    attestation: Attestation | dict[str, Any],
+    outcome: verdict.Verdict,
+    failure: Failure,
+    serve: dict[str, Any],
     runs: int,
     started: float,
     finished: float,
-) -> dict:
+) -> CellRecord:
     failed = not serve.get("ready", False)
-    return {
-        "schema": results.SCHEMA,
-        "cell_id": cell.id,
-        "sweep": cell.sweep,
-        "host": cell.host,
-        "status": "failed" if failed else "done",
-        "verdict": "failed" if failed else outcome["verdict"],
-        "verdict_reasons": outcome["reasons"] if not failed else [f"startup failed: {failure.get('class', 'other')}"],
-        "verdict_evidence": outcome.get("evidence", []),
-        "verdict_notes": outcome.get("notes", []),
-        "failure_class": failure.get("class", "") if failed else "",
-        "failure_evidence": list(failure.get("evidence", [])) if failed else [],
-        "failure_root_cause": failure.get("root_cause", "") if failed else "",
-        "startup_s": float(serve.get("startup_s", 0.0)),
-        "runs_collected": runs,
-        "started_at": utc.iso(started),
-        "finished_at": utc.iso(finished),
-        "elapsed_s": round(finished - started, 2),
-        "notes": cell.notes,
-        "config": cell.config,
-        "env": cell.env,
-        "env_provenance": cell.provenance,
-        "launch": {"argv": cell.argv, "command": _launch_line(cell)},
-        "facts": facts,
-        "checkpoint_info": cell.checkpoint_info,
-        "attestation": attestation,
-    }
+    return CellRecord(
+        cell_id=cell.id,
+        sweep=cell.sweep,
+        host=cell.host,
+        status="failed" if failed else "done",
+        verdict="failed" if failed else outcome["verdict"],
+        verdict_reasons=outcome["reasons"] if not failed else [f"startup failed: {failure.get('class', 'other')}"],
+        verdict_evidence=outcome["evidence"],
+        verdict_notes=outcome["notes"],
+        failure_class=failure.get("class", "") if failed else "",
+        failure_evidence=list(failure.get("evidence", [])) if failed else [],
+        failure_root_cause=failure.get("root_cause", "") if failed else "",
+        startup_s=float(serve.get("startup_s", 0.0)),
+        runs_collected=runs,
+        started_at=utc.iso(started),
+        finished_at=utc.iso(finished),
+        elapsed_s=round(finished - started, 2),
+        notes=cell.notes,
+        config=cell.config,
+        env=cell.env,
+        env_provenance=cell.provenance,
+        launch=Launch(argv=cell.argv, command=_launch_line(cell)),
+        facts=facts,
+        checkpoint_info=cell.checkpoint_info,
+        attestation=attestation,
+    )
 
 
 def _launch_line(cell: Cell) -> str:
-    return launch_command(cell.config["runtime"], cell.argv, cell.env, cell.config["image"])
+    return launch_command(cell.config.runtime, cell.argv, cell.env, cell.config.image)
 
 
 def clear_incoming(root: Path, sweep: str) -> None:

@@ -6,15 +6,16 @@ import os
 import socket
 
 from agent.hostside import utc
+from agent.hostside.contracts import Holder
 
 
-def controller_identity(sweep: str, cell_id: str) -> dict:
+def controller_identity(sweep: str, cell_id: str) -> Holder:
     """Who holds the lock: recorded on the host, shown to anyone refused."""
-    return {
-        "user": os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid()),
-        "controller_host": socket.gethostname(),
-        "controller_pid": os.getpid(),
-        "since": utc.iso(),
-        "sweep": sweep,
-        "cell_id": cell_id,
-    }
+    return Holder(
+        user=os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid()),
+        controller_host=socket.gethostname(),
+        controller_pid=os.getpid(),
+        since=utc.iso(),
+        sweep=sweep,
+        cell_id=cell_id,
+    )

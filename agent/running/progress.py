@@ -16,13 +16,14 @@ from rich.progress import Progress as RichProgress
 
 from agent.planning.matrix import Cell
 from agent.reporting.escape import rich
+from agent.results.records import CellRecord
 from agent.running import tasks
 
 
 def _cell_seconds(cell: Cell) -> float:
     """Planned measuring time of a cell: every level runs warmup + repeats windows."""
     c = cell.config
-    return len(c["concurrency"]) * (c["warmup"] + c["repeats"]) * c["duration_s"]
+    return len(c.concurrency) * (c.warmup + c.repeats) * c.duration_s
 
 
 class Progress:
@@ -72,10 +73,10 @@ class Progress:
         self.current[host] = cell
         self._update(host, description=f"{rich(cell.label)} [dim]{cell.id}[/] starting server")
 
-    def cell_finished(self, host: str, cell: Cell, record: dict | None) -> None:
+    def cell_finished(self, host: str, cell: Cell, record: CellRecord | None) -> None:
         """Whatever the cell did not measure (a failed start skips its windows) is skipped on the bar too."""
         remaining = _cell_seconds(cell) - self.advanced.pop(host, 0.0)
-        verdict = record["verdict"] if record else "lost"
+        verdict = record.verdict if record else "lost"
         self._update(
             host, advance=max(remaining, 0.0), description=f"{rich(cell.label)} [dim]{cell.id}[/] {rich(verdict)}"
         )
@@ -83,27 +84,25 @@ class Progress:
     def host_failed(self, host: str, message: str) -> None:
         self._update(host, description=f"[red]stopped: {rich(message[:80])}")
 
-    def event_hook(self, host: str) -> Callable[[dict], None]:
-        def hook(event: dict) -> None:
+    def event_hook(self, host: str) -> Callable[[dict[str, Any]], None]:
+        def hook(event: dict[str, Any]) -> None:
             data = event.get("event_data", {})
             kind, task = event.get("event"), data.get("task", "")
             cell = self.current.get(host)
             if cell is None:
                 return
             if kind == "runner_on_ok" and task == tasks.SERVE.name:
-                self._update(
-                    host, description=f"{rich(cell.label)} [dim]{cell.id}[/] c={cell.config['concurrency'][0]}"
-                )
+                self._update(host, description=f"{rich(cell.label)} [dim]{cell.id}[/] c={cell.config.concurrency[0]}")
             elif kind == "runner_item_on_ok" and task == tasks.BENCH.name:
                 level = data.get("res", {}).get("level")
-                windows = cell.config["warmup"] + cell.config["repeats"]
-                levels = cell.config["concurrency"]
+                windows = cell.config.warmup + cell.config.repeats
+                levels = cell.config.concurrency
                 nxt = (
                     levels[levels.index(level) + 1]
                     if level in levels and levels.index(level) + 1 < len(levels)
                     else None
                 )
-                step = windows * cell.config["duration_s"]
+                step = windows * cell.config.duration_s
                 self.advanced[host] = self.advanced.get(host, 0.0) + step
                 self._update(
                     host,

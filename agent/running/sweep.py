@@ -12,17 +12,19 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 import structlog
 
 from agent.errors import UserError
+from agent.hostside.contracts import Facts
 from agent.planning import matrix as plan
 from agent.planning.inventory import Host, check_reachable
-from agent.planning.matrix import Cell
+from agent.planning.matrix import Cell, CheckpointInfo
 from agent.planning.spec import Spec
 from agent.results import tree as results
+from agent.results.records import CellRecord
 from agent.running import collect, hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
@@ -111,17 +113,20 @@ class SweepOutcome:
         return {h: o.error for h, o in self.hosts.items() if o.host_lost}
 
 
-def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, dict[str, Any]]:
+def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, Facts]:
     """Host facts (the fingerprint stored with every result), from the provision playbook's facts step."""
     run = fleet.run_playbook(tasks.FACTS.playbook, inventory, {"image": ""}, limit=_limit(hosts), tags=tasks.FACTS.tag)
     _raise_host_errors(run, "gathering facts")
     return validated_facts(run, hosts)
 
 
-def validated_facts(run: fleet.FleetRun, hosts: list[Host]) -> dict[str, dict[str, Any]]:
+def validated_facts(run: fleet.FleetRun, hosts: list[Host]) -> dict[str, Facts]:
     """Each host's spark_facts, checked (agent/running/hostdata.py); a bad shape is a clear host error."""
     try:
-        return {h.name: hostdata.facts(_task(run, h.name, tasks.FACTS.name).get("spark_facts"), h.name) for h in hosts}
+        checked = {
+            h.name: hostdata.facts(_task(run, h.name, tasks.FACTS.name).get("spark_facts"), h.name) for h in hosts
+        }
+        return {name: cast(Facts, facts) for name, facts in checked.items()}  # hostdata.FACTS: the Facts keys
     except hostdata.BadHostData as exc:
         raise UserError(f"gathering facts failed: {exc.reason}") from None
 
@@ -142,7 +147,7 @@ def _raise_host_errors(run: fleet.FleetRun, stage: str) -> None:
         raise UserError(f"{stage} failed: {detail}")
 
 
-def plan_fleet(spec: Spec, hosts: list[Host], facts: dict[str, dict]) -> dict[str, list[Cell]]:
+def plan_fleet(spec: Spec, hosts: list[Host], facts: dict[str, Facts]) -> dict[str, list[Cell]]:
     return {h.name: plan.plan_cells(spec, h.name, facts[h.name], h.vars) for h in hosts}
 
 
@@ -160,20 +165,22 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
     for host, cs in cells.items():
         infos = checkpoint_infos(run, host)
         for cell in cs:
-            cell.checkpoint_info = infos.get(cell.config["model"], {})
+            cell.checkpoint_info = infos.get(cell.config.model, CheckpointInfo())
     return run
 
 
-def checkpoint_infos(run: fleet.FleetRun, host: str) -> dict[str, dict]:
+def checkpoint_infos(run: fleet.FleetRun, host: str) -> dict[str, CheckpointInfo]:
     """What the weight headers on the host say per checkpoint folder (bytes per token for the decode ceiling).
     Keyed by our own loop item's model; the summary is host data and is validated."""
-    out = {}
+    out: dict[str, CheckpointInfo] = {}
     for item in run.items.get(host, {}).get(tasks.CHECKPOINTS.name, []):
         summary = item.get("summary")
         if summary:
             try:
                 model = hostdata.text((item.get("item") or {}).get("model"), f"host {host}: checkpoint item")
-                out[model] = hostdata.checkpoint_summary(summary, f"host {host}: checkpoint {model}")
+                out[model] = cast(
+                    CheckpointInfo, hostdata.checkpoint_summary(summary, f"host {host}: checkpoint {model}")
+                )
             except hostdata.BadHostData as exc:
                 raise UserError(f"provisioning failed: {exc.reason}") from None
     return out
@@ -286,7 +293,7 @@ def _host_worker(
     inventory: Path,
     host: Host,
     todo: list[Cell],
-    facts: dict,
+    facts: Facts,
     results_root: Path,
     evict: bool,
     progress: Progress,
@@ -322,7 +329,7 @@ def _host_worker(
                 _lose(results_root, result, progress, cell, "lost", _described(exc))
                 _teardown_quietly(inventory, host, cell)
             else:
-                result.add({"valid": "measured", "invalid": "invalid"}.get(record["verdict"], "failed"), cell.id)
+                result.add({"valid": "measured", "invalid": "invalid"}.get(record.verdict, "failed"), cell.id)
                 results.clear_lost(results_root, cell.sweep, cell.host, cell.id)
     except Exception as exc:  # never end a host's work silently
         log.error("host_worker_error", host=host.name, error=_described(exc), at=_where(exc))
@@ -380,12 +387,12 @@ def run_cell(
     inventory: Path,
     host: Host,
     cell: Cell,
-    facts: dict,
+    facts: Facts,
     results_root: Path,
     evict: bool,
     progress: Progress,
     cancel: threading.Event,
-) -> dict:
+) -> CellRecord:
     """Serve, bench, collect and tear down one cell on one host (playbooks/cell.yml), then write its results.
     Raises CellLost when nothing usable came back, UserError when the host can't take cells."""
     started = time.time()
@@ -446,8 +453,8 @@ def run_cell(
         host=host.name,
         cell=cell.id,
         label=cell.label,
-        verdict=record["verdict"],
-        failure=record.get("failure_class") or None,
+        verdict=record.verdict,
+        failure=record.failure_class or None,
         seconds=round(time.time() - started, 1),
     )
     return record

@@ -12,9 +12,19 @@ import contextlib
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from . import calibration
 from .ratemodel import RateModel
+
+
+class Sink(Protocol):
+    """Where a request's tokens go (streams.Stream)."""
+
+    def emit(self, n: int, finish: str | None) -> None: ...
+    def flush(self) -> None: ...
+    def drop(self) -> None: ...
+    def gone(self) -> bool: ...
 
 
 @dataclass
@@ -22,11 +32,11 @@ class Request:
     prompt_tokens: int
     max_tokens: int
     stop_at: int  # the "natural" length: finish_reason stop; max_tokens + 1 with ignore_eos
-    sink: object  # .emit(n, finish) .flush() .drop() .gone()
+    sink: Sink
     drop_at: int = 0  # fault: cut the stream after this many tokens (0 = never)
     generated: int = 0
     ready_at: float = 0.0  # end of prefill: the first token can come after this
-    done: asyncio.Future | None = None
+    done: asyncio.Future[str] | None = None  # set by Engine.submit; resolves to the finish reason
 
 
 @dataclass

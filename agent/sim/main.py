@@ -62,8 +62,13 @@ async def serve(opts: Options, plan: Plan, log: VllmLog) -> int:
     front = Server(opts, plan, log, engine)
     server = await asyncio.start_server(front.handle, opts.host, opts.port, limit=2**20, backlog=512)
     stopped = loop.create_future()
+
+    def stop() -> None:
+        if not stopped.done():
+            stopped.set_result(0)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: stopped.done() or stopped.set_result(0))
+        loop.add_signal_handler(sig, stop)
     log.info(API, "api_server.py:1971", f"Starting vLLM API server 0 on http://{opts.host}:{opts.port}")
     log.uvicorn(f"Started server process [{os.getpid()}]")
     log.uvicorn("Waiting for application startup.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from . import calibration
@@ -86,7 +87,9 @@ def _loose_value(text: str):
 
 def _split(argv: list[str]) -> tuple[list[str], list[tuple[str, object]]]:
     """argv -> (positionals, [(flag_name, raw value or True)])."""
-    positionals, flags, i = [], [], 0
+    positionals: list[str] = []
+    flags: list[tuple[str, object]] = []
+    i = 0
     while i < len(argv):
         token = argv[i]
         if not token.startswith("--"):
@@ -106,7 +109,7 @@ def _split(argv: list[str]) -> tuple[list[str], list[tuple[str, object]]]:
     return positionals, flags
 
 
-def _sim_settings(flags: list[tuple[str, object]], env: dict) -> dict:
+def _sim_settings(flags: list[tuple[str, object]], env: Mapping[str, str]) -> dict:
     cal = calibration.load()
     sim = {}
     for name, (kind, default) in SIM_FLAGS.items():
@@ -141,11 +144,10 @@ def _check_sim(sim: dict, cal: dict) -> None:
         raise UsageError(f"--sim-rate {sim['rate']}: choose calibrated or unlimited")
 
 
-def parse(argv: list[str], env: dict | None = None) -> Options:
+def parse(argv: list[str], env: Mapping[str, str] | None = None) -> Options:
     """`serve MODEL [flags]` (the leading `serve` already removed) -> Options."""
-    env = os.environ if env is None else env
     positionals, flags = _split(argv)
-    opts = Options(sim=_sim_settings(flags, env))
+    opts = Options(sim=_sim_settings(flags, os.environ if env is None else env))
     if len(positionals) > 1:
         raise UsageError(f"unrecognized arguments: {' '.join(positionals[1:])}")
     if positionals:

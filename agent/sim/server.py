@@ -201,6 +201,7 @@ class Server:
             )
         req = Request(prompt_tokens=prompt_tokens, max_tokens=max_tokens, stop_at=stop_at, sink=stream)
         self.engine.submit(req)
+        assert req.done is not None  # submit() gives every request its future
         outcome = await req.done
         if outcome == "abort":
             writer.transport.abort()

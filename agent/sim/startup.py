@@ -7,7 +7,7 @@ import time
 
 from . import calibration
 from .options import Options
-from .plan import Plan
+from .plan import Failure, Plan
 from .vlog import API, ENGINE, VllmLog
 
 SITE = "/usr/local/lib/python3.12/dist-packages/"
@@ -225,7 +225,7 @@ class Startup:
         )
 
     # -- failure ------------------------------------------------------------------------------
-    def _fields(self) -> dict:
+    def _fields(self, failure: Failure) -> dict:
         hw = calibration.load()["hardware"][self.plan.hardware]
         quant = self.plan.quant or "fp8"
         fields = _Fields(
@@ -235,13 +235,14 @@ class Startup:
             moe_label=calibration.load()["quants"][quant]["moe_label"],
             model=self.opts.model,
         )
-        fields.update(self.plan.failure.fields)
+        fields.update(failure.fields)
         return fields
 
     def _traceback(self) -> None:
         failure = self.plan.failure
+        assert failure is not None  # run() calls this only where the plan's failure strikes
         spec = calibration.load()["failures"][failure.key]
-        fields = self._fields()
+        fields = self._fields(failure)
         lines = [p.format_map(fields) for p in spec.get("pre", [])]
         if failure.stage != "model":
             self.log.error(ENGINE, "core.py:1012", "EngineCore failed to start.")

@@ -1,0 +1,148 @@
+"""What a sweep asks of `vllm serve` ([server]) and of the load ([load]): one typed definition per setting.
+
+Each field carries, in its metadata, the TOML types a spec may give it and, for a server setting, its `vllm serve`
+flag. The spec schema (spec.py), the [config] table of cell.toml and the cell id (matrix.CellConfig) and the
+server's command line (matrix.CellConfig.serve_args) are all read from these fields: adding a flag is one field.
+
+A field added later must not change the id of cells planned before it: give it `keep_default=False`, and it is
+left out of the [config] table (and so of the id) while it holds its default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    toml: tuple[type, ...] = (),
+    flag: str = "",
+    always: bool = False,
+    keep_default: bool = True,
+) -> Any:
+    """A dataclass field with its TOML types, its `vllm serve` flag ("" = none), whether the flag is passed even
+    at its default (`always`; otherwise only when set), and whether the default value is recorded."""
+    return field(default=default, metadata=meta(toml=toml, flag=flag, always=always, keep_default=keep_default))
+
+
+def meta(
+    *, toml: tuple[type, ...] = (), flag: str = "", always: bool = False, keep_default: bool = True
+) -> dict[str, Any]:
+    """The metadata `setting` gives a field (for a field that needs a default_factory)."""
+    return {"toml": toml, "flag": flag, "always": always, "keep_default": keep_default}
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """[server]: the same for every cell of a sweep. The field order is the order of the [config] table."""
+
+    speculative: str = setting("", toml=(str, dict), flag="--speculative-config")  # "" = off, else canonical JSON
+    gpu_memory_utilization: float = setting(0.85, toml=(float, int), flag="--gpu-memory-utilization", always=True)
+    max_model_len: int = setting(8192, toml=(int,), flag="--max-model-len", always=True)
+    max_num_seqs: int = setting(16, toml=(int,), flag="--max-num-seqs", always=True)
+    extra_args: list[Any] = field(default_factory=list, metadata=meta(toml=(list,)))  # passed last, each str()
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """[load]: what the load driver sends."""
+
+    prompt_len: int = setting(1024, toml=(int,))
+    output_len: int = setting(256, toml=(int,))
+    profile: str = setting("uniform", toml=(str,))  # uniform | mixed
+    seed: int = setting(0, toml=(int,))
+
+
+def toml_schema(cls: type[DataclassInstance]) -> dict[str, tuple[tuple[type, ...], bool, Any]]:
+    """key -> (accepted TOML types, required, default) of a settings dataclass, for spec validation."""
+    return {f.name: (f.metadata["toml"], _required(f), _default(f)) for f in fields(cls)}
+
+
+def _required(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def flat_items(obj: Any) -> Iterator[tuple[dataclasses.Field[Any], Any]]:
+    """(field, value) of a dataclass in order, the fields of a nested settings dataclass in its place."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            yield from flat_items(value)
+        else:
+            yield f, value
+
+
+def flat_dict(obj: Any) -> dict[str, Any]:
+    """The flat table of a dataclass (lists copied); a `keep_default=False` field at its default is left out."""
+    out: dict[str, Any] = {}
+    for f, value in flat_items(obj):
+        if not f.metadata.get("keep_default", True) and value == _default(f):
+            continue
+        out[f.name] = list(value) if isinstance(value, list) else value
+    return out
+
+
+def from_flat(cls: type[T], table: Mapping[str, Any]) -> T:
+    """The dataclass `cls` from its flat table (nested settings read from the same table). A key that is missing
+    takes the field's default; a missing key without a default, or a key `cls` does not know, is a ValueError."""
+    unknown = set(table) - set(flat_names(cls))
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(sorted(unknown))}")
+    return _build(cls, table)
+
+
+def flat_fields(cls: type[DataclassInstance]) -> list[dataclasses.Field[Any]]:
+    """The fields of a dataclass in order, those of a nested settings dataclass in its place."""
+    out: list[dataclasses.Field[Any]] = []
+    for f in fields(cls):
+        nested = _nested_type(cls, f)
+        out += flat_fields(nested) if nested else [f]
+    return out
+
+
+def flat_names(cls: type[DataclassInstance]) -> list[str]:
+    names: list[str] = []
+    for f in fields(cls):
+        nested = _nested_type(cls, f)
+        names += flat_names(nested) if nested else [f.name]
+    return names
+
+
+def _build(cls: type[T], table: Mapping[str, Any]) -> T:
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        nested = _nested_type(cls, f)
+        if nested:
+            values[f.name] = _build(nested, table)
+        elif f.name in table:
+            value = table[f.name]
+            values[f.name] = list(value) if isinstance(value, list) else value
+        elif _required(f):
+            raise ValueError(f"missing key {f.name}")
+    return cls(**values)
+
+
+_NESTED: dict[str, type[DataclassInstance]] = {"ServerSettings": ServerSettings, "LoadSettings": LoadSettings}
+
+
+def _nested_type(cls: type, f: dataclasses.Field[Any]) -> type[DataclassInstance] | None:
+    """The settings dataclass a field holds (annotations are strings here: resolved by name)."""
+    name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+    return _NESTED.get(name)
