@@ -9,6 +9,7 @@ import sys
 from agent import logs
 from agent.commands import NAMES
 from agent.errors import UserError
+from agent.hostside import redact
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: short line, traceback under --debug
         if args.debug:
             raise
-        print(f"spark-agent: internal error: {exc!r} (re-run with --debug for the traceback)", file=sys.stderr)
+        shown = redact.redact_text(repr(exc))
+        print(f"spark-agent: internal error: {shown} (re-run with --debug for the traceback)", file=sys.stderr)
         return 1
 
 

@@ -6,6 +6,14 @@ import logging
 import sys
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
+
+from agent.hostside import redact
+
+
+def redact_event(logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
+    """The last processor before rendering: no log line carries a secret, whatever a caller passed in."""
+    return redact.redact(event)
 
 
 def configure(fmt: str = "console", verbose: bool = False) -> None:
@@ -15,6 +23,7 @@ def configure(fmt: str = "console", verbose: bool = False) -> None:
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            redact_event,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),

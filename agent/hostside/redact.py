@@ -5,8 +5,11 @@ error messages). Redaction is only ever applied to what is *shown or stored*; th
 passed through it.
 
 Three ways a value is recognised as secret:
-- by the name it is given: an env variable, a dict key, a `--flag`, a `NAME=value` in free text
-  (see is_secret_name for the rule, and why not every name with KEY in it counts);
+- by the name it is given: an env variable, a dict key, a `--flag`, a `NAME=value` in free text. TOKEN, KEY and
+  PASS count only as the last word and not after a word that makes them a model token or a lookup key
+  (HF_TOKEN and API_KEY are secrets; bytes_per_token, eos_token_id, KEY_SIZE and sort_key are not); SECRET,
+  PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL(S), APIKEY, AUTH and COOKIE count anywhere; a name ending in
+  FILE, PATH or DIR is where a secret lives, not the secret, and is shown;
 - by its shape: Hugging Face, GitHub, OpenAI-style, AWS and JWT tokens, bearer headers, user:password@ in URLs,
   private key blocks;
 - by being a value we were told is secret (remember()): a vaulted inventory value, or the value of a secret-named
@@ -27,27 +30,21 @@ from typing import Any
 MARKER = "%REDACTED%"  # safe unquoted in a shell line, Markdown, HTML, rich markup and TOML
 MIN_KNOWN_LEN = 8
 
-# Words that make a name secret wherever they stand in it (HF_TOKEN, ansible_become_pass, DB_PASSWORD, apiKey...).
+# Words that make a name secret wherever they stand in it (DB_PASSWORD, PasswordAuthentication, CLIENT_SECRET_ID).
 _SECRET_WORDS = frozenset(
-    {
-        "TOKEN",
-        "SECRET",
-        "SECRETS",
-        "PASSWORD",
-        "PASSWD",
-        "PASS",
-        "PASSPHRASE",
-        "CREDENTIAL",
-        "CREDENTIALS",
-        "AUTH",
-        "APIKEY",
-        "COOKIE",
-        "PRIVATE",
-    }
+    {"SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY", "AUTH", "COOKIE"}
 )
-# KEY (and KEYS) count only as the last word: API_KEY, SSH_KEY, AWS_SECRET_ACCESS_KEY, OPENAI_API_KEY are secrets;
-# KEY_SIZE, KEY_CACHE, KEY_ID, ansible_ssh_private_key_file are not values anyone could log in with.
-_KEY_WORDS = frozenset({"KEY", "KEYS"})
+# Words that make a name secret only as its last word: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, OPENAI_API_KEY, SSH_KEY,
+# ansible_become_pass. Elsewhere they name something else: token_text, eos_token_id, KEY_SIZE, pass_config.
+_LAST_WORDS = frozenset({"TOKEN", "KEY", "PASS"})
+# ...and not even last after a word that says what kind of token or key it is, none of which log anyone in:
+# a model token (bytes_per_token, time_to_first_token, eos_token) or a lookup key (sort_key, cache_key, host_key).
+_NOT_SECRET_BEFORE_LAST = frozenset(
+    {"PER", "FIRST", "LAST", "NEXT", "OUTPUT", "INPUT", "PROMPT", "GENERATION", "DRAFT", "NEW", "EACH", "EOS", "BOS"}
+    | {"PAD", "UNK", "SEP", "CLS", "MASK", "SPECIAL", "START", "END", "STOP"}
+    | {"SORT", "MATCH", "PAIRING", "CACHE", "PRIMARY", "PARTITION", "FOREIGN", "HOT", "DICT", "MAP", "ROW"}
+    | {"LOOKUP", "GROUP", "HASH", "PUBLIC", "HOST"}
+)
 # A name that ends in one of these holds where a secret lives, not the secret (ANSIBLE_VAULT_PASSWORD_FILE,
 # HF_TOKEN_PATH): showing it helps, and hiding it would hide which file was used.
 _LOCATION_WORDS = frozenset({"FILE", "PATH", "DIR"})
@@ -61,11 +58,13 @@ def name_words(name: str) -> list[str]:
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether a variable, key or flag of this name holds a secret (see the module docstring)."""
+    """Whether a variable, key or flag of this name holds a secret (see the word lists above)."""
     words = name_words(name)
     if not words or words[-1] in _LOCATION_WORDS:
         return False
-    return words[-1] in _KEY_WORDS or any(w in _SECRET_WORDS for w in words)
+    if any(w in _SECRET_WORDS for w in words):
+        return True
+    return words[-1] in _LAST_WORDS and not (len(words) > 1 and words[-2] in _NOT_SECRET_BEFORE_LAST)
 
 
 # --- values we were told are secret -----------------------------------------------------------------------
@@ -226,6 +225,4 @@ def _redact(data: Any, secret: bool) -> Any:
         return [_redact(v, secret) for v in data]
     if isinstance(data, str):
         return MARKER if secret and data else redact_text(data)
-    if secret and isinstance(data, int | float) and not isinstance(data, bool):
-        return MARKER
-    return data
+    return data  # numbers stay numbers: a typed field must still read back

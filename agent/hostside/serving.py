@@ -12,7 +12,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from . import docker, supervise
+from . import docker, redact, supervise
 
 
 class ServeError(Exception):
@@ -59,9 +59,10 @@ def serve_cell(p: dict) -> dict:
         )
     full_env = dict(env, **{k: str(v) for k, v in (p.get("extra_env") or {}).items()})
     container = supervise.container_prefix(p["workdir"]) + p["cell_id"]
-    (rdir / "launch.txt").write_text(
-        launch_command(p["runtime"], p["argv"], full_env, p["image"], container, p["cell_id"]) + "\n"
+    shown = launch_command(
+        p["runtime"], redact.redact_argv(p["argv"]), redact.redact_env(full_env), p["image"], container, p["cell_id"]
     )
+    (rdir / "launch.txt").write_text(shown + "\n")  # redacted; the server below gets full_env as it is
     log_path = str(rdir / "server.log")
     supervise.start(
         p["cell_id"],

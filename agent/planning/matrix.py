@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.hostside import redact
 from agent.planning import envrules
 from agent.planning.spec import Checkpoint, Spec
 
@@ -66,6 +67,8 @@ def _auto(value: str) -> str:
 
 
 def cell_id(config: dict[str, Any], env: dict[str, str]) -> str:
+    # A secret's value does not change the result: rotating a token keeps the id (resume), and no hash of it is kept.
+    env = {k: redact.MARKER if redact.is_secret_name(k) else v for k, v in env.items()}
     canonical = json.dumps({"config": config, "env": env}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
@@ -138,6 +141,7 @@ def _cell(
         "repeats": spec.repeats,
     }
     resolved = envrules.resolve_env(facts, ckpt.quant, spec.vllm_version, spec.env)
+    redact.remember_secrets(resolved.env)  # masked wherever it shows up later, e.g. echoed in a server log
     cell = Cell(
         id=cell_id(config, resolved.env),
         sweep=spec.name,

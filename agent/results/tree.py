@@ -15,6 +15,8 @@ from typing import Any
 
 import tomli_w
 
+from agent.hostside import redact
+
 CELL_FILE = "cell.toml"
 SCHEMA = 1
 
@@ -72,9 +74,13 @@ def iter_cell_dirs(root: Path) -> Iterator[Path]:
 
 
 def load_cell(cell_path: Path) -> dict[str, Any]:
-    """cell.toml plus 'runs' (its measurements, sorted by concurrency then repeat) and 'dir'."""
-    cell = read_toml(cell_path / CELL_FILE)
-    runs = [read_toml(p) for p in sorted(cell_path.glob("c[0-9][0-9][0-9]-r*.toml"))]
+    """cell.toml plus 'runs' (its measurements, sorted by concurrency then repeat) and 'dir'.
+
+    Secrets are masked as the tree is read, so every report, export and table built from it is clean even when
+    the tree was written by an older version that did not mask them.
+    """
+    cell = redact.redact(read_toml(cell_path / CELL_FILE))
+    runs = [redact.redact(read_toml(p)) for p in sorted(cell_path.glob("c[0-9][0-9][0-9]-r*.toml"))]
     runs.sort(key=lambda r: (r.get("concurrency", 0), r.get("repeat", 0)))
     cell["runs"] = runs
     cell["dir"] = str(cell_path)

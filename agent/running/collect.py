@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.hostside import logparse
+from agent.hostside import logparse, redact
 from agent.hostside.serving import launch_command
 from agent.judging import verdict
 from agent.planning.matrix import Cell
@@ -51,7 +51,7 @@ def _write_cell(
     serve = json.loads((src / "serve.json").read_text()) if (src / "serve.json").exists() else {}
     for name in ("server.log", "launch.txt"):
         if (src / name).exists():
-            results.atomic_write_bytes(dest / name, (src / name).read_bytes())
+            results.atomic_write_bytes(dest / name, _redacted_bytes((src / name).read_bytes()))
     runs = _write_runs(dest, cell, src)
     attestation = logparse.parse(log_text)
     outcome = verdict.verdict(_requested(cell), attestation, env_set=sorted(cell.env))
@@ -62,8 +62,15 @@ def _write_cell(
     if (src / "launch.txt").exists():  # the host wrote what it really ran
         record["launch"]["command"] = (src / "launch.txt").read_text().strip()
     record["measure_s"] = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
+    record = redact.redact(record)
     results.atomic_write_toml(dest / results.CELL_FILE, record)
     return record
+
+
+def _redacted_bytes(data: bytes) -> bytes:
+    """A host file as we keep it: secrets masked line by line (a host of an older version did not mask them)."""
+    lines = data.decode(errors="replace").splitlines(keepends=True)
+    return "".join(redact.redact_text(line) for line in lines).encode()
 
 
 def _write_runs(dest: Path, cell: Cell, src: Path) -> int:
@@ -71,7 +78,9 @@ def _write_runs(dest: Path, cell: Cell, src: Path) -> int:
     for path in sorted(src.glob("c[0-9][0-9][0-9]-r*.json")):
         run = json.loads(path.read_text())
         run.update(schema=results.SCHEMA, cell_id=cell.id)
-        results.atomic_write_toml(dest / results.run_name(int(run["concurrency"]), int(run["repeat"])), run)
+        results.atomic_write_toml(
+            dest / results.run_name(int(run["concurrency"]), int(run["repeat"])), redact.redact(run)
+        )
         count += 1
     return count
 
@@ -132,7 +141,9 @@ def _cell_record(
 
 
 def _launch_line(cell: Cell) -> str:
-    return launch_command(cell.config["runtime"], cell.argv, cell.env, cell.config["image"])
+    return launch_command(
+        cell.config["runtime"], redact.redact_argv(cell.argv), redact.redact_env(cell.env), cell.config["image"]
+    )
 
 
 def clear_incoming(root: Path, sweep: str) -> None:
