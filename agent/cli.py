@@ -10,6 +10,7 @@ from agent import logs
 from agent.commands import NAMES
 from agent.errors import UserError
 from agent.hostside import redact
+from agent.planning import vault
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.register(sub)
+    for command in sub.choices.values():  # every command that reads an inventory can decrypt its !vault values
+        if "--inventory" in command._option_string_actions:
+            vault.add_option(command)
     return parser
 
 
@@ -31,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.configure("console")  # commands with --log-format reconfigure
     try:
+        if hasattr(args, "vault_password_file"):
+            vault.use_password_file(args.vault_password_file)
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"spark-agent: error: {exc.message}", file=sys.stderr)

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
+from agent.hostside import redact
+from agent.planning import vault
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DEFAULT_INVENTORY = REPO / "inventory" / "local.yml"
@@ -39,6 +41,7 @@ def load_inventory(path: str | Path | None, limit: str | None = None) -> list[Ho
     from ansible.vars.manager import VariableManager
 
     loader = DataLoader()
+    vault.install(loader)
     try:
         inv = InventoryManager(loader=loader, sources=[str(path)])
     except Exception as exc:  # ansible raises many kinds; all mean "fix the file"
@@ -56,7 +59,14 @@ def load_inventory(path: str | Path | None, limit: str | None = None) -> list[Ho
             selected += [m for m in matched if m not in selected]
         names = selected
     variables = VariableManager(loader=loader, inventory=inv)
-    hosts = [Host(n, _templated(loader, variables.get_vars(host=inv.get_host(n)))) for n in names]
+    hosts = []
+    for name in names:
+        raw = variables.get_vars(host=inv.get_host(name))
+        for key, value in raw.items():
+            vault.remember_vaulted(value, f"{path}: host {name}: {key}")
+        host = Host(name, _templated(loader, raw))
+        redact.remember_secrets(host.vars)  # e.g. spark_serve_env.HF_TOKEN, ansible_password
+        hosts.append(host)
     for h in hosts:
         runtime = h.vars.get("spark_runtime", "docker")
         if runtime not in RUNTIMES:

@@ -58,6 +58,8 @@ def _limit(hosts: list[Host]) -> str:
 
 
 def _raise_host_errors(run: fleet.FleetRun, stage: str) -> None:
+    if run.host_keys:  # said as it is, before anything else: no task ran on that host
+        raise UserError("; ".join(run.host_keys.values()))
     problems = {**run.unreachable, **run.failures}
     if problems:
         detail = "; ".join(f"host {h}: {msg}" for h, msg in problems.items())
@@ -248,6 +250,8 @@ def run_cell(
     serve = run.results.get(host.name, {}).get("serve", {})
     if serve.get("host_error"):  # busy, port taken, no docker...: the cell is not measured, nor counted as failed
         raise UserError(f"host {host.name}: {serve.get('msg')}")
+    if host.name in run.host_keys:
+        raise UserError(run.host_keys[host.name])
     if host.name in run.unreachable:
         raise UserError(f"host {host.name} became unreachable: {run.unreachable[host.name]}")
     measure_s = sum(float(i.get("elapsed_s", 0.0)) for i in run.items.get(host.name, {}).get("bench", []))
