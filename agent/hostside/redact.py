@@ -30,10 +30,10 @@ from typing import Any
 MARKER = "%REDACTED%"  # safe unquoted in a shell line, Markdown, HTML, rich markup and TOML
 MIN_KNOWN_LEN = 8
 
-# Words that make a name secret wherever they stand in it (DB_PASSWORD, PasswordAuthentication, CLIENT_SECRET_ID).
-_SECRET_WORDS = frozenset(
-    {"SECRET", "SECRETS", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "APIKEY", "AUTH", "COOKIE"}
-)
+# Parts that make a name secret wherever they stand, even inside a word (DB_PASSWORD, PGPASSWORD, CLIENT_SECRET_ID)...
+_SECRET_PARTS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY")
+# ...and words that do only as whole words (PROXY_AUTH, SESSION_COOKIE; not AUTHOR).
+_SECRET_WORDS = frozenset({"AUTH", "COOKIE"})
 # Words that make a name secret only as its last word: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, OPENAI_API_KEY, SSH_KEY,
 # ansible_become_pass. Elsewhere they name something else: token_text, eos_token_id, KEY_SIZE, pass_config.
 _LAST_WORDS = frozenset({"TOKEN", "KEY", "PASS"})
@@ -62,7 +62,7 @@ def is_secret_name(name: str) -> bool:
     words = name_words(name)
     if not words or words[-1] in _LOCATION_WORDS:
         return False
-    if any(w in _SECRET_WORDS for w in words):
+    if any(part in w for w in words for part in _SECRET_PARTS) or any(w in _SECRET_WORDS for w in words):
         return True
     return words[-1] in _LAST_WORDS and not (len(words) > 1 and words[-2] in _NOT_SECRET_BEFORE_LAST)
 
@@ -111,9 +111,9 @@ def forget_all() -> None:
 
 # --- free text -----------------------------------------------------------------------------------------------
 
-# One pass for every token shape; a token starts at a word boundary (not inside "task-..." or "self_hf_...").
+# One pass for every token shape; a token starts a word (not inside "task-..." or "self_hf_...").
 _SHAPES = re.compile(
-    r"(?<![A-Za-z0-9])(?:"
+    r"(?<![A-Za-z0-9_])(?:"
     r"hf_[A-Za-z0-9]{30,}"  # Hugging Face
     r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub classic
     r"|github_pat_[A-Za-z0-9_]{30,}"  # GitHub fine-grained
@@ -135,17 +135,18 @@ _CONTEXT = [
     ),
     re.compile(r"(://[^/\s:@'\"]+:)" + _NOT_MARKED + r"([^/\s@'\"]+)(@)"),  # scheme://user:password@host
 ]
-# NAME=value, NAME: value, "NAME": "value", 'NAME': 'value', --flag value, --flag=value; the name decides.
+# NAME=value, NAME: value, "NAME": "value", 'NAME': 'value'; then --flag value, --flag=value (a pass of its own, so
+# `--env DB_PASSWORD=x` is seen as the assignment it carries). The name decides.
+_VALUE = r"""(?P<value>'[^'\n]*'|"[^"\n]*"|[^\s'",;&}\]]+)"""
 _NAMED = re.compile(
     r"""(?P<head>
           (?P<q>['"])(?P<qname>[A-Za-z_][\w.-]*)(?P=q)\s*[:=]\s*      # "NAME": / 'NAME':
-        | (?<![\w.-])(?P<flag>--[A-Za-z][\w-]*)(?:=|\s+)               # --flag value / --flag=value
         | (?<![\w.-])(?P<name>[A-Za-z_][\w.]*)(?:=|:[ \t]*)            # NAME=value / NAME: value
-        )
-        (?P<value>'[^'\n]*'|"[^"\n]*"|[^\s'",;&}\]]+)
-    """,
+        )"""
+    + _VALUE,
     re.VERBOSE,
 )
+_FLAG = re.compile(r"(?P<head>(?<![\w.-])(?P<flag>--[A-Za-z][\w-]*)(?:=|[ \t]+))" + _VALUE)
 
 
 def redact_text(text: str) -> str:
@@ -158,7 +159,7 @@ def redact_text(text: str) -> str:
     text = _SHAPES.sub(MARKER, text)
     for context in _CONTEXT:
         text = context.sub(_keep_context, text)
-    return _NAMED.sub(_named, text)
+    return _FLAG.sub(_named, _NAMED.sub(_named, text))
 
 
 def _keep_context(match: re.Match[str]) -> str:
@@ -166,7 +167,8 @@ def _keep_context(match: re.Match[str]) -> str:
 
 
 def _named(match: re.Match[str]) -> str:
-    name = match["qname"] or match["flag"] or match["name"]
+    groups = match.groupdict()
+    name = groups.get("qname") or groups.get("flag") or groups.get("name") or ""
     value = match["value"]
     if not is_secret_name(name) or value.strip("'\"") in ("", MARKER):
         return match[0]
