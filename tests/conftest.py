@@ -22,21 +22,22 @@ def ssh_fleet(tmp_path_factory):
         stop_fleet(fleet)
 
 
+# The SSH test hosts as simulated GB10 Sparks: process runtime, the simulator as the engine.
+SIM_HOST_VARS = {
+    "spark_runtime": "process",
+    "spark_simulate_gpu": "gb10",
+    "spark_host_scope": "workdir",
+    "spark_port": 8000,
+    "spark_health_timeout": 60,
+    "spark_serve_cmd": ["/usr/bin/python3", "-m", "agent.sim", "serve"],
+    "spark_serve_env": {"PYTHONPATH": str(REPO)},
+}
+
+
 @pytest.fixture(scope="session")
 def sim_inventory(ssh_fleet, tmp_path_factory) -> Path:
     """The SSH test hosts as simulated GB10 Sparks: process runtime, the simulator as the engine."""
-    inv = inventory_for(
-        ssh_fleet,
-        {
-            "spark_runtime": "process",
-            "spark_simulate_gpu": "gb10",
-            "spark_host_scope": "workdir",
-            "spark_port": 8000,
-            "spark_health_timeout": 60,
-            "spark_serve_cmd": ["/usr/bin/python3", "-m", "agent.sim", "serve"],
-            "spark_serve_env": {"PYTHONPATH": str(REPO)},
-        },
-    )
+    inv = inventory_for(ssh_fleet, SIM_HOST_VARS)
     path = tmp_path_factory.mktemp("inv") / "sim-fleet.yml"
     path.write_text(yaml.safe_dump(inv))
     return path
