@@ -11,6 +11,7 @@ from agent.commands import NAMES
 from agent.errors import UserError
 from agent.hostside import redact
 from agent.planning import vault
+from agent.reporting.escape import plain
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             vault.use_password_file(args.vault_password_file)
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"spark-agent: error: {exc.message}", file=sys.stderr)
+        print(f"spark-agent: error: {plain(exc.message)}", file=sys.stderr)  # may quote a host: one clean line
         return exc.exit_code
     except KeyboardInterrupt:
         print("spark-agent: interrupted", file=sys.stderr)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 from structlog.typing import EventDict, WrappedLogger
@@ -15,12 +17,34 @@ def redact_event(logger: WrappedLogger, method: str, event: EventDict) -> EventD
     """The last processor before rendering: no log line carries a secret, whatever a caller passed in."""
     return redact.redact(event)
 
+from agent.reporting.escape import plain
+
+
+def _plain_strings(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
+    """A host's text (error messages, holder records) can carry terminal escape sequences: not on our console."""
+    return {k: _plain(v) for k, v in event.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, str):
+        return plain(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _keep(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    return event
+
 
 def configure(fmt: str = "console", verbose: bool = False) -> None:
     level = logging.DEBUG if verbose else logging.INFO
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
+            _plain_strings if fmt != "json" else _keep,  # JSON escapes control characters itself
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             redact_event,

@@ -21,6 +21,7 @@ import ansible_runner
 import structlog
 
 from agent.planning import vault
+from agent.running.hostdata import one_line
 
 REPO = Path(__file__).resolve().parent.parent.parent
 PLAYBOOKS = REPO / "playbooks"
@@ -70,6 +71,9 @@ def ansible_env() -> dict[str, str]:
     }
 
 
+MAX_MESSAGE = 500  # a host's failure message, as we quote it
+
+
 def write_extravars(private: Path, extravars: dict[str, Any]) -> None:
     """Extra vars go in a file only we can read, in ansible-runner's private dir (0700), where it finds them and
     passes `-e @file`: given as a dict, it would put them on ansible-playbook's command line for any `ps` to see."""
@@ -112,8 +116,9 @@ def host_key_message(host: str, ssh_output: str) -> str | None:
 
 
 def _failure_message(res: dict[str, Any]) -> str:
+    """The last line of what failed, as one bounded line: it is host text and ends up in errors and logs."""
     msg = res.get("msg") or res.get("stderr") or res.get("module_stderr") or "failed"
-    return str(msg).strip().splitlines()[-1] if str(msg).strip() else "failed"
+    return one_line(str(msg).strip().splitlines()[-1] if str(msg).strip() else "failed", MAX_MESSAGE)
 
 
 class _Collector:
