@@ -20,6 +20,7 @@ from typing import Any
 import ansible_runner
 import structlog
 
+from agent.errors import UserError
 from agent.planning import vault
 from agent.running.hostdata import one_line
 
@@ -162,7 +163,9 @@ def run_playbook(
     on_event: EventHook | None = None,
     cancel: threading.Event | None = None,
 ) -> FleetRun:
-    """Run one playbook with ansible-runner and return what happened on each host."""
+    """Run one playbook with ansible-runner and return what happened on each host.
+
+    A host whose SSH key is unknown or changed raises UserError (nothing ran on it): every command refuses it alike."""
     cancel = cancel or threading.Event()
     outcome: dict[str, Any] = {}
     # ansible-runner installs its own SIGINT/SIGTERM handlers when called from the main thread (and leaves them
@@ -227,4 +230,6 @@ def _run(playbook, inventory, extravars, limit, tags, on_event, cancel) -> Fleet
         failures=run.failures or None,
         unreachable=run.unreachable or None,
     )
+    if run.host_keys:  # every command refuses such a host the same way: bad input, said before anything else
+        raise UserError("; ".join(run.host_keys.values()))
     return run

@@ -71,8 +71,6 @@ def _limit(hosts: list[Host]) -> str:
 
 
 def _raise_host_errors(run: fleet.FleetRun, stage: str) -> None:
-    if run.host_keys:  # said as it is, before anything else: no task ran on that host
-        raise UserError("; ".join(run.host_keys.values()))
     problems = {**run.unreachable, **run.failures}
     if problems:
         detail = "; ".join(f"host {h}: {msg}" for h, msg in problems.items())
@@ -262,8 +260,6 @@ def run_cell(
         run = fleet.run_playbook(
             "cell", inventory, extravars, limit=host.name, on_event=progress.event_hook(host.name), cancel=cancel
         )
-    if host.name in run.host_keys:
-        raise UserError(run.host_keys[host.name])
     try:
         serve = hostdata.serve_result(run.results.get(host.name, {}).get("serve", {}), "serve result")
         bench = [hostdata.bench_item(i, "bench result") for i in run.items.get(host.name, {}).get("bench", [])]
