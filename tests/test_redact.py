@@ -254,3 +254,20 @@ def test_console_renderer_masks_too():
     structlog.get_logger().warning("x", token=HF)
     logs.configure("console")
     assert HF not in stream.getvalue()
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_env_command_shows_no_secret(tmp_path, capsys, as_json):
+    """`spark-agent env` on this machine's facts (no host touched): the table and the JSON mask the spec's secrets."""
+    from agent.cli import main
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        '[sweep]\nname = "s"\n[image]\nref = "nvcr.io/nvidia/vllm@sha256:' + "ab" * 32 + '"\nvllm_version = "0.24.0"\n'
+        '[[checkpoints]]\nname = "c"\nmodel = "m"\nquant = "nvfp4"\n[matrix]\nmoe_backend = ["marlin"]\n'
+        f'concurrency = [1]\n[env]\nHF_TOKEN = "plain-spec-token-1"\nNOTE = "{HF}"\n'
+    )
+    args = ["env", str(spec), "--host", "here", "--simulate-gpu", "gb10"] + (["--json"] if as_json else [])
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "plain-spec-token-1" not in out and HF not in out and MARKER in out
