@@ -11,13 +11,12 @@ import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from agent.hostside import redact
+from agent.reporting.escape import plain
 
 
 def redact_event(logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
     """The last processor before rendering: no log line carries a secret, whatever a caller passed in."""
     return redact.redact(event)
-
-from agent.reporting.escape import plain
 
 
 def _plain_strings(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
