@@ -146,3 +146,5 @@ def test_secrets_reach_the_server_and_nothing_else(tmp_path, ssh_fleet):
     )
     workdir = ssh_fleet.host("spark-a").workdir
     assert _leaks(workdir / "runs") == []  # launch.txt on the host is masked too
+    env_files = list((workdir / "env").glob("*.env"))  # the one place on the host the spec's secret is written
+    assert env_files and all(f.stat().st_mode & 0o777 == 0o600 for f in env_files)
