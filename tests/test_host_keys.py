@@ -14,6 +14,8 @@ import yaml
 from .conftest import SIM_HOST_VARS
 from .sshd_hosts import REPO, SshFleet, inventory_for
 
+pytestmark = pytest.mark.integration
+
 CLI = [sys.executable, "-m", "agent.cli"]
 USER_KNOWN_HOSTS = Path(os.path.expanduser("~/.ssh/known_hosts"))
 SPEC = """

@@ -20,6 +20,8 @@ from agent.planning import matrix
 from agent.results import tree
 from agent.running import playbooks
 
+pytestmark = pytest.mark.unit
+
 HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
 GHP = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
 PAT = "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz"

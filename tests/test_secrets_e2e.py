@@ -11,11 +11,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 import yaml
 from ansible.parsing.vault import VaultLib, VaultSecret
 
 from .conftest import SIM_HOST_VARS
 from .sshd_hosts import REPO, inventory_for
+
+pytestmark = pytest.mark.integration
 
 CLI = [sys.executable, "-m", "agent.cli"]
 VAULT_PASSWORD = "correct horse battery staple"

@@ -27,11 +27,10 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
 import urllib.parse
 
-from . import metrics
+from . import atomic, metrics, utc
 from .errors import HostError
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -41,122 +40,15 @@ POLL_S = 0.25
 SETTLE_S = 0.5
 
 # Common English words: nearly every tokenizer maps " word" to one token, so n words ~ n tokens.
-WORDS = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "you",
-    "that",
-    "it",
-    "he",
-    "was",
-    "for",
-    "on",
-    "are",
-    "as",
-    "with",
-    "his",
-    "they",
-    "at",
-    "be",
-    "this",
-    "have",
-    "from",
-    "or",
-    "one",
-    "had",
-    "by",
-    "word",
-    "but",
-    "not",
-    "what",
-    "all",
-    "were",
-    "we",
-    "when",
-    "your",
-    "can",
-    "said",
-    "there",
-    "use",
-    "an",
-    "each",
-    "which",
-    "she",
-    "do",
-    "how",
-    "their",
-    "if",
-    "will",
-    "up",
-    "other",
-    "about",
-    "out",
-    "many",
-    "then",
-    "them",
-    "these",
-    "so",
-    "some",
-    "her",
-    "would",
-    "make",
-    "like",
-    "him",
-    "into",
-    "time",
-    "has",
-    "look",
-    "two",
-    "more",
-    "write",
-    "go",
-    "see",
-    "number",
-    "no",
-    "way",
-    "could",
-    "people",
-    "my",
-    "than",
-    "first",
-    "water",
-    "been",
-    "call",
-    "who",
-    "oil",
-    "its",
-    "now",
-    "find",
-    "long",
-    "down",
-    "day",
-    "did",
-    "get",
-    "come",
-    "made",
-    "may",
-    "part",
-    "over",
-    "new",
-    "sound",
-    "take",
-    "only",
-    "little",
-    "work",
-    "know",
-    "place",
-    "year",
-    "live",
-    "me",
-    "back",
-    "give",
-    "most",
-    "very",
-]
+_WORDS_TEXT = (
+    "the of and to in is you that it he was for on are as with his they at be this have from or one had "
+    "by word but not what all were we when your can said there use an each which she do how their if will "
+    "up other about out many then them these so some her would make like him into time has look two more "
+    "write go see number no way could people my than first water been call who oil its now find long down "
+    "day did get come made may part over new sound take only little work know place year live me back "
+    "give most very"
+)
+WORDS = _WORDS_TEXT.split()
 
 
 class LoadError(HostError):
@@ -331,9 +223,8 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
                 event = json.loads(payload)
                 if "error" in event and "choices" not in event:
                     error = event["error"]
-                    raise LoadError(
-                        "server error: %s" % (error.get("message", error) if isinstance(error, dict) else error)
-                    )
+                    message = error.get("message", error) if isinstance(error, dict) else error
+                    raise LoadError(f"server error: {message}")
                 usage = event.get("usage")
                 if usage and usage.get("prompt_tokens"):
                     record.prompt_tokens = usage["prompt_tokens"]
@@ -429,8 +320,8 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
         await asyncio.sleep(SETTLE_S)
     for repeat in range(1, repeats + 1):
         if load.abort_reason:  # the server is gone: the remaining windows are not measured
-            result = summarize([], 0.0, duration_s, load.concurrency)
-            result.update(ok=False, error=load.abort_reason, started_at=_iso(time.time()))
+            result = summarize_window([], 0.0, duration_s, load.concurrency)
+            result.update(ok=False, error=load.abort_reason, started_at=utc.iso())
             finish(result, repeat, None, None)
             continue
         before = await scrape() if scrape else None
@@ -438,21 +329,17 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
         requests, t0, t1 = await load.run(duration_s)
         await asyncio.sleep(SETTLE_S)
         after = await scrape() if scrape else None
-        result = summarize(requests, t0, t1, load.concurrency)
-        result["started_at"] = _iso(wall)
+        result = summarize_window(requests, t0, t1, load.concurrency)
+        result["started_at"] = utc.iso(wall)
         if load.abort_reason:
             result.update(ok=False, error=load.abort_reason)
         finish(result, repeat, before, after)
 
 
-def _iso(wall: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
-
-
 # ---------------------------------------------------------------- window accounting
 
 
-def summarize(requests, t0: float, t1: float, concurrency: int) -> dict:
+def summarize_window(requests, t0: float, t1: float, concurrency: int) -> dict:
     """The measurement dict of window [t0, t1) over the requests' recorded events (see module doc)."""
     duration = t1 - t0
     out_tokens = 0
@@ -620,19 +507,6 @@ def _add_counters(result: dict, before, after):
 # ---------------------------------------------------------------- CLI
 
 
-def write_json_atomic(path: str, data: dict) -> None:
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def result_filename(concurrency: int, repeat: int) -> str:
     return f"c{concurrency:03d}-r{repeat:d}.json"
 
@@ -679,7 +553,7 @@ def main(argv=None) -> int:
     def save(result):
         if args.out_dir:
             path = os.path.join(args.out_dir, result_filename(result["concurrency"], result["repeat"]))
-            write_json_atomic(path, result)
+            atomic.write_json(path, result)
             written.append(path)
 
     results = run_levels(

@@ -12,7 +12,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from . import docker, redact, supervise
+from . import atomic, docker, redact, supervise
 from .errors import HostError
 
 
@@ -40,9 +40,10 @@ def read_env_file(path: str) -> dict:
 
 
 def launch_command(
-    runtime: str, argv: list, env: dict, image: str, container: str = "spark-agent", cell_id: str = ""
+    runtime: str, argv: list, env: dict, image: str = "", container: str = "spark-agent", cell_id: str = ""
 ) -> str:
-    """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line)."""
+    """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line).
+    The one renderer of a serve command line: launch.txt, cell.toml's [launch] and the report all use it."""
     if runtime == "docker":
         return docker.launch_line(image, container, [str(a) for a in argv], env, label=cell_id)
     assigns = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))
@@ -115,9 +116,7 @@ def seal(workdir: str, cell_id: str) -> str:
     """Pack the cell's run folder (log, launch line, results) into one tar for collection; returns its path."""
     rdir = run_dir(workdir, cell_id)
     tar_path = str(rdir) + ".tar"
-    tmp = tar_path + ".tmp"
-    with tarfile.open(tmp, "w") as tar:
+    with atomic.replacing(tar_path) as tmp, tarfile.open(tmp, "w") as tar:
         for path in sorted(rdir.iterdir()):
             tar.add(str(path), arcname=path.name)
-    os.replace(tmp, tar_path)
     return tar_path

@@ -10,11 +10,10 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from agent.hostside import logparse, redact
+from agent.hostside import logparse, redact, utc
 from agent.hostside.serving import launch_command
 from agent.judging import verdict
 from agent.planning.matrix import Cell
@@ -141,7 +140,7 @@ def _write_cell(
     for name, run in received["runs"].items():
         results.atomic_write_toml(dest / name, redact.redact(run))
     attestation = logparse.parse(log_text)
-    outcome = verdict.verdict(_requested(cell), attestation, env_set=sorted(cell.env))
+    outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
     failure = serve.get("failure") or {}
     if not serve.get("ready") and not failure:
         failure = attestation.get("failure") or {"class": "other", "evidence": ["the server never became ready"]}
@@ -181,10 +180,6 @@ def _requested(cell: Cell) -> dict[str, str]:
     }
 
 
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
 def _cell_record(
     cell: Cell,
     facts: dict,
@@ -212,8 +207,8 @@ def _cell_record(
         "failure_root_cause": failure.get("root_cause", "") if failed else "",
         "startup_s": float(serve.get("startup_s", 0.0)),
         "runs_collected": runs,
-        "started_at": _iso(started),
-        "finished_at": _iso(finished),
+        "started_at": utc.iso(started),
+        "finished_at": utc.iso(finished),
         "elapsed_s": round(finished - started, 2),
         "notes": cell.notes,
         "config": cell.config,

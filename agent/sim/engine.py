@@ -8,6 +8,7 @@ the running set; the rest wait in FIFO order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -114,10 +115,8 @@ class Engine:
         if first_ready > now:  # everyone is still in prefill: wait for it, or for a new arrival
             self.step_end = None
             self.wake.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), first_ready - now)
-            except TimeoutError:
-                pass
             return
         dt = self.rate.step_s(len(self.running), self.mixed())
         if self.step_end is None or self.step_end < now - self.max_lag_s:

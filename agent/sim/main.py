@@ -126,7 +126,7 @@ async def periodic_log(engine: Engine, log: VllmLog, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
         now = (c.prompt_tokens, c.generation_tokens, c.drafts, c.draft_tokens, c.accepted_tokens)
-        delta = [a - b for a, b in zip(now, last)]
+        delta = [a - b for a, b in zip(now, last, strict=True)]
         last = now
         if not any(delta[:2]) and not engine.running and not engine.waiting:
             continue

@@ -109,7 +109,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_hostside import loadgen
+from ansible.module_utils.spark_hostside import atomic, loadgen
 from ansible.module_utils.spark_hostside.errors import HostError
 
 ARGUMENT_SPEC = {
@@ -140,7 +140,7 @@ def main() -> None:
 
     def save(result: dict) -> None:  # each window's file exists as soon as the window is over
         name = loadgen.result_filename(concurrency=p["level"], repeat=result["repeat"])
-        loadgen.write_json_atomic(path=os.path.join(out_dir, name), data=result)
+        atomic.write_json(path=os.path.join(out_dir, name), data=result)
 
     started = time.monotonic()
     try:
