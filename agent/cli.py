@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from agent import logs
 from agent.commands import NAMES
@@ -14,8 +15,15 @@ from agent.planning import vault
 from agent.reporting.escape import plain
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line too (argparse would print the usage first), exit 2. Subcommands inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spark-agent", description=__doc__)
+    parser = _Parser(prog="spark-agent", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks for unexpected errors")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in NAMES:
@@ -33,7 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UserError as exc:
+        print(f"spark-agent: error: {plain(exc.message)}", file=sys.stderr)
+        return exc.exit_code
     logs.configure("console")  # commands with --log-format reconfigure
     try:
         if hasattr(args, "vault_password_file"):

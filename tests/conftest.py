@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .sshd_hosts import REPO, inventory_for, start_fleet, stop_fleet
+from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet
 
 pytest_plugins = ["tests.fixtures_docker", "tests.engine.fixtures"]
 
@@ -63,18 +63,6 @@ def ssh_fleet(tmp_path_factory):
         yield fleet
     finally:
         stop_fleet(fleet)
-
-
-# The SSH test hosts as simulated GB10 Sparks: process runtime, the simulator as the engine.
-SIM_HOST_VARS = {
-    "spark_runtime": "process",
-    "spark_simulate_gpu": "gb10",
-    "spark_host_scope": "workdir",
-    "spark_port": 8000,
-    "spark_health_timeout": 60,
-    "spark_serve_cmd": ["/usr/bin/python3", "-m", "agent.sim", "serve"],
-    "spark_serve_env": {"PYTHONPATH": str(REPO)},
-}
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ variable `spark_workdir`, so hosts that share this filesystem never collide. Eve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -20,6 +21,17 @@ import yaml
 
 SSHD = "/usr/sbin/sshd"
 REPO = Path(__file__).resolve().parent.parent
+
+# The SSH test hosts as simulated GB10 Sparks: process runtime, the simulator as the engine.
+SIM_HOST_VARS = {
+    "spark_runtime": "process",
+    "spark_simulate_gpu": "gb10",
+    "spark_host_scope": "workdir",
+    "spark_port": 8000,
+    "spark_health_timeout": 60,
+    "spark_serve_cmd": ["/usr/bin/python3", "-m", "agent.sim", "serve"],
+    "spark_serve_env": {"PYTHONPATH": str(REPO)},
+}
 
 
 @dataclass
@@ -160,10 +172,8 @@ def start_fleet(root: Path, count: int = 2) -> SshFleet:
             _keygen(root / f"hostkey_{host.name}")
             pub = (root / f"hostkey_{host.name}.pub").read_text().split()
             known.append(f"[{host.address}]:{host.port} {pub[0]} {pub[1]}")
-            config = _sshd_config(root, host, authorized)
-            proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(root / f"sshd_{host.name}.log")])
-            host.pid = proc.pid
-            host.proc = proc
+            _sshd_config(root, host, authorized)
+            _spawn_sshd(root, host)
             fleet.hosts.append(host)
         fleet.known_hosts.write_text("\n".join(known) + "\n")
         for host in fleet.hosts:
@@ -174,6 +184,35 @@ def start_fleet(root: Path, count: int = 2) -> SshFleet:
         stop_fleet(fleet)
         raise
     return fleet
+
+
+def _spawn_sshd(root: Path, host: SshHost) -> None:
+    config = root / f"sshd_{host.name}.conf"
+    host.proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(root / f"sshd_{host.name}.log")])
+    host.pid = host.proc.pid
+
+
+def lose_host(fleet: SshFleet, name: str) -> None:
+    """The host drops off the network: its sshd and every SSH session it serves (Ansible's persistent connection
+    included) are stopped, by PID. What runs on the host under its own session (a server) keeps running."""
+    import psutil
+
+    host = fleet.host(name)
+    listener = psutil.Process(host.pid)
+    sessions = [p for p in listener.children(recursive=True) if p.name().startswith("sshd")]
+    for proc in [listener, *sessions]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs([listener, *sessions], timeout=10)
+    host.pid = 0
+
+
+def restore_host(fleet: SshFleet, name: str) -> None:
+    """The lost host comes back: the same sshd (same address, port and host key) again."""
+    host = fleet.host(name)
+    _spawn_sshd(fleet.root, host)
+    assert host.proc is not None
+    _wait_port(host.address, host.port, host.proc)
 
 
 def stop_fleet(fleet: SshFleet) -> None:

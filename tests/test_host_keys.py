@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import SIM_HOST_VARS
-from .sshd_hosts import REPO, SshFleet, inventory_for
+from .sshd_hosts import REPO, SIM_HOST_VARS, SshFleet, inventory_for
 
 pytestmark = pytest.mark.integration
 

@@ -110,3 +110,11 @@ def test_scrape_errors_raise_oserror(exporter):
         metrics.scrape(exporter + "/nope/", timeout=5)  # 404
     with pytest.raises(OSError):
         metrics.scrape("http://127.0.0.1:1", timeout=5)  # nothing listens there
+
+
+def test_scrape_refuses_more_than_its_cap(exporter, monkeypatch):
+    monkeypatch.setattr(metrics, "MAX_BYTES", len(EXPOSITION.encode()) - 1)
+    with pytest.raises(OSError, match="more than"):
+        metrics.scrape(exporter, timeout=5)
+    monkeypatch.setattr(metrics, "MAX_BYTES", len(EXPOSITION.encode()))
+    assert metrics.scrape(exporter, timeout=5)

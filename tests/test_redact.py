@@ -10,7 +10,6 @@ import stat
 
 import pytest
 import structlog
-import tomli_w
 
 from agent import logs
 from agent.errors import UserError
@@ -191,14 +190,11 @@ def test_user_error_never_shows_a_secret():
 
 def test_results_tree_is_masked_as_read(tmp_path):
     """A tree written by an older version (secrets in clear) reads back masked: every report and export is clean."""
-    cell_dir = tmp_path / "s" / "h" / "abc"
-    cell_dir.mkdir(parents=True)
-    (cell_dir / "cell.toml").write_text(
-        tomli_w.dumps({"env": {"HF_TOKEN": HF}, "launch": {"command": f"HF_TOKEN={HF} vllm serve"}, "notes": [HF]})
-    )
-    (cell_dir / "c001-r1.toml").write_text(tomli_w.dumps({"concurrency": 1, "repeat": 1, "errors": [f"401 {HF}"]}))
-    cell = tree.load_cell(cell_dir)
-    assert HF not in json.dumps(cell) and cell["runs"][0]["concurrency"] == 1
+    from tests.test_report_fixtures import write_cell
+
+    write_cell(tmp_path, backend="marlin", values={1: [10.0]}, env={"HF_TOKEN": HF}, failure_evidence=[f"401 {HF}"])
+    cells = tree.load_cells(tmp_path)
+    assert len(cells) == 1 and HF not in json.dumps(cells[0], default=str) and cells[0]["env"]["HF_TOKEN"] == MARKER
 
 
 def test_cell_id_ignores_secret_values_and_keeps_others():

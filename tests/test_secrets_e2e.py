@@ -15,8 +15,7 @@ import pytest
 import yaml
 from ansible.parsing.vault import VaultLib, VaultSecret
 
-from .conftest import SIM_HOST_VARS
-from .sshd_hosts import REPO, inventory_for
+from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for
 
 pytestmark = pytest.mark.integration
 

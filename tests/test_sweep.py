@@ -39,9 +39,9 @@ max_model_len = 8192
 max_num_seqs = 8
 [matrix]
 moe_backend = {backends}
-concurrency = [1, 2]
+concurrency = {concurrency}
 duration_s = {duration}
-warmup = 1
+warmup = {warmup}
 repeats = {repeats}
 [load]
 prompt_len = 64
@@ -49,13 +49,26 @@ output_len = 32
 """
 
 
-def write_spec(tmp_path: Path, name: str, backends=("marlin", "flashinfer_b12x"), duration=1.0, repeats=1) -> Path:
+def write_spec(
+    tmp_path: Path,
+    name: str,
+    backends=("marlin", "flashinfer_b12x"),
+    duration=1.0,
+    repeats=1,
+    concurrency=(1, 2),
+    warmup=1,
+) -> Path:
     path = tmp_path / f"{name}.toml"
-    path.write_text(
-        SPEC.format(name=name, digest="ab" * 32, backends=list(backends), duration=duration, repeats=repeats).replace(
-            "'", '"'
-        )
+    text = SPEC.format(
+        name=name,
+        digest="ab" * 32,
+        backends=list(backends),
+        duration=duration,
+        repeats=repeats,
+        concurrency=list(concurrency),
+        warmup=warmup,
     )
+    path.write_text(text.replace("'", '"'))
     return path
 
 
@@ -158,7 +171,9 @@ def test_sigkill_mid_sweep_then_rerun_measures_only_unfinished(tmp_path, sim_inv
     assert not list(out.rglob("*.tmp")), "a killed controller must leave no partial file"
 
     rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    # cutlass fails on the simulated GB10 (sm100 only): the cell is finished as failed and the exit says so
+    assert rerun.returncode == 1, rerun.stderr[-2000:]
+    assert "  lost " not in rerun.stderr, "a cell interrupted by the kill is measured by the re-run, not lost"
     finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("killed/spark-a/*/cell.toml")}
     assert len(finished) == 3
     for cell_id, mtime in first.items():

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from agent.errors import UserError
-from agent.judging.verdict import AXES, attest, axis_name
+from agent.hostside import logparse
+from agent.judging.verdict import AXES, attest_facts, axis_name
 
 EXIT = {"valid": 0, "invalid": 1, "failed": 3}
 
@@ -45,14 +46,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    text = _read(args.logfile)
-    result = attest(text, parse_expectations(args.expect), _env_names(args.expect_env))
+    expect, env_names = parse_expectations(args.expect), _env_names(args.expect_env)
+    follower = _follow(args.logfile)
+    result = attest_facts(follower.facts(), expect, env_names)
+    result["limits"] = follower.limits()
     if not _looks_like_vllm(result["facts"]):
         raise UserError(f"{args.logfile}: no vLLM log line found; pass the log of a vLLM server")
     if args.json:
         print(json.dumps(result, indent=1, ensure_ascii=False))
     else:
         _print_tables(result)
+        _print_limits(result["limits"])
     return EXIT[result["verdict"]["verdict"]]
 
 
@@ -80,14 +84,29 @@ def _env_names(items: list[str]) -> list[str]:
     return names
 
 
-def _read(path: str) -> str:
+def _follow(path: str) -> logparse.Follower:
+    """The log read as a stream: a log of any size costs bounded memory."""
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{path}: is a folder; pass the path of a vLLM server log file")
     if not p.is_file():
         raise UserError(f"{path}: no such file; pass the path of a vLLM server log")
     try:
-        return p.read_bytes().decode("utf-8", errors="replace")
+        return logparse.follow_file(str(p))
     except OSError as exc:
-        raise UserError(f"{path}: cannot read it ({exc.strerror}); check its permissions") from exc
+        raise UserError(f"{path}: cannot read it ({exc.strerror}); check its permissions") from None
+
+
+def _print_limits(limits: dict) -> None:
+    notes = []
+    if limits["lines_cut"]:
+        notes.append(f"{limits['lines_cut']} line(s) longer than {logparse.MAX_LINE} characters were read cut")
+    if limits["items_dropped"]:
+        notes.append(f"{limits['items_dropped']} repeated name(s) or rate(s) past the parser's caps were counted only")
+    if limits["stopped_early"]:
+        notes.append(f"only the first {limits['bytes_read']} bytes were read (the parser's cap)")
+    for note in notes:
+        print(f"note: {note}")
 
 
 def _looks_like_vllm(facts: dict) -> bool:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from agent.commands import flags
 from agent.errors import UserError
 from agent.hostside import atomic
 from agent.judging import stats
@@ -16,13 +17,15 @@ from agent.results.tree import load_cells
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("compare", help="compare two results trees point by point", description=__doc__)
-    p.add_argument("results_a", type=Path, help="baseline results folder (A)")
-    p.add_argument("results_b", type=Path, help="results folder to judge against it (B)")
-    p.add_argument("--markdown", type=Path, default=None, help="also write the comparison as markdown here")
+    p.add_argument("results_a", type=flags.folder, help="baseline results folder (A)")
+    p.add_argument("results_b", type=flags.folder, help="results folder to judge against it (B)")
+    p.add_argument(
+        "--markdown", type=flags.writable_file, default=None, help="also write the comparison as markdown here"
+    )
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when B regresses beyond the noise")
     p.add_argument(
         "--threshold",
-        type=float,
+        type=flags.number(0, 10),
         default=stats.DEFAULT_THRESHOLD,
         help="spread above which a point is unstable (default %(default)s)",
     )

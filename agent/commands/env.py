@@ -68,7 +68,7 @@ def hosts_with_facts(args: argparse.Namespace) -> list[tuple[str, dict, dict]]:
         except ValueError as exc:
             raise UserError(f"--simulate-gpu: {exc}") from None
     inventory = args.inventory or DEFAULT_INVENTORY
-    hosts = load_inventory(inventory, limit=args.host)
+    hosts = load_inventory(inventory, limit=args.host, flag="--host")
     check_reachable(hosts)
     facts = gather_facts(inventory, hosts)
     return [(host.name, facts[host.name], host.vars) for host in hosts]

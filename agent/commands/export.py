@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from agent.commands import flags
 from agent.errors import UserError
 from agent.hostside import atomic
 from agent.reporting.export import FORMATS, rows
@@ -14,11 +14,11 @@ from agent.results.tree import load_cells
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export measurements as CSV or JSON Lines", description=__doc__)
-    p.add_argument("results_dir", type=Path, help="results folder (root, one sweep or one host)")
+    p.add_argument("results_dir", type=flags.folder, help="results folder (root, one sweep or one host)")
     p.add_argument(
         "-f", "--format", choices=sorted(FORMATS), default=None, help="default: from the --output suffix, else csv"
     )
-    p.add_argument("-o", "--output", type=Path, default=None, help="file to write (default: stdout)")
+    p.add_argument("-o", "--output", type=flags.writable_file, default=None, help="file to write (default: stdout)")
     p.set_defaults(func=run)
 
 

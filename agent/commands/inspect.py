@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from agent.commands import flags
 from agent.errors import UserError
 from agent.judging.bandwidth import bandwidth_for
 from agent.judging.checkpoints import compare, format_ceiling, format_comparison, format_summary, inspect
@@ -32,11 +33,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="GPU arch or name whose bandwidth sets the decode ceiling (gpus.toml; default %(default)s)",
     )
     p.add_argument(
-        "--bandwidth-gbs", type=float, default=None, help="measured memory bandwidth, GB/s (overrides --gpu)"
+        "--bandwidth-gbs",
+        type=flags.number(0, 100_000),
+        default=None,
+        help="measured memory bandwidth, GB/s (overrides --gpu)",
     )
     p.add_argument(
         "--tok-s",
-        type=float,
+        type=flags.number(0, 1_000_000),
         action="append",
         default=None,
         help="measured single-stream decode tok/s, one per CHECKPOINT in order: shows %% of the ceiling",

@@ -31,6 +31,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    check_input(args.tag, args.host, args.inventory, args.write)
     pinned = resolve_on_host(args.tag, args.host, args.inventory)
     if args.write:
         write_image_ref(Path(args.write), pinned)
@@ -38,6 +39,25 @@ def run(args) -> int:
     else:
         print(pinned)
     return 0
+
+
+def check_input(tag: str, host: str, inventory: str, write: str | None) -> None:
+    """Everything but the pull, before any host is touched: the tag's form, the host, the spec to write."""
+    from agent.hostside.docker import is_tag
+    from agent.planning.inventory import load_inventory
+    from agent.planning.spec import SPEC_MAX_BYTES, read_text_file
+
+    if not is_tag(tag):
+        raise UserError(f"IMAGE:TAG {tag[:100]!r}: not an image reference such as nvcr.io/nvidia/vllm:25.11-py3")
+    if write:
+        text = read_text_file(Path(write), "spec", SPEC_MAX_BYTES)
+        try:
+            tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UserError(f"{write}: not valid TOML ({exc}); fix it, then run pin again") from None
+        except RecursionError:
+            raise UserError(f"{write}: nested too deeply to be a sweep spec") from None
+    load_inventory(inventory, limit=host, flag="--host")
 
 
 def resolve_on_host(tag: str, host: str, inventory: str) -> str:

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from agent.commands import flags
 from agent.judging import stats
 from agent.reporting.markdown import write_report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="write report.md/.html + plots from a results tree", description=__doc__)
-    p.add_argument("results_dir", type=Path, help="results folder (root, one sweep or one host)")
-    p.add_argument("-o", "--out", type=Path, default=None, help="where to write (default: RESULTS_DIR)")
+    p.add_argument("results_dir", type=flags.folder, help="results folder (root, one sweep or one host)")
+    p.add_argument(
+        "-o", "--out", type=flags.writable_folder, default=None, help="where to write (default: RESULTS_DIR)"
+    )
     p.add_argument(
         "--threshold",
-        type=float,
+        type=flags.number(0, 10),
         default=stats.DEFAULT_THRESHOLD,
         help="spread above which a point is unstable (default %(default)s)",
     )

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import structlog
 from rich.console import Console
 
 from agent import logs
+from agent.commands import flags
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
 from agent.running.progress import Progress
-from agent.running.sweep import run_sweep
+from agent.running.sweep import SweepOutcome, run_sweep
+
+log = structlog.get_logger("spark_agent.sweep")
 
 
 def register(sub) -> None:
@@ -26,8 +34,14 @@ def register(sub) -> None:
         help="Ansible inventory (default: inventory/local.yml, the simulated Spark on this machine)",
     )
     p.add_argument("--limit", help="only these hosts or groups (comma-separated), as ansible --limit")
-    p.add_argument("--results", default="results", help="results folder (default: ./results)")
-    p.add_argument("--duration", type=float, help="override every measurement window, seconds (quick rehearsals)")
+    p.add_argument(
+        "--results", type=flags.writable_folder, default="results", help="results folder (default: ./results)"
+    )
+    p.add_argument(
+        "--duration",
+        type=flags.number(0, 86_400),
+        help="override every measurement window, seconds (quick rehearsals)",
+    )
     p.add_argument("--fresh", action="store_true", help="measure finished cells again (default: resume)")
     p.add_argument("--evict", action="store_true", help="stop a vLLM server we did not start (default: refuse)")
     p.add_argument("--log-format", choices=["console", "json"], default="console")
@@ -36,32 +50,89 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """Exit 0: every planned cell measured and valid; 1: something failed, was invalid or lost (the summary says
+    what); 2: bad input, nothing touched (UserError); 130: interrupted (Ctrl-C or SIGTERM)."""
     logs.configure(args.log_format)
     spec = load_spec(args.spec)
     if args.duration is not None:
-        if args.duration <= 0:
-            from agent.errors import UserError
-
-            raise UserError(f"--duration must be > 0 seconds, got {args.duration}")
         spec = spec.with_duration(args.duration)
     hosts = load_inventory(args.inventory, args.limit)
     show = not args.no_progress and args.log_format == "console" and sys.stderr.isatty()
-    outcome = run_sweep(
-        spec,
-        Path(args.inventory),
-        hosts,
-        Path(args.results),
-        fresh=args.fresh,
-        evict=args.evict,
-        progress=Progress(enabled=show),
-    )
+    with _sigterm_as_interrupt():
+        outcome = run_sweep(
+            spec,
+            Path(args.inventory),
+            hosts,
+            Path(args.results),
+            fresh=args.fresh,
+            evict=args.evict,
+            progress=Progress(enabled=show),
+        )
     cells = results.load_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
     _print_table(cells, args.log_format)
-    lost = {h: o for h, o in outcome.hosts.items() if o.error or o.lost}
-    for host, o in lost.items():
-        print(f"host {host}: {len(o.lost)} cell(s) not measured" + (f": {o.error}" if o.error else ""), file=sys.stderr)
+    _print_summary(outcome, args.log_format)
     print(f"results: {outcome.sweep_dir}", file=sys.stderr)
-    return 1 if lost else 0
+    if outcome.interrupted:
+        print("spark-agent: interrupted", file=sys.stderr)
+        return 130
+    if outcome.fatal:
+        print(f"spark-agent: error: {outcome.fatal}", file=sys.stderr)
+        return 1
+    return 0 if all_valid(outcome) else 1
+
+
+def all_valid(outcome: SweepOutcome) -> bool:
+    """Every planned cell has a valid measurement: from this run, or from an earlier one (resume)."""
+    t = outcome.totals()
+    earlier_ok = all(v == "valid" for o in outcome.hosts.values() for v in o.skipped.values())
+    return t["measured"] + t["skipped"] == t["planned"] and earlier_ok
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops a sweep the way Ctrl-C does: servers stopped, nothing half-written, exit 130."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+COLUMNS = ("planned", "measured", "invalid", "failed", "lost", "skipped")
+
+
+def _print_summary(outcome: SweepOutcome, fmt: str) -> None:
+    """Per host and in total; planned = measured + invalid + failed + lost + skipped, always."""
+    rows = {h: o.counts() for h, o in sorted(outcome.hosts.items())}
+    total = outcome.totals()
+    if fmt == "json":
+        log.info("sweep_summary", hosts=rows, total=total, lost_hosts=outcome.lost_hosts or None)
+        return
+    out = sys.stderr
+    print("summary (planned = measured + invalid + failed + lost + skipped; skipped = finished earlier)", file=out)
+    width = max([len("total"), *map(len, rows)])
+    print(f"  {'host':<{width}}  " + "  ".join(f"{c:>8}" for c in COLUMNS), file=out)
+    for name, counts in [*rows.items(), ("total", total)]:
+        print(f"  {name:<{width}}  " + "  ".join(f"{counts[c]:>8}" for c in COLUMNS), file=out)
+    for host, o in sorted(outcome.hosts.items()):
+        if o.host_lost:
+            print(f"lost host {host}: {o.error}", file=out)
+        elif o.error:
+            print(f"host {host} stopped: {o.error}", file=out)
+        for cell_id, why in o.lost.items():
+            print(f"  lost {host}/{cell_id}: {why}", file=out)
+        for cell_id, verdict in o.skipped.items():
+            if verdict != "valid":
+                print(
+                    f"  skipped {host}/{cell_id}: finished earlier as {verdict} (--fresh measures it again)", file=out
+                )
 
 
 def _print_table(cells: list[dict], fmt: str) -> None:

@@ -69,6 +69,11 @@ def parse_ref(ref: str) -> tuple[str, str]:
     return name, digest
 
 
+def is_tag(ref: str) -> bool:
+    """`name[:tag]` as docker pull accepts it (no digest)."""
+    return bool(_TAG_RE.match(ref) or _NAME_RE.match(ref))
+
+
 def _repo_name(ref: str) -> str:
     """`name[:tag][@digest]` -> name, normalised the way docker shortens Docker Hub names."""
     name = ref.split("@", 1)[0]

@@ -6,14 +6,21 @@ Standard library only. The log formats it reads (vLLM 0.12 .. 0.33) and their so
 
 Speed matters: hours of periodic stats lines make logs big. Each line gets a cheap noise check and one
 precompiled prefilter search; only the few lines that pass are unwrapped and matched in detail.
+
+Nothing in a log is trusted, so the work is linear in its size and the memory bounded whatever it holds:
+lines are cut at MAX_LINE characters (the cut is counted, the line still counts), every kept list has a
+cap and a set behind it, no regex can backtrack over more than a bounded window (`A.*B` is two searches,
+free-text captures have bounded repeats), and `parse_file` streams a file in pieces up to MAX_LOG_BYTES.
 """
 
 from __future__ import annotations
 
 import ast
+import codecs
 import copy
 import json
 import re
+from typing import Any
 
 # --- unwrapping one raw line ---------------------------------------------------------------------
 
@@ -179,36 +186,67 @@ def _grouped_alternation(needles) -> re.Pattern:
 
 _PREFILTER = _grouped_alternation(_NEEDLES)
 
+
+class _Then:
+    """`first.*then` without the regex: searched as written, a line holding `first` many times and `then`
+    never backtracks once per occurrence (quadratic). The earliest `first` leaves the most room for `then`,
+    so one search for each finds the same lines, and the match returned is `then`'s."""
+
+    def __init__(self, first: str, then: str) -> None:
+        self.first = re.compile(first)
+        self.then = re.compile(then)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        m = self.first.search(text)
+        return self.then.search(text, m.end()) if m else None
+
+
+class _Guarded:
+    """A regex tried only on text that holds `literal` (a substring test is far cheaper than a failed search)."""
+
+    def __init__(self, literal: str, rx: str) -> None:
+        self.literal = literal
+        self.rx = re.compile(rx)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.rx.search(text) if self.literal in text else None
+
+
+_Matcher = re.Pattern[str] | _Then | _Guarded
+
 _VERSION_FORMS = (
     re.compile(r"vLLM API server version (\S+?),?\s*$"),  # 0.12-0.14
     re.compile(r"vLLM server version (\S+), serving model (\S+)"),  # 0.15+ with VLLM_DISABLE_LOG_LOGO=1
-    re.compile(r"\u2588.*\bversion (\d\S*)\s*$"),  # the logo
+    _Then("\u2588", r"\bversion (\d\S*)\s*$"),  # the logo
 )
-_LOGO_MODEL = re.compile(r"\u2588.*\bmodel\s+(\S+)\s*$")
+_LOGO_MODEL = _Then("\u2588", r"\bmodel\s+(\S+)\s*$")
 _ENGINE_INIT = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v([^)\s]+)\) with config: (.*)")
 _CONFIG_MODEL = re.compile(r"(?:^|[ ,])model='([^']*)'")
 _CONFIG_SPEC = re.compile(r"speculative_config=SpeculativeConfig\(method='([\w-]+)'(?:.*?num_spec_tokens=(\d+))?")
 _ARGS = re.compile(r"non-default args: (\{.*)")
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: ([A-Za-z_][A-Za-z0-9_]*)")
 
+# (literal, form): a form is only tried on a message that holds its literal. A line of thousands of "Using "
+# would otherwise cost every form a bounded scan at every "Using ".
 _MOE_FORMS = (
-    re.compile(r"Using '?([\w-]+)'? (\w+) MoE backend"),  # 0.15+: 'MARLIN' NvFp4 / TRITON Fp8 / CPU Unquantized
-    re.compile(r"Using ([\w -]+?) backend for (\w+) MoE"),  # 0.12-0.14: Marlin backend for FP8 MoE
-    re.compile(r"Using (FlashInfer) (FP8) MoE (TRTLLM) backend"),  # 0.12: ... for SM100
-    re.compile(r"Using (Marlin|FlashInfer [\w-]+)(?: kernels)? for ModelOpt(\w+?)FusedMoE"),  # 0.12-0.13 NVFP4
+    ("MoE backend", re.compile(r"Using '?([\w-]+)'? (\w+) MoE backend")),  # 0.15+: 'MARLIN' NvFp4 / TRITON Fp8
+    (" backend for ", re.compile(r"Using ([\w -]{1,80}?) backend for (\w+) MoE")),  # 0.12-0.14: Marlin ... FP8 MoE
+    ("MoE TRTLLM", re.compile(r"Using (FlashInfer) (FP8) MoE (TRTLLM) backend")),  # 0.12: ... for SM100
+    ("FusedMoE", re.compile(r"Using (Marlin|FlashInfer [\w-]+)(?: kernels)? for ModelOpt(\w+?)FusedMoE")),  # NVFP4
 )
 _ATTN_FORMS = (
-    re.compile(r"Using ([\w.]+) attention backend"),  # auto (+ "out of potential backends"), and 0.2x short form
-    re.compile(r"Using ((?:AttentionBackendEnum|_Backend)\.\w+|[A-Z][A-Z0-9_]+) backend\.?\s*$"),  # explicit
-    re.compile(r"Using ([\w ]+?) backend on V1 engine"),  # old V1
+    # auto (+ "out of potential backends"), and 0.2x short form
+    (" attention backend", re.compile(r"Using ([\w.]+) attention backend")),
+    (" backend", re.compile(r"Using ((?:AttentionBackendEnum|_Backend)\.\w+|[A-Z][A-Z0-9_]+) backend\.?\s*$")),
+    (" backend on V1 engine", re.compile(r"Using ([\w ]{1,80}?) backend on V1 engine")),  # old V1
 )
 _LINEAR_FORMS = (
-    re.compile(r"Using ([\w.]+) for NVFP4 GEMM"),
-    re.compile(r"Selected (\w+Kernel) for (\w+)"),
-    re.compile(r"Using (\w+LinearKernel) for (\w+)"),
+    (" for NVFP4 GEMM", re.compile(r"Using ([\w.]+) for NVFP4 GEMM")),
+    ("Kernel for ", re.compile(r"Selected (\w{1,200}Kernel) for (\w+)")),
+    ("LinearKernel for ", re.compile(r"Using (\w{1,200}LinearKernel) for (\w+)")),
 )
 _LINEAR_FALLBACK = re.compile(
-    r"--linear-backend=\S+ (?:has no kernel|was requested, but no)|NVFP4 linear falling back to the slow"
+    r"--linear-backend=\S{1,200} (?:has no kernel|was requested, but no)|NVFP4 linear falling back to the slow"
 )
 _MARLIN_FP4 = "Your GPU does not have native support for FP4 computation"
 _OTHER_MODEL = re.compile(r"vit attention|[Vv]ision|[Ee]ncoder|\bViT\b|mm_encoder|MMEncoder")
@@ -225,24 +263,34 @@ _SERVER_MARKERS = re.compile(
 _READY = re.compile(r"Application startup complete|Uvicorn running on")
 
 # --- failure classes -------------------------------------------------------------------------------
-# (class, signature). Checked in this order on each line; the first that matches decides the line.
-_FATAL_SIGNATURES = (
+# (class, signatures). Checked in this order on each line; the first that matches decides the line.
+_FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
     (
         "deep_gemm_assert",
-        re.compile(
-            r"DeepGemmQuantScaleFMT oracle cache not initialized|hyperconnection\.hpp:\d+\): Unsupported architecture"
-            r"|layout\.hpp.*Unknown recipe|deep_gemm.*Assertion"
+        (
+            re.compile(
+                r"DeepGemmQuantScaleFMT oracle cache not initialized"
+                r"|hyperconnection\.hpp:\d+\): Unsupported architecture"
+            ),
+            _Then(r"layout\.hpp", "Unknown recipe"),
+            _Then("deep_gemm", "Assertion"),
         ),
     ),
-    ("no_moe_backend", re.compile(r"No [\w ]*MoE backend supports the deployment configuration")),
-    ("unsupported_moe_backend", re.compile(r"moe_backend='[^']*' is not supported for")),
-    ("backend_unsupported_config", re.compile(r"does not support the deployment configuration since")),
-    ("attention_backend_invalid", re.compile(r"Selected backend \S+ is not valid for this configuration")),
-    ("free_memory_check", re.compile(r"Free memory on device.*is less than desired GPU memory utilization")),
-    ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY")),
-    ("ptxas_arch", re.compile(r"ptxas.*sm_12\d|sm_12\da?'? is not defined for option")),
-    ("flashinfer_version", re.compile(r"flashinfer-(?:cubin|jit-cache) version .* does not match")),
-    ("cute_dsl_arch", re.compile(r"expects arch to be one of|CUTE_DSL_ARCH matches|[Ee]rror.*CUTE_DSL_ARCH")),
+    (
+        "no_moe_backend",
+        (_Guarded("MoE backend supports the", r"No [\w ]{0,80}MoE backend supports the deployment configuration"),),
+    ),
+    ("unsupported_moe_backend", (re.compile(r"moe_backend='[^']*' is not supported for"),)),
+    ("backend_unsupported_config", (re.compile(r"does not support the deployment configuration since"),)),
+    ("attention_backend_invalid", (re.compile(r"Selected backend \S+ is not valid for this configuration"),)),
+    ("free_memory_check", (_Then("Free memory on device", "is less than desired GPU memory utilization"),)),
+    ("oom", (re.compile(r"CUDA out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY"),)),
+    ("ptxas_arch", (_Then("ptxas", r"sm_12\d"), re.compile(r"sm_12\da?'? is not defined for option"))),
+    ("flashinfer_version", (_Then(r"flashinfer-(?:cubin|jit-cache) version ", " does not match"),)),
+    (
+        "cute_dsl_arch",
+        (re.compile(r"expects arch to be one of|CUTE_DSL_ARCH matches"), _Then("[Ee]rror", "CUTE_DSL_ARCH")),
+    ),
 )
 # The engine died. "Dying" lines are logged with a traceback after them (its last line names the cause);
 # "died" lines are the API server's final word, after the engine's traceback (or before, when streams interleave).
@@ -253,9 +301,16 @@ _ENGINE_DYING = re.compile(
 _ENGINE_DIED = re.compile(r"Engine core initialization failed|Engine process failed to start|EngineDeadError")
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::|$)")
 _MOE_CLASSES = ("no_moe_backend", "unsupported_moe_backend", "backend_unsupported_config")
-_MOE_ERROR_QUANT = re.compile(r"(\w+) MoE\b")
+_MOE_ERROR_QUANT = re.compile(r"\b(\w{1,40}) MoE\b")
 _MAX_EVIDENCE = 12
 _PARSE_CHUNK = 1 << 20
+
+# Bounds (see the module docstring). A real vLLM line is under 4 KiB (the engine config line is the longest);
+# a log of days of serving is a few GB.
+MAX_LINE = 64 * 1024  # characters of a line that are looked at; the rest is dropped and counted
+MAX_ITEMS = 64  # entries of each list of names or lines in the facts
+MAX_RATES = 10_000  # acceptance-rate intervals kept (27 h of 10 s intervals)
+MAX_LOG_BYTES = 8 * 1024**3  # parse_file stops here and says so
 
 
 def _new_facts() -> dict:
@@ -304,13 +359,22 @@ class Follower:
 
     `.fatal` is a failure dict as soon as a fatal signature is seen before readiness, else None;
     `.ready` turns True at `Application startup complete`. `feed(text)` takes whole lines (one or many);
-    `feed_chunk(data)` takes arbitrary pieces of a stream and keeps a cut-off last line for the next call.
+    `feed_chunk(data)` takes arbitrary pieces of a stream and keeps a cut-off last line for the next call
+    (at most MAX_LINE characters of it: a line that never ends costs no memory).
+    `.lines_cut` counts lines longer than MAX_LINE, `.items_dropped` list entries past their cap.
     """
 
     def __init__(self) -> None:
         self.fatal: dict | None = None
         self.ready = False
+        self.lines_cut = 0
+        self.items_dropped = 0
+        self.bytes_read = 0  # parse_file's count
+        self.stopped_early = False  # parse_file reached its byte cap before the end of the file
         self._f = _new_facts()
+        self._seen: dict[str, set[str]] = {}  # list key -> what the list holds, for O(1) de-duplication
+        self._partial_cut = False
+        self._args_tries = 0
         self._in_draft = False
         self._server_seen = False
         self._last_exception = ""
@@ -323,6 +387,9 @@ class Follower:
     def feed(self, text: str) -> None:
         handle = self._handle
         for line in text.split("\n"):
+            if len(line) > MAX_LINE:
+                line = line[:MAX_LINE]
+                self.lines_cut += 1
             if (
                 "HTTP/1." in line
                 or "Avg prompt throughput" in line
@@ -346,17 +413,47 @@ class Follower:
                 handle(line)
 
     def feed_chunk(self, data: str) -> None:
-        data = self._partial + data
-        cut = data.rfind("\n")
-        self._partial = data[cut + 1 :]
-        if cut >= 0:
-            self.feed(data[:cut])
+        last = data.rfind("\n")
+        if last < 0:
+            self._hold(data)
+            return
+        start = 0
+        if self._partial or self._partial_cut:  # the held line ends in this chunk
+            start = data.find("\n") + 1
+            self._hold(data[: start - 1])
+            self._feed_held()
+        if start <= last:
+            self.feed(data[start:last])
+        self._hold(data[last + 1 :])
 
     def flush(self) -> None:
         """Feed what `feed_chunk` held back (a last line without newline: a log cut off mid-line)."""
-        if self._partial:
-            rest, self._partial = self._partial, ""
-            self.feed(rest)
+        if self._partial or self._partial_cut:
+            self._feed_held()
+
+    def _hold(self, piece: str) -> None:
+        room = MAX_LINE - len(self._partial)
+        if len(piece) > room:
+            self._partial += piece[: max(room, 0)]
+            self._partial_cut = True
+        else:
+            self._partial += piece
+
+    def _feed_held(self) -> None:
+        line, self._partial = self._partial, ""
+        if self._partial_cut:
+            self.lines_cut += 1
+            self._partial_cut = False
+        self.feed(line)
+
+    def limits(self) -> dict[str, Any]:
+        """What the bounds dropped: {lines_cut, items_dropped, bytes_read, stopped_early}."""
+        return {
+            "lines_cut": self.lines_cut,
+            "items_dropped": self.items_dropped,
+            "bytes_read": self.bytes_read,
+            "stopped_early": self.stopped_early,
+        }
 
     # -- output --
     def facts(self) -> dict:
@@ -383,26 +480,45 @@ class Follower:
     def _acceptance(self, raw: str) -> None:
         m = _ACCEPT_PCT.search(raw)
         if m:
-            self._f["spec_acceptance_rates"].append(round(float(m.group(1)) / 100.0, 6))
+            self._rate(round(float(m.group(1)) / 100.0, 6))
+
+    def _rate(self, rate: float) -> None:
+        rates = self._f["spec_acceptance_rates"]
+        if len(rates) < MAX_RATES:
+            rates.append(rate)
+        else:
+            self.items_dropped += 1
+
+    def _add(self, key: str, value: str) -> bool:
+        """Append `value` to the facts list `key` once; past MAX_ITEMS entries it is counted, not kept."""
+        seen = self._seen.setdefault(key, set())
+        if value in seen:
+            return False
+        items = self._f[key]
+        if len(items) >= MAX_ITEMS:
+            self.items_dropped += 1
+            return False
+        seen.add(value)
+        items.append(value)
+        return True
 
     def _evidence(self, axis: str, line: str) -> None:
         self._f["evidence"].setdefault(axis, line)
 
     def _using(self, msg: str, line: str) -> None:
-        f = self._f
         if _ALL_REDUCE.search(msg) or _OTHER_MODEL.search(msg):
-            _append_unique(f["other_model_lines"], line)
+            self._add("other_model_lines", line)
             return
-        for rx in _MOE_FORMS:
-            m = rx.search(msg)
+        for literal, rx in _MOE_FORMS:
+            m = rx.search(msg) if literal in msg else None
             if m:
                 return self._moe(m, line)
-        for rx in _LINEAR_FORMS:
-            m = rx.search(msg)
+        for literal, rx in _LINEAR_FORMS:
+            m = rx.search(msg) if literal in msg else None
             if m:
                 return self._linear(m.group(1), line)
-        for rx in _ATTN_FORMS:
-            m = rx.search(msg)
+        for literal, rx in _ATTN_FORMS:
+            m = rx.search(msg) if literal in msg else None
             if m:
                 return self._attention(m.group(1), line)
         self._other(msg, line)
@@ -436,7 +552,7 @@ class Follower:
     def _linear(self, kernel: str, line: str) -> None:
         if self._in_draft:
             return
-        if _append_unique(self._f["linear_kernels"], kernel):
+        if self._add("linear_kernels", kernel):
             self._evidence("linear", line)
 
     def _other(self, msg: str, line: str) -> None:
@@ -454,7 +570,7 @@ class Follower:
             return
         if "Unknown vLLM environment" in msg:
             m = _UNKNOWN_ENV.search(msg)
-            if m and _append_unique(f["unknown_env"], m.group(1)):
+            if m and self._add("unknown_env", m.group(1)):
                 self._evidence("unknown_env:" + m.group(1), line)
             return
         if "No tuned config covers" in msg or "perf cliff" in msg:
@@ -464,7 +580,7 @@ class Follower:
             f["jit_warning_count"] += 1
             return
         if _LINEAR_FALLBACK.search(msg):
-            _append_unique(f["linear_fallbacks"], msg)
+            self._add("linear_fallbacks", msg)
             self._evidence("linear_fallback", line)
             return
         if _MARLIN_FP4 in msg:
@@ -474,7 +590,7 @@ class Follower:
         if "acceptance rate" in msg:
             m = _ACCEPT_FRAC.search(msg)
             if m:
-                f["spec_acceptance_rates"].append(float(m.group(1)))
+                self._rate(float(m.group(1)))
             return
         if _READY.search(msg):
             self.ready = True
@@ -496,7 +612,8 @@ class Follower:
         f = self._f
         m = _ARGS.search(msg)
         if m:
-            if not f["non_default_args"]:
+            if not f["non_default_args"] and self._args_tries < 4:  # a log of bad reprs costs 4 evals, not one each
+                self._args_tries += 1
                 f["non_default_args"] = _literal_dict(m.group(1))
                 self._args_speculative(f["non_default_args"])
                 model = f["non_default_args"].get("model_tag") or f["non_default_args"].get("model")
@@ -540,7 +657,7 @@ class Follower:
         if isinstance(conf, str):
             try:
                 conf = json.loads(conf)
-            except ValueError:
+            except (ValueError, RecursionError):  # deep nesting is as bad as bad JSON
                 conf = None
         if not isinstance(conf, dict):
             return
@@ -595,8 +712,8 @@ class Follower:
         return ""
 
     def _keep(self, line: str) -> None:
-        if len(self._fail_lines) < _MAX_EVIDENCE:
-            _append_unique(self._fail_lines, line)
+        if len(self._fail_lines) < _MAX_EVIDENCE and line not in self._fail_lines:  # at most 12: a list will do
+            self._fail_lines.append(line)
 
     def _declare(self, cls: str, cause: str) -> None:
         where = "while loading the draft model: " if self._in_draft else self._draft_hint(cls, cause)
@@ -627,24 +744,20 @@ class Follower:
 
 
 def _signature_of(msg: str) -> str:
-    for cls, rx in _FATAL_SIGNATURES:
-        if msg and rx.search(msg):
-            return cls
+    if not msg:
+        return ""
+    for cls, matchers in _FATAL_SIGNATURES:
+        for rx in matchers:
+            if rx.search(msg):
+                return cls
     return ""
-
-
-def _append_unique(items: list, value) -> bool:
-    if value in items:
-        return False
-    items.append(value)
-    return True
 
 
 def _literal_dict(text: str) -> dict:
     """The dict repr vLLM logs, read with ast.literal_eval (never eval). A cut-off or odd repr gives {}."""
     try:
         value = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return {}
     return _plain(value) if isinstance(value, dict) else {}
 
@@ -667,6 +780,26 @@ def parse(text: str) -> dict:
         follower.feed_chunk(text[pos : pos + _PARSE_CHUNK])
     follower.flush()
     return follower.facts()
+
+
+def follow_file(path: str, max_bytes: int = MAX_LOG_BYTES) -> Follower:
+    """A Follower fed a log file in pieces (memory stays bounded whatever the file holds), up to `max_bytes`.
+    Bytes that are not UTF-8 become U+FFFD, as `bytes.decode(errors="replace")` would make them."""
+    follower = Follower()
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with open(path, "rb") as fh:
+        while block := fh.read(min(_PARSE_CHUNK, max_bytes - follower.bytes_read)):
+            follower.bytes_read += len(block)
+            follower.feed_chunk(decoder.decode(block))
+        follower.stopped_early = bool(fh.read(1))
+    follower.feed_chunk(decoder.decode(b"", final=True))
+    follower.flush()
+    return follower
+
+
+def parse_file(path: str, max_bytes: int = MAX_LOG_BYTES) -> dict:
+    """Facts of a log file, read as a stream (see follow_file); the same facts as parse() of its text."""
+    return follow_file(path, max_bytes).facts()
 
 
 def classify_failure(text_or_facts) -> dict:

@@ -29,6 +29,8 @@ WINDOW_COUNTERS = {
     "spec_decode_num_accepted_tokens": SPEC_ACCEPTED_TOKENS,
 }
 
+MAX_BYTES = 32 * 1024 * 1024  # vLLM's /metrics is ~100 KB; a server sending more is not one to believe
+
 # Never route a loopback/host-local scrape through an http_proxy from the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -45,13 +47,15 @@ def metrics_url(url: str) -> str:
 def scrape(url: str, timeout: float = 5.0) -> dict:
     """GET /metrics and parse it. Raises OSError (urllib's errors) when the server does not answer 200."""
     with _OPENER.open(metrics_url(url), timeout=timeout) as response:
-        text = response.read().decode("utf-8", "replace")
-    return parse(text)
+        data = response.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise OSError(f"/metrics sent more than {MAX_BYTES} bytes")
+    return parse(data.decode("utf-8", "replace"))
 
 
 def parse(text: str) -> dict:
     """Prometheus text exposition -> {name: sum over label sets, 'name{labels}': value}."""
-    values = {}
+    values: dict[str, float] = {}
     for line in text.splitlines():
         sample = _parse_sample(line)
         if sample is None:

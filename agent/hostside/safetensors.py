@@ -20,6 +20,12 @@ import sys
 from .errors import HostError
 
 HEADER_LIMIT = 100 * 1024 * 1024  # the format's own cap; a larger length means a corrupt file
+# Nothing on disk is trusted: a checkpoint folder may come from anyone. These bound the work and memory.
+HEADERS_LIMIT = 1024**3  # header bytes of all shards together (real checkpoints: a few MB)
+JSON_LIMIT = 64 * 1024 * 1024  # config.json, hf_quant_config.json, the index
+MAX_SHARDS = 10_000
+MAX_NAME = 1024  # characters of a tensor name (real ones: under 200)
+MAX_DIMS = 16
 
 DTYPE_SIZES = {
     "BOOL": 1,
@@ -119,20 +125,30 @@ def read_header(path: str) -> dict:
                 "length; the file is truncated (re-download it)"
             )
         raw = f.read(length)
-    try:
-        header = json.loads(raw)
-    except ValueError as exc:
-        raise CheckpointError(f"{path}: header is not valid JSON ({exc}); the file is corrupt") from None
+    header = _loads(path, raw, "header")
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: header is JSON but not an object; the file is not safetensors")
     _check_entries(path, header, size - 8 - length)
     return header
 
 
+def _loads(path: str, raw: bytes, what: str) -> object:
+    try:
+        return json.loads(raw)
+    except RecursionError:  # nesting deeper than any real header: refused, not a crash
+        raise CheckpointError(f"{path}: {what} is nested too deeply; the file is corrupt") from None
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: {what} is not valid JSON ({str(exc)[:200]}); the file is corrupt") from None
+
+
 def _check_entries(path: str, header: dict, data_len: int) -> None:
     for name, entry in header.items():
         if name == "__metadata__":
+            if not isinstance(entry, dict):
+                raise CheckpointError(f"{path}: __metadata__ is not an object; the file is corrupt")
             continue
+        if len(name) > MAX_NAME:
+            raise CheckpointError(f"{path}: a tensor name of {len(name)} characters; the file is corrupt")
         problem = _entry_problem(entry, data_len)
         if problem:
             raise CheckpointError(f"{path}: tensor {name!r}: {problem}")
@@ -144,8 +160,8 @@ def _entry_problem(entry, data_len: int) -> str:
         begin, end = offsets
     except (TypeError, KeyError, ValueError):
         return "entry needs dtype, shape and two data_offsets"
-    if type(dtype) is not str or type(shape) is not list:
-        return f"bad dtype {dtype!r} or shape {shape!r}"
+    if type(dtype) is not str or type(shape) is not list or len(dtype) > 16 or len(shape) > MAX_DIMS:
+        return f"bad dtype {str(dtype)[:20]!r} or shape {str(shape)[:80]}"
     count = 1
     for dim in shape:  # a plain loop: this runs for every tensor of every shard
         if type(dim) is not int or dim < 0:
@@ -164,11 +180,13 @@ def _entry_problem(entry, data_len: int) -> str:
 
 
 def _read_json(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except ValueError as exc:
-        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    if not os.path.isfile(path):
+        raise CheckpointError(f"{path}: not a regular file")
+    with open(path, "rb") as f:
+        raw = f.read(JSON_LIMIT + 1)
+    if len(raw) > JSON_LIMIT:
+        raise CheckpointError(f"{path}: larger than {JSON_LIMIT} bytes; not a checkpoint's JSON file")
+    data = _loads(path, raw, "the file")
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     return data
@@ -180,17 +198,25 @@ def _shards(path: str) -> tuple[list[str], dict, list[str]]:
         return [path], {}, []
     if not os.path.isdir(path):
         raise CheckpointError(f"{path}: no such checkpoint folder or .safetensors file")
-    indexes = sorted(glob.glob(os.path.join(path, "*.safetensors.index.json")))
-    found = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    indexes = sorted(glob.glob(os.path.join(glob.escape(path), "*.safetensors.index.json")))
+    found = sorted(glob.glob(os.path.join(glob.escape(path), "*.safetensors")))
     if not indexes:
         if not found:
             raise CheckpointError(f"{path}: no *.safetensors files in this folder")
-        return found, {}, []
+        for shard in found:
+            _check_inside(path, shard, shard)
+        return found[:MAX_SHARDS], {}, []
     weight_map = _read_json(indexes[0]).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{indexes[0]}: has no weight_map; the index is corrupt")
-    shards = [os.path.join(path, f) for f in sorted(set(weight_map.values()))]
+    names = set(weight_map.values())
+    if len(names) > MAX_SHARDS:
+        raise CheckpointError(f"{indexes[0]}: names {len(names)} shards (limit {MAX_SHARDS}); the index is corrupt")
+    for name in names:
+        _check_shard_name(indexes[0], name)
+    shards = [os.path.join(path, f) for f in sorted(names)]
     for shard in shards:
+        _check_inside(path, shard, indexes[0])
         if not os.path.isfile(shard):
             raise CheckpointError(
                 f"{indexes[0]}: names shard {os.path.basename(shard)}, which is missing (incomplete download?)"
@@ -198,6 +224,37 @@ def _shards(path: str) -> tuple[list[str], dict, list[str]]:
     unlisted = sorted(set(found) - set(shards))
     warnings = [f"{os.path.basename(f)} is not in the index; loaders ignore it" for f in unlisted]
     return shards, weight_map, warnings
+
+
+def _check_shard_name(index: str, name: object) -> None:
+    """The index names files of its own folder: relative, no `..`, a .safetensors file."""
+    if (
+        not isinstance(name, str)
+        or not name.endswith(".safetensors")
+        or len(name) > MAX_NAME
+        or "\0" in name
+        or os.path.isabs(name)
+        or ".." in name.replace("\\", "/").split("/")
+    ):
+        raise CheckpointError(
+            f"{index}: weight_map names {str(name)[:100]!r}; shards must be .safetensors files inside the "
+            "checkpoint folder (no absolute path, no ..)"
+        )
+
+
+def _check_inside(folder: str, shard: str, named_by: str) -> None:
+    """No symlink leads a shard out of its checkpoint folder. The one exception is the Hugging Face cache,
+    whose snapshots/<rev>/ files link to the same repo's ../../blobs/."""
+    real = os.path.realpath(shard)
+    home = os.path.realpath(folder)
+    roots = [home]
+    if os.path.basename(os.path.dirname(home)) == "snapshots":
+        roots.append(os.path.join(os.path.dirname(os.path.dirname(home)), "blobs"))
+    if not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots):
+        raise CheckpointError(
+            f"{named_by}: {os.path.basename(shard)} leads outside the checkpoint folder (to {real}); "
+            "copy the shard into the folder"
+        )
 
 
 def _configs(path: str) -> tuple[dict, list[dict]]:
@@ -227,7 +284,7 @@ def _quant_summary(source: str, q: dict, producer) -> dict:
         "weight_block_size",
         "activation_scheme",
     )
-    out = {"source": source}
+    out: dict[str, object] = {"source": source}
     out.update({k: q[k] for k in keys if k in q and not isinstance(q[k], dict)})
     if isinstance(producer, dict) and "name" in producer:
         out["producer"] = producer["name"]
@@ -346,8 +403,14 @@ def inspect_checkpoint(path: str) -> dict:
     layers = _config_value(config, "num_hidden_layers", "n_layer", "num_layers")
     role = _RoleCache(layers)
     tensors = []  # (name, dtype, shape, bytes, role, module)
+    header_bytes = 0
     for shard in shards:
         header = read_header(shard)
+        header_bytes += _header_length(shard)
+        if header_bytes > HEADERS_LIMIT:
+            raise CheckpointError(
+                f"{path}: the shards' headers exceed {HEADERS_LIMIT} bytes together; not a checkpoint"
+            )
         base = os.path.basename(shard)
         for name, entry in header.items():
             if name == "__metadata__":
@@ -361,7 +424,7 @@ def inspect_checkpoint(path: str) -> dict:
     if missing:
         warnings.append(f"{missing} tensor(s) named in the index are in no shard (incomplete download?)")
     modules = _modules(tensors)
-    summary = {
+    summary: dict = {
         "path": path,
         "name": os.path.basename(path.rstrip("/")),
         "shards": len(shards),
@@ -375,6 +438,12 @@ def inspect_checkpoint(path: str) -> dict:
     summary.update(_bytes_per_token(tensors, config, warnings))
     summary["warnings"] = warnings
     return summary
+
+
+def _header_length(path: str) -> int:
+    with open(path, "rb") as f:
+        prefix = f.read(8)
+    return struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else 0
 
 
 def _modules(tensors: list) -> dict:
@@ -468,7 +537,7 @@ def _expert_layers(modules: dict) -> dict:
             totals[fmt] = totals.get(fmt, 0) + n
     usual = max(totals, key=lambda f: (totals[f], -FORMAT_RANK[f]))
     raised = {
-        layer: max(counts, key=FORMAT_RANK.get)
+        layer: max(counts, key=lambda f: FORMAT_RANK[f])
         for layer, counts in per_layer.items()
         if max(FORMAT_RANK[f] for f in counts) > FORMAT_RANK[usual]
     }

@@ -7,6 +7,7 @@ of the holder. Standard library only.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import fcntl
@@ -397,10 +398,11 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
     follower = logparse.Follower()
     t0 = time.monotonic()
     offset = 0
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character cut between two reads
     failure: dict = {}
     ready = False
     while True:
-        offset = _feed_new_bytes(info.get("log", ""), offset, follower)
+        offset = _feed_new_lines(info.get("log", ""), offset, decoder, follower)
         if follower.fatal:
             failure = dict(follower.fatal)
             break
@@ -409,7 +411,7 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
             break
         if not _server_running(workdir, info):
             time.sleep(0.2)  # let the last lines reach the log
-            offset = _feed_new_bytes(info.get("log", ""), offset, follower)
+            offset = _feed_new_lines(info.get("log", ""), offset, decoder, follower)
             failure = dict(follower.fatal or _exit_failure(info, follower))
             break
         if time.monotonic() - t0 > timeout_s:
@@ -424,15 +426,19 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
     return {"ready": ready, "failure": failure, "facts": follower.facts(), "startup_s": time.monotonic() - t0}
 
 
-def _feed_new_bytes(log_path: str, offset: int, follower: logparse.Follower) -> int:
-    """What the log gained since `offset`, to the follower (it keeps a cut-off last line for the next call)."""
+_TAIL_READ = 8 * 1024 * 1024  # per poll: a log that grows faster is caught up over the next polls
+
+
+def _feed_new_lines(log_path: str, offset: int, decoder: codecs.IncrementalDecoder, follower) -> int:
+    """Feed what the log gained since `offset`; returns the new offset. The follower keeps a cut-off last line
+    (at most logparse.MAX_LINE characters of it), so a line that never ends costs no memory."""
     try:
         with open(log_path, "rb") as fh:
             fh.seek(offset)
-            chunk = fh.read()
+            chunk = fh.read(_TAIL_READ)
     except OSError:
         return offset
-    follower.feed_chunk(chunk.decode(errors="replace"))
+    follower.feed_chunk(decoder.decode(chunk))
     return offset + len(chunk)
 
 

@@ -8,6 +8,8 @@ are never ranked or recommended. A server that never became ready is FAILED.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agent.hostside.logparse import linear_backend_of, normalise_backend
 
 AXES = ("moe_backend", "linear_backend", "attention_backend", "draft_moe_backend")
@@ -76,7 +78,7 @@ def requested_from_args(facts: dict) -> dict:
     }
 
 
-def notes(facts: dict, env_set: list[str] = ()) -> list[str]:
+def notes(facts: dict, env_set: Sequence[str] = ()) -> list[str]:
     """Things worth knowing that do not invalidate a cell."""
     out = []
     if any("emulation" in line for line in facts.get("linear_fallbacks", [])):
@@ -142,12 +144,16 @@ def _unique(lines: list[str]) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
-def attest(text: str, requested: dict | None = None, env_set: list[str] = ()) -> dict:
+def attest(text: str, requested: dict | None = None, env_set: Sequence[str] = ()) -> dict:
     """A log a user already has: {facts, requested, verdict}. Axes not in `requested` are taken from the
     log's own non-default args, so a server that ignored its flags is caught without a spec."""
     from agent.hostside.logparse import parse
 
-    facts = parse(text)
+    return attest_facts(parse(text), requested, env_set)
+
+
+def attest_facts(facts: dict, requested: dict | None = None, env_set: Sequence[str] = ()) -> dict:
+    """attest() of facts already parsed (e.g. by logparse.parse_file, which streams a big log)."""
     asked = requested_from_args(facts)
     asked.update({k: v for k, v in (requested or {}).items() if k in AXES})
     return {"facts": facts, "requested": asked, "verdict": judge(asked, facts, list(env_set))}

@@ -1,9 +1,20 @@
-"""Load and validate an Ansible inventory with Ansible's own parser (so group_vars and host_vars apply)."""
+"""Load and validate an Ansible inventory with Ansible's own parser (so group_vars and host_vars apply).
+
+Before Ansible reads a file we check it is small UTF-8 text nested no deeper than YAML can be read, and
+Ansible's own warnings are held back until the inventory proved good: a bad inventory gives one line
+naming the file or the host, and nothing else. Host names and the variables that reach a command line or a
+path on the host are checked here, before any host is touched.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import math
+import re
 import socket
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +25,17 @@ from agent.paths import DEFAULT_INVENTORY, PLAYBOOKS
 from agent.planning import vault
 
 RUNTIMES = ("docker", "process")
+HOST_SCOPES = ("machine", "workdir")
+INVENTORY_MAX_BYTES = 16 * 1024 * 1024
+# A host's name is also a folder of the results tree and a --limit pattern: plain only.
+HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# A DNS name, an IPv4 or IPv6 address; never something ssh could read as an option (a leading -).
+ADDRESS = re.compile(r"^[A-Za-z0-9_:\[][A-Za-z0-9._:%\[\]-]{0,252}$")
+USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")
+# Paths reach shell commands on the host (ansible's shell and command modules): no shell syntax at all.
+SHELL_META = re.compile(r"[\s;&|$`()<>\"'\\*?\[\]{}!#^]|[\x00-\x1f\x7f]")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass
@@ -30,11 +52,27 @@ class Host:
         return str(self.vars.get("ansible_host", self.name)), int(self.vars.get("ansible_port", 22))
 
 
-def load_inventory(path: str | Path | None, limit: str | None = None) -> list[Host]:
-    """The hosts to work on, with their variables. Raises UserError naming the file or host."""
+def load_inventory(path: str | Path | None, limit: str | None = None, flag: str = "--limit") -> list[Host]:
+    """The hosts to work on, with their variables. Raises UserError naming the file, the host or the flag
+    (`flag`: how the command spells the option that gave `limit`)."""
     path = Path(path) if path else DEFAULT_INVENTORY
     if not path.exists():
         raise UserError(f"{path}: inventory not found; pass -i INVENTORY (see inventory/example-fleet.yml)")
+    for source in _files_ansible_reads(path):
+        check_text_file(source)
+    from ansible.utils.display import Display
+
+    Display()  # made before the redirect: it patches the real streams once, and writes to sys.stderr per call
+    held = io.StringIO()
+    with contextlib.redirect_stdout(held), contextlib.redirect_stderr(held):
+        hosts = _load(path, limit, flag)
+    sys.stderr.write(held.getvalue())  # ansible's warnings, now that the inventory proved good
+    for h in hosts:
+        check_host(path, h)
+    return hosts
+
+
+def _load(path: Path, limit: str | None, flag: str) -> list[Host]:
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.vars.manager import VariableManager
@@ -48,15 +86,14 @@ def load_inventory(path: str | Path | None, limit: str | None = None) -> list[Ho
     names = [h.name for h in inv.get_hosts()]
     if not names:
         raise UserError(f"{path}: the inventory has no hosts (is it valid YAML/INI for Ansible?)")
-    if limit:
-        wanted = [p.strip() for p in limit.split(",") if p.strip()]
-        selected = []
-        for pattern in wanted:
-            matched = [h.name for h in inv.get_hosts(pattern)]
-            if not matched:
-                raise UserError(f"--limit {pattern}: no such host or group in {path}; hosts: {', '.join(names)}")
-            selected += [m for m in matched if m not in selected]
-        names = selected
+    for name in names:
+        if not HOST_NAME.match(name):
+            raise UserError(
+                f"{path}: host {_shown(name)}: not a plain host name (letters, digits, . _ : -, up to 128); "
+                "name it plainly and put the address in ansible_host"
+            )
+    if limit is not None:
+        names = _limited(inv, path, names, limit, flag)
     variables = VariableManager(loader=loader, inventory=inv)
     hosts = []
     for name in names:
@@ -66,11 +103,150 @@ def load_inventory(path: str | Path | None, limit: str | None = None) -> list[Ho
         host = Host(name, _templated(loader, raw))
         redact.remember_secrets(host.vars)  # e.g. spark_serve_env.HF_TOKEN, ansible_password
         hosts.append(host)
-    for h in hosts:
-        runtime = h.vars.get("spark_runtime", "docker")
-        if runtime not in RUNTIMES:
-            raise UserError(f"{path}: host {h.name}: spark_runtime={runtime!r} must be one of {', '.join(RUNTIMES)}")
     return hosts
+
+
+def _limited(inv: Any, path: Path, names: list[str], limit: str, flag: str) -> list[str]:
+    wanted = [p.strip() for p in limit.split(",") if p.strip()]
+    if not wanted:
+        raise UserError(f"{flag} {limit!r}: name hosts or groups (comma-separated); hosts: {', '.join(names)}")
+    selected: list[str] = []
+    for pattern in wanted:
+        try:
+            matched = [h.name for h in inv.get_hosts(pattern)]
+        except Exception:  # ansible raises several kinds for a bad pattern (a broken ~regex, a bad range)
+            raise UserError(f"{flag} {_shown(pattern)}: not a valid host pattern") from None
+        if not matched:
+            raise UserError(f"{flag} {_shown(pattern)}: no such host or group in {path}; hosts: {', '.join(names)}")
+        selected += [m for m in matched if m not in selected]
+    return selected
+
+
+def _shown(text: str) -> str:
+    """A name from a file, safe to print on one line."""
+    return text if len(text) <= 80 and not _CONTROL.search(text) and text.isprintable() else repr(text[:80])
+
+
+def _files_ansible_reads(path: Path) -> Iterator[Path]:
+    """The inventory file(s) and the group_vars/host_vars next to them."""
+    root = path if path.is_dir() else path.parent
+    if path.is_file():
+        yield path
+    sources = [root] if path.is_dir() else []
+    for folder in sources + [root / "group_vars", root / "host_vars"]:
+        if folder.is_dir():
+            for n, found in enumerate(sorted(folder.rglob("*"))):
+                if n > 10_000:
+                    raise UserError(f"{folder}: more than 10000 files; is this the inventory folder?")
+                if found.is_file() and not found.name.startswith("."):
+                    yield found
+
+
+def check_text_file(path: Path) -> None:
+    """Small UTF-8 text, and for YAML, nested no deeper than a parser can go. Raises UserError(file:line)."""
+    from agent.planning.spec import read_text_file
+
+    text = read_text_file(path, "inventory", INVENTORY_MAX_BYTES)
+    if path.suffix in (".yml", ".yaml", ".json"):
+        _check_yaml(path, text)
+
+
+def _check_yaml(path: Path, text: str) -> None:
+    import yaml
+
+    class AnyTag(yaml.SafeLoader):  # !vault, !unsafe...: ansible's tags are fine here; only the shape counts
+        pass
+
+    AnyTag.add_multi_constructor("!", lambda loader, suffix, node: None)
+    try:
+        yaml.load(text, Loader=AnyTag)  # a SafeLoader that also accepts ansible's tags
+    except RecursionError:
+        raise UserError(f"{path}: nested too deeply to be an inventory; write plain groups and hosts") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise UserError(f"{path}:{line}: not valid YAML: {problem}") from None
+
+
+def check_host(path: Path, host: Host) -> None:
+    """The variables that reach a command line, a path or a port on the host: plain values only."""
+    v = host.vars
+
+    def bad(var: str, why: str, show: bool = True) -> UserError:
+        value = f"={_shown(str(v[var]))}" if show else ""
+        return UserError(f"{path}: host {host.name}: {var}{value} {why}")
+
+    for var in ("ansible_port", "spark_port"):
+        if var in v and _port(v[var]) is None:
+            raise bad(var, "must be a port number from 1 to 65535")
+    for var in ("ansible_host", "spark_bind_host"):
+        if var in v and not (isinstance(v[var], str) and ADDRESS.match(v[var])):
+            raise bad(var, "must be a plain host name or IP address")
+    if "ansible_user" in v and not (isinstance(v["ansible_user"], str) and USER.match(v["ansible_user"])):
+        raise bad("ansible_user", "must be a plain user name")
+    for var in ("spark_workdir", "spark_model_cache"):
+        if var in v and not _plain_path(v[var]):
+            raise bad(var, "must be a path without spaces or shell characters (; & | $ ` ( ) < > quotes * ? ...)")
+    runtime = v.get("spark_runtime", "docker")
+    if runtime not in RUNTIMES:
+        raise bad("spark_runtime", f"must be one of {', '.join(RUNTIMES)}")
+    if v.get("spark_host_scope", "machine") not in HOST_SCOPES:
+        raise bad("spark_host_scope", f"must be one of {', '.join(HOST_SCOPES)}")
+    if "spark_evict" in v and not isinstance(v["spark_evict"], bool):
+        raise bad("spark_evict", "must be true or false")
+    if "spark_health_timeout" in v and not _number_in(v["spark_health_timeout"], 1, 86_400):
+        raise bad("spark_health_timeout", "must be seconds from 1 to 86400")
+    cmd = v.get("spark_serve_cmd", [])
+    if not isinstance(cmd, list):
+        raise bad("spark_serve_cmd", 'must be a list, e.g. ["vllm", "serve"], not a string', show=False)
+    if len(cmd) > 64 or not all(isinstance(a, str) and a and len(a) <= 4096 and not _CONTROL.search(a) for a in cmd):
+        raise bad("spark_serve_cmd", "must list up to 64 non-empty strings, each on one line", show=False)
+    for var in ("spark_serve_env", "spark_environment"):
+        problem = _env_problem(v.get(var, {}))
+        if problem:
+            raise bad(var, problem, show=False)  # values may be secrets: never echoed
+
+
+def _port(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 5:
+        value = int(value)
+    return value if isinstance(value, int) and 1 <= value <= 65535 else None
+
+
+def _number_in(value: Any, low: float, high: float) -> bool:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return False
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and low <= value <= high
+    )
+
+
+def _plain_path(value: Any) -> bool:
+    return (
+        isinstance(value, str) and 0 < len(value) <= 1024 and not value.startswith("-") and not SHELL_META.search(value)
+    )
+
+
+def _env_problem(env: Any) -> str:
+    if not isinstance(env, dict):
+        return "must be a mapping of NAME: value"
+    for key, value in env.items():
+        if not isinstance(key, str) or not ENV_NAME.match(key):
+            return f"has the name {_shown(str(key))}; names are letters, digits and _ (not first a digit)"
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            return f"{key} must be a string or a number"
+        if isinstance(value, str) and (_CONTROL.search(value) or len(value) > 32 * 1024):
+            return f"{key} holds a newline or control character, or is over 32 KiB"
+    return ""
 
 
 def _templated(loader, host_vars: dict) -> dict[str, Any]:

@@ -6,6 +6,7 @@ No I/O beyond reading the file: validation happens before any host is touched.
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import tomllib
@@ -18,7 +19,35 @@ from agent.hostside import docker
 
 QUANTS = ("nvfp4", "fp8", "bf16")
 PROFILES = ("uniform", "mixed")
-SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # also a folder name in the results tree
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]{0,63}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+SPEC_MAX_BYTES = 1024 * 1024  # a spec is a page of TOML; more is a wrong file
+# Flags the agent sets itself (from [server]/[matrix] and the host's bind address and port).
+MANAGED_FLAGS = (
+    "--host",
+    "--port",
+    "--gpu-memory-utilization",
+    "--max-model-len",
+    "--max-num-seqs",
+    "--moe-backend",
+    "--linear-backend",
+    "--attention-backend",
+    "--speculative-config",
+)
+# key -> (lowest, highest): anything outside is a typo or an absurd value, refused before any host is touched.
+_RANGES: dict[str, tuple[float, float]] = {
+    "max_model_len": (1, 1 << 24),
+    "max_num_seqs": (1, 1 << 16),
+    "duration_s": (0.001, 86_400),
+    "warmup": (0, 100),
+    "repeats": (1, 1000),
+    "prompt_len": (1, 1 << 24),
+    "output_len": (1, 1 << 24),
+    "seed": (0, (1 << 63) - 1),
+}
+_MAX_LIST = 64  # checkpoints, backends per axis, concurrency levels
 
 
 @dataclass(frozen=True)
@@ -103,23 +132,50 @@ class _Lines:
                     if seen == index:
                         start = n
                 continue
-            if current == table and seen == index and key and re.match(rf"^\s*{re.escape(key)}\s*=", line):
+            if current == table and seen == index and key is not None and _assigns(line, key):
                 return n
         return start or 1
+
+
+def _assigns(line: str, key: str) -> bool:
+    """Whether a TOML line sets `key` (bare or quoted)."""
+    k = re.escape(key)
+    return bool(re.match(rf"""^\s*(?:{k}|"{k}"|'{k}')\s*=""", line))
 
 
 def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec; raises UserError('FILE:LINE: what is wrong; how to fix it')."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the spec: {exc.strerror}") from None
+    text = read_text_file(path, "spec", SPEC_MAX_BYTES)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: not valid TOML: {exc}") from None
+        m = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        raise UserError(f"{path}:{m.group(1) if m else 1}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested too deeply to be a sweep spec; write plain tables and lists") from None
     return _build(path, raw, _Lines(text))
+
+
+def read_text_file(path: Path, what: str, limit: int) -> str:
+    """A small UTF-8 text file the user wrote, or a UserError naming it (and the line of a bad byte)."""
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder; pass the {what} file")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise UserError(f"{path}: larger than {limit // 1024} KiB; is this the {what}?")
+    if b"\0" in data:
+        line = data.count(b"\n", 0, data.index(b"\0")) + 1
+        raise UserError(f"{path}:{line}: a NUL byte: this is a binary file, not the {what}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte {exc.start}); save the {what} as UTF-8") from None
 
 
 def _err(path: Path, line: int, message: str) -> UserError:
@@ -130,6 +186,8 @@ def _check_table(path: Path, lines: _Lines, table: str, values: dict, index: int
     """Unknown keys and wrong types are errors; missing optional keys get their defaults."""
     schema = _SCHEMA[table]
     where = f"[[{table}]]" if table == "checkpoints" else f"[{table}]"
+    if not isinstance(values, dict):
+        raise _err(path, lines.of(table, None, index), f"{where} must be a table of keys, not {_kind(values)}")
     out: dict[str, Any] = {}
     for key, value in values.items():
         if key not in schema:
@@ -138,11 +196,11 @@ def _check_table(path: Path, lines: _Lines, table: str, values: dict, index: int
         types = schema[key][0]
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             want = " or ".join(t.__name__ for t in types)
-            raise _err(
-                path,
-                lines.of(table, key, index),
-                f"'{key}' in {where} must be {want}, not {type(value).__name__} ({value!r})",
-            )
+            raise _err(path, lines.of(table, key, index), f"'{key}' in {where} must be {want}, not {_kind(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _err(path, lines.of(table, key, index), f"'{key}' in {where} must be a finite number, got {value}")
+        if isinstance(value, str):
+            _check_string(path, lines.of(table, key, index), f"'{key}' in {where}", value)
         out[key] = value
     for key, (_, required, default) in schema.items():
         if key not in out:
@@ -162,6 +220,19 @@ def pin_command(tag_ref: str, host: str, inventory: str | None = None, write: st
     return shlex.join(argv)
 
 
+def _kind(value: Any) -> str:
+    """A value's type for an error message, and the value itself only when short and not text (no secret)."""
+    name = {dict: "a table", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), type(value).__name__)
+    return f"{name} ({value!r})" if isinstance(value, (int, float)) and not isinstance(value, bool) else name
+
+
+def _check_string(path: Path, line: int, what: str, value: str, limit: int = 4096) -> None:
+    if len(value) > limit:
+        raise _err(path, line, f"{what} is {len(value)} characters long; the limit is {limit}")
+    if _CONTROL.search(value):
+        raise _err(path, line, f"{what} holds a control character (newline, tab, NUL...); write it on one line")
+
+
 def check_image_ref(ref: str, spec_path: Path | None = None) -> str:
     """An error message for anything but name@sha256:<64 hex> (with the pin command for a tag), or ''."""
     try:
@@ -176,27 +247,30 @@ def check_image_ref(ref: str, spec_path: Path | None = None) -> str:
 def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
     for table in raw:
         if table not in _SCHEMA:
-            raise _err(path, lines.of(table), f"unknown table [{table}]; known tables: {', '.join(_SCHEMA)}")
+            shown = table if SWEEP_NAME.match(table) else repr(table[:40])
+            raise _err(path, lines.of(table), f"unknown table [{shown}]; known tables: {', '.join(_SCHEMA)}")
     for table in _REQUIRED_TABLES:
         if table not in raw:
             raise _err(path, 1, f"the spec has no [{table}] table")
     sweep = _check_table(path, lines, "sweep", raw["sweep"])
     if not SWEEP_NAME.match(sweep["name"]):
-        raise _err(path, lines.of("sweep", "name"), f"sweep name '{sweep['name']}' must be letters, digits, . _ -")
+        raise _err(
+            path, lines.of("sweep", "name"), "sweep name must be 1-64 letters, digits, . _ - (starting with one)"
+        )
     image = _check_table(path, lines, "image", raw["image"])
+    if image["vllm_version"] and not VERSION.match(image["vllm_version"]):
+        raise _err(path, lines.of("image", "vllm_version"), "vllm_version must look like 0.24.0 (or leave it out)")
     problem = check_image_ref(image["ref"], path)
     if problem:
         raise _err(path, lines.of("image", "ref"), problem)
     checkpoints = _checkpoints(path, lines, raw["checkpoints"])
     server = _check_table(path, lines, "server", raw.get("server", {}))
     server["speculative"] = _speculative(path, lines, server["speculative"])
+    _extra_args(path, lines, server["extra_args"])
     matrix = _check_table(path, lines, "matrix", raw["matrix"])
     load = _check_table(path, lines, "load", raw.get("load", {}))
     _check_values(path, lines, server, matrix, load)
-    env = raw.get("env", {})
-    for key, value in env.items():
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise _err(path, lines.of("env", key), f"env override '{key}' must be a string or number")
+    env = _env(path, lines, raw.get("env", {}))
     return Spec(
         path=path,
         name=sweep["name"],
@@ -216,12 +290,61 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
     )
 
 
+def _env(path: Path, lines: _Lines, env: Any) -> dict[str, str]:
+    """Variable names as a shell and docker accept them; values on one line. Values are never echoed: they
+    may be secrets."""
+    if not isinstance(env, dict):
+        raise _err(path, lines.of("env"), f"[env] must be a table of NAME = value, not {_kind(env)}")
+    for key, value in env.items():
+        if not ENV_NAME.match(key):
+            shown = key if len(key) < 40 and not _CONTROL.search(key) else repr(key[:40])
+            raise _err(
+                path, lines.of("env", key), f"env name {shown!r} must be letters, digits and _ (not first a digit)"
+            )
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise _err(path, lines.of("env", key), f"env override '{key}' must be a string or number")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _err(path, lines.of("env", key), f"env override '{key}' must be a finite number")
+        if isinstance(value, str):
+            _check_string(path, lines.of("env", key), f"env override '{key}'", value, limit=32 * 1024)
+    return {k: str(v) for k, v in env.items()}
+
+
+def _extra_args(path: Path, lines: _Lines, args: list[Any]) -> None:
+    line = lines.of("server", "extra_args")
+    if len(args) > 256:
+        raise _err(path, line, f"extra_args has {len(args)} entries; the limit is 256")
+    for arg in args:
+        if not isinstance(arg, (str, int)) or isinstance(arg, bool):
+            raise _err(path, line, f"extra_args entries must be strings, not {_kind(arg)}")
+        _check_string(path, line, "an extra_args entry", str(arg))
+        flag = str(arg).split("=", 1)[0]
+        if flag in MANAGED_FLAGS:
+            raise _err(path, line, f"extra_args sets {flag}, which spark-agent sets itself; use [server] or [matrix]")
+
+
 def _checkpoints(path: Path, lines: _Lines, raw: Any) -> list[Checkpoint]:
     if not isinstance(raw, list) or not raw:
         raise _err(path, lines.of("checkpoints"), "[[checkpoints]] must list at least one checkpoint")
-    out, seen = [], {}
+    if len(raw) > _MAX_LIST:
+        raise _err(path, lines.of("checkpoints"), f"{len(raw)} checkpoints; the limit is {_MAX_LIST} per spec")
+    out: list[Checkpoint] = []
+    seen: dict[str, int] = {}
     for i, entry in enumerate(raw):
         values = _check_table(path, lines, "checkpoints", entry, index=i)
+        if not SWEEP_NAME.match(values["name"]):
+            raise _err(
+                path,
+                lines.of("checkpoints", "name", i),
+                "checkpoint name must be 1-64 letters, digits, . _ - (starting with one)",
+            )
+        model = values["model"]
+        if not model.strip() or model.startswith("-") or len(model) > 1024:
+            raise _err(
+                path,
+                lines.of("checkpoints", "model", i),
+                "model must be a hub id or a folder path (1-1024 characters, not starting with -)",
+            )
         if values["quant"] not in QUANTS:
             raise _err(
                 path,
@@ -242,32 +365,43 @@ def _checkpoints(path: Path, lines: _Lines, raw: Any) -> list[Checkpoint]:
 
 def _speculative(path: Path, lines: _Lines, value: str | dict) -> str:
     """Normalise the speculative config to canonical JSON ('' = off)."""
+    line = lines.of("server", "speculative")
     if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+        try:
+            return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # TOML has inf and nan; JSON does not
+            raise _err(path, line, "speculative holds inf or nan; give finite numbers") from None
+        except (TypeError, RecursionError):
+            raise _err(path, line, "speculative must be a table of plain values (strings, numbers)") from None
     if value.strip().lower() in ("", "off", "none"):
         return ""
     try:
-        parsed = json.loads(value)
+        parsed = json.loads(value, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise _err(
-            path,
-            lines.of("server", "speculative"),
-            f'speculative must be JSON for --speculative-config or "off": {exc.msg}',
-        ) from None
+        raise _err(path, line, f'speculative must be JSON for --speculative-config or "off": {exc.msg}') from None
+    except (ValueError, RecursionError):
+        raise _err(path, line, "speculative must be plain JSON: no NaN/Infinity, no deep nesting") from None
     if not isinstance(parsed, dict) or "method" not in parsed:
         raise _err(path, lines.of("server", "speculative"), 'speculative must be a JSON object with a "method"')
     return json.dumps(parsed, sort_keys=True, separators=(",", ":"))
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
 def _backends(path: Path, lines: _Lines, matrix: dict, key: str) -> list[str]:
     values = matrix[key]
+    if len(values) > _MAX_LIST:
+        raise _err(path, lines.of("matrix", key), f"'{key}' lists {len(values)} backends; the limit is {_MAX_LIST}")
     if not values:
         raise _err(
             path, lines.of("matrix", key), f"'{key}' is empty; list at least one backend (\"auto\" = let vLLM choose)"
         )
     for v in values:
-        if not isinstance(v, str) or not re.match(r"^[a-z0-9_]+$", v):
-            raise _err(path, lines.of("matrix", key), f"'{key}' entries must be lower-case backend names, got {v!r}")
+        if not isinstance(v, str) or not re.match(r"^[a-z0-9_]{1,64}$", v):
+            shown = repr(v[:40]) if isinstance(v, str) else _kind(v)
+            raise _err(path, lines.of("matrix", key), f"'{key}' entries must be lower-case backend names, got {shown}")
     if len(set(values)) != len(values):
         raise _err(path, lines.of("matrix", key), f"'{key}' lists a backend twice")
     return list(values)
@@ -277,10 +411,15 @@ def _check_values(path: Path, lines: _Lines, server: dict, matrix: dict, load: d
     conc = matrix["concurrency"]
     if not conc:
         raise _err(path, lines.of("matrix", "concurrency"), "'concurrency' is empty; list levels such as [1, 2, 4, 8]")
+    if len(conc) > _MAX_LIST:
+        raise _err(path, lines.of("matrix", "concurrency"), f"{len(conc)} concurrency levels; the limit is {_MAX_LIST}")
     for c in conc:
-        if not isinstance(c, int) or isinstance(c, bool) or c < 1:
+        if not isinstance(c, int) or isinstance(c, bool) or not 1 <= c <= _RANGES["max_num_seqs"][1]:
             raise _err(
-                path, lines.of("matrix", "concurrency"), f"concurrency levels must be whole numbers >= 1, got {c!r}"
+                path,
+                lines.of("matrix", "concurrency"),
+                f"concurrency levels must be whole numbers >= 1 and <= {_RANGES['max_num_seqs'][1]}, got "
+                + (repr(c) if isinstance(c, (int, float)) else _kind(c)),
             )
     if len(set(conc)) != len(conc):
         raise _err(path, lines.of("matrix", "concurrency"), "'concurrency' lists a level twice")
@@ -299,6 +438,18 @@ def _check_values(path: Path, lines: _Lines, server: dict, matrix: dict, load: d
         if not ok:
             value = (matrix if table == "matrix" else server if table == "server" else load)[key]
             raise _err(path, lines.of(table, key), f"'{key}' {why}, got {value!r}")
+    for table, values in (("server", server), ("matrix", matrix), ("load", load)):
+        for key, value in values.items():
+            low, high = _RANGES.get(key, (-math.inf, math.inf))
+            if isinstance(value, (int, float)) and not low <= value <= high:
+                raise _err(path, lines.of(table, key), f"'{key}' must be from {low:g} to {high:g}, got {value!r}")
+    if load["prompt_len"] + load["output_len"] > server["max_model_len"]:
+        raise _err(
+            path,
+            lines.of("load", "prompt_len"),
+            f"prompt_len + output_len ({load['prompt_len'] + load['output_len']}) exceeds max_model_len "
+            f"{server['max_model_len']}; every request would be refused",
+        )
     if max(conc) > server["max_num_seqs"]:
         raise _err(
             path,

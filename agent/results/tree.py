@@ -1,27 +1,96 @@
 """The results tree: atomic writes, resume, reading back.
 
 Layout (see ARCHITECTURE.md): results/<sweep>/<host>/<cell_id>/{cell.toml, server.log, launch.txt, cNNN-rK.toml}.
-cell.toml is written last; its presence means the cell is finished.
+cell.toml is written last; its presence means the cell is finished. A cell that was started but whose results never
+arrived gets lost.toml instead (why, and when): resume only looks for cell.toml, so a lost cell is measured again.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
 from agent.hostside import atomic, redact
+from agent.reporting.escape import plain
 
 CELL_FILE = "cell.toml"
+LOST_FILE = "lost.toml"
 SCHEMA = 1
+MAX_TOML_BYTES = 16 * 1024 * 1024  # a cell.toml holds a few KB; a bigger file is not ours
+
+# The types of what readers use, from ARCHITECTURE.md's contract. A key that is present must have its type
+# (numbers finite); the keys in _REQUIRED must be present. Anything else is left as it is.
+_NUMBER = (int, float)
+_CONFIG = {
+    **dict.fromkeys(
+        ("image", "runtime", "checkpoint", "model", "quant", "moe_backend", "linear_backend", "attention_backend"),
+        str,
+    ),
+    **dict.fromkeys(("speculative", "profile"), str),
+    **dict.fromkeys(("max_model_len", "max_num_seqs", "prompt_len", "output_len", "warmup", "repeats"), int),
+    **dict.fromkeys(("gpu_memory_utilization", "duration_s"), _NUMBER),
+    "concurrency": (list, int),
+    "extra_args": list,
+}
+_CELL: dict[str, Any] = {
+    **dict.fromkeys(("cell_id", "sweep", "host", "status", "verdict", "failure_class", "started_at"), str),
+    "finished_at": str,
+    "elapsed_s": _NUMBER,
+    "verdict_reasons": (list, str),
+    "failure_evidence": (list, str),
+    "config": _CONFIG,
+    "env": dict,
+    "env_provenance": (list, dict),
+    "launch": dict,
+    "facts": dict,
+    "attestation": dict,
+    "checkpoint_info": dict,
+}
+_RUN: dict[str, Any] = {
+    **dict.fromkeys(
+        ("concurrency", "repeat", "completed", "failed", "total_input_tokens", "total_output_tokens"),
+        int,
+    ),
+    "max_concurrent_requests": int,
+    "ok": bool,
+    "error": str,
+    "started_at": str,
+    "errors": list,
+    "metrics_delta": dict,
+    **dict.fromkeys(
+        (
+            "duration",
+            "output_throughput",
+            "request_throughput",
+            "spec_decode_acceptance_rate",
+            *(f"{s}_{m}_ms" for s in ("mean", "median", "p99") for m in ("ttft", "tpot", "itl")),
+            "median_e2el_ms",
+            "p99_e2el_ms",
+        ),
+        _NUMBER,
+    ),
+}
+_REQUIRED = {"cell": ("cell_id", "host", "config"), "run": ("concurrency",)}
 
 
 def run_name(concurrency: int, repeat: int) -> str:
     return f"c{concurrency:03d}-r{repeat}.toml"
+
+
+def clear_temp_files(root: Path, sweep: str) -> None:
+    """Temp files of atomic writes cut short by a SIGKILL: never read by anyone, dropped before a sweep resumes."""
+    folder = Path(root) / path_part(sweep, "sweep")
+    if folder.is_dir():
+        for tmp in folder.rglob(".*.tmp"):
+            if tmp.is_file() and not tmp.is_symlink():
+                tmp.unlink(missing_ok=True)
 
 
 def atomic_write_toml(path: Path, data: dict[str, Any]) -> None:
@@ -40,6 +109,65 @@ def _drop_none(value: Any) -> Any:
 def read_toml(path: Path) -> dict[str, Any]:
     with open(path, "rb") as fh:
         return tomllib.load(fh)
+
+
+class BadFile(ValueError):
+    """A file of the results tree that cannot be used: message = what is wrong with it."""
+
+
+def read_checked(path: Path, kind: str) -> dict[str, Any]:
+    """A cell.toml (kind "cell") or a measurement (kind "run"), or BadFile: not a file, too big, not UTF-8 TOML,
+    a missing key or a value of the wrong type."""
+    if not path.is_file():
+        raise BadFile("not a regular file")
+    if path.stat().st_size > MAX_TOML_BYTES:
+        raise BadFile(f"larger than {MAX_TOML_BYTES} bytes")
+    try:
+        data = read_toml(path)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BadFile(f"not valid TOML ({str(exc)[:120]})") from None
+    except RecursionError:
+        raise BadFile("nested too deeply") from None
+    except OSError as exc:
+        raise BadFile(f"cannot read it ({exc.strerror})") from None
+    for key in _REQUIRED[kind]:
+        if key not in data:
+            raise BadFile(f"has no '{key}'")
+    problem = _shape_problem(data, _CELL if kind == "cell" else _RUN, "")
+    if problem:
+        raise BadFile(problem)
+    return data
+
+
+def _shape_problem(data: dict[str, Any], shape: dict[str, Any], where: str) -> str:
+    for key, want in shape.items():
+        if key not in data:
+            continue
+        value, name = data[key], f"{where}{key}"
+        if isinstance(want, dict):
+            if not isinstance(value, dict):
+                return f"'{name}' must be a table"
+            problem = _shape_problem(value, want, f"{name}.")
+            if problem:
+                return problem
+        elif isinstance(want, tuple) and want[0] is list:
+            if not isinstance(value, list) or not all(_is(v, want[1]) for v in value):
+                return f"'{name}' must be a list of {want[1].__name__}"
+        elif not _is(value, want):
+            return f"'{name}' has the wrong type ({type(value).__name__})"
+    return ""
+
+
+def _is(value: Any, want: type | tuple[type, ...]) -> bool:
+    if isinstance(value, bool) and want is not bool:
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return isinstance(value, want)
+
+
+def warn_bad_file(path: Path, why: str) -> None:
+    print(f"spark-agent: warning: {plain(str(path))}: {plain(why)}; skipped", file=sys.stderr)
 
 
 # One folder name of the tree: a sweep name, an inventory host name, a cell id. Starting with a letter or digit and
@@ -65,6 +193,30 @@ def is_finished(root: Path, sweep: str, host: str, cell_id: str) -> bool:
     return (cell_dir(root, sweep, host, cell_id) / CELL_FILE).is_file()
 
 
+def record_lost(root: Path, sweep: str, host: str, cell_id: str, reason: str, error: str, at: str) -> None:
+    """Say why a started cell has no results (reason: lost | host_lost | host_failed | interrupted | controller).
+    Never marks the cell finished; a finished cell is never marked lost."""
+    folder = cell_dir(root, sweep, host, cell_id)
+    if (folder / CELL_FILE).is_file():
+        return
+    record = {
+        "schema": SCHEMA,
+        "cell_id": cell_id,
+        "sweep": sweep,
+        "host": host,
+        "status": "lost",
+        "reason": reason,
+        "error": error,
+        "at": at,
+    }
+    atomic_write_toml(folder / LOST_FILE, record)
+
+
+def clear_lost(root: Path, sweep: str, host: str, cell_id: str) -> None:
+    """A cell measured after all is no longer lost (called once cell.toml is in place)."""
+    (cell_dir(root, sweep, host, cell_id) / LOST_FILE).unlink(missing_ok=True)
+
+
 def iter_cell_dirs(root: Path) -> Iterator[Path]:
     """Finished cells under root, which may be the results root, one sweep, or one host folder."""
     root = Path(root)
@@ -72,19 +224,29 @@ def iter_cell_dirs(root: Path) -> Iterator[Path]:
         yield cell_file.parent
 
 
-def load_cell(cell_path: Path) -> dict[str, Any]:
+def load_cell(cell_path: Path, on_bad: Callable[[Path, str], None] = warn_bad_file) -> dict[str, Any]:
     """cell.toml plus 'runs' (its measurements, sorted by concurrency then repeat) and 'dir'.
-
-    Secrets are masked as the tree is read, so every report, export and table built from it is clean even when
-    the tree was written by an older version that did not mask them.
-    """
-    cell = redact.redact(read_toml(cell_path / CELL_FILE))
-    runs = [redact.redact(read_toml(p)) for p in sorted(cell_path.glob("c[0-9][0-9][0-9]-r*.toml"))]
+    Raises BadFile for a bad cell.toml; a bad measurement is reported to `on_bad` and left out."""
+    cell = redact.redact(read_checked(cell_path / CELL_FILE, "cell"))  # masked as read: reports built on it are clean
+    runs = []
+    for path in sorted(cell_path.glob("c[0-9][0-9][0-9]-r*.toml")):
+        try:
+            runs.append(redact.redact(read_checked(path, "run")))
+        except BadFile as exc:
+            on_bad(path, str(exc))
     runs.sort(key=lambda r: (r.get("concurrency", 0), r.get("repeat", 0)))
     cell["runs"] = runs
     cell["dir"] = str(cell_path)
     return cell
 
 
-def load_cells(root: Path) -> list[dict[str, Any]]:
-    return [load_cell(p) for p in iter_cell_dirs(root)]
+def load_cells(root: Path, on_bad: Callable[[Path, str], None] = warn_bad_file) -> list[dict[str, Any]]:
+    """Every finished cell below root. A damaged file is named to `on_bad` (default: a warning line on stderr)
+    and skipped: one bad cell never hides the others."""
+    cells = []
+    for path in iter_cell_dirs(root):
+        try:
+            cells.append(load_cell(path, on_bad))
+        except BadFile as exc:
+            on_bad(path / CELL_FILE, str(exc))
+    return cells

@@ -129,9 +129,9 @@ def _write_cell(
     finished: float,
     measure_s: float,
 ) -> dict:
-    log_path = src / "server.log"
-    # kept byte for byte (a log cut mid-character by a kill is still the log); parsed with replacement characters
-    log_text = log_path.read_bytes().decode("utf-8", errors="replace") if log_path.exists() else ""
+    # kept byte for byte (a log cut mid-character by a kill is still the log); parsed as a stream with replacement
+    # characters, so a large log costs no memory
+    attestation = logparse.parse_file(str(src / "server.log")) if (src / "server.log").exists() else logparse.parse("")
     serve = received["serve"]
     for name in ("server.log", "launch.txt"):
         if (src / name).exists():
@@ -139,7 +139,6 @@ def _write_cell(
             os.replace(src / name, dest / name)  # same folder tree: the rename is atomic
     for name, run in received["runs"].items():
         results.atomic_write_toml(dest / name, redact.redact(run))
-    attestation = logparse.parse(log_text)
     outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
     failure = serve.get("failure") or {}
     if not serve.get("ready") and not failure:

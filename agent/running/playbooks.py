@@ -39,6 +39,7 @@ class FleetRun:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> task name -> module result
     items: dict[str, dict[str, list]] = field(default_factory=dict)  # host -> task name -> loop item results
     failures: dict[str, str] = field(default_factory=dict)  # host -> first failure message
+    failed_tasks: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> task name -> its failure message
     unreachable: dict[str, str] = field(default_factory=dict)
     changed: dict[str, int] = field(default_factory=dict)
     host_keys: dict[str, str] = field(default_factory=dict)  # host -> why its SSH host key was refused
@@ -138,6 +139,8 @@ class _Collector:
                     self.run.changed[host] = self.run.changed.get(host, 0) + 1
             if kind in ("runner_item_on_ok", "runner_item_on_failed") and host:
                 self.run.items.setdefault(host, {}).setdefault(task, []).append(res)
+            if kind == "runner_on_failed" and host:
+                self.run.failed_tasks.setdefault(host, {})[task] = _failure_message(res)
             if kind == "runner_on_failed" and host and not data.get("ignore_errors"):
                 self.run.failures.setdefault(host, f"{task}: {_failure_message(res)}")
             if kind == "runner_on_unreachable" and host:

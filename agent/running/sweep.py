@@ -6,8 +6,10 @@ this module only decides what runs where and turns the outcome into the results 
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,13 +31,64 @@ from agent.running.progress import Progress
 log = structlog.get_logger("spark_agent.sweep")
 
 
+class CellLost(Exception):
+    """Nothing usable came back for the cell the worker was on. reason: lost | host_lost | interrupted | controller
+    (the controller could not store it: the results folder is full)."""
+
+    def __init__(self, reason: str, error: str):
+        super().__init__(f"{reason}: {error}")
+        self.reason = reason
+        self.error = error
+
+
 @dataclass
 class HostOutcome:
+    """Where each planned cell of one host ended up. Every planned cell is in exactly one bucket once settled."""
+
     host: str
-    done: list[str] = field(default_factory=list)  # cell ids finished in this run
-    skipped: list[str] = field(default_factory=list)  # already finished (resume)
-    lost: list[str] = field(default_factory=list)  # nothing came back (host error, interrupted)
-    error: str = ""
+    planned: list[str] = field(default_factory=list)
+    measured: list[str] = field(default_factory=list)  # measured in this run, verdict valid
+    invalid: list[str] = field(default_factory=list)  # measured in this run, verdict invalid
+    failed: list[str] = field(default_factory=list)  # the server failed (startup, died): recorded as failed
+    lost: dict[str, str] = field(default_factory=dict)  # cell id -> why nothing usable came back, or why never run
+    skipped: dict[str, str] = field(default_factory=dict)  # finished by an earlier run (resume): id -> its verdict
+    error: str = ""  # why this host stopped taking cells
+    host_lost: bool = False  # it became unreachable
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def done(self) -> list[str]:
+        """Cells this run finished (a record is in the results tree)."""
+        return self.measured + self.invalid + self.failed
+
+    def accounted(self, cell_id: str) -> bool:
+        return cell_id in self.lost or cell_id in self.skipped or cell_id in self.done
+
+    def add(self, bucket: str, cell_id: str, why: str = "") -> None:
+        """First word wins: a cell settled as lost (e.g. by Ctrl-C) is not counted again by a late worker."""
+        with self.lock:
+            if self.accounted(cell_id):
+                return
+            if bucket == "lost":
+                self.lost[cell_id] = why
+            else:
+                getattr(self, bucket).append(cell_id)
+
+    def settle(self, why: str) -> None:
+        """Count every planned cell that has no bucket yet as lost (never run), so the numbers add up."""
+        for cell_id in self.planned:
+            self.add("lost", cell_id, f"not run: {why}")
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            return {
+                "planned": len(self.planned),
+                "measured": len(self.measured),
+                "invalid": len(self.invalid),
+                "failed": len(self.failed),
+                "lost": len(self.lost),
+                "skipped": len(self.skipped),
+            }
 
 
 @dataclass
@@ -43,7 +96,19 @@ class SweepOutcome:
     sweep_dir: Path
     hosts: dict[str, HostOutcome]
     interrupted: bool = False
+    fatal: str = ""  # a controller-side problem that stopped the sweep (the results folder is full)
     warnings: list[str] = field(default_factory=list)
+
+    def totals(self) -> dict[str, int]:
+        out = {k: 0 for k in ("planned", "measured", "invalid", "failed", "lost", "skipped")}
+        for o in self.hosts.values():
+            for k, v in o.counts().items():
+                out[k] += v
+        return out
+
+    @property
+    def lost_hosts(self) -> dict[str, str]:
+        return {h: o.error for h, o in self.hosts.items() if o.host_lost}
 
 
 def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, dict[str, Any]]:
@@ -136,35 +201,36 @@ def run_sweep(
     for w in warnings:
         log.warning("spec_warning", warning=w)
     check_reachable(hosts)
-    facts = gather_facts(inventory, hosts)
-    cells = plan_fleet(spec, hosts, facts)
-    for host, cs in cells.items():
-        for note in sorted({n for c in cs for n in c.notes}):
-            log.warning("plan_note", host=host, note=note)
-    collect.clear_incoming(results_root, spec.name)
-    todo = {
-        h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
-        for h, cs in cells.items()
-    }
-    provision(inventory, spec, hosts, todo)
+    try:
+        facts = gather_facts(inventory, hosts)
+        cells = plan_fleet(spec, hosts, facts)
+        for host, cs in cells.items():
+            for note in sorted({n for c in cs for n in c.notes}):
+                log.warning("plan_note", host=host, note=note)
+        collect.clear_incoming(results_root, spec.name)
+        results.clear_temp_files(results_root, spec.name)
+        todo = {
+            h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
+            for h, cs in cells.items()
+        }
+        provision(inventory, spec, hosts, todo)
+    except KeyboardInterrupt:
+        _stop_our_playbooks()  # facts and provisioning start no server: nothing to tear down
+        raise
     outcome = SweepOutcome(sweep_dir=Path(results_root) / spec.name, hosts={}, warnings=warnings)
+    for h in hosts:
+        outcome.hosts[h.name] = HostOutcome(
+            host=h.name,
+            planned=[c.id for c in cells[h.name]],
+            skipped={c.id: _stored_verdict(results_root, c) for c in cells[h.name] if c not in todo[h.name]},
+        )
+    stop = threading.Event()  # set by a controller-side fault: no new cells, the running ones finish
     progress.start({h: [c for c in todo[h]] for h in todo})
     runners = [
         threading.Thread(
             target=_host_worker,
             name=f"host-{h.name}",
-            args=(
-                inventory,
-                h,
-                cells[h.name],
-                todo[h.name],
-                facts[h.name],
-                results_root,
-                evict,
-                progress,
-                cancel,
-                outcome,
-            ),
+            args=(inventory, h, todo[h.name], facts[h.name], results_root, evict, progress, cancel, stop, outcome),
             daemon=True,
         )
         for h in hosts
@@ -173,17 +239,29 @@ def run_sweep(
         for t in runners:
             t.start()
         _join(runners)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into one by the CLI
         outcome.interrupted = True
         cancel.set()
         log.warning("interrupted", action="stopping the server on every host")
         _join(runners, timeout=10)
         _stop_our_playbooks()
         teardown(inventory, hosts, spec.name)
-        raise
+        _join(runners, timeout=30)
     finally:
         progress.stop()
+    why = "interrupted" if outcome.interrupted else outcome.fatal or "the host stopped"
+    for o in outcome.hosts.values():
+        o.settle(o.error or why)
     return outcome
+
+
+def _stored_verdict(root: Path, cell: Cell) -> str:
+    try:
+        return str(
+            results.read_toml(results.cell_dir(root, cell.sweep, cell.host, cell.id) / results.CELL_FILE)["verdict"]
+        )
+    except (OSError, ValueError, KeyError) as exc:  # a damaged record is not a valid one
+        return f"unreadable ({exc.__class__.__name__})"
 
 
 def _join(threads: list[threading.Thread], timeout: float | None = None) -> None:
@@ -207,30 +285,95 @@ def _stop_our_playbooks() -> None:
 def _host_worker(
     inventory: Path,
     host: Host,
-    all_cells: list[Cell],
     todo: list[Cell],
     facts: dict,
     results_root: Path,
     evict: bool,
     progress: Progress,
     cancel: threading.Event,
+    stop: threading.Event,
     outcome: SweepOutcome,
 ) -> None:
-    result = HostOutcome(host=host.name, skipped=[c.id for c in all_cells if c not in todo])
-    outcome.hosts[host.name] = result
-    for cell in todo:
-        if cancel.is_set():
-            result.lost.append(cell.id)
-            continue
-        try:
-            record = run_cell(inventory, host, cell, facts, results_root, evict, progress, cancel)
-        except UserError as exc:  # the host can't take cells (busy, no docker): say so, keep other hosts going
-            result.error = exc.message
-            result.lost += [c.id for c in todo[todo.index(cell) :]]
-            log.error("host_stopped", host=host.name, error=exc.message)
-            progress.host_failed(host.name, exc.message)
-            return
-        (result.done if record else result.lost).append(cell.id)
+    """Run the host's queue. Whatever goes wrong with one cell is recorded on that cell; the queue goes on unless
+    the host (unreachable, refuses cells) or the controller (results folder full) can't."""
+    result = outcome.hosts[host.name]
+    try:
+        for cell in todo:
+            if cancel.is_set() or stop.is_set():
+                break
+            try:
+                record = run_cell(inventory, host, cell, facts, results_root, evict, progress, cancel)
+            except UserError as exc:  # the host can't take cells (busy, no docker): say so, keep other hosts going
+                _host_stopped(result, progress, exc.message)
+                _lose(results_root, result, progress, cell, "host_failed", exc.message)
+                break
+            except CellLost as exc:
+                _lose(results_root, result, progress, cell, exc.reason, exc.error)
+                if exc.reason == "host_lost":
+                    result.host_lost = True
+                    _host_stopped(result, progress, exc.error)
+                    break
+                if exc.reason == "controller":
+                    outcome.fatal = outcome.fatal or exc.error
+                    stop.set()
+                    break
+            except Exception as exc:  # a bug or a surprise: this cell is lost, not the host's queue
+                log.error("cell_error", host=host.name, cell=cell.id, error=_described(exc), at=_where(exc))
+                _lose(results_root, result, progress, cell, "lost", _described(exc))
+                _teardown_quietly(inventory, host, cell)
+            else:
+                result.add({"valid": "measured", "invalid": "invalid"}.get(record["verdict"], "failed"), cell.id)
+                results.clear_lost(results_root, cell.sweep, cell.host, cell.id)
+    except Exception as exc:  # never end a host's work silently
+        log.error("host_worker_error", host=host.name, error=_described(exc), at=_where(exc))
+        _host_stopped(result, progress, f"internal error: {_described(exc)}")
+    finally:
+        why = "interrupted" if cancel.is_set() else result.error or outcome.fatal or "stopped"
+        result.settle(why)
+
+
+def _host_stopped(result: HostOutcome, progress: Progress, message: str) -> None:
+    result.error = result.error or message
+    log.error("host_stopped", host=result.host, error=message)
+    progress.host_failed(result.host, message)
+
+
+def _lose(root: Path, result: HostOutcome, progress: Progress, cell: Cell, reason: str, error: str) -> None:
+    """Count the cell as lost and leave lost.toml saying why; resume measures it again (it has no cell.toml)."""
+    result.add("lost", cell.id, f"{reason}: {error}")
+    progress.cell_finished(cell.host, cell, None)
+    log.error("cell_lost", host=cell.host, cell=cell.id, reason=reason, error=error)
+    collect.incoming_tar(root, cell.sweep, cell.host, cell.id).unlink(missing_ok=True)
+    try:
+        results.record_lost(root, cell.sweep, cell.host, cell.id, reason, error, _now())
+    except OSError as exc:  # a full disk can't take the note either; the missing cell.toml still says "measure"
+        log.error("lost_record_not_written", cell=cell.id, error=str(exc))
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _teardown_quietly(inventory: Path, host: Host, cell: Cell) -> None:
+    """After a surprise the cell playbook may not have reached its teardown: stop our server on that host."""
+    try:
+        teardown(inventory, [host], cell.sweep)
+    except Exception as exc:
+        log.error("teardown_failed", host=host.name, error=_described(exc), at=_where(exc))
+
+
+def _described(exc: BaseException) -> str:
+    return hostdata.one_line(f"{exc.__class__.__name__}: {exc}")
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame, file:line: enough to report a bug without a screenful of traceback in the sweep's log."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+
+
+def _disk_full(text: str) -> bool:
+    return any(s in text for s in ("No space left on device", "Disk quota exceeded", "Errno 28]", "Errno 122]"))
 
 
 def run_cell(
@@ -242,8 +385,9 @@ def run_cell(
     evict: bool,
     progress: Progress,
     cancel: threading.Event,
-) -> dict | None:
-    """Serve, bench, collect and tear down one cell on one host (playbooks/cell.yml), then write its results."""
+) -> dict:
+    """Serve, bench, collect and tear down one cell on one host (playbooks/cell.yml), then write its results.
+    Raises CellLost when nothing usable came back, UserError when the host can't take cells."""
     started = time.time()
     progress.cell_started(host.name, cell)
     extravars = {
@@ -272,17 +416,38 @@ def run_cell(
     if serve["host_error"]:  # busy, port taken, no docker...: the cell is not measured, nor counted as failed
         raise UserError(f"host {host.name}: {hostdata.one_line(serve['msg'])}")
     if host.name in run.unreachable:
-        raise UserError(f"host {host.name} became unreachable: {run.unreachable[host.name]}")
+        raise CellLost(
+            "host_lost", f"host {host.name} became unreachable: {hostdata.one_line(run.unreachable[host.name])}"
+        )
+    failed = run.failed_tasks.get(host.name, {})
+    if tasks.FETCH.name not in run.results.get(host.name, {}) or tasks.FETCH.name in failed:
+        # a fetch that failed half-way (a full disk) leaves a partial archive: never read as the host's answer
+        why = (
+            failed.get(tasks.FETCH.name)
+            or run.failures.get(host.name)
+            or run.failures.get("*")
+            or f"ansible {run.status}, nothing came back"
+        )
+        if _disk_full(why):
+            raise CellLost("controller", f"the results folder {results_root} is full ({hostdata.one_line(why)})")
+        raise CellLost("interrupted" if cancel.is_set() else "lost", hostdata.one_line(why))
     measure_s = sum(i["elapsed_s"] for i in bench)
-    record = collect.finalize_cell(results_root, cell, facts, started, time.time(), measure_s)
+    try:
+        record = collect.finalize_cell(results_root, cell, facts, started, time.time(), measure_s)
+    except OSError as exc:
+        if _disk_full(str(exc)) or exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise CellLost("controller", f"the results folder {results_root} is full ({exc.strerror or exc})") from exc
+        raise
+    if record is None:
+        raise CellLost("lost", "the cell's archive did not arrive")
     progress.cell_finished(host.name, cell, record)
     log.info(
         "cell_done",
         host=host.name,
         cell=cell.id,
         label=cell.label,
-        verdict=record["verdict"] if record else "lost",
-        failure=(record or {}).get("failure_class") or None,
+        verdict=record["verdict"],
+        failure=record.get("failure_class") or None,
         seconds=round(time.time() - started, 1),
     )
     return record

@@ -24,8 +24,9 @@ IMAGE = TaskRef("provision", "Pull the image by digest", "spark_image")  # read 
 CHECKPOINTS = TaskRef("provision", "Inspect the checkpoints on the host", "spark_inspect", loop=True)
 SERVE = TaskRef("cell", "Serve", "spark_server")
 BENCH = TaskRef("cell", "Bench", "spark_bench", loop=True)
+FETCH = TaskRef("cell", "Fetch the run folder", "ansible.builtin.fetch")  # failed: a partial archive, never read
 STATUS = TaskRef("status", "Server status", "spark_server")
 RESOLVE = TaskRef("pin", "Resolve the tag", "spark_image")
 INSPECT = TaskRef("inspect", "Inspect checkpoint", "spark_inspect")
 
-ALL = (FACTS, IMAGE, CHECKPOINTS, SERVE, BENCH, STATUS, RESOLVE, INSPECT)
+ALL = (FACTS, IMAGE, CHECKPOINTS, SERVE, BENCH, FETCH, STATUS, RESOLVE, INSPECT)
