@@ -10,6 +10,8 @@ from typing import NoReturn
 from agent import logs
 from agent.commands import NAMES
 from agent.errors import UserError
+from agent.hostside import redact
+from agent.planning import vault
 from agent.reporting.escape import plain
 
 
@@ -32,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.register(sub)
+    for command in sub.choices.values():  # every command that reads an inventory can decrypt its !vault values
+        if "--inventory" in command._option_string_actions:
+            vault.add_option(command)
     return parser
 
 
@@ -43,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     logs.configure("console")  # commands with --log-format reconfigure
     try:
+        if hasattr(args, "vault_password_file"):
+            vault.use_password_file(args.vault_password_file)
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"spark-agent: error: {plain(exc.message)}", file=sys.stderr)  # may quote a host: one clean line
@@ -53,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: short line, traceback under --debug
         if args.debug:
             raise
-        print(f"spark-agent: internal error: {exc!r} (re-run with --debug for the traceback)", file=sys.stderr)
+        shown = redact.redact_text(repr(exc))
+        print(f"spark-agent: internal error: {shown} (re-run with --debug for the traceback)", file=sys.stderr)
         return 1
 
 

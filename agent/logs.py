@@ -8,8 +8,15 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 
+from agent.hostside import redact
 from agent.reporting.escape import plain
+
+
+def redact_event(logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
+    """The last processor before rendering: no log line carries a secret, whatever a caller passed in."""
+    return redact.redact(event)
 
 
 def _plain_strings(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
@@ -39,6 +46,7 @@ def configure(fmt: str = "console", verbose: bool = False) -> None:
             _plain_strings if fmt != "json" else _keep,  # JSON escapes control characters itself
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
+            redact_event,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),

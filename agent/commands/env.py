@@ -13,6 +13,7 @@ from rich.table import Table
 
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
+from agent.hostside import redact
 from agent.hostside.contracts import Facts
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning import envrules
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     ]
     warnings = plan.spec_warnings(spec)
     if args.json:
-        print(json.dumps({"warnings": warnings, "cells": [_as_dict(cell) for cell in cells]}, indent=1))
+        shown = redact.redact({"warnings": warnings, "cells": [_as_dict(cell) for cell in cells]})
+        print(json.dumps(shown, indent=1))
         return 0
     console = Console()
     for warning in warnings:
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     for cell in cells:
         console.print(_table(cell))
         for note in cell.notes:
-            console.print(f"  [yellow]note:[/] {note}", highlight=False)
+            console.print(f"  [yellow]note:[/] {redact.redact_text(note)}", highlight=False)
     return 0
 
 
@@ -79,7 +81,7 @@ def _table(cell: plan.Cell) -> Table:
     for column in ("name", "value", "action", "rule"):
         table.add_column(column, overflow="fold")
     table.add_column("reason", overflow="fold")
-    for row in cell.provenance:
+    for row in redact.redact(cell.provenance):
         style = {"drop": "red", "override": "yellow"}.get(row["action"], "")
         table.add_row(row["name"], row["value"], row["action"], row["rule"], row["reason"], style=style)
     return table

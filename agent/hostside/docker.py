@@ -191,7 +191,8 @@ def _env_file_text(env: dict) -> str:
     for key, value in env.items():
         value = str(value)
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key) or "\n" in value:
-            raise ValueError(f"environment variable {key!r}={value!r} cannot be passed through an env file")
+            # the name only: the value may be a secret
+            raise ValueError(f"environment variable {key!r} cannot be passed through an env file (bad name or newline)")
         lines.append(f"{key}={value}\n")
     return "".join(lines)
 

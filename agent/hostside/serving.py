@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import atomic, docker, supervise
+from . import atomic, docker, redact, supervise
 from .contracts import Holder
 from .errors import HostError
 
@@ -83,7 +83,8 @@ def serve_cell(
         )
     full_env = dict(env, **{k: str(v) for k, v in (extra_env or {}).items()})
     container = supervise.container_prefix(workdir) + cell_id
-    (rdir / "launch.txt").write_text(launch_command(runtime, argv, full_env, image, container, cell_id) + "\n")
+    shown = launch_command(runtime, redact.redact_argv(argv), redact.redact_env(full_env), image, container, cell_id)
+    (rdir / "launch.txt").write_text(shown + "\n")  # redacted; the server below gets full_env as it is
     log_path = str(rdir / "server.log")
     supervise.start(
         cell_id,

@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
+from agent.hostside import redact
 from agent.paths import DEFAULT_INVENTORY, PLAYBOOKS
+from agent.planning import vault
 
 RUNTIMES = ("docker", "process")
 HOST_SCOPES = ("machine", "workdir")
@@ -76,6 +78,7 @@ def _load(path: Path, limit: str | None, flag: str) -> list[Host]:
     from ansible.vars.manager import VariableManager
 
     loader = DataLoader()
+    vault.install(loader)
     try:
         inv = InventoryManager(loader=loader, sources=[str(path)])
     except Exception as exc:  # ansible raises many kinds; all mean "fix the file"
@@ -92,7 +95,15 @@ def _load(path: Path, limit: str | None, flag: str) -> list[Host]:
     if limit is not None:
         names = _limited(inv, path, names, limit, flag)
     variables = VariableManager(loader=loader, inventory=inv)
-    return [Host(n, _templated(loader, variables.get_vars(host=inv.get_host(n)))) for n in names]
+    hosts = []
+    for name in names:
+        raw = variables.get_vars(host=inv.get_host(name))
+        for key, value in raw.items():
+            vault.remember_vaulted(value, f"{path}: host {name}: {key}")
+        host = Host(name, _templated(loader, raw))
+        redact.remember_secrets(host.vars)  # e.g. spark_serve_env.HF_TOKEN, ansible_password
+        hosts.append(host)
+    return hosts
 
 
 def _limited(inv: Any, path: Path, names: list[str], limit: str, flag: str) -> list[str]:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
+from agent.hostside import redact
 from agent.hostside.contracts import Facts
 from agent.planning import envrules
 from agent.planning.settings import LoadSettings, ServerSettings, flat_dict, flat_fields, from_flat, meta
@@ -130,8 +131,10 @@ def _auto(value: str) -> str:
 
 
 def cell_id(config: CellConfig, env: Mapping[str, str]) -> str:
-    """12 hex of sha256 over the canonical JSON of the [config] table and the env: the resume key."""
-    canonical = json.dumps({"config": config.to_dict(), "env": env}, sort_keys=True, separators=(",", ":"))
+    """12 hex of sha256 over the canonical JSON of the [config] table and the env: the resume key. A secret's value
+    does not change the result: rotating a token keeps the id (resume), and no hash of it is kept."""
+    masked = {k: redact.MARKER if redact.is_secret_name(k) else v for k, v in env.items()}
+    canonical = json.dumps({"config": config.to_dict(), "env": masked}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
@@ -207,6 +210,7 @@ def _cell(
         repeats=spec.repeats,
     )
     resolved = envrules.resolve_env(facts, ckpt.quant, spec.vllm_version, spec.env)
+    redact.remember_secrets(resolved.env)  # masked wherever it shows up later, e.g. echoed in a server log
     cell = Cell(
         id=cell_id(config, resolved.env),
         sweep=spec.name,

@@ -17,7 +17,7 @@ from typing import Any
 
 import tomli_w
 
-from agent.hostside import atomic
+from agent.hostside import atomic, redact
 from agent.reporting.escape import plain
 
 CELL_FILE = "cell.toml"
@@ -227,11 +227,11 @@ def iter_cell_dirs(root: Path) -> Iterator[Path]:
 def load_cell(cell_path: Path, on_bad: Callable[[Path, str], None] = warn_bad_file) -> dict[str, Any]:
     """cell.toml plus 'runs' (its measurements, sorted by concurrency then repeat) and 'dir'.
     Raises BadFile for a bad cell.toml; a bad measurement is reported to `on_bad` and left out."""
-    cell = read_checked(cell_path / CELL_FILE, "cell")
+    cell = redact.redact(read_checked(cell_path / CELL_FILE, "cell"))  # masked as read: reports built on it are clean
     runs = []
     for path in sorted(cell_path.glob("c[0-9][0-9][0-9]-r*.toml")):
         try:
-            runs.append(read_checked(path, "run"))
+            runs.append(redact.redact(read_checked(path, "run")))
         except BadFile as exc:
             on_bad(path, str(exc))
     runs.sort(key=lambda r: (r.get("concurrency", 0), r.get("repeat", 0)))

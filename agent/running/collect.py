@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, cast
 
-from agent.hostside import logparse, utc
+from agent.hostside import logparse, redact, utc
 from agent.hostside.contracts import Attestation, Facts, Failure, Measurement
 from agent.hostside.serving import launch_command
 from agent.judging import verdict
@@ -55,6 +55,7 @@ def finalize_cell(
             record = _bad_host_data_record(cell, facts, exc.reason, started, finished)
         else:
             record = _write_cell(dest, cell, facts, staging, received, started, finished, measure_s)
+        record = _redacted(record)
         results.atomic_write_toml(dest / results.CELL_FILE, record.to_toml())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -69,7 +70,7 @@ def record_bad_host_data(
     dest = results.cell_dir(root, cell.sweep, cell.host, cell.id)
     dest.mkdir(parents=True, exist_ok=True)
     _clear_previous(dest)
-    record = _bad_host_data_record(cell, facts, reason, started, finished)
+    record = _redacted(_bad_host_data_record(cell, facts, reason, started, finished))
     results.atomic_write_toml(dest / results.CELL_FILE, record.to_toml())
     return record
 
@@ -136,9 +137,10 @@ def _write_cell(
     serve = received["serve"]
     for name in ("server.log", "launch.txt"):
         if (src / name).exists():
+            _mask_secrets(src / name)
             os.replace(src / name, dest / name)  # same folder tree: the rename is atomic
     for name, run in received["runs"].items():
-        results.atomic_write_toml(dest / name, run)
+        results.atomic_write_toml(dest / name, redact.redact(run))
     outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
     failure: Failure = serve.get("failure") or Failure()
     if not serve.get("ready") and not failure:
@@ -150,6 +152,22 @@ def _write_cell(
         record.launch.command = received["launch"]
     record.measure_s = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
     return record
+
+
+def _mask_secrets(path: Path) -> None:
+    """Secrets masked line by line, every other byte kept: an engine may echo a token into its log, and a host of an
+    older version wrote launch.txt unmasked."""
+    masked = path.with_name(path.name + ".masked")
+    with open(path, "rb") as source, open(masked, "wb") as out:
+        for line in source:
+            text = line.decode("utf-8", errors="surrogateescape")
+            out.write(redact.redact_text(text).encode("utf-8", errors="surrogateescape"))
+    os.replace(masked, path)
+
+
+def _redacted(record: CellRecord) -> CellRecord:
+    """The record as written: secrets masked (what the caller shows matches the file)."""
+    return CellRecord.from_toml(redact.redact(record.to_toml()))
 
 
 def _bad_host_data_record(cell: Cell, facts: Facts, reason: str, started: float, finished: float) -> CellRecord:
@@ -213,7 +231,9 @@ def _cell_record(
 
 
 def _launch_line(cell: Cell) -> str:
-    return launch_command(cell.config.runtime, cell.argv, cell.env, cell.config.image)
+    return launch_command(
+        cell.config.runtime, redact.redact_argv(cell.argv), redact.redact_env(cell.env), cell.config.image
+    )
 
 
 def clear_incoming(root: Path, sweep: str) -> None:

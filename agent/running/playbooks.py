@@ -5,7 +5,9 @@ Nothing host-specific lives here: which playbook, which hosts and which variable
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -18,7 +20,9 @@ from typing import Any
 import ansible_runner
 import structlog
 
+from agent.errors import UserError
 from agent.paths import ANSIBLE_CFG, PLAYBOOKS
+from agent.planning import vault
 from agent.running.hostdata import one_line
 
 log = structlog.get_logger("spark_agent.fleet")
@@ -38,6 +42,7 @@ class FleetRun:
     failed_tasks: dict[str, dict[str, str]] = field(default_factory=dict)  # host -> task name -> its failure message
     unreachable: dict[str, str] = field(default_factory=dict)
     changed: dict[str, int] = field(default_factory=dict)
+    host_keys: dict[str, str] = field(default_factory=dict)  # host -> why its SSH host key was refused
 
     @property
     def ok(self) -> bool:
@@ -62,10 +67,55 @@ def ansible_env() -> dict[str, str]:
         "ANSIBLE_CALLBACK_PLUGINS": str(PLAYBOOKS / "callback_plugins"),
         "ANSIBLE_CALLBACKS_ENABLED": "spark_parent_guard",
         "SPARK_AGENT_CONTROLLER_PID": str(os.getpid()),
+        # ansible-runner turns checking off unless told, and Ansible then puts StrictHostKeyChecking=no ahead of
+        # any inventory setting. On, always: an inventory that must skip it says so itself.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        **vault.runner_env(),
     }
 
 
 MAX_MESSAGE = 500  # a host's failure message, as we quote it
+
+
+def write_extravars(private: Path, extravars: dict[str, Any]) -> None:
+    """Extra vars go in a file only we can read, in ansible-runner's private dir (0700), where it finds them and
+    passes `-e @file`: given as a dict, it would put them on ansible-playbook's command line for any `ps` to see."""
+    env_dir = private / "env"
+    env_dir.mkdir(mode=0o700)
+    fd = os.open(env_dir / "extravars", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(extravars, handle)
+
+
+_KNOWN_FOR = re.compile(r"(?:host key is known for|Host key for) (\S+) (?:and you|has changed)")
+_OFFENDING = re.compile(r"Offending \S+ key in (\S+):(\d+)")
+
+
+def host_key_message(host: str, ssh_output: str) -> str | None:
+    """One line for a host whose SSH key is unknown or changed (None when that is not the problem)."""
+    text = ssh_output.replace("\r", "")
+    changed = "REMOTE HOST IDENTIFICATION HAS CHANGED" in text or "has changed and you have" in text
+    if not changed and "Host key verification failed" not in text:
+        return None
+    named = _KNOWN_FOR.search(text)
+    target = named[1] if named else "ADDRESS"
+    bracketed = re.fullmatch(r"\[(.+)\]:(\d+)", target)
+    keyscan = f"ssh-keyscan -p {bracketed[2]} {bracketed[1]}" if bracketed else f"ssh-keyscan {target}"
+    if changed:
+        offending = _OFFENDING.search(text)
+        where = f" ({offending[1]} line {offending[2]})" if offending else ""
+        return (
+            f"host {host}: its SSH host key has CHANGED and no longer matches known_hosts{where}: refused, nothing "
+            "ran on it. This is what a man-in-the-middle looks like. Only if you know the host was reinstalled: "
+            f"read its new fingerprint on its console (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), compare "
+            f"it with `{keyscan} | ssh-keygen -lf -`, then ssh-keygen -R '{target}' and add the new line"
+        )
+    return (
+        f"host {host}: its SSH host key is not in known_hosts: refused, nothing ran on it. Verify it: compare "
+        f"`{keyscan} | ssh-keygen -lf -` with the fingerprint on the host's console "
+        "(ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), then append the ssh-keyscan line to ~/.ssh/known_hosts "
+        "or to the UserKnownHostsFile the inventory names (`spark-agent trust` will do this for you)"
+    )
 
 
 def _failure_message(res: dict[str, Any]) -> str:
@@ -98,7 +148,10 @@ class _Collector:
             if kind == "runner_on_failed" and host and not data.get("ignore_errors"):
                 self.run.failures.setdefault(host, f"{task}: {_failure_message(res)}")
             if kind == "runner_on_unreachable" and host:
-                self.run.unreachable[host] = _failure_message(res)
+                refused = host_key_message(host, str(res.get("msg", "")))
+                if refused:
+                    self.run.host_keys[host] = refused
+                self.run.unreachable[host] = refused or _failure_message(res)
         if self.hook and kind.startswith(("runner_", "playbook_on_task_start")):
             log.debug("ansible_event", kind=kind, host=host, task=task)
             self.hook(event)
@@ -114,7 +167,9 @@ def run_playbook(
     on_event: EventHook | None = None,
     cancel: threading.Event | None = None,
 ) -> FleetRun:
-    """Run one playbook with ansible-runner and return what happened on each host."""
+    """Run one playbook with ansible-runner and return what happened on each host.
+
+    A host whose SSH key is unknown or changed raises UserError (nothing ran on it): every command refuses it alike."""
     cancel = cancel or threading.Event()
     outcome: dict[str, Any] = {}
     # ansible-runner installs its own SIGINT/SIGTERM handlers when called from the main thread (and leaves them
@@ -148,13 +203,13 @@ def _run_in_thread(playbook, inventory, extravars, limit, tags, on_event, cancel
 def _run(playbook, inventory, extravars, limit, tags, on_event, cancel) -> FleetRun:
     run = FleetRun(rc=-1, status="unstarted")
     collector = _Collector(run, on_event)
-    private = Path(tempfile.mkdtemp(prefix="spark-agent-runner-"))
+    private = Path(tempfile.mkdtemp(prefix="spark-agent-runner-"))  # 0700
     try:
+        write_extravars(private, extravars or {})
         runner = ansible_runner.run(
             private_data_dir=str(private),
             playbook=str(playbook_path(playbook)),
             inventory=str(Path(inventory).resolve()),
-            extravars=extravars or {},
             limit=limit,
             tags=tags,
             envvars=ansible_env(),
@@ -179,4 +234,6 @@ def _run(playbook, inventory, extravars, limit, tags, on_event, cancel) -> Fleet
         failures=run.failures or None,
         unreachable=run.unreachable or None,
     )
+    if run.host_keys:  # every command refuses such a host the same way: bad input, said before anything else
+        raise UserError("; ".join(run.host_keys.values()))
     return run
