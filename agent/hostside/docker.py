@@ -303,15 +303,21 @@ def remove(name: str, docker_env: dict | None = None) -> bool:
 
 
 def state(name: str, docker_env: dict | None = None) -> dict:
-    """{"status": "running"|"exited"|..., "exit_code": int, "running": bool}; status "missing" if absent."""
+    """{"status": "running"|"exited"|..., "exit_code": int, "running": bool, "oom_killed": bool}; status "missing"
+    if absent."""
     try:
         out = _docker(["container", "inspect", "--format", "{{json .State}}", name], docker_env)
     except DockerError as exc:
         if "No such" in str(exc):
-            return {"status": "missing", "exit_code": None, "running": False}
+            return {"status": "missing", "exit_code": None, "running": False, "oom_killed": False}
         raise
     st = json.loads(out)
-    return {"status": st.get("Status", ""), "exit_code": st.get("ExitCode"), "running": bool(st.get("Running"))}
+    return {
+        "status": st.get("Status", ""),
+        "exit_code": st.get("ExitCode"),
+        "running": bool(st.get("Running")),
+        "oom_killed": bool(st.get("OOMKilled")),
+    }
 
 
 # ---------------------------------------------------------------- what is running
@@ -360,7 +366,7 @@ def _ps(args: list[str], docker_env: dict | None) -> list[dict]:
     out = _docker(["ps", "--no-trunc", "--format", "\t".join(_PS_FIELDS.values()), *args], docker_env)
     rows = []
     for line in out.splitlines():
-        row = dict(zip(_PS_FIELDS, line.split("\t")))
+        row = dict(zip(_PS_FIELDS, line.split("\t"), strict=False))  # a short row leaves fields out
         row["ours"] = row.get("ours") == "1"
         row["command"] = row.get("command", "").strip('"')
         rows.append(row)

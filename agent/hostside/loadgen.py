@@ -38,9 +38,129 @@ MAX_ERRORS_LISTED = 5
 FAILURE_BACKOFF_S = 0.1
 POLL_S = 0.25
 SETTLE_S = 0.5
+WATCH_S = 0.5  # how often a window looks at the server (process record + /health)
+HEALTH_TIMEOUT_S = 2.0
+HEALTH_GRACE_S = 1.0  # /health refused or erroring for this long (two probes or more): the server is gone
+HEALTH_HANG_S = 10.0  # /health not answering for this long: gone too (a busy server may answer late, not never)
+CONFIRM_S = 3.0  # after a run of failed requests: how long to wait for the watch to say whether the server died
 
 # Common English words: nearly every tokenizer maps " word" to one token, so n words ~ n tokens.
-WORDS = ["the", "of", "and", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on", "are", "as", "with", "his", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but", "not", "what", "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which", "she", "do", "how", "their", "if", "will", "up", "other", "about", "out", "many", "then", "them", "these", "so", "some", "her", "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "write", "go", "see", "number", "no", "way", "could", "people", "my", "than", "first", "water", "been", "call", "who", "oil", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may", "part", "over", "new", "sound", "take", "only", "little", "work", "know", "place", "year", "live", "me", "back", "give", "most", "very"]
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "you",
+    "that",
+    "it",
+    "he",
+    "was",
+    "for",
+    "on",
+    "are",
+    "as",
+    "with",
+    "his",
+    "they",
+    "at",
+    "be",
+    "this",
+    "have",
+    "from",
+    "or",
+    "one",
+    "had",
+    "by",
+    "word",
+    "but",
+    "not",
+    "what",
+    "all",
+    "were",
+    "we",
+    "when",
+    "your",
+    "can",
+    "said",
+    "there",
+    "use",
+    "an",
+    "each",
+    "which",
+    "she",
+    "do",
+    "how",
+    "their",
+    "if",
+    "will",
+    "up",
+    "other",
+    "about",
+    "out",
+    "many",
+    "then",
+    "them",
+    "these",
+    "so",
+    "some",
+    "her",
+    "would",
+    "make",
+    "like",
+    "him",
+    "into",
+    "time",
+    "has",
+    "look",
+    "two",
+    "more",
+    "write",
+    "go",
+    "see",
+    "number",
+    "no",
+    "way",
+    "could",
+    "people",
+    "my",
+    "than",
+    "first",
+    "water",
+    "been",
+    "call",
+    "who",
+    "oil",
+    "its",
+    "now",
+    "find",
+    "long",
+    "down",
+    "day",
+    "did",
+    "get",
+    "come",
+    "made",
+    "may",
+    "part",
+    "over",
+    "new",
+    "sound",
+    "take",
+    "only",
+    "little",
+    "work",
+    "know",
+    "place",
+    "year",
+    "live",
+    "me",
+    "back",
+    "give",
+    "most",
+    "very",
+]
 
 
 class LoadError(Exception):
@@ -231,13 +351,87 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
         writer.close()
 
 
+# ---------------------------------------------------------------- is the server still there?
+
+
+class EngineWatch:
+    """Notices the server dying during a level: its process gone (`gone`, e.g. supervise.gone: {} while it runs,
+    else {"how", "at", ...}) or /health going away: refused or an error status for HEALTH_GRACE_S, no answer for
+    HEALTH_HANG_S.
+
+    `phase` names what the load driver is doing ("c004-r2", "c004-warmup", "after c004-r2"); `died` is the death
+    record once seen: {"at", "detected_at" (epoch s), "how", "window", "exit_code"}. A dead server stays dead.
+    """
+
+    def __init__(self, url: str, gone=None, clock=time.time):
+        self.host, self.port, path = parse_url(url)
+        self.health_path = path[: -len("/v1/completions")] + "/health"
+        self.gone = gone
+        self.clock = clock
+        self.phase = ""
+        self.died: dict = {}
+        self._failing_since = None  # wall time of the first failed probe in a row
+        self._failures = 0
+        self._hard = 0  # of which refused or erroring (not merely slow)
+
+    async def check(self) -> dict:
+        """One look; returns `died` (empty while the server lives)."""
+        if self.died:
+            return self.died
+        ended = self.gone() if self.gone else {}
+        if ended:
+            return self._declare(ended.get("at") or self.clock(), ended.get("how", "the server ended"), ended)
+        problem, hard = await self._probe()
+        now = self.clock()
+        if not problem:
+            self._failing_since, self._failures, self._hard = None, 0, 0
+            return {}
+        self._failures += 1
+        self._hard += hard
+        self._failing_since = self._failing_since or now
+        failing_s = now - self._failing_since
+        if (self._hard >= 2 and failing_s >= HEALTH_GRACE_S) or (self._failures >= 2 and failing_s >= HEALTH_HANG_S):
+            return self._declare(self._failing_since, "/health " + problem, {})
+        return {}
+
+    async def _probe(self) -> tuple[str, bool]:
+        """("", False) if /health answers 200, else (what went wrong, whether it was more than slowness)."""
+        request = f"GET {self.health_path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nConnection: close\r\n\r\n"
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), HEALTH_TIMEOUT_S)
+        except TimeoutError:
+            return f"did not accept a connection in {HEALTH_TIMEOUT_S:g}s", False
+        except OSError as exc:
+            return f"unreachable ({type(exc).__name__})", True
+        try:
+            writer.write(request.encode("latin-1"))
+            status, _ = await asyncio.wait_for(_read_head(reader), HEALTH_TIMEOUT_S)
+            return ("", False) if status == 200 else (f"answered HTTP {status}", True)
+        except TimeoutError:
+            return f"did not answer in {HEALTH_TIMEOUT_S:g}s", False
+        except (OSError, LoadError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            return f"broke off ({type(exc).__name__})", True
+        finally:
+            writer.close()
+
+    def _declare(self, at: float, how: str, ended: dict) -> dict:
+        self.died = {
+            "at": float(at),
+            "detected_at": self.clock(),
+            "how": how,
+            "window": self.phase,
+            "exit_code": ended.get("exit_code"),
+        }
+        return self.died
+
+
 # ---------------------------------------------------------------- the closed loop
 
 
 class _Load:
     """`concurrency` workers, each sending its next request the moment the previous one ends."""
 
-    def __init__(self, url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock):
+    def __init__(self, url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock, watch=None):
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1, got %r" % (concurrency,))
         self.host, self.port, self.path = parse_url(url)
@@ -251,6 +445,11 @@ class _Load:
         self.failures_in_row = 0
         self.abort_reason = ""
         self.running = False
+        self.watch = watch  # EngineWatch or None
+
+    @property
+    def died(self) -> dict:
+        return self.watch.died if self.watch else {}
 
     async def run(self, duration_s: float):
         """Keep the load on for duration_s (clock units), then cut it; -> (requests, t0, t1)."""
@@ -259,6 +458,8 @@ class _Load:
         t1 = t0 + duration_s
         self.running = True
         tasks = [asyncio.ensure_future(self._worker()) for _ in range(self.concurrency)]
+        if self.watch:
+            tasks.append(asyncio.ensure_future(self._watch()))
         try:
             while not self.abort_reason and self.clock() < t1:
                 await asyncio.sleep(min(t1 - self.clock(), POLL_S))
@@ -269,6 +470,19 @@ class _Load:
                 task.cancel()  # the server sees the disconnect and aborts the request
             await asyncio.gather(*tasks, return_exceptions=True)
         return self.requests, t0, t1
+
+    async def _watch(self):
+        while self.running and not await self.watch.check():
+            await asyncio.sleep(WATCH_S)
+        if self.watch.died:
+            self.abort_reason = "the server died: " + self.watch.died["how"]
+
+    async def confirm_death(self) -> dict:
+        """After a run of failed requests: is the server dead, or only refusing these requests? Watch for a while."""
+        deadline = time.monotonic() + CONFIRM_S
+        while self.watch and not await self.watch.check() and time.monotonic() < deadline:
+            await asyncio.sleep(WATCH_S)
+        return self.died
 
     async def _worker(self):
         while self.running and not self.abort_reason:
@@ -310,12 +524,22 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
     Between runs the load is off for SETTLE_S: cancelled requests are aborted and counted by the server
     before /metrics is read, and the next window starts on an idle server (as a fresh benchmark run does).
     finish(result, repeat, before, after) gets each window's result and its two scrapes as soon as it exists.
+    With a watch, a server that dies ends the level at once: the window it died in comes back with ok=False and
+    engine_died=True, and no later window is run (they are skipped, not measured).
     """
+    name = f"c{load.concurrency:03d}"
     if warmup_s > 0:
+        if await _dead(load, name + "-warmup"):
+            return
         await load.run(warmup_s)
+        if load.died or (load.abort_reason and await load.confirm_death()):
+            return
         await asyncio.sleep(SETTLE_S)
     for repeat in range(1, repeats + 1):
-        if load.abort_reason:  # the server is gone: the remaining windows are not measured
+        window = f"{name}-r{repeat}"
+        if await _dead(load, window):
+            return
+        if load.abort_reason:  # nothing but failed requests: the remaining windows are not measured
             result = summarize([], 0.0, duration_s, load.concurrency)
             result.update(ok=False, error=load.abort_reason, started_at=_iso(time.time()))
             finish(result, repeat, None, None)
@@ -323,13 +547,37 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
         before = await scrape() if scrape else None
         wall = time.time()
         requests, t0, t1 = await load.run(duration_s)
+        if load.abort_reason and not load.died:
+            await load.confirm_death()
+        if load.died:
+            result = summarize(requests, t0, t1, load.concurrency)
+            result.update(
+                ok=False,
+                engine_died=True,
+                started_at=_iso(wall),
+                error="the server died during this window: " + load.died["how"],
+            )
+            finish(result, repeat, before, None)
+            return
         await asyncio.sleep(SETTLE_S)
+        if load.watch:
+            load.watch.phase = "after " + window
         after = await scrape() if scrape else None
         result = summarize(requests, t0, t1, load.concurrency)
         result["started_at"] = _iso(wall)
         if load.abort_reason:
             result.update(ok=False, error=load.abort_reason)
         finish(result, repeat, before, after)
+
+
+async def _dead(load: _Load, phase: str) -> bool:
+    """Look before the next phase starts; a death in the pause after a window is that window's "after"."""
+    if not load.watch:
+        return False
+    if await load.watch.check():
+        return True
+    load.watch.phase = phase
+    return False
 
 
 def _iso(wall: float) -> str:
@@ -460,10 +708,13 @@ def run_levels(
     clock=time.monotonic,
     on_result=None,
     metrics_timeout_s=10.0,
+    watch=None,
 ) -> list:
     """Per level: one warmup window, then `repeats` measured windows against the same server, each with
     `repeat`, the /metrics counter deltas over it (`metrics_delta`) and `spec_decode_acceptance_rate`.
-    on_result(result) is called as soon as each window's result exists. Warmups are not returned."""
+    on_result(result) is called as soon as each window's result exists. Warmups are not returned.
+    watch (an EngineWatch): once the server dies, no further window or level runs; watch.died says when, how
+    and in which window."""
     results = []
 
     async def scrape():
@@ -481,8 +732,19 @@ def run_levels(
             on_result(result)
 
     for concurrency in levels:
+        if watch and watch.died:
+            break
         load = _Load(
-            url, model, concurrency, prompt_len, output_len, profile, _level_rng(seed, concurrency), timeout_s, clock
+            url,
+            model,
+            concurrency,
+            prompt_len,
+            output_len,
+            profile,
+            _level_rng(seed, concurrency),
+            timeout_s,
+            clock,
+            watch,
         )
         asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish))
     return results

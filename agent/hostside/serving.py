@@ -12,7 +12,9 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from . import docker, supervise
+from . import docker, loadgen, supervise
+
+DIED_FILE = "died.json"  # in the run folder when the server died mid-cell: when, how, in which window
 
 
 class ServeError(Exception):
@@ -95,6 +97,15 @@ def serve_cell(p: dict) -> dict:
         "attestation": outcome["facts"],
         "run_dir": str(rdir),
     }
+
+
+def record_death(rdir: str, died: dict) -> bool:
+    """Write died.json once: the first to see the death (the load driver, else teardown) says when and where."""
+    path = Path(os.path.expanduser(rdir)) / DIED_FILE
+    if path.exists():
+        return False
+    loadgen.write_json_atomic(str(path), died)
+    return True
 
 
 def seal(workdir: str, cell_id: str) -> str:

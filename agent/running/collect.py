@@ -7,6 +7,7 @@ Measurements are written first, cell.toml last, each atomically: a crash never l
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tarfile
 import tempfile
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.hostside import logparse
-from agent.hostside.serving import launch_command
+from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import verdict
 from agent.planning.matrix import Cell
 from agent.results import tree as results
@@ -52,13 +53,16 @@ def _write_cell(
     for name in ("server.log", "launch.txt"):
         if (src / name).exists():
             results.atomic_write_bytes(dest / name, (src / name).read_bytes())
-    runs = _write_runs(dest, cell, src)
+    died = _died(src / DIED_FILE)
+    runs = _write_runs(dest, cell, src, died)
     attestation = logparse.parse(log_text)
     outcome = verdict.verdict(_requested(cell), attestation, env_set=sorted(cell.env))
     failure = serve.get("failure") or {}
     if not serve.get("ready") and not failure:
         failure = attestation.get("failure") or {"class": "other", "evidence": ["the server never became ready"]}
-    record = _cell_record(cell, facts, attestation, outcome, failure, serve, runs, started, finished)
+    record = _cell_record(cell, facts, attestation, outcome, failure, serve, len(runs), started, finished)
+    if died:
+        _record_death(record, _death(cell, died, attestation, runs))
     if (src / "launch.txt").exists():  # the host wrote what it really ran
         record["launch"]["command"] = (src / "launch.txt").read_text().strip()
     record["measure_s"] = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
@@ -66,14 +70,84 @@ def _write_cell(
     return record
 
 
-def _write_runs(dest: Path, cell: Cell, src: Path) -> int:
-    count = 0
+def _write_runs(dest: Path, cell: Cell, src: Path, died: dict) -> list[dict]:
+    """The windows, as written; when the server died in this cell every window but the one it died in is marked
+    before_crash (nothing is measured after a death)."""
+    runs = []
     for path in sorted(src.glob("c[0-9][0-9][0-9]-r*.json")):
         run = json.loads(path.read_text())
         run.update(schema=results.SCHEMA, cell_id=cell.id)
+        run["engine_died"] = run.get("engine_died") is True
+        run["before_crash"] = bool(died) and not run["engine_died"]
         results.atomic_write_toml(dest / results.run_name(int(run["concurrency"]), int(run["repeat"])), run)
-        count += 1
-    return count
+        runs.append(run)
+    return runs
+
+
+def _died(path: Path) -> dict:
+    """died.json from the host ({} when the server did not die), reduced to checked types and bounded strings."""
+    if not path.exists():
+        return {}
+    try:
+        raw = json.loads(path.read_text(errors="replace")[:65536])
+    except ValueError:
+        raw = {}
+    raw = raw if isinstance(raw, dict) else {}
+
+    def when(key: str) -> float:
+        value = raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return 0.0
+        return max(float(value), 0.0)
+
+    code = raw.get("exit_code")
+    return {
+        "at": when("at"),
+        "detected_at": when("detected_at") or when("at"),
+        "how": str(raw.get("how") or "the server died (the host's record is unreadable)")[:300],
+        "window": str(raw.get("window") or "")[:80],
+        "exit_code": code if isinstance(code, int) and not isinstance(code, bool) else None,
+    }
+
+
+def _death(cell: Cell, died: dict, attestation: dict, runs: list[dict]) -> dict:
+    """The [died] table: when and how the server died, the root cause from its log, which windows survive."""
+    runtime = attestation.get("runtime_failure") or {}
+    collected = {(int(r["concurrency"]), int(r["repeat"])) for r in runs}
+    planned = [(c, r) for c in cell.config["concurrency"] for r in range(1, int(cell.config["repeats"]) + 1)]
+    return {
+        "at": _iso(died["at"]) if died["at"] else "",
+        "detected_at": _iso(died["detected_at"]) if died["detected_at"] else "",
+        "detection_s": round(max(died["detected_at"] - died["at"], 0.0), 2) if died["at"] else -1.0,
+        "window": died["window"],
+        "how": died["how"],
+        "exit_code": died["exit_code"],
+        "cause": runtime.get("class") or "other",
+        "root_cause": runtime.get("root_cause") or died["how"],
+        "evidence": list(runtime.get("evidence", [])),
+        "windows_kept": [_window(r["concurrency"], r["repeat"]) for r in runs if r["before_crash"]],
+        "windows_skipped": [_window(c, r) for c, r in planned if (c, r) not in collected],
+    }
+
+
+def _window(concurrency: int, repeat: int) -> str:
+    return Path(results.run_name(int(concurrency), int(repeat))).stem
+
+
+def _record_death(record: dict, death: dict) -> None:
+    """A server that died mid-cell fails the cell, whatever the windows before the crash measured."""
+    where = death["window"]
+    where = where if where.startswith(("after ", "at ")) else (f"during {where}" if where else "")
+    said = f"engine died at {death['at'] or '?'}" + (f" {where}" if where else "") + f": {death['root_cause']}"
+    record.update(
+        status="failed",
+        verdict="failed",
+        verdict_reasons=[said],
+        failure_class="engine_died",
+        failure_evidence=death["evidence"] + [death["how"]],
+        failure_root_cause=death["root_cause"],
+        died=death,
+    )
 
 
 def _requested(cell: Cell) -> dict[str, str]:

@@ -8,6 +8,7 @@ the running set; the rest wait in FIFO order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -59,6 +60,8 @@ class Engine:
         self.step_end: float | None = None
         self.max_lag_s = 1.0  # catch up on missed steps for at most this long
         self.dead = False
+        self.submitted = 0  # completion requests received so far (the crash-at-request fault counts them)
+        self.on_submit = None  # called with the running count after each submit
 
     # -- admission ----------------------------------------------------------------------------
     def submit(self, req: Request) -> None:
@@ -72,6 +75,9 @@ class Engine:
             req.drop_at = max(1, min(req.max_tokens, req.stop_at) // 2)
         self.waiting.append(req)
         self.wake.set()
+        self.submitted += 1
+        if self.on_submit:
+            self.on_submit(self.submitted)
 
     def _admit(self, now: float) -> None:
         while self.waiting and len(self.running) < self.max_num_seqs:
@@ -114,10 +120,8 @@ class Engine:
         if first_ready > now:  # everyone is still in prefill: wait for it, or for a new arrival
             self.step_end = None
             self.wake.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), first_ready - now)
-            except TimeoutError:
-                pass
             return
         dt = self.rate.step_s(len(self.running), self.mixed())
         if self.step_end is None or self.step_end < now - self.max_lag_s:

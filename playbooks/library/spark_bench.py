@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """Ansible module: drive load at one concurrency level against the local server (logic: hostside/loadgen.py)."""
 
+import functools
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_hostside import loadgen, metrics  # noqa: F401
+from ansible.module_utils.spark_hostside import loadgen, metrics, serving, supervise  # noqa: F401
 
 ARGS = dict(
     url=dict(type="str", required=True),
@@ -19,6 +20,8 @@ ARGS = dict(
     profile=dict(type="str", default="uniform"),
     seed=dict(type="int", default=0),
     out_dir=dict(type="str", required=True),
+    workdir=dict(type="str", default=""),  # with cell_id: watch the server spark_server started for this cell
+    cell_id=dict(type="str", default=""),
 )
 
 
@@ -33,6 +36,9 @@ def main():
             os.path.join(p["out_dir"], loadgen.result_filename(p["level"], result["repeat"])), result
         )
 
+    # A server that dies ends the bench at once: no window of this or any later level runs against a dead port.
+    gone = functools.partial(supervise.gone, p["workdir"], p["cell_id"]) if p["workdir"] and p["cell_id"] else None
+    watch = loadgen.EngineWatch(p["url"], gone=gone)
     started = time.monotonic()
     runs = loadgen.run_levels(
         p["url"],
@@ -46,7 +52,10 @@ def main():
         profile=p["profile"],
         seed=p["seed"],
         on_result=save,
+        watch=watch,
     )
+    if watch.died:
+        serving.record_death(p["out_dir"], watch.died)
     summary = [
         {
             "repeat": r.get("repeat"),
@@ -56,7 +65,14 @@ def main():
         }
         for r in runs
     ]
-    module.exit_json(changed=True, level=p["level"], runs=summary, elapsed_s=round(time.monotonic() - started, 3))
+    module.exit_json(
+        changed=True,
+        level=p["level"],
+        runs=summary,
+        engine_died=bool(watch.died),
+        died=watch.died,
+        elapsed_s=round(time.monotonic() - started, 3),
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Ansible module: start, stop or inspect the one model server of a cell (logic: hostside/supervise.py)."""
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.spark_hostside import docker, logparse, serving, supervise  # noqa: F401 (loaded for the fork)
 
@@ -29,6 +31,9 @@ def main():
         module.exit_json(changed=False, **supervise.status(p["workdir"]))
     if p["state"] == "stopped":
         result = supervise.stop(p["workdir"], cell_id=p["cell_id"], holder=p["holder"] or None)
+        if result.get("ended") and p["cell_id"]:  # it died after the load driver last looked: still a death
+            died = dict(result["ended"], detected_at=time.time(), window="at teardown")
+            serving.record_death(str(serving.run_dir(p["workdir"], p["cell_id"])), died)
         if p["seal"] and p["cell_id"]:  # the log is final now: pack the run folder for collect
             result["sealed"] = serving.seal(p["workdir"], p["cell_id"])
         module.exit_json(changed=result["stopped"], **result)
