@@ -84,7 +84,7 @@ def _span_s(start: str, end: str) -> float | None:
 def duration_text(seconds: float | None) -> str:
     if seconds is None:
         return "unknown"
-    minutes, s = divmod(int(round(seconds)), 60)
+    minutes, s = divmod(round(seconds), 60)
     h, m = divmod(minutes, 60)
     return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s"
 
@@ -139,6 +139,20 @@ def dropped_env(cell: dict[str, Any]) -> list[str]:
     return [
         f"{p.get('name')}: {p.get('reason', '')}" for p in cell.get("env_provenance", []) if p.get("action") == "drop"
     ]
+
+
+def failure_text(cell: dict[str, Any]) -> str:
+    """What went wrong with a failed cell, in a few words: "failed to start (class `oom`)", or for a server that
+    died mid-cell "engine died at <time> during c004-r2 (cuda_error): <root-cause line>"."""
+    died = cell.get("died")
+    if cell.get("failure_class") == "engine_died" and isinstance(died, dict):
+        where = str(died.get("window", ""))
+        where = where if where.startswith(("after ", "at ")) or not where else f"during {where}"
+        return (
+            f"engine died at {died.get('at') or '?'}{' ' + where if where else ''} ({died.get('cause') or 'other'}): "
+            f"`{died.get('root_cause') or died.get('how') or '?'}`"
+        )
+    return f"failed to start (class `{cell.get('failure_class') or 'other'}`)"
 
 
 def cell_name(s: CellSummary) -> str:
@@ -197,10 +211,7 @@ def verdict_lines(rec: Recommendation) -> list[str]:
             f"- INVALID: {s.backend} on {s.checkpoint} ({'; '.join(s.cell.get('verdict_reasons', [])) or 'no reason'})"
             for s in rec.invalid
         ]
-        lines += [
-            f"- failed to start: {s.backend} on {s.checkpoint} (class `{s.cell.get('failure_class') or 'other'}`)"
-            for s in rec.failed
-        ]
+        lines += [f"- {failure_text(s.cell)}: {s.backend} on {s.checkpoint}" for s in rec.failed]
     return lines + [""]
 
 
@@ -290,6 +301,8 @@ def median_rows(summaries: Sequence[CellSummary]) -> list[list[str]]:
 def _point_row(s: CellSummary, p: Point) -> list[str]:
     t = p.throughput
     flags = (["UNSTABLE"] if p.unstable else []) + ([f"{len(p.failed)} failed run(s)"] if p.failed else [])
+    if s.cell.get("failure_class") == "engine_died":
+        flags.append("before the crash")
     return [
         s.cell.get("host", ""),
         s.checkpoint,
@@ -345,11 +358,20 @@ def failed_cell_lines(summaries: Sequence[CellSummary]) -> list[str]:
     for s in summaries:
         if s.verdict != "failed":
             continue
-        reasons = "; ".join(s.cell.get("verdict_reasons", []))
-        lines.append(
-            f"- **{cell_name(s)}**: class `{s.cell.get('failure_class') or 'other'}`"
-            + (f" — {reasons}" if reasons else "")
-        )
+        died = s.cell.get("died")
+        if s.cell.get("failure_class") == "engine_died" and isinstance(died, dict):
+            lines.append(f"- **{cell_name(s)}**: {failure_text(s.cell)}")
+            lines.append(
+                f"    - noticed {died.get('detection_s', '?')} s later ({died.get('how', '?')}); "
+                f"{len(died.get('windows_kept', []))} window(s) measured before the crash kept, "
+                f"{len(died.get('windows_skipped', []))} skipped"
+            )
+        else:
+            reasons = "; ".join(s.cell.get("verdict_reasons", []))
+            lines.append(
+                f"- **{cell_name(s)}**: class `{s.cell.get('failure_class') or 'other'}`"
+                + (f" — {reasons}" if reasons else "")
+            )
         lines += [f"    - evidence: `{e}`" for e in s.cell.get("failure_evidence", [])[:3]]
     return lines
 
@@ -430,7 +452,7 @@ def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) 
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
     backends = sorted({s.backend for cells in panels.values() for s in cells})
     colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}  # one colour per backend in every panel
-    for ax, (name, cells) in zip(axes.flat, panels.items()):
+    for ax, (name, cells) in zip(axes.flat, panels.items(), strict=False):  # more axes than panels
         _panel(ax, name, cells, ylabel, attr, colours)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
@@ -558,11 +580,15 @@ def terminal_table(
 
 
 def _verdict_markup(s: CellSummary) -> str:
+    from rich.markup import escape
+
     if s.verdict == "valid":
         return "[green]valid[/]"
     if s.verdict == "invalid":
         return "[yellow]INVALID[/]"
-    return f"[red]failed: {s.cell.get('failure_class') or 'other'}[/]"
+    if s.cell.get("failure_class") == "engine_died":  # host text: escaped, never read as markup
+        return f"[red]{escape(failure_text(s.cell).replace('`', ''))}[/]"
+    return f"[red]failed: {escape(str(s.cell.get('failure_class') or 'other'))}[/]"
 
 
 def _cell_markup(p: Point | None) -> str:
