@@ -282,6 +282,7 @@ def test_report_and_end_of_sweep_table_say_the_engine_died_never_valid(tmp_path)
     failed = md.split("## Failed cells (never ranked)")[1]
     assert "engine died at " in failed and "during c001-r2 (cuda_error)" in failed and "illegal memory access" in failed
     assert "1 window(s) measured before the crash kept, 3 skipped" in failed
+    assert "- engine died: marlin on uns-fast (at " in md.split("## What to run")[1]  # not "failed to start"
     row = next(line for line in md.splitlines() if line.startswith("| spark-a"))
     assert "FAILED" in row and "before the crash" in row and "valid" not in row
     out = io.StringIO()

@@ -211,7 +211,12 @@ def verdict_lines(rec: Recommendation) -> list[str]:
             f"- INVALID: {s.backend} on {s.checkpoint} ({'; '.join(s.cell.get('verdict_reasons', [])) or 'no reason'})"
             for s in rec.invalid
         ]
-        lines += [f"- {failure_text(s.cell)}: {s.backend} on {s.checkpoint}" for s in rec.failed]
+        lines += [
+            f"- engine died: {s.backend} on {s.checkpoint} ({failure_text(s.cell).removeprefix('engine died ')})"
+            if s.cell.get("failure_class") == "engine_died"
+            else f"- failed to start: {s.backend} on {s.checkpoint} (class `{s.cell.get('failure_class') or 'other'}`)"
+            for s in rec.failed
+        ]
     return lines + [""]
 
 
