@@ -2,7 +2,7 @@
 
 One implementation for both sides: the host tails the log while the server starts (`Follower`, which
 stops the wait as soon as a fatal signature shows), the controller parses collected logs (`parse`).
-Standard library only. Formats: shared/background/vllm-facts.md (vLLM 0.12 .. 0.33).
+Standard library only. The log formats it reads (vLLM 0.12 .. 0.33) and their sources: docs/vllm-notes.md.
 
 Speed matters: hours of periodic stats lines make logs big. Each line gets a cheap noise check and one
 precompiled prefilter search; only the few lines that pass are unwrapped and matched in detail.
