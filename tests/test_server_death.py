@@ -71,8 +71,21 @@ def test_the_root_cause_of_a_death_after_readiness(tail, cls, root):
 
 def test_startup_failures_keep_their_class():
     log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB\n"
-    facts = logparse.parse(log)
+    facts = logparse.parse(log + "spark-agent supervisor: the server exited with code 1\n")
     assert facts["failure"]["class"] == "oom" and facts["runtime_failure"] == {}
+
+
+def test_killed_while_starting_is_named_by_the_supervisors_line():
+    log = MARLIN + "spark-agent supervisor: the server was killed by signal 9 (SIGKILL)\n"
+    failure = logparse.classify(log)
+    assert failure["class"] == "killed_by_signal" and failure["root_cause"].endswith("signal 9 (SIGKILL)")
+
+
+def test_a_new_run_of_a_cell_starts_without_the_last_runs_windows_or_death(tmp_path):
+    for name in ("c001-r1.json", serving.DIED_FILE, "server.log", "launch.txt"):
+        (tmp_path / name).write_text("{}")
+    serving.clear_results(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["launch.txt", "server.log"]
 
 
 @pytest.mark.parametrize(

@@ -190,7 +190,7 @@ def request_lengths(profile: str, prompt_len: int, output_len: int, rng: random.
         return prompt_len, output_len
     if profile == "mixed":
         return _around(prompt_len, rng), _around(output_len, rng)
-    raise ValueError("profile must be 'uniform' or 'mixed', got %r" % (profile,))
+    raise ValueError(f"profile must be 'uniform' or 'mixed', got {profile!r}")
 
 
 def _around(nominal: int, rng: random.Random) -> int:
@@ -209,7 +209,7 @@ def parse_url(url: str):
     """'http://127.0.0.1:8000[/prefix]' -> (host, port, '/prefix/v1/completions')."""
     parts = urllib.parse.urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
-        raise ValueError("server URL must look like http://HOST:PORT, got %r" % (url,))
+        raise ValueError(f"server URL must look like http://HOST:PORT, got {url!r}")
     return parts.hostname, parts.port or 80, parts.path.rstrip("/") + "/v1/completions"
 
 
@@ -225,8 +225,8 @@ def build_request(host: str, port: int, path: str, model: str, prompt: str, max_
         }
     ).encode()
     head = (
-        "POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
-        "Accept: text/event-stream\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % (path, host, port, len(body))
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
 
@@ -237,7 +237,7 @@ async def _read_head(reader):
     lines = head.decode("latin-1").split("\r\n")
     fields = lines[0].split(" ", 2)
     if len(fields) < 2 or not fields[0].startswith("HTTP/"):
-        raise LoadError("not an HTTP response: %r" % lines[0][:80])
+        raise LoadError(f"not an HTTP response: {lines[0][:80]!r}")
     headers = {}
     for line in lines[1:]:
         name, sep, value = line.partition(":")
@@ -265,7 +265,7 @@ async def _body_pieces(reader, headers):
         while left > 0:
             piece = await reader.read(min(left, 65536))
             if not piece:
-                raise LoadError("stream closed %d bytes before the end of the body" % left)
+                raise LoadError(f"stream closed {left} bytes before the end of the body")
             left -= len(piece)
             yield piece
     else:
@@ -318,7 +318,7 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
         writer.write(request)
         status, headers = await _read_head(reader)
         if status != 200:
-            raise LoadError("HTTP %d: %s" % (status, await _error_body(reader, headers)))
+            raise LoadError(f"HTTP {status}: {await _error_body(reader, headers)}")
         counted = 0
         pending = b""
         async for piece in _body_pieces(reader, headers):
@@ -346,7 +346,7 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
                     counted += n
                     record.times.append(now)
                     record.tokens.append(n)
-        raise LoadError("stream ended without [DONE] after %d tokens" % counted)
+        raise LoadError(f"stream ended without [DONE] after {counted} tokens")
     finally:
         writer.close()
 
@@ -370,7 +370,7 @@ class EngineWatch:
         self.clock = clock
         self.phase = ""
         self.died: dict = {}
-        self._failing_since = None  # wall time of the first failed probe in a row
+        self._failing_since: float | None = None  # wall time of the first failed probe in a row
         self._failures = 0
         self._hard = 0  # of which refused or erroring (not merely slow)
 
@@ -433,7 +433,7 @@ class _Load:
 
     def __init__(self, url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock, watch=None):
         if concurrency < 1:
-            raise ValueError("concurrency must be >= 1, got %r" % (concurrency,))
+            raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
         self.host, self.port, self.path = parse_url(url)
         self.model = model
         self.concurrency = concurrency
@@ -498,9 +498,9 @@ class _Load:
                 )
                 self.failures_in_row = 0
             except TimeoutError:
-                self._failed(record, "request timed out after %gs" % self.timeout_s)
+                self._failed(record, f"request timed out after {self.timeout_s:g}s")
             except (OSError, LoadError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-                self._failed(record, "%s: %s" % (type(exc).__name__, exc) if isinstance(exc, OSError) else str(exc))
+                self._failed(record, f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc))
             if record.error:
                 await asyncio.sleep(FAILURE_BACKOFF_S)  # a dead server must not turn into a busy loop
 
@@ -512,10 +512,7 @@ class _Load:
         self.failures_in_row += 1
         # Nothing but failures, many times over: the server is gone; stop instead of spinning to the end.
         if self.failures_in_row >= max(8, 2 * self.concurrency):
-            self.abort_reason = "aborted after %d failed requests in a row; last: %s" % (
-                self.failures_in_row,
-                record.error,
-            )
+            self.abort_reason = f"aborted after {self.failures_in_row} failed requests in a row; last: {record.error}"
 
 
 async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
@@ -631,9 +628,9 @@ def summarize(requests, t0: float, t1: float, concurrency: int) -> dict:
         "max_concurrent_requests": max_in_flight(requests, t0, t1),
     }
     for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl)):
-        result["mean_%s_ms" % name] = 1000.0 * sum(values) / len(values) if values else 0.0
-        result["median_%s_ms" % name] = 1000.0 * percentile(values, 50)
-        result["p99_%s_ms" % name] = 1000.0 * percentile(values, 99)
+        result[f"mean_{name}_ms"] = 1000.0 * sum(values) / len(values) if values else 0.0
+        result[f"median_{name}_ms"] = 1000.0 * percentile(values, 50)
+        result[f"p99_{name}_ms"] = 1000.0 * percentile(values, 99)
     result["median_e2el_ms"] = 1000.0 * percentile(e2el, 50)
     result["p99_e2el_ms"] = 1000.0 * percentile(e2el, 99)
     return result
@@ -752,14 +749,14 @@ def run_levels(
 
 def _level_rng(seed, concurrency) -> random.Random:
     # Seeded per level, so no level replays another's prompts into the server's prefix cache.
-    return random.Random("%s:%s" % (seed, concurrency))
+    return random.Random(f"{seed}:{concurrency}")
 
 
 def _add_counters(result: dict, before, after):
     """metrics_delta + spec_decode_acceptance_rate; a failed scrape is listed in `errors`, deltas stay 0."""
     for scraped in (before, after):
         if isinstance(scraped, Exception):
-            result["errors"].append("metrics scrape failed: %s" % (scraped,))
+            result["errors"].append(f"metrics scrape failed: {scraped}")
     usable = isinstance(before, dict) and isinstance(after, dict)
     counters = metrics.window_counters(before if usable else {}, after if usable else {})
     result["metrics_delta"] = counters
@@ -783,16 +780,18 @@ def write_json_atomic(path: str, data: dict) -> None:
 
 
 def result_filename(concurrency: int, repeat: int) -> str:
-    return "c%03d-r%d.json" % (concurrency, repeat)
+    return f"c{concurrency:03d}-r{repeat}.json"
 
 
 def _levels(text: str):
     try:
         levels = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError("--levels takes comma-separated integers, e.g. 1,2,4,8, got %r" % text)
+        raise argparse.ArgumentTypeError(
+            f"--levels takes comma-separated integers, e.g. 1,2,4,8, got {text!r}"
+        ) from None
     if not levels or min(levels) < 1:
-        raise argparse.ArgumentTypeError("--levels needs at least one concurrency >= 1, got %r" % text)
+        raise argparse.ArgumentTypeError(f"--levels needs at least one concurrency >= 1, got {text!r}")
     return levels
 
 

@@ -14,6 +14,7 @@ import ast
 import copy
 import json
 import re
+from typing import Any
 
 # --- unwrapping one raw line ---------------------------------------------------------------------
 
@@ -342,7 +343,7 @@ class Follower:
         self._last_error = ""
         self._dying = False
         self._fail_lines: list[str] = []
-        self._death = {"class": "", "root_cause": "", "evidence": []}  # the engine dying after readiness
+        self._death: dict[str, Any] = {"class": "", "root_cause": "", "evidence": []}  # dying after readiness
         self._death_dying = False
         self._partial = ""
 
@@ -584,6 +585,8 @@ class Follower:
     # -- failures --
     def _watch_failure(self, level: str, msg: str, line: str) -> None:
         cls = _signature_of(msg)
+        if not cls and msg.startswith(SUPERVISOR_PREFIX):  # killed while starting (the OOM killer, loading weights)
+            cls = _death_cause_of(msg)
         if cls:
             self._keep(line)
             if self.fatal is None or self.fatal["class"] == "engine_init_failed":

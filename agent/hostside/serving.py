@@ -53,6 +53,7 @@ def launch_command(
 def serve_cell(p: dict) -> dict:
     """Start the cell's server and wait until it is healthy, or until the log says it died (fail fast)."""
     rdir = run_dir(p["workdir"], p["cell_id"])
+    clear_results(rdir)
     env = read_env_file(p["env_file"])
     if p["runtime"] == "docker" and not shutil.which("docker"):
         raise ServeError(
@@ -97,6 +98,13 @@ def serve_cell(p: dict) -> dict:
         "attestation": outcome["facts"],
         "run_dir": str(rdir),
     }
+
+
+def clear_results(rdir: Path) -> None:
+    """A run folder holds one run: windows and a death record of an earlier run of this cell (a killed
+    controller, --fresh) must not be collected with this one."""
+    for path in [*rdir.glob("c[0-9][0-9][0-9]-r*.json"), rdir / DIED_FILE]:
+        path.unlink(missing_ok=True)
 
 
 def record_death(rdir: str, died: dict) -> bool:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import calibration
@@ -61,7 +62,7 @@ class Engine:
         self.max_lag_s = 1.0  # catch up on missed steps for at most this long
         self.dead = False
         self.submitted = 0  # completion requests received so far (the crash-at-request fault counts them)
-        self.on_submit = None  # called with the running count after each submit
+        self.on_submit: Callable[[int], None] | None = None  # called with the running count after each submit
 
     # -- admission ----------------------------------------------------------------------------
     def submit(self, req: Request) -> None:
