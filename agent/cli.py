@@ -9,6 +9,7 @@ import sys
 from agent import logs
 from agent.commands import NAMES
 from agent.errors import UserError
+from agent.reporting.escape import plain
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"spark-agent: error: {exc.message}", file=sys.stderr)
+        print(f"spark-agent: error: {plain(exc.message)}", file=sys.stderr)  # may quote a host: one clean line
         return exc.exit_code
     except KeyboardInterrupt:
         print("spark-agent: interrupted", file=sys.stderr)

@@ -4,8 +4,31 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
+
+from agent.reporting.escape import plain
+
+
+def _plain_strings(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
+    """A host's text (error messages, holder records) can carry terminal escape sequences: not on our console."""
+    return {k: _plain(v) for k, v in event.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, str):
+        return plain(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _keep(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    return event
 
 
 def configure(fmt: str = "console", verbose: bool = False) -> None:
@@ -13,6 +36,7 @@ def configure(fmt: str = "console", verbose: bool = False) -> None:
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
+            _plain_strings if fmt != "json" else _keep,  # JSON escapes control characters itself
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             renderer,

@@ -262,8 +262,8 @@ def test_a_cell_that_did_not_die_marks_no_window(tmp_path):
     assert "died" not in cell and not any(r["before_crash"] or r["engine_died"] for r in cell["runs"])
 
 
-@pytest.mark.parametrize("died", ['{"at": "soon", "how": 7}', "[1, 2]", "not json"])
-def test_a_malformed_died_record_still_fails_the_cell(tmp_path, died):
+@pytest.mark.parametrize("died", ['{"at": "soon"}', "[1, 2]", "not json", '{"at": 1e400}', '{"exit_code": 1e9}'])
+def test_a_malformed_died_record_is_bad_host_data(tmp_path, died):
     cell = _collect(
         tmp_path,
         {
@@ -273,8 +273,8 @@ def test_a_malformed_died_record_still_fails_the_cell(tmp_path, died):
             serving.DIED_FILE: died,
         },
     )
-    assert (cell["status"], cell["failure_class"]) == ("failed", "engine_died")
-    assert cell["died"]["at"] == "" and cell["died"]["windows_kept"] == ["c001-r1"]
+    assert (cell["status"], cell["failure_class"]) == ("failed", "bad_host_data")
+    assert "died.json" in cell["failure_root_cause"] and cell["runs"] == []
 
 
 def test_report_and_end_of_sweep_table_say_the_engine_died_never_valid(tmp_path):

@@ -5,14 +5,17 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from agent.errors import UserError
 from agent.planning import envrules
 from agent.planning.inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
+from agent.reporting.escape import rich
+from agent.running import hostdata
 from agent.running import playbooks as fleet
 from agent.running.sweep import gather_facts
 
 
 def _columns(f: dict) -> dict[str, str]:
-    """The facts that matter when choosing what to run, compactly."""
+    """The facts that matter when choosing what to run, compactly (plain text; escaped where shown)."""
     sim = " (simulated)" if f.get("simulated") else ""
     return {
         "gpu": f"{f.get('gpu_name') or '-'}{sim}\ncc {f.get('compute_capability') or '-'} {f.get('arch') or '?'} "
@@ -54,6 +57,24 @@ def blockers(host_vars: dict, facts: dict, status: dict) -> list[str]:
     return out + notes
 
 
+def row(host: str, facts: dict, issues: list[str]) -> list[str]:
+    """One table row as rich markup: every value is host text, escaped line by line."""
+    cells = [host, *_columns(facts).values(), "\n".join(issues) or "-"]
+    return ["\n".join(rich(part) for part in c.split("\n")) for c in cells]
+
+
+def lock_status(value: object, host: str) -> dict:
+    """The status task's answer, validated: whether a server runs and who holds the lock."""
+    try:
+        obj = hostdata.mapping(value, f"host {host}: status")
+        return {
+            "running": hostdata.flag(obj.get("running", False), f"host {host}: status.running"),
+            "holder": hostdata.holder(obj.get("holder") or {}, f"host {host}: lock holder"),
+        }
+    except hostdata.BadHostData as exc:
+        raise UserError(f"checking the host lock failed: {exc.reason}") from None
+
+
 def run(args) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     check_reachable(hosts)
@@ -67,9 +88,9 @@ def run(args) -> int:
     problems = 0
     for h in hosts:
         f = facts[h.name]
-        st = status.results.get(h.name, {}).get("status", {})
+        st = lock_status(status.results.get(h.name, {}).get("status", {}), h.name)
         issues = blockers(h.vars, f, st)
         problems += bool(issues)
-        table.add_row(h.name, *_columns(f).values(), "\n".join(issues) or "-")
+        table.add_row(*row(h.name, f, issues))
     Console(width=max(Console().width, 140)).print(table)
     return 1 if problems else 0

@@ -10,6 +10,7 @@ import json
 from agent.errors import UserError
 from agent.judging.bandwidth import bandwidth_for
 from agent.judging.checkpoints import compare, format_ceiling, format_comparison, format_summary, inspect
+from agent.reporting.escape import plain
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -61,8 +62,13 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=1, ensure_ascii=False))
         return 0
     gbs, source = (args.bandwidth_gbs, "measured") if args.bandwidth_gbs else bandwidth_for(args.gpu)
-    print("\n\n".join(format_summary(s) for s in summaries))
+    _print("\n\n".join(format_summary(s) for s in summaries))
     if comparison:
-        print("\n" + format_comparison(comparison))
-    print("\n" + format_ceiling(summaries, gbs, source, args.tok_s, args.speculative))
+        _print("\n" + format_comparison(comparison))
+    _print("\n" + format_ceiling(summaries, gbs, source, args.tok_s, args.speculative))
     return 0
+
+
+def _print(text: str) -> None:
+    """Tensor names and paths come from the checkpoint's files: no terminal control sequences from them."""
+    print("\n".join(plain(line) for line in text.split("\n")))

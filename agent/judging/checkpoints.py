@@ -60,9 +60,24 @@ def inspect_remote(path: str, host: str, inventory: str | None) -> dict:
     if run.failures:  # ansible failed before reaching the host, e.g. no such host in the inventory
         raise UserError(f"{host}: {next(iter(run.failures.values()))} (is {host} in {inventory}?)")
     result = run.results.get(host, {}).get(INSPECT_TASK)
-    if not result or "summary" not in result:
+    if not isinstance(result, dict) or "summary" not in result:
         raise UserError(f"{host}: not in inventory {inventory}, or the inspect task did not run there")
-    return result["summary"]
+    return _host_summary(result["summary"], host)
+
+
+def _host_summary(summary: object, host: str) -> dict:
+    """A summary from a host is bounded JSON of the expected shape: format_summary must not trip over it."""
+    from agent.running import hostdata
+
+    try:
+        checked = hostdata.bounded_json(hostdata.mapping(summary, f"{host}: checkpoint summary"), f"{host}: summary")
+        format_summary(checked)
+    except hostdata.BadHostData as exc:
+        raise UserError(f"{host}: bad checkpoint summary from the host: {exc.reason}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        detail = hostdata.one_line(f"{type(exc).__name__}: {exc}")
+        raise UserError(f"{host}: bad checkpoint summary from the host ({detail})") from None
+    return checked
 
 
 def format_summary(s: dict) -> str:
@@ -145,7 +160,7 @@ def format_ceiling(
     ]
     notes = ceiling_notes(points, gbs, source)
     lines = []
-    for row, point in zip(notes["rows"], points):
+    for row, point in zip(notes["rows"], points, strict=False):
         ceiling = "unknown" if row["ceiling_tok_s"] is None else f"{row['ceiling_tok_s']:.1f} tok/s"
         line = f"single-stream decode ceiling of {row['label']}: {ceiling} at {gbs:g} GB/s ({source})"
         if point["tok_s"]:

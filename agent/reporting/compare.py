@@ -14,6 +14,7 @@ from typing import Any
 
 from agent.judging import stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Ranking
+from agent.reporting.escape import md, rich
 from agent.reporting.markdown import num, pct
 
 REGRESSION, IMPROVEMENT, WITHIN_NOISE = "regression", "improvement", "within noise"
@@ -122,8 +123,8 @@ def _attested(side: Sequence[CellSummary]) -> list[str]:
 
 
 def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> str:
-    lines = [f"# spark-agent compare: A = {name_a}, B = {name_b}", ""]
-    lines += [f"**Warning:** {w}." for w in cmp.warnings] + ([""] if cmp.warnings else [])
+    lines = [f"# spark-agent compare: A = {md(name_a)}, B = {md(name_b)}", ""]
+    lines += [f"**Warning:** {md(w)}." for w in cmp.warnings] + ([""] if cmp.warnings else [])
     n_reg, n_imp = len(cmp.regressions), sum(d.status == IMPROVEMENT for d in cmp.diffs)
     lines += [
         f"{len(cmp.diffs)} points compared: {n_reg} regression(s) and {n_imp} improvement(s) beyond the "
@@ -136,7 +137,7 @@ def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> st
     ]
     for d in cmp.diffs:
         lines.append(
-            f"| {d.label} | {d.concurrency} | {_med(d.a)} | {_spr(d.a)} | {_med(d.b)} | {_spr(d.b)} "
+            f"| {md(d.label)} | {d.concurrency} | {_med(d.a)} | {_spr(d.a)} | {_med(d.b)} | {_spr(d.b)} "
             f"| {d.ratio:.3f} | {d.status.upper() if d.status == REGRESSION else d.status} "
             f"| {d.ranking.rule} |"
         )
@@ -146,7 +147,7 @@ def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> st
         ("Not compared (INVALID or failed)", cmp.not_compared),
     ):
         if items:
-            lines += ["", f"## {title}", ""] + [f"- {x}" for x in items]
+            lines += ["", f"## {title}", ""] + [f"- {md(x)}" for x in items]
     return "\n".join(lines) + "\n"
 
 
@@ -161,13 +162,13 @@ def _spr(p: Point) -> str:
 def comparison_table(cmp: Comparison) -> Any:
     from rich.table import Table
 
-    table = Table(title="B / A, median output tok/s", caption="; ".join(cmp.warnings) or None)
+    table = Table(title="B / A, median output tok/s", caption=rich("; ".join(cmp.warnings)) or None)
     for col in ("cell", "c", "A", "B", "B/A", "verdict"):
         table.add_column(col, justify="left" if col in ("cell", "verdict") else "right")
     colour = {REGRESSION: "bold red", IMPROVEMENT: "green", WITHIN_NOISE: "dim"}
     for d in cmp.diffs:
-        table.add_row(
-            d.label,
+        table.add_row(  # rich markup: labels carry spec and host text
+            rich(d.label),
             str(d.concurrency),
             f"{_med(d.a)} ({_spr(d.a)})",
             f"{_med(d.b)} ({_spr(d.b)})",

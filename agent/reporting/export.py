@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from agent.judging.stats import backend_label, cell_verdict, hardware_label
+from agent.reporting.escape import csv_cell
 
 CELL_COLUMNS = [
     "sweep",
@@ -118,7 +119,8 @@ def to_csv(table: Sequence[dict[str, Any]]) -> str:
     writer = csv.DictWriter(buf, fieldnames=columns(table), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in table:
-        writer.writerow({k: "; ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()})
+        flat = {k: "; ".join(map(str, v)) if isinstance(v, list) else v for k, v in row.items()}
+        writer.writerow({k: csv_cell(v) for k, v in flat.items()})  # host text must not become a formula
     return buf.getvalue()
 
 

@@ -1,12 +1,15 @@
 """report.html: the very markdown report.md holds, turned into one self-contained page (plots embedded as data:
-URIs, so it works from file://). Only the markdown subset agent.reporting.markdown writes is understood."""
+URIs, so it works from file://). Only the markdown subset agent.reporting.markdown writes is understood: headings,
+paragraphs, lists, pipe tables, fenced code, images, `code` spans (any fence length), **bold** and backslash escapes.
+Every character of text is HTML-escaped; no markup from the markdown reaches the page except the tags made here."""
 
 from __future__ import annotations
 
 import base64
-import html
 import re
 from typing import TYPE_CHECKING
+
+from agent.reporting.escape import html
 
 if TYPE_CHECKING:
     from agent.reporting.markdown import ReportData
@@ -23,13 +26,15 @@ tr.unstable td { background: #fff3cd; } tr.invalid td { background: #f8d7da; } t
 """
 
 IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)]+)\)$")
+FENCE = re.compile(r"^(`{3,})[A-Za-z0-9_-]*$")
+PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")  # what a backslash escapes (CommonMark)
 
 
 def render(data: ReportData, images: dict[str, bytes]) -> str:
     from agent.reporting.markdown import render_markdown
 
     body = markdown_to_html(render_markdown(data, images), images)
-    title = html.escape(", ".join(data.provenance["sweeps"]) or "results")
+    title = html(", ".join(data.provenance["sweeps"]) or "results")
     return (
         f'<!doctype html>\n<html><head><meta charset="utf-8"><title>spark-agent report: {title}</title>'
         f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"
@@ -42,9 +47,11 @@ def markdown_to_html(text: str, images: dict[str, bytes]) -> str:
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line.startswith("```"):
-            end = lines.index("```", i + 1) if "```" in lines[i + 1 :] else len(lines)
-            out.append("<pre><code>" + html.escape("\n".join(lines[i + 1 : end])) + "</code></pre>")
+        fence = FENCE.match(line)
+        if fence:  # closed by a line of the same backticks (escape.md_fence makes it longer than any inside)
+            closing = fence.group(1)
+            end = next((j for j in range(i + 1, len(lines)) if lines[j] == closing), len(lines))
+            out.append("<pre><code>" + "\n".join(html(x) for x in lines[i + 1 : end]) + "</code></pre>")
             i = end + 1
             continue
         if line.startswith("|"):
@@ -75,19 +82,67 @@ def _block(line: str, images: dict[str, bytes]) -> str:
     if image:
         name = image.group(2)
         src = f"data:image/png;base64,{base64.b64encode(images[name]).decode()}" if name in images else name
-        return f'<img alt="{html.escape(image.group(1))}" src="{src}">'
+        return f'<img alt="{html(image.group(1))}" src="{html(src)}">'
     return f"<p>{_inline(line)}</p>" if line.strip() else ""
 
 
+BOLD = object()  # a ** marker in _tokens' output
+
+
 def _inline(text: str) -> str:
-    parts = re.split(r"(`[^`]*`)", text)
-    out = []
-    for part in parts:
-        if part.startswith("`") and part.endswith("`") and len(part) >= 2:
-            out.append(f"<code>{html.escape(part[1:-1])}</code>")
+    """Code spans, backslash escapes and **bold**; everything else is text. Unpaired ** stays literal."""
+    tokens = _tokens(text)
+    markers = [i for i, t in enumerate(tokens) if t is BOLD]
+    paired = set(markers[: len(markers) // 2 * 2])
+    out, open_ = [], False
+    for i, t in enumerate(tokens):
+        if t is BOLD:
+            if i in paired:
+                out.append("</b>" if open_ else "<b>")
+                open_ = not open_
+            else:
+                out.append("**")
         else:
-            out.append(re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(part)))
+            out.append(str(t))
     return "".join(out)
+
+
+def _tokens(text: str) -> list[object]:
+    """HTML pieces (already escaped) and BOLD markers."""
+    out: list[object] = []
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text) and text[i + 1] in PUNCTUATION:
+            out.append(html(text[i + 1]))
+            i += 2
+        elif c == "`":
+            run = len(text[i:]) - len(text[i:].lstrip("`"))
+            close = _closing_run(text, i + run, run)
+            if close < 0:
+                out.append("`" * run)
+                i += run
+                continue
+            code = text[i + run : close]
+            if len(code) > 1 and code.startswith(" ") and code.endswith(" ") and code.strip():
+                code = code[1:-1]
+            out.append(f"<code>{html(code)}</code>")
+            i = close + run
+        elif text.startswith("**", i):
+            out.append(BOLD)
+            i += 2
+        else:
+            out.append(html(c))
+            i += 1
+    return out
+
+
+def _closing_run(text: str, start: int, run: int) -> int:
+    """Where a run of exactly `run` backticks starts at or after `start`; -1 if none."""
+    for m in re.finditer(r"`+", text[start:]):
+        if len(m.group(0)) == run:
+            return start + m.start()
+    return -1
 
 
 def _list(lines: list[str]) -> str:
@@ -104,8 +159,36 @@ def _list(lines: list[str]) -> str:
     return "".join(out)
 
 
+def _cells(line: str) -> list[str]:
+    """A table row's cells: split on | that is neither escaped nor inside a code span."""
+    cells, cell, i, code = [], [], 0, 0
+    body = line.strip()
+    body = body[1:] if body.startswith("|") else body
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            cell.append(body[i : i + 2])
+            i += 2
+            continue
+        if c == "`":
+            run = len(body[i:]) - len(body[i:].lstrip("`"))
+            code = 0 if code == run else (code or run)  # inside a span until the same run closes it
+            cell.append("`" * run)
+            i += run
+            continue
+        if c == "|" and not code:
+            cells.append("".join(cell).strip())
+            cell = []
+        else:
+            cell.append(c)
+        i += 1
+    if "".join(cell).strip():
+        cells.append("".join(cell).strip())
+    return cells
+
+
 def _table(lines: list[str]) -> str:
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines if not line.startswith("|---")]
+    rows = [_cells(line) for line in lines if not line.startswith("|---")]
     head, body = rows[0], rows[1:]
     out = ["<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"]
     for row in body:

@@ -17,6 +17,7 @@ from typing import Any
 from agent.errors import UserError
 from agent.judging import stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
+from agent.reporting.escape import md, md_code, md_fence, rich
 from agent.results.tree import load_cells
 
 PLOTS = {  # file name → (title, y label, which Stat of a point)
@@ -141,22 +142,21 @@ def dropped_env(cell: dict[str, Any]) -> list[str]:
     ]
 
 
-def failure_text(cell: dict[str, Any]) -> str:
-    """What went wrong with a failed cell, in a few words: "failed to start (class `oom`)", or for a server that
-    died mid-cell "engine died at <time> during c004-r2 (cuda_error): <root-cause line>"."""
+def death_text(cell: dict[str, Any]) -> tuple[str, str] | None:
+    """For a server that died mid-cell, plain text (escape it where it is shown): ("engine died at <time> during
+    c004-r2 (cuda_error)", "<root-cause log line>"); None for any other cell."""
     died = cell.get("died")
-    if cell.get("failure_class") == "engine_died" and isinstance(died, dict):
-        where = str(died.get("window", ""))
-        where = where if where.startswith(("after ", "at ")) or not where else f"during {where}"
-        return (
-            f"engine died at {died.get('at') or '?'}{' ' + where if where else ''} ({died.get('cause') or 'other'}): "
-            f"`{died.get('root_cause') or died.get('how') or '?'}`"
-        )
-    return f"failed to start (class `{cell.get('failure_class') or 'other'}`)"
+    if cell.get("failure_class") != "engine_died" or not isinstance(died, dict):
+        return None
+    where = str(died.get("window", ""))
+    where = where if where.startswith(("after ", "at ")) or not where else f"during {where}"
+    said = f"engine died at {died.get('at') or '?'}{' ' + where if where else ''} ({died.get('cause') or 'other'})"
+    return said, str(died.get("root_cause") or died.get("how") or "?")
 
 
 def cell_name(s: CellSummary) -> str:
-    return f"{s.cell.get('host', '?')}/{s.checkpoint}/{s.backend}"
+    """host/checkpoint/backend, as Markdown text."""
+    return md(f"{s.cell.get('host', '?')}/{s.checkpoint}/{s.backend}")
 
 
 def values_text(st: Stat | None) -> str:
@@ -167,57 +167,60 @@ def values_text(st: Stat | None) -> str:
 
 
 def verdict_lines(rec: Recommendation) -> list[str]:
-    """Markdown lines for one (hardware, quant): winner + margin, or cannot rank; then who is slower and by how much."""
-    lines = [f"### {rec.hardware} · {rec.quant}", ""]
+    """Markdown lines for one (hardware, quant): winner + margin, or cannot rank; then who is slower and by how much.
+    Every value is escaped (escape.md): GPU names and log-derived text come from hosts."""
+    lines = [f"### {md(rec.hardware)} · {md(rec.quant)}", ""]
     if rec.winner:
-        lines.append(f"**Run {rec.winner}.** {rec.reason}.")
+        lines.append(f"**Run {md(rec.winner)}.** {md(rec.reason)}.")
         runner_up = min(rec.versus, key=lambda v: v.ratio_median)
         lines += [
             "",
-            f"Margin: {ratio_text(runner_up.ratio_median)} over the runner-up, {runner_up.backend} "
+            f"Margin: {ratio_text(runner_up.ratio_median)} over the runner-up, {md(runner_up.backend)} "
             f"(median of the per-point ratios; {runner_up.ratio_lo:.2f}× to {runner_up.ratio_hi:.2f}×).",
         ]
     else:
-        lines.append(f"**{CANNOT_RANK.capitalize()}.** {rec.reason}.")
+        lines.append(f"**{CANNOT_RANK.capitalize()}.** {md(rec.reason)}.")
     lines.append("")
     for v in rec.versus:
         amount = slower_text(v.ratio_lo)
         if slower_text(v.ratio_hi) != amount:
             amount = f"{amount} to {slower_text(v.ratio_hi)}"
         lines.append(
-            f"- measured slower: **{v.backend}**, {amount} "
-            f"(median {rec.winner} / {v.backend} = {v.ratio_median:.2f}×); beaten at {v.beaten_at}, "
+            f"- measured slower: **{md(v.backend)}**, {amount} "
+            f"(median {md(rec.winner)} / {md(v.backend)} = {v.ratio_median:.2f}×); beaten at {v.beaten_at}, "
             f"cannot rank at {v.cannot_rank_at}, of {len(v.ratios)} points"
         )
     if rec.per_concurrency:
-        per_c = ", ".join(f"c={c}: {w}" for c, w in rec.per_concurrency.items())
+        per_c = ", ".join(f"c={c}: {md(w)}" for c, w in rec.per_concurrency.items())
         lines += ["", f"Per concurrency: {per_c}."]
     for s in rec.winner_cells:
         lines += [
             "",
-            f"Command ({s.checkpoint}, as measured on {s.cell.get('host', '?')}):",
+            f"Command ({md(s.checkpoint)}, as measured on {md(s.cell.get('host', '?'))}):",
             "",
-            "```sh",
-            serve_command(s.cell),
-            "```",
+            *md_fence(serve_command(s.cell), "sh"),
         ]
-        lines += [f"- dropped by the env rules: {d}" for d in dropped_env(s.cell)]
+        lines += [f"- dropped by the env rules: {md(d)}" for d in dropped_env(s.cell)]
     if rec.invalid or rec.failed:
         lines += [
             "",
             f"Not ranked: {len(rec.invalid)} INVALID cell(s), {len(rec.failed)} failed cell(s) (details below).",
         ]
         lines += [
-            f"- INVALID: {s.backend} on {s.checkpoint} ({'; '.join(s.cell.get('verdict_reasons', [])) or 'no reason'})"
+            f"- INVALID: {md(s.backend)} on {md(s.checkpoint)} "
+            f"({md('; '.join(s.cell.get('verdict_reasons', [])) or 'no reason')})"
             for s in rec.invalid
         ]
-        lines += [
-            f"- engine died: {s.backend} on {s.checkpoint} ({failure_text(s.cell).removeprefix('engine died ')})"
-            if s.cell.get("failure_class") == "engine_died"
-            else f"- failed to start: {s.backend} on {s.checkpoint} (class `{s.cell.get('failure_class') or 'other'}`)"
-            for s in rec.failed
-        ]
+        lines += [_not_ranked_failed(s) for s in rec.failed]
     return lines + [""]
+
+
+def _not_ranked_failed(s: CellSummary) -> str:
+    death = death_text(s.cell)
+    if death:
+        said, root = death
+        return f"- engine died: {md(s.backend)} on {md(s.checkpoint)} ({md(said.removeprefix('engine died '))}: {md_code(root)})"
+    return f"- failed to start: {md(s.backend)} on {md(s.checkpoint)} (class {md_code(s.cell.get('failure_class') or 'other')})"
 
 
 # ---------------------------------------------------------------- markdown
@@ -225,7 +228,7 @@ def verdict_lines(rec: Recommendation) -> list[str]:
 
 def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     p = data.provenance
-    out = [f"# spark-agent report: {', '.join(p['sweeps']) or 'results'}", ""]
+    out = [f"# spark-agent report: {md(', '.join(p['sweeps']) or 'results')}", ""]
     out += provenance_lines(data) + ["", "## What to run", ""]
     for rec in data.recommendations:
         out += verdict_lines(rec)
@@ -247,12 +250,12 @@ def _or_none(lines: list[str]) -> list[str]:
 def provenance_lines(data: ReportData) -> list[str]:
     p = data.provenance
     v = p["verdicts"]
-    hosts = "; ".join(f"{h} ({hw}, fingerprint {fp or '?'})" for h, hw, fp in p["hosts"])
+    hosts = "; ".join(f"{md(h)} ({md(hw)}, fingerprint {md(fp or '?')})" for h, hw, fp in p["hosts"])
     return [
-        f"- Image: {', '.join(p['images']) or 'unknown'}",
-        f"- vLLM version (from the server log): {', '.join(p['vllm_versions']) or 'unknown'}",
+        f"- Image: {md(', '.join(p['images']) or 'unknown')}",
+        f"- vLLM version (from the server log): {md(', '.join(p['vllm_versions']) or 'unknown')}",
         f"- Hosts: {hosts}",
-        f"- Measured: {p['first_started'] or '?'} → {p['last_finished'] or '?'} "
+        f"- Measured: {md(p['first_started'] or '?')} → {md(p['last_finished'] or '?')} "
         f"(wall {duration_text(p['wall_s'])}, cell time {duration_text(p['cell_time_s'])})",
         f"- Cells: {p['cells']} — {v['valid']} valid, {v['invalid']} INVALID, {v['failed']} failed; "
         f"{p['measurements']} measurements, {p['failed_runs']} failed runs, {p['unstable_points']} unstable points",
@@ -327,7 +330,7 @@ def _point_row(s: CellSummary, p: Point) -> list[str]:
 def medians_table_md(summaries: Sequence[CellSummary]) -> list[str]:
     head = "| " + " | ".join(MEDIAN_COLUMNS) + " |"
     rule = "|" + "|".join("---" for _ in MEDIAN_COLUMNS) + "|"
-    return [head, rule] + ["| " + " | ".join(r) + " |" for r in median_rows(summaries)]
+    return [head, rule] + ["| " + " | ".join(md(c) for c in r) + " |" for r in median_rows(summaries)]
 
 
 def unstable_lines(summaries: Sequence[CellSummary], threshold: float) -> list[str]:
@@ -341,7 +344,7 @@ def unstable_lines(summaries: Sequence[CellSummary], threshold: float) -> list[s
 
 def failed_run_lines(summaries: Sequence[CellSummary]) -> list[str]:
     return [
-        f"- {cell_name(s)} c={f.concurrency} repeat {f.repeat}: {f.error}" for s in summaries for f in s.failed_runs
+        f"- {cell_name(s)} c={f.concurrency} repeat {f.repeat}: {md(f.error)}" for s in summaries for f in s.failed_runs
     ]
 
 
@@ -353,8 +356,10 @@ def invalid_lines(summaries: Sequence[CellSummary]) -> list[str]:
         att = s.cell.get("attestation", {})
         loaded = att.get("moe_backend_raw") or att.get("moe_backend") or "unknown"
         reasons = "; ".join(s.cell.get("verdict_reasons", [])) or "no reason recorded"
-        lines.append(f"- **{cell_name(s)}** ({s.cell.get('cell_id', '')}): {reasons}. Loaded MoE backend: {loaded}.")
-        lines += [f"    - evidence: `{e}`" for e in s.cell.get("failure_evidence", [])[:3]]
+        lines.append(
+            f"- **{cell_name(s)}** ({md(s.cell.get('cell_id', ''))}): {md(reasons)}. Loaded MoE backend: {md(loaded)}."
+        )
+        lines += [f"    - evidence: {md_code(e)}" for e in s.cell.get("failure_evidence", [])[:3]]
     return lines
 
 
@@ -363,21 +368,22 @@ def failed_cell_lines(summaries: Sequence[CellSummary]) -> list[str]:
     for s in summaries:
         if s.verdict != "failed":
             continue
-        died = s.cell.get("died")
-        if s.cell.get("failure_class") == "engine_died" and isinstance(died, dict):
-            lines.append(f"- **{cell_name(s)}**: {failure_text(s.cell)}")
+        death = death_text(s.cell)
+        if death:
+            died = s.cell["died"]
+            lines.append(f"- **{cell_name(s)}**: {md(death[0])}: {md_code(death[1])}")
             lines.append(
-                f"    - noticed {died.get('detection_s', '?')} s later ({died.get('how', '?')}); "
+                f"    - noticed {md(str(died.get('detection_s', '?')))} s later ({md(str(died.get('how', '?')))}); "
                 f"{len(died.get('windows_kept', []))} window(s) measured before the crash kept, "
                 f"{len(died.get('windows_skipped', []))} skipped"
             )
         else:
             reasons = "; ".join(s.cell.get("verdict_reasons", []))
             lines.append(
-                f"- **{cell_name(s)}**: class `{s.cell.get('failure_class') or 'other'}`"
-                + (f" — {reasons}" if reasons else "")
+                f"- **{cell_name(s)}**: class {md_code(s.cell.get('failure_class') or 'other')}"
+                + (f" — {md(reasons)}" if reasons else "")
             )
-        lines += [f"    - evidence: `{e}`" for e in s.cell.get("failure_evidence", [])[:3]]
+        lines += [f"    - evidence: {md_code(e)}" for e in s.cell.get("failure_evidence", [])[:3]]
     return lines
 
 
@@ -396,21 +402,21 @@ def ceiling_lines(summaries: Sequence[CellSummary]) -> list[str]:
         try:
             gbs, source = bandwidth.bandwidth_for(arch)
         except UserError as exc:
-            lines += [f"- {arch} · {backend}: no ceiling ({exc.message})", ""]
+            lines += [f"- {md(arch)} · {md(backend)}: no ceiling ({md(exc.message)})", ""]
             continue
         notes = bandwidth.ceiling_notes([_ceiling_point(s) for s in cells], gbs, source)
         lines += [
-            f"{arch} · {backend}: {gbs:g} GB/s ({source})",
+            f"{md(arch)} · {md(backend)}: {gbs:g} GB/s ({md(source)})",
             "",
             "| checkpoint | bytes/token | ceiling tok/s | c=1 tok/s | % of ceiling | note |",
             "|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {r['label']} | {r['bytes_per_token']:,} | {num(r['ceiling_tok_s'])} | {num(r['tok_s'])} "
-            f"| {num(r['pct_of_ceiling'])} | {r['note']} |"
+            f"| {md(r['label'])} | {r['bytes_per_token']:,} | {num(r['ceiling_tok_s'])} | {num(r['tok_s'])} "
+            f"| {num(r['pct_of_ceiling'])} | {md(r['note'])} |"
             for r in notes["rows"]
         ]
-        lines += [""] + [f"- {p['note']}" for p in notes["pairs"]] + [""]
+        lines += [""] + [f"- {md(p['note'])}" for p in notes["pairs"]] + [""]
     return lines
 
 
@@ -457,7 +463,7 @@ def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) 
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
     backends = sorted({s.backend for cells in panels.values() for s in cells})
     colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}  # one colour per backend in every panel
-    for ax, (name, cells) in zip(axes.flat, panels.items(), strict=False):  # more axes than panels
+    for ax, (name, cells) in zip(axes.flat, panels.items(), strict=False):
         _panel(ax, name, cells, ylabel, attr, colours)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
@@ -574,10 +580,10 @@ def terminal_table(
     for c in conc:
         table.add_column(f"c={c}", justify="right")
     for s in data.summaries:
-        table.add_row(
-            s.cell.get("host", ""),
-            s.checkpoint,
-            s.backend,
+        table.add_row(  # cells are rich markup: host-derived text is escaped
+            rich(s.cell.get("host", "")),
+            rich(s.checkpoint),
+            rich(s.backend),
             _verdict_markup(s),
             *[_cell_markup(s.points.get(c)) for c in conc],
         )
@@ -585,15 +591,14 @@ def terminal_table(
 
 
 def _verdict_markup(s: CellSummary) -> str:
-    from rich.markup import escape
-
     if s.verdict == "valid":
         return "[green]valid[/]"
     if s.verdict == "invalid":
         return "[yellow]INVALID[/]"
-    if s.cell.get("failure_class") == "engine_died":  # host text: escaped, never read as markup
-        return f"[red]{escape(failure_text(s.cell).replace('`', ''))}[/]"
-    return f"[red]failed: {escape(str(s.cell.get('failure_class') or 'other'))}[/]"
+    death = death_text(s.cell)
+    if death:
+        return f"[red]{rich(death[0] + ': ' + death[1])}[/]"
+    return f"[red]failed: {rich(s.cell.get('failure_class') or 'other')}[/]"
 
 
 def _cell_markup(p: Point | None) -> str:
@@ -606,7 +611,7 @@ def _cell_markup(p: Point | None) -> str:
 
 
 def _caption(recs: Sequence[Recommendation]) -> str:
-    return "  ".join(f"{r.hardware}·{r.quant}: {r.winner or CANNOT_RANK}" for r in recs)
+    return "  ".join(rich(f"{r.hardware}·{r.quant}: {r.winner or CANNOT_RANK}") for r in recs)
 
 
 # ---------------------------------------------------------------- I/O

@@ -7,6 +7,7 @@ cell.toml is written last; its presence means the cell is finished.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import tomllib
 from collections.abc import Iterator
@@ -56,8 +57,23 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.load(fh)
 
 
+# One folder name of the tree: a sweep name, an inventory host name, a cell id. Starting with a letter or digit and
+# without separators, none of them can be ".", "..", hidden, absolute or a path of several parts.
+PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+CELL_ID = re.compile(r"[0-9a-f]{12}")
+
+
+def path_part(name: str, what: str) -> str:
+    """name, if it is one plain folder name; ValueError otherwise (nothing may be written outside the tree)."""
+    if not isinstance(name, str) or not PART.fullmatch(name):
+        raise ValueError(f"{what} {name!r} cannot name a results folder (letters, digits, . _ - only)")
+    return name
+
+
 def cell_dir(root: Path, sweep: str, host: str, cell_id: str) -> Path:
-    return Path(root) / sweep / host / cell_id
+    if not isinstance(cell_id, str) or not CELL_ID.fullmatch(cell_id):
+        raise ValueError(f"cell id {cell_id!r} is not 12 hex characters")
+    return Path(root) / path_part(sweep, "sweep") / path_part(host, "host") / cell_id
 
 
 def is_finished(root: Path, sweep: str, host: str, cell_id: str) -> bool:

@@ -1,15 +1,15 @@
 """Collect: turn what a host sent back (one tar per cell) into the results tree, then attest it.
 
-The tar holds server.log, launch.txt, serve.json (startup outcome) and cNNN-rK.json (one per window).
+The tar holds server.log, launch.txt, serve.json (startup outcome), cNNN-rK.json (one per window) and died.json
+(only when the server died mid-cell).
 Measurements are written first, cell.toml last, each atomically: a crash never leaves a finished-looking cell.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import os
 import shutil
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -20,94 +20,142 @@ from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import verdict
 from agent.planning.matrix import Cell
 from agent.results import tree as results
+from agent.running import archive, hostdata
 
 INCOMING = ".incoming"
+STAGING_PREFIX = ".receiving-"  # inside the cell's own folder, removed before finalize_cell returns
+BAD_HOST_DATA = "bad_host_data"
 
 
 def incoming_tar(root: Path, sweep: str, host: str, cell_id: str) -> Path:
-    return Path(root) / INCOMING / sweep / host / f"{cell_id}.tar"
+    """Where the collect playbook fetches a cell's tar to: every part checked like the results folder's."""
+    folder = results.cell_dir(Path(root) / INCOMING, sweep, host, cell_id)
+    return folder.parent / f"{cell_id}.tar"
 
 
 def finalize_cell(
     root: Path, cell: Cell, facts: dict[str, Any], started: float, finished: float, measure_s: float = 0.0
 ) -> dict | None:
-    """Write the cell's results from its incoming tar. Returns the cell record, or None if nothing came back."""
+    """Write the cell's results from its incoming tar. Returns the cell record, or None if nothing came back.
+
+    Nothing from the archive is trusted (agent/running/archive.py, hostdata.py): a bad archive or a bad shape in it
+    makes the cell failed with class bad_host_data, and nothing outside the cell's own folder is created."""
     tar_path = incoming_tar(root, cell.sweep, cell.host, cell.id)
-    if not tar_path.exists():
+    if not tar_path.is_file() or tar_path.is_symlink():
         return None
-    with tempfile.TemporaryDirectory(prefix="spark-agent-collect-") as tmp:
-        with tarfile.open(tar_path) as tar:
-            tar.extractall(tmp, filter="data")
-        record = _write_cell(root, cell, facts, Path(tmp), started, finished, measure_s)
+    dest = results.cell_dir(root, cell.sweep, cell.host, cell.id)
+    dest.mkdir(parents=True, exist_ok=True)
+    _clear_previous(dest)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=dest))
+    try:
+        try:
+            archive.unpack(tar_path, staging)
+            received = _read_received(staging, cell)
+        except hostdata.BadHostData as exc:
+            record = _bad_host_data_record(cell, facts, exc.reason, started, finished)
+        else:
+            record = _write_cell(dest, cell, facts, staging, received, started, finished, measure_s)
+        results.atomic_write_toml(dest / results.CELL_FILE, record)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     tar_path.unlink()
     return record
 
 
-def _write_cell(
-    root: Path, cell: Cell, facts: dict, src: Path, started: float, finished: float, measure_s: float
+def record_bad_host_data(
+    root: Path, cell: Cell, facts: dict[str, Any], reason: str, started: float, finished: float
 ) -> dict:
+    """A cell whose host answered with a bad shape (serve or bench result): failed, bad_host_data, the reason."""
     dest = results.cell_dir(root, cell.sweep, cell.host, cell.id)
     dest.mkdir(parents=True, exist_ok=True)
-    log_text = (src / "server.log").read_text(errors="replace") if (src / "server.log").exists() else ""
-    serve = json.loads((src / "serve.json").read_text()) if (src / "serve.json").exists() else {}
+    _clear_previous(dest)
+    record = _bad_host_data_record(cell, facts, reason, started, finished)
+    results.atomic_write_toml(dest / results.CELL_FILE, record)
+    return record
+
+
+def clear_cell_incoming(root: Path, cell: Cell) -> None:
+    incoming_tar(root, cell.sweep, cell.host, cell.id).unlink(missing_ok=True)
+
+
+def _clear_previous(dest: Path) -> None:
+    """A re-run (--fresh) replaces the cell whole: cell.toml goes first, so a crash here leaves it unfinished."""
+    for path in [dest / results.CELL_FILE, *dest.glob("c[0-9]*-r*.toml"), dest / "server.log", dest / "launch.txt"]:
+        path.unlink(missing_ok=True)
+    for leftover in dest.glob(STAGING_PREFIX + "*"):  # a controller killed while it was receiving
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _read_received(staging: Path, cell: Cell) -> dict[str, Any]:
+    """serve.json, launch.txt and the measurement windows, validated; server.log stays a file (it can be large)."""
+    serve_path, launch_path = staging / "serve.json", staging / "launch.txt"
+    serve = hostdata.serve_status(_json(serve_path)) if serve_path.exists() else {}
+    launch = _utf8(launch_path).strip() if launch_path.exists() else None
+    runs = {}
+    for path in sorted(staging.iterdir()):
+        if archive.RUN_FILE.fullmatch(path.name):
+            run = hostdata.run_result(_json(path), path.name)
+            name = results.run_name(run["concurrency"], run["repeat"])
+            if name != path.name.removesuffix(".json") + ".toml":
+                raise hostdata.BadHostData(f"{path.name} holds concurrency {run['concurrency']} repeat {run['repeat']}")
+            runs[name] = dict(run, schema=results.SCHEMA, cell_id=cell.id)
+    died_path = staging / DIED_FILE
+    died = hostdata.died_record(_json(died_path), DIED_FILE) if died_path.exists() else {}
+    return {"serve": serve, "launch": launch, "runs": runs, "died": died}
+
+
+def _utf8(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise hostdata.BadHostData(f"{path.name} is not UTF-8") from None
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(_utf8(path), parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise hostdata.BadHostData(f"{path.name} is not valid JSON ({exc})") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")  # NaN and Infinity are not JSON
+
+
+def _write_cell(
+    dest: Path,
+    cell: Cell,
+    facts: dict,
+    src: Path,
+    received: dict[str, Any],
+    started: float,
+    finished: float,
+    measure_s: float,
+) -> dict:
+    log_path = src / "server.log"
+    # kept byte for byte (a log cut mid-character by a kill is still the log); parsed with replacement characters
+    log_text = log_path.read_bytes().decode("utf-8", errors="replace") if log_path.exists() else ""
+    serve = received["serve"]
     for name in ("server.log", "launch.txt"):
         if (src / name).exists():
-            results.atomic_write_bytes(dest / name, (src / name).read_bytes())
-    died = _died(src / DIED_FILE)
-    runs = _write_runs(dest, cell, src, died)
+            os.replace(src / name, dest / name)  # same folder tree: the rename is atomic
+    died = received["died"]
+    for name, run in received["runs"].items():
+        # a server that died in this cell: every window but the one it died in came before the crash
+        run["before_crash"] = bool(died) and not run["engine_died"]
+        results.atomic_write_toml(dest / name, run)
     attestation = logparse.parse(log_text)
     outcome = verdict.verdict(_requested(cell), attestation, env_set=sorted(cell.env))
     failure = serve.get("failure") or {}
     if not serve.get("ready") and not failure:
         failure = attestation.get("failure") or {"class": "other", "evidence": ["the server never became ready"]}
-    record = _cell_record(cell, facts, attestation, outcome, failure, serve, len(runs), started, finished)
+    record = _cell_record(cell, facts, attestation, outcome, failure, serve, len(received["runs"]), started, finished)
     if died:
-        _record_death(record, _death(cell, died, attestation, runs))
-    if (src / "launch.txt").exists():  # the host wrote what it really ran
-        record["launch"]["command"] = (src / "launch.txt").read_text().strip()
+        _record_death(record, _death(cell, died, attestation, list(received["runs"].values())))
+    if received["launch"] is not None:  # the host wrote what it really ran
+        record["launch"]["command"] = received["launch"]
     record["measure_s"] = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
-    results.atomic_write_toml(dest / results.CELL_FILE, record)
     return record
-
-
-def _write_runs(dest: Path, cell: Cell, src: Path, died: dict) -> list[dict]:
-    """The windows, as written; when the server died in this cell every window but the one it died in is marked
-    before_crash (nothing is measured after a death)."""
-    runs = []
-    for path in sorted(src.glob("c[0-9][0-9][0-9]-r*.json")):
-        run = json.loads(path.read_text())
-        run.update(schema=results.SCHEMA, cell_id=cell.id)
-        run["engine_died"] = run.get("engine_died") is True
-        run["before_crash"] = bool(died) and not run["engine_died"]
-        results.atomic_write_toml(dest / results.run_name(int(run["concurrency"]), int(run["repeat"])), run)
-        runs.append(run)
-    return runs
-
-
-def _died(path: Path) -> dict:
-    """died.json from the host ({} when the server did not die), reduced to checked types and bounded strings."""
-    if not path.exists():
-        return {}
-    try:
-        raw = json.loads(path.read_text(errors="replace")[:65536])
-    except ValueError:
-        raw = {}
-    raw = raw if isinstance(raw, dict) else {}
-
-    def when(key: str) -> float:
-        value = raw.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return 0.0
-        return max(float(value), 0.0)
-
-    code = raw.get("exit_code")
-    return {
-        "at": when("at"),
-        "detected_at": when("detected_at") or when("at"),
-        "how": str(raw.get("how") or "the server died (the host's record is unreadable)")[:300],
-        "window": str(raw.get("window") or "")[:80],
-        "exit_code": code if isinstance(code, int) and not isinstance(code, bool) else None,
-    }
 
 
 def _death(cell: Cell, died: dict, attestation: dict, runs: list[dict]) -> dict:
@@ -148,6 +196,14 @@ def _record_death(record: dict, death: dict) -> None:
         failure_root_cause=death["root_cause"],
         died=death,
     )
+
+
+def _bad_host_data_record(cell: Cell, facts: dict, reason: str, started: float, finished: float) -> dict:
+    """The host sent back something we refuse: the cell is failed, with the reason; none of it is kept."""
+    failure = {"class": BAD_HOST_DATA, "evidence": [reason], "root_cause": reason}
+    record = _cell_record(cell, facts, {}, {"reasons": []}, failure, {"ready": False}, 0, started, finished)
+    record["verdict_reasons"] = [f"bad host data: {reason}"]
+    return record
 
 
 def _requested(cell: Cell) -> dict[str, str]:
@@ -211,4 +267,4 @@ def _launch_line(cell: Cell) -> str:
 
 def clear_incoming(root: Path, sweep: str) -> None:
     """Leftovers of a killed run are never half-counted: they are dropped and the cell is measured again."""
-    shutil.rmtree(Path(root) / INCOMING / sweep, ignore_errors=True)
+    shutil.rmtree(Path(root) / INCOMING / results.path_part(sweep, "sweep"), ignore_errors=True)

@@ -18,6 +18,8 @@ from typing import Any
 import ansible_runner
 import structlog
 
+from agent.running.hostdata import one_line
+
 REPO = Path(__file__).resolve().parent.parent.parent
 PLAYBOOKS = REPO / "playbooks"
 ANSIBLE_CFG = REPO / "ansible.cfg"
@@ -61,9 +63,13 @@ def ansible_env() -> dict[str, str]:
     }
 
 
+MAX_MESSAGE = 500  # a host's failure message, as we quote it
+
+
 def _failure_message(res: dict[str, Any]) -> str:
+    """The last line of what failed, as one bounded line: it is host text and ends up in errors and logs."""
     msg = res.get("msg") or res.get("stderr") or res.get("module_stderr") or "failed"
-    return str(msg).strip().splitlines()[-1] if str(msg).strip() else "failed"
+    return one_line(str(msg).strip().splitlines()[-1] if str(msg).strip() else "failed", MAX_MESSAGE)
 
 
 class _Collector:

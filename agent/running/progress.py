@@ -15,6 +15,7 @@ from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainin
 from rich.progress import Progress as RichProgress
 
 from agent.planning.matrix import Cell
+from agent.reporting.escape import rich
 
 
 def _cell_seconds(cell: Cell) -> float:
@@ -52,7 +53,8 @@ class Progress:
         self.display.start()
         for host, cells in todo.items():
             total = sum(_cell_seconds(c) for c in cells) or 1.0
-            self.bars[host] = self.display.add_task(f"{len(cells)} cells to run", total=total, host=host)
+            # fields and descriptions are rich markup: names are escaped (escape.rich), our own tags are not
+            self.bars[host] = self.display.add_task(f"{len(cells)} cells to run", total=total, host=rich(host))
 
     def stop(self) -> None:
         if self.display:
@@ -63,23 +65,22 @@ class Progress:
         if not self.display or host not in self.bars:
             return
         with self.lock:
-            kwargs = {"advance": advance}
-            if description is not None:
-                kwargs["description"] = description
-            self.display.update(self.bars[host], **kwargs)
+            self.display.update(self.bars[host], advance=advance, description=description)
 
     def cell_started(self, host: str, cell: Cell) -> None:
         self.current[host] = cell
-        self._update(host, description=f"{cell.label} [dim]{cell.id}[/] starting server")
+        self._update(host, description=f"{rich(cell.label)} [dim]{cell.id}[/] starting server")
 
     def cell_finished(self, host: str, cell: Cell, record: dict | None) -> None:
         """Whatever the cell did not measure (a failed start skips its windows) is skipped on the bar too."""
         remaining = _cell_seconds(cell) - self.advanced.pop(host, 0.0)
         verdict = record["verdict"] if record else "lost"
-        self._update(host, advance=max(remaining, 0.0), description=f"{cell.label} [dim]{cell.id}[/] {verdict}")
+        self._update(
+            host, advance=max(remaining, 0.0), description=f"{rich(cell.label)} [dim]{cell.id}[/] {rich(verdict)}"
+        )
 
     def host_failed(self, host: str, message: str) -> None:
-        self._update(host, description=f"[red]stopped: {message[:80]}")
+        self._update(host, description=f"[red]stopped: {rich(message[:80])}")
 
     def event_hook(self, host: str) -> Callable[[dict], None]:
         def hook(event: dict) -> None:
@@ -89,7 +90,9 @@ class Progress:
             if cell is None:
                 return
             if kind == "runner_on_ok" and task == "serve":
-                self._update(host, description=f"{cell.label} [dim]{cell.id}[/] c={cell.config['concurrency'][0]}")
+                self._update(
+                    host, description=f"{rich(cell.label)} [dim]{cell.id}[/] c={cell.config['concurrency'][0]}"
+                )
             elif kind == "runner_item_on_ok" and task == "bench":
                 level = data.get("res", {}).get("level")
                 windows = cell.config["warmup"] + cell.config["repeats"]
@@ -104,7 +107,7 @@ class Progress:
                 self._update(
                     host,
                     advance=step,
-                    description=f"{cell.label} [dim]{cell.id}[/] " + (f"c={nxt}" if nxt else "collecting"),
+                    description=f"{rich(cell.label)} [dim]{cell.id}[/] " + (f"c={nxt}" if nxt else "collecting"),
                 )
 
         return hook

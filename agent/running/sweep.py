@@ -22,7 +22,7 @@ from agent.planning.inventory import Host, check_reachable
 from agent.planning.matrix import Cell
 from agent.planning.spec import Spec
 from agent.results import tree as results
-from agent.running import collect
+from agent.running import collect, hostdata
 from agent.running import playbooks as fleet
 from agent.running.progress import Progress
 
@@ -50,7 +50,20 @@ def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, dict[str, Any]
     """Host facts (the fingerprint stored with every result), from the provision playbook's facts step."""
     run = fleet.run_playbook("provision", inventory, {"image": ""}, limit=_limit(hosts), tags="facts")
     _raise_host_errors(run, "gathering facts")
-    return {h.name: run.results[h.name]["facts"]["spark_facts"] for h in hosts}
+    return validated_facts(run, hosts)
+
+
+def validated_facts(run: fleet.FleetRun, hosts: list[Host]) -> dict[str, dict[str, Any]]:
+    """Each host's spark_facts, checked (agent/running/hostdata.py); a bad shape is a clear host error."""
+    try:
+        return {h.name: hostdata.facts(_task(run, h.name, "facts").get("spark_facts"), h.name) for h in hosts}
+    except hostdata.BadHostData as exc:
+        raise UserError(f"gathering facts failed: {exc.reason}") from None
+
+
+def _task(run: fleet.FleetRun, host: str, task: str) -> dict[str, Any]:
+    result = run.results.get(host, {}).get(task)
+    return result if isinstance(result, dict) else {}
 
 
 def _limit(hosts: list[Host]) -> str:
@@ -87,20 +100,17 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
 
 
 def checkpoint_infos(run: fleet.FleetRun, host: str) -> dict[str, dict]:
-    """What the weight headers on the host say per checkpoint folder (bytes per token for the decode ceiling)."""
+    """What the weight headers on the host say per checkpoint folder (bytes per token for the decode ceiling).
+    Keyed by our own loop item's model; the summary is host data and is validated."""
     out = {}
     for item in run.items.get(host, {}).get("checkpoints", []):
         summary = item.get("summary")
         if summary:
-            out[item["item"]["model"]] = {
-                "bytes_per_token": int(summary.get("bytes_per_token", 0)),
-                "total_gib": float(summary.get("total_gib", 0.0)),
-                "packed_fp4_tensors": int(summary.get("packed_fp4_tensors", 0)),
-                "high_precision_weights": int(summary.get("high_precision_weights", 0)),
-                "expert_format": str(summary.get("expert_format", "")),
-                "mtp_present": bool(summary.get("mtp", {}).get("present", False)),
-                "mtp_quantized": bool(summary.get("mtp", {}).get("quantized", False)),
-            }
+            try:
+                model = hostdata.text((item.get("item") or {}).get("model"), f"host {host}: checkpoint item")
+                out[model] = hostdata.checkpoint_summary(summary, f"host {host}: checkpoint {model}")
+            except hostdata.BadHostData as exc:
+                raise UserError(f"provisioning failed: {exc.reason}") from None
     return out
 
 
@@ -117,6 +127,11 @@ def run_sweep(
     """Run every cell of the spec on every host. Returns what happened; the results tree holds the numbers."""
     cancel = cancel or threading.Event()
     progress = progress or Progress(enabled=False)
+    for h in hosts:  # a host name becomes a folder of the results tree
+        try:
+            results.path_part(h.name, "host")
+        except ValueError as exc:
+            raise UserError(f"{inventory}: {exc}") from None
     warnings = plan.spec_warnings(spec)
     for w in warnings:
         log.warning("spec_warning", warning=w)
@@ -232,7 +247,7 @@ def run_cell(
     started = time.time()
     progress.cell_started(host.name, cell)
     extravars = {
-        "cell": cell.playbook_vars(),
+        "cell": hostdata.unsafe(cell.playbook_vars()),  # facts reach it (the simulator's chip): never a template
         "sweep": cell.sweep,
         "results_dir": str(Path(results_root).resolve()),
         "controller": controller_identity(cell.sweep, cell.id),
@@ -245,12 +260,20 @@ def run_cell(
         run = fleet.run_playbook(
             "cell", inventory, extravars, limit=host.name, on_event=progress.event_hook(host.name), cancel=cancel
         )
-    serve = run.results.get(host.name, {}).get("serve", {})
-    if serve.get("host_error"):  # busy, port taken, no docker...: the cell is not measured, nor counted as failed
-        raise UserError(f"host {host.name}: {serve.get('msg')}")
+    try:
+        serve = hostdata.serve_result(run.results.get(host.name, {}).get("serve", {}), "serve result")
+        bench = [hostdata.bench_item(i, "bench result") for i in run.items.get(host.name, {}).get("bench", [])]
+    except hostdata.BadHostData as exc:  # the archive is not read: the host already lied once
+        collect.clear_cell_incoming(results_root, cell)
+        rejected = collect.record_bad_host_data(results_root, cell, facts, exc.reason, started, time.time())
+        progress.cell_finished(host.name, cell, rejected)
+        log.error("bad_host_data", host=host.name, cell=cell.id, reason=exc.reason)
+        return rejected
+    if serve["host_error"]:  # busy, port taken, no docker...: the cell is not measured, nor counted as failed
+        raise UserError(f"host {host.name}: {hostdata.one_line(serve['msg'])}")
     if host.name in run.unreachable:
         raise UserError(f"host {host.name} became unreachable: {run.unreachable[host.name]}")
-    measure_s = sum(float(i.get("elapsed_s", 0.0)) for i in run.items.get(host.name, {}).get("bench", []))
+    measure_s = sum(i["elapsed_s"] for i in bench)
     record = collect.finalize_cell(results_root, cell, facts, started, time.time(), measure_s)
     progress.cell_finished(host.name, cell, record)
     log.info(
@@ -268,15 +291,19 @@ def run_cell(
 def _stale_lock_reclaimed(inventory: Path, host: Host, run: fleet.FleetRun) -> bool:
     """A lock held by an earlier run of ours on this controller whose process is gone (e.g. SIGKILL) is stale:
     stop that run's server and take over. A lock held by anyone else is never touched."""
-    serve = run.results.get(host.name, {}).get("serve", {})
-    holder = serve.get("holder") or {}
-    if not serve.get("busy") or not holder:
+    try:
+        serve = hostdata.serve_result(run.results.get(host.name, {}).get("serve", {}), "serve result")
+    except hostdata.BadHostData as exc:
+        log.error("bad_host_data", host=host.name, reason=exc.reason, action="the lock is left alone")
         return False
-    ours = holder.get("controller_host") == controller_identity("", "")["controller_host"]
-    if not ours or psutil.pid_exists(int(holder.get("controller_pid", 0))):
+    holder = serve["holder"]
+    if not serve["busy"] or not holder["cell_id"] or not holder["controller_pid"]:
+        return False  # only a record naming one of our cells (12 hex, checked) is ever passed to a playbook
+    ours = holder["controller_host"] == controller_identity("", "")["controller_host"]
+    if not ours or psutil.pid_exists(holder["controller_pid"]):
         return False
     log.warning("stale_lock", host=host.name, holder=holder, action="stopping the dead run's server")
-    fleet.run_playbook("teardown", inventory, {"cell": {"id": holder.get("cell_id", "")}}, limit=host.name)
+    fleet.run_playbook("teardown", inventory, hostdata.unsafe({"cell": {"id": holder["cell_id"]}}), limit=host.name)
     return True
 
 

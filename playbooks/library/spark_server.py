@@ -7,7 +7,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.spark_hostside import docker, logparse, serving, supervise  # noqa: F401 (loaded for the fork)
 
 ARGS = dict(
-    state=dict(type="str", default="started", choices=["started", "stopped", "status"]),
+    state=dict(type="str", default="started", choices=["started", "stopped", "status", "sealed"]),
     workdir=dict(type="str", required=True),
     cell_id=dict(type="str", default=""),
     runtime=dict(type="str", default="process", choices=["process", "docker"]),
@@ -29,6 +29,8 @@ def main():
     p = module.params
     if p["state"] == "status":
         module.exit_json(changed=False, **supervise.status(p["workdir"]))
+    if p["state"] == "sealed":  # teardown did not seal (it failed): pack what there is, no shell involved
+        module.exit_json(changed=True, sealed=serving.seal(p["workdir"], p["cell_id"]))
     if p["state"] == "stopped":
         result = supervise.stop(p["workdir"], cell_id=p["cell_id"], holder=p["holder"] or None)
         if result.get("ended") and p["cell_id"]:  # it died after the load driver last looked: still a death
