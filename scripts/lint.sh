@@ -6,4 +6,4 @@ cd "$REPO"
 ruff check agent tests bench playbooks
 ruff format --check agent tests bench playbooks
 mypy
-ansible-lint -q playbooks
+ansible-lint -q playbooks inventory

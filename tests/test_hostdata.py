@@ -12,7 +12,7 @@ import yaml
 
 from agent.errors import UserError
 from agent.planning.inventory import Host
-from agent.running import hostdata, sweep
+from agent.running import hostdata, sweep, tasks
 from agent.running import playbooks as fleet
 from agent.running.hostdata import BadHostData
 from tests.hostile import HOSTILE, JINJA, SCRIPT
@@ -145,13 +145,13 @@ def test_a_stale_lock_with_a_hostile_holder_is_never_reclaimed(tmp_path):
     for cell_id in (JINJA, "../../x", "0123456789ab' -e x"):
         run = fleet.FleetRun(rc=2, status="failed")
         holder = {"controller_host": "me", "controller_pid": 2**31 - 1, "cell_id": cell_id}
-        run.results["spark-1"] = {"serve": {"busy": True, "host_error": True, "holder": holder, "msg": "busy"}}
+        run.results["spark-1"] = {tasks.SERVE.name: {"busy": True, "host_error": True, "holder": holder, "msg": "busy"}}
         assert sweep._stale_lock_reclaimed(tmp_path / "no-inventory.yml", host, run) is False
 
 
 def test_hostile_facts_stop_the_sweep_with_a_host_error():
     run = fleet.FleetRun(rc=0, status="successful")
-    run.results["spark-1"] = {"facts": {"spark_facts": dict(FACTS, arch=JINJA)}}
+    run.results["spark-1"] = {tasks.FACTS.name: {"spark_facts": dict(FACTS, arch=JINJA)}}
     with pytest.raises(UserError, match=r"host spark-1: facts\.arch"):
         sweep.validated_facts(run, [Host("spark-1", {})])
 
@@ -187,9 +187,9 @@ def test_unsafe_values_reach_ansible_as_plain_text(tmp_path):
 def test_checkpoint_infos_from_provision_are_validated():
     run = fleet.FleetRun(rc=0, status="successful")
     good = {"item": {"model": "/models/a"}, "summary": {"bytes_per_token": 1000, "total_gib": 2.0, "mtp": {}}}
-    run.items["spark-1"] = {"checkpoints": [good]}
+    run.items["spark-1"] = {tasks.CHECKPOINTS.name: [good]}
     assert sweep.checkpoint_infos(run, "spark-1")["/models/a"]["bytes_per_token"] == 1000
     bad = {"item": {"model": "/models/b"}, "summary": {"bytes_per_token": "1e9", "expert_format": JINJA}}
-    run.items["spark-1"] = {"checkpoints": [good, bad]}
+    run.items["spark-1"] = {tasks.CHECKPOINTS.name: [good, bad]}
     with pytest.raises(UserError, match=r"provisioning failed: host spark-1: checkpoint /models/b.bytes_per_token"):
         sweep.checkpoint_infos(run, "spark-1")

@@ -13,6 +13,7 @@ import yaml
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
+from agent.running import tasks
 from agent.running.sweep import gather_facts, plan_fleet, provision, run_sweep
 
 from .sshd_hosts import inventory_for
@@ -55,7 +56,7 @@ def test_docker_sweep_pulls_by_digest_runs_verifies_and_cleans_up(tmp_path, dock
     facts = gather_facts(docker_inventory, hosts)
     cells = plan_fleet(spec, hosts, facts)
     first = provision(docker_inventory, spec, hosts, cells)
-    assert first.results["spark-a"]["image"]["changed"] is True
+    assert first.results["spark-a"][tasks.IMAGE.name]["changed"] is True
     second = provision(docker_inventory, spec, hosts, cells)
     assert second.changed == {}, "a second provision must report no changes"
 
@@ -84,7 +85,5 @@ def test_missing_digest_fails_provision_with_the_pull_error(tmp_path, docker_inv
     with pytest.raises(UserError) as exc:
         run_sweep(spec, docker_inventory, hosts, tmp_path / "results")
     assert (
-        ("host spark-a" in exc.value.message
-        and "manifest unknown" in exc.value.message.lower())
-        or "not found" in exc.value.message.lower()
-    )
+        "host spark-a" in exc.value.message and "manifest unknown" in exc.value.message.lower()
+    ) or "not found" in exc.value.message.lower()

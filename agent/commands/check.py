@@ -9,7 +9,7 @@ from agent.errors import UserError
 from agent.planning import envrules
 from agent.planning.inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
 from agent.reporting.escape import rich
-from agent.running import hostdata
+from agent.running import hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.sweep import gather_facts
 
@@ -79,16 +79,14 @@ def run(args) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     check_reachable(hosts)
     facts = {name: envrules.classify(f) for name, f in gather_facts(args.inventory, hosts).items()}
-    status = fleet.run_playbook(
-        "teardown", args.inventory, {"cell": {"id": ""}}, limit=",".join(h.name for h in hosts), tags="status"
-    )
+    status = fleet.run_playbook(tasks.STATUS.playbook, args.inventory, limit=",".join(h.name for h in hosts))
     table = Table(title="spark-agent check")
     for col in ("host", *_columns({}), "would stop a sweep"):
         table.add_column(col, overflow="fold", style="red" if col == "would stop a sweep" else None)
     problems = 0
     for h in hosts:
         f = facts[h.name]
-        st = lock_status(status.results.get(h.name, {}).get("status", {}), h.name)
+        st = lock_status(status.results.get(h.name, {}).get(tasks.STATUS.name, {}), h.name)
         issues = blockers(h.vars, f, st)
         problems += bool(issues)
         table.add_row(*row(h.name, f, issues))

@@ -8,26 +8,14 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import tomllib
 from pathlib import Path
 
 from agent.errors import UserError
 from agent.running import playbooks as fleet
+from agent.running import tasks
 
 DEFAULT_INVENTORY = fleet.REPO / "inventory" / "local.yml"
-
-_PLAYBOOK = """\
-- name: Resolve an image tag to its digest
-  hosts: all
-  gather_facts: false
-  tasks:
-    - name: resolve
-      spark_image:
-        ref: "{{ spark_pin_tag }}"
-        state: resolved
-        docker_host: "{{ spark_docker_host | default(omit) }}"
-"""
 
 
 def register(subparsers) -> None:
@@ -57,15 +45,14 @@ def resolve_on_host(tag: str, host: str, inventory: str) -> str:
     """Pull `tag` on `host` (through Ansible) and return the pinned `name@sha256:…` it resolves to."""
     if not Path(inventory).is_file():
         raise UserError(f"inventory {inventory} not found; pass one with -i")
-    with tempfile.TemporaryDirectory(prefix="spark-agent-pin-") as tmp:
-        playbook = Path(tmp) / "pin.yml"
-        playbook.write_text(_PLAYBOOK)
-        result = fleet.run_playbook(str(playbook), inventory, extravars={"spark_pin_tag": tag}, limit=host)
+    result = fleet.run_playbook(tasks.RESOLVE.playbook, inventory, extravars={"spark_pin_tag": tag}, limit=host)
     if host in result.unreachable:
         raise UserError(f"{host}: unreachable ({result.unreachable[host]}); check {inventory}")
     if host in result.failures:
-        raise UserError(f"{host}: cannot resolve {tag}: {result.failures[host].removeprefix('resolve: ')}")
-    pinned = result.results.get(host, {}).get("resolve", {}).get("pinned")
+        raise UserError(
+            f"{host}: cannot resolve {tag}: {result.failures[host].removeprefix(tasks.RESOLVE.name + ': ')}"
+        )
+    pinned = result.results.get(host, {}).get(tasks.RESOLVE.name, {}).get("pinned")
     if not pinned:
         reason = next(iter(result.failures.values()), "no result")
         raise UserError(f"host {host} did not resolve {tag} ({reason}); is {host} in {inventory}?")

@@ -15,6 +15,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
+from .errors import HostError
+
 OUR_LABEL = "spark-agent"  # every container we start carries spark-agent=1
 CELL_LABEL = "spark-agent.cell"  # ... and spark-agent.cell=<cell id>
 
@@ -27,7 +29,7 @@ _TAG_RE = re.compile(rf"^(?P<name>{_NAME}):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{{0
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
-class DockerError(RuntimeError):
+class DockerError(HostError, RuntimeError):
     """A docker CLI call failed; the message carries docker's own error text verbatim."""
 
 
@@ -139,9 +141,11 @@ def repo_digests(image: str, docker_env: dict | None = None) -> list[str]:
     return json.loads(out) or []
 
 
-def resolve_tag(tag: str, docker_env: dict | None = None) -> str:
-    """Pull a tag and return the pinned reference `name@sha256:…` it resolves to right now."""
-    _docker(["pull", "--quiet", tag], docker_env)
+def resolve_tag(tag: str, docker_env: dict | None = None, pull: bool = True) -> str:
+    """Pull a tag and return the pinned reference `name@sha256:…` it resolves to right now
+    (pull=False: what the tag already in the local store resolves to)."""
+    if pull:
+        _docker(["pull", "--quiet", tag], docker_env)
     match = _TAG_RE.match(tag)
     name = match.group("name") if match else tag.split("@", 1)[0]
     digests = repo_digests(tag, docker_env)
@@ -366,7 +370,7 @@ def _ps(args: list[str], docker_env: dict | None) -> list[dict]:
     out = _docker(["ps", "--no-trunc", "--format", "\t".join(_PS_FIELDS.values()), *args], docker_env)
     rows = []
     for line in out.splitlines():
-        row = dict(zip(_PS_FIELDS, line.split("\t"), strict=False))  # a short row leaves fields out
+        row = dict(zip(_PS_FIELDS, line.split("\t"), strict=False))
         row["ours"] = row.get("ours") == "1"
         row["command"] = row.get("command", "").strip('"')
         rows.append(row)

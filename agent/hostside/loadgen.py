@@ -32,6 +32,7 @@ import time
 import urllib.parse
 
 from . import metrics
+from .errors import HostError
 
 DEFAULT_TIMEOUT_S = 600.0
 MAX_ERRORS_LISTED = 5
@@ -163,7 +164,7 @@ WORDS = [
 ]
 
 
-class LoadError(Exception):
+class LoadError(HostError):
     """A request failed: bad HTTP status, an error object in the stream, or a broken stream."""
 
 
@@ -225,8 +226,8 @@ def build_request(host: str, port: int, path: str, model: str, prompt: str, max_
         }
     ).encode()
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port:d}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(body):d}\r\nConnection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
 
@@ -265,7 +266,7 @@ async def _body_pieces(reader, headers):
         while left > 0:
             piece = await reader.read(min(left, 65536))
             if not piece:
-                raise LoadError(f"stream closed {left} bytes before the end of the body")
+                raise LoadError(f"stream closed {left:d} bytes before the end of the body")
             left -= len(piece)
             yield piece
     else:
@@ -318,7 +319,7 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
         writer.write(request)
         status, headers = await _read_head(reader)
         if status != 200:
-            raise LoadError(f"HTTP {status}: {await _error_body(reader, headers)}")
+            raise LoadError(f"HTTP {status:d}: {await _error_body(reader, headers)}")
         counted = 0
         pending = b""
         async for piece in _body_pieces(reader, headers):
@@ -346,7 +347,7 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
                     counted += n
                     record.times.append(now)
                     record.tokens.append(n)
-        raise LoadError(f"stream ended without [DONE] after {counted} tokens")
+        raise LoadError(f"stream ended without [DONE] after {counted:d} tokens")
     finally:
         writer.close()
 
@@ -512,7 +513,7 @@ class _Load:
         self.failures_in_row += 1
         # Nothing but failures, many times over: the server is gone; stop instead of spinning to the end.
         if self.failures_in_row >= max(8, 2 * self.concurrency):
-            self.abort_reason = f"aborted after {self.failures_in_row} failed requests in a row; last: {record.error}"
+            self.abort_reason = f"aborted after {self.failures_in_row:d} failed requests in a row; last: {record.error}"
 
 
 async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
@@ -780,7 +781,7 @@ def write_json_atomic(path: str, data: dict) -> None:
 
 
 def result_filename(concurrency: int, repeat: int) -> str:
-    return f"c{concurrency:03d}-r{repeat}.json"
+    return f"c{concurrency:03d}-r{repeat:d}.json"
 
 
 def _levels(text: str):

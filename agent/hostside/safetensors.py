@@ -17,6 +17,8 @@ import re
 import struct
 import sys
 
+from .errors import HostError
+
 HEADER_LIMIT = 100 * 1024 * 1024  # the format's own cap; a larger length means a corrupt file
 
 DTYPE_SIZES = {
@@ -91,7 +93,7 @@ _DIGITS = re.compile(r"\d+")
 _EXPERT_INDEX = re.compile(r"(?:^|\.)experts\.(\d+)\.")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(HostError, ValueError):
     """A path that is not a readable checkpoint. The message names the file and says what to do."""
 
 

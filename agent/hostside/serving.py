@@ -13,11 +13,12 @@ import tarfile
 from pathlib import Path
 
 from . import docker, loadgen, supervise
+from .errors import HostError
 
 DIED_FILE = "died.json"  # in the run folder when the server died mid-cell: when, how, in which window
 
 
-class ServeError(Exception):
+class ServeError(HostError):
     """The cell cannot be served for a reason the user must fix (digest mismatch, no docker, ...)."""
 
 
@@ -29,7 +30,7 @@ def run_dir(workdir: str, cell_id: str) -> Path:
 
 def read_env_file(path: str) -> dict:
     """KEY=VALUE lines, as docker --env-file reads them (no quoting, # comments)."""
-    env = {}
+    env: dict[str, str] = {}
     if not path:
         return env
     for line in Path(os.path.expanduser(path)).read_text().splitlines():
@@ -50,46 +51,58 @@ def launch_command(
     return (assigns + " " if assigns else "") + shlex.join([str(a) for a in argv])
 
 
-def serve_cell(p: dict) -> dict:
+def serve_cell(
+    *,
+    workdir: str,
+    cell_id: str,
+    runtime: str,
+    argv: list,
+    env_file: str,
+    extra_env: dict,
+    image: str,
+    url: str,
+    health_timeout: float,
+    scope: str,
+    evict: bool,
+    holder: dict,
+) -> dict:
     """Start the cell's server and wait until it is healthy, or until the log says it died (fail fast)."""
-    rdir = run_dir(p["workdir"], p["cell_id"])
+    rdir = run_dir(workdir, cell_id)
     clear_results(rdir)
-    env = read_env_file(p["env_file"])
-    if p["runtime"] == "docker" and not shutil.which("docker"):
+    env = read_env_file(env_file)
+    if runtime == "docker" and not shutil.which("docker"):
         raise ServeError(
             "the inventory says spark_runtime=docker but this host has no docker CLI; "
             "install docker (and the NVIDIA container toolkit) or set spark_runtime=process"
         )
-    full_env = dict(env, **{k: str(v) for k, v in (p.get("extra_env") or {}).items()})
-    container = supervise.container_prefix(p["workdir"]) + p["cell_id"]
-    (rdir / "launch.txt").write_text(
-        launch_command(p["runtime"], p["argv"], full_env, p["image"], container, p["cell_id"]) + "\n"
-    )
+    full_env = dict(env, **{k: str(v) for k, v in (extra_env or {}).items()})
+    container = supervise.container_prefix(workdir) + cell_id
+    (rdir / "launch.txt").write_text(launch_command(runtime, argv, full_env, image, container, cell_id) + "\n")
     log_path = str(rdir / "server.log")
     supervise.start(
-        p["cell_id"],
-        p["workdir"],
-        p["runtime"],
-        p["argv"],
+        cell_id,
+        workdir,
+        runtime,
+        argv,
         full_env,
         log_path,
-        p["holder"],
-        image=p["image"],
-        scope=p["scope"],
-        evict=p["evict"],
-        url=p["url"],
+        holder,
+        image=image,
+        scope=scope,
+        evict=evict,
+        url=url,
         docker_present=bool(shutil.which("docker")),
     )
-    outcome = supervise.wait_ready(p["workdir"], p["url"], p["health_timeout"])
-    if outcome["ready"] and p["runtime"] == "docker":
-        info = supervise.status(p["workdir"])["server"]
+    outcome = supervise.wait_ready(workdir, url, health_timeout)
+    if outcome["ready"] and runtime == "docker":
+        info = supervise.status(workdir)["server"]
         try:
-            docker.verify_running_digest(info["container"], p["image"])
-        except Exception as exc:  # a mismatch aborts the cell with both digests shown
-            supervise.stop(p["workdir"])
+            docker.verify_running_digest(info["container"], image)
+        except (HostError, ValueError) as exc:  # a mismatch aborts the cell with both digests shown
+            supervise.stop(workdir)
             raise ServeError(str(exc)) from None
     if not outcome["ready"]:
-        supervise.stop(p["workdir"])
+        supervise.stop(workdir)
     (rdir / "serve.json").write_text(json.dumps(outcome, indent=1, default=str))
     return {
         "ready": outcome["ready"],

@@ -23,12 +23,13 @@ import zlib
 from pathlib import Path
 
 from . import docker, logparse  # imported up front: the forked supervisor must not import late
+from .errors import HostError
 
 CELL_ENV = "SPARK_AGENT_CELL"  # marks every server process we start
 WORKDIR_ENV = "SPARK_AGENT_WORKDIR"  # which host work dir started it (several test hosts can share a machine)
 
 
-class HostBusy(Exception):
+class HostBusy(HostError):
     """The host is taken: another controller holds the lock, or a foreign server runs."""
 
     def __init__(self, message: str, holder: dict | None = None):
@@ -38,9 +39,14 @@ class HostBusy(Exception):
 
 # ---------------------------------------------------------------------------------------------- state files
 def state_dir(workdir: str) -> Path:
-    path = Path(os.path.expanduser(workdir)) / "state"
+    path = _state_path(workdir)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _state_path(workdir: str) -> Path:
+    """The state folder, not created: reading (status, check mode) leaves the host as it was."""
+    return Path(os.path.expanduser(workdir)) / "state"
 
 
 def _read_json(path: Path) -> dict:
@@ -306,7 +312,7 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         child_env.update({k: str(v) for k, v in env.items()})
         child_env[CELL_ENV] = info["cell_id"]
         child_env[WORKDIR_ENV] = str(Path(os.path.expanduser(workdir)))
-        log = open(info["log"], "ab", buffering=0)  # noqa: SIM115  open for the server's whole life
+        log = open(info["log"], "ab", buffering=0)  # noqa: SIM115 (the server's stdout: open for its whole life)
         if runtime == "docker":
             container = docker.run_server(
                 image, info["container"], [str(a) for a in argv], env, label=info["cell_id"], log_path=info["log"]
@@ -340,8 +346,8 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
     except SystemExit:
         pass
     except BaseException as exc:  # the supervisor must never leave a server behind
-        with contextlib.suppress(OSError), Path(info["log"]).open("a") as fh:
-            fh.write(f"{logparse.SUPERVISOR_PREFIX}error: {exc!r}\n")
+        with contextlib.suppress(OSError), Path(info["log"]).open("a") as out:
+            out.write(f"{logparse.SUPERVISOR_PREFIX}error: {exc!r}\n")
         code = 1
     finally:
         os._exit(code & 0xFF)
@@ -513,10 +519,9 @@ def stop(workdir: str, cell_id: str = "", holder: dict | None = None, grace: flo
     path = state_dir(workdir) / "server.json"
     info = _read_json(path)
     ended = gone(workdir, cell_id) if cell_id else {}  # it died on its own before teardown came
-    if cell_id and info.get("cell_id") and info["cell_id"] != cell_id:
-        return {"stopped": False, "cell_id": info["cell_id"], "skipped": "another cell's server"}
-    if holder and not _same_controller(holder, _read_json(state_dir(workdir) / "holder.json")):
-        return {"stopped": False, "cell_id": info.get("cell_id", ""), "skipped": "another controller's server"}
+    refusal = _not_ours_to_stop(workdir, info, cell_id, holder)
+    if refusal:
+        return {"stopped": False, "cell_id": info.get("cell_id", ""), "skipped": refusal}
     stopped = False
     sup = info.get("supervisor_pid")
     if sup and _alive(int(sup)):
@@ -539,13 +544,28 @@ def stop(workdir: str, cell_id: str = "", holder: dict | None = None, grace: flo
     return {"stopped": stopped, "cell_id": info.get("cell_id", ""), "ended": ended}
 
 
+def would_stop(workdir: str, cell_id: str = "", holder: dict | None = None) -> bool:
+    """Whether stop() with these arguments would stop a running server (check mode: nothing is touched)."""
+    info = _read_json(_state_path(workdir) / "server.json")
+    return status(workdir)["running"] and not _not_ours_to_stop(workdir, info, cell_id, holder)
+
+
+def _not_ours_to_stop(workdir: str, info: dict, cell_id: str, holder: dict | None) -> str:
+    """Why stop() must leave this server alone, or "" when it may stop it."""
+    if cell_id and info.get("cell_id") and info["cell_id"] != cell_id:
+        return "another cell's server"
+    if holder and not _same_controller(holder, _read_json(_state_path(workdir) / "holder.json")):
+        return "another controller's server"
+    return ""
+
+
 def _same_controller(a: dict, b: dict) -> bool:
     keys = ("controller_host", "controller_pid")
     return all(str(a.get(k)) == str(b.get(k)) for k in keys)
 
 
 def status(workdir: str) -> dict:
-    sdir = state_dir(workdir)
+    sdir = _state_path(workdir)
     info = _read_json(sdir / "server.json")
     running = bool(info.get("supervisor_pid")) and _alive(int(info["supervisor_pid"])) and not info.get("exited")
     return {"running": running, "server": info, "holder": _read_json(sdir / "holder.json") if running else {}}

@@ -10,6 +10,7 @@ from agent.errors import UserError
 from agent.hostside import safetensors
 from agent.hostside.safetensors import FORMAT_LABEL, compare, size_text
 from agent.judging.bandwidth import ceiling_notes
+from agent.running import tasks
 
 __all__ = [
     "compare",
@@ -21,7 +22,6 @@ __all__ = [
     "inspect_remote",
 ]
 
-INSPECT_TASK = "inspect checkpoint"  # the task name in playbooks/inspect.yml
 KIND_LABEL = {
     "fp4_weights": "packed FP4 weights",
     "fp4_scales": "FP4 scale tensors",
@@ -52,14 +52,14 @@ def inspect_remote(path: str, host: str, inventory: str | None) -> dict:
 
     if not inventory:
         raise UserError(f"{host}: --host needs an inventory (-i INVENTORY) that defines it")
-    run = run_playbook("inspect", inventory, {"path": path}, limit=host)
+    run = run_playbook(tasks.INSPECT.playbook, inventory, {"path": path}, limit=host)
     if host in run.unreachable:
         raise UserError(f"{host}: unreachable ({run.unreachable[host]}); check the inventory and SSH access")
     if host in run.failures:
         raise UserError(f"{host}: {run.failures[host]}")
     if run.failures:  # ansible failed before reaching the host, e.g. no such host in the inventory
         raise UserError(f"{host}: {next(iter(run.failures.values()))} (is {host} in {inventory}?)")
-    result = run.results.get(host, {}).get(INSPECT_TASK)
+    result = run.results.get(host, {}).get(tasks.INSPECT.name)
     if not isinstance(result, dict) or "summary" not in result:
         raise UserError(f"{host}: not in inventory {inventory}, or the inspect task did not run there")
     return _host_summary(result["summary"], host)

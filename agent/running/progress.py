@@ -16,6 +16,7 @@ from rich.progress import Progress as RichProgress
 
 from agent.planning.matrix import Cell
 from agent.reporting.escape import rich
+from agent.running import tasks
 
 
 def _cell_seconds(cell: Cell) -> float:
@@ -89,11 +90,11 @@ class Progress:
             cell = self.current.get(host)
             if cell is None:
                 return
-            if kind == "runner_on_ok" and task == "serve":
+            if kind == "runner_on_ok" and task == tasks.SERVE.name:
                 self._update(
                     host, description=f"{rich(cell.label)} [dim]{cell.id}[/] c={cell.config['concurrency'][0]}"
                 )
-            elif kind == "runner_item_on_ok" and task == "bench":
+            elif kind == "runner_item_on_ok" and task == tasks.BENCH.name:
                 level = data.get("res", {}).get("level")
                 windows = cell.config["warmup"] + cell.config["repeats"]
                 levels = cell.config["concurrency"]

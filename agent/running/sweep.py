@@ -22,7 +22,7 @@ from agent.planning.inventory import Host, check_reachable
 from agent.planning.matrix import Cell
 from agent.planning.spec import Spec
 from agent.results import tree as results
-from agent.running import collect, hostdata
+from agent.running import collect, hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.progress import Progress
 
@@ -48,7 +48,7 @@ class SweepOutcome:
 
 def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, dict[str, Any]]:
     """Host facts (the fingerprint stored with every result), from the provision playbook's facts step."""
-    run = fleet.run_playbook("provision", inventory, {"image": ""}, limit=_limit(hosts), tags="facts")
+    run = fleet.run_playbook(tasks.FACTS.playbook, inventory, {"image": ""}, limit=_limit(hosts), tags=tasks.FACTS.tag)
     _raise_host_errors(run, "gathering facts")
     return validated_facts(run, hosts)
 
@@ -56,7 +56,7 @@ def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, dict[str, Any]
 def validated_facts(run: fleet.FleetRun, hosts: list[Host]) -> dict[str, dict[str, Any]]:
     """Each host's spark_facts, checked (agent/running/hostdata.py); a bad shape is a clear host error."""
     try:
-        return {h.name: hostdata.facts(_task(run, h.name, "facts").get("spark_facts"), h.name) for h in hosts}
+        return {h.name: hostdata.facts(_task(run, h.name, tasks.FACTS.name).get("spark_facts"), h.name) for h in hosts}
     except hostdata.BadHostData as exc:
         raise UserError(f"gathering facts failed: {exc.reason}") from None
 
@@ -103,7 +103,7 @@ def checkpoint_infos(run: fleet.FleetRun, host: str) -> dict[str, dict]:
     """What the weight headers on the host say per checkpoint folder (bytes per token for the decode ceiling).
     Keyed by our own loop item's model; the summary is host data and is validated."""
     out = {}
-    for item in run.items.get(host, {}).get("checkpoints", []):
+    for item in run.items.get(host, {}).get(tasks.CHECKPOINTS.name, []):
         summary = item.get("summary")
         if summary:
             try:
@@ -249,7 +249,7 @@ def run_cell(
     extravars = {
         "cell": hostdata.unsafe(cell.playbook_vars()),  # facts reach it (the simulator's chip): never a template
         "sweep": cell.sweep,
-        "results_dir": str(Path(results_root).resolve()),
+        "spark_results_dir": str(Path(results_root).resolve()),
         "controller": controller_identity(cell.sweep, cell.id),
         "spark_evict": evict,
     }
@@ -261,8 +261,8 @@ def run_cell(
             "cell", inventory, extravars, limit=host.name, on_event=progress.event_hook(host.name), cancel=cancel
         )
     try:
-        serve = hostdata.serve_result(run.results.get(host.name, {}).get("serve", {}), "serve result")
-        bench = [hostdata.bench_item(i, "bench result") for i in run.items.get(host.name, {}).get("bench", [])]
+        serve = hostdata.serve_result(run.results.get(host.name, {}).get(tasks.SERVE.name, {}), "serve result")
+        bench = [hostdata.bench_item(i, "bench result") for i in run.items.get(host.name, {}).get(tasks.BENCH.name, [])]
     except hostdata.BadHostData as exc:  # the archive is not read: the host already lied once
         collect.clear_cell_incoming(results_root, cell)
         rejected = collect.record_bad_host_data(results_root, cell, facts, exc.reason, started, time.time())
@@ -292,7 +292,7 @@ def _stale_lock_reclaimed(inventory: Path, host: Host, run: fleet.FleetRun) -> b
     """A lock held by an earlier run of ours on this controller whose process is gone (e.g. SIGKILL) is stale:
     stop that run's server and take over. A lock held by anyone else is never touched."""
     try:
-        serve = hostdata.serve_result(run.results.get(host.name, {}).get("serve", {}), "serve result")
+        serve = hostdata.serve_result(run.results.get(host.name, {}).get(tasks.SERVE.name, {}), "serve result")
     except hostdata.BadHostData as exc:
         log.error("bad_host_data", host=host.name, reason=exc.reason, action="the lock is left alone")
         return False

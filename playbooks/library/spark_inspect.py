@@ -10,21 +10,75 @@ short_description: Summarise a checkpoint folder from its safetensors headers, c
 description:
   - Reads only the 8-byte length and JSON header of every shard; returns the summary of
     agent/hostside/safetensors.inspect_checkpoint as C(summary).
+  - The logic is agent/hostside/safetensors.py (standard library only).
 options:
   path:
     description: Checkpoint folder (or one .safetensors file) on the host.
     type: str
     required: true
+attributes:
+  check_mode:
+    support: full
+    details: It only reads, so check mode inspects as usual.
+"""
+
+EXAMPLES = r"""
+- name: Inspect checkpoint
+  spark_inspect:
+    path: /models/Qwen3.6-35B-A3B-NVFP4
+  register: inspected
+"""
+
+RETURN = r"""
+summary:
+  description: What the headers say (agent/hostside/safetensors.inspect_checkpoint).
+  type: dict
+  returned: success
+  contains:
+    name:
+      description: The checkpoint's folder name.
+      type: str
+    shards:
+      description: Number of .safetensors files.
+      type: int
+    tensors:
+      description: Number of tensors.
+      type: int
+    total_bytes:
+      description: Bytes of tensor data.
+      type: int
+    total_gib:
+      description: The same in GiB.
+      type: float
+    bytes_per_token:
+      description: Weight bytes read per decoded token (active experts only).
+      type: int
+    dtypes:
+      description: Tensors and bytes per dtype.
+      type: dict
+    quant_configs:
+      description: The quantization configs found.
+      type: list
+      elements: dict
+    mtp:
+      description: Multi-token-prediction weights, C({present, quantized}).
+      type: dict
+    warnings:
+      description: Anything odd; each also becomes a task warning.
+      type: list
+      elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.spark_hostside import safetensors
 
+ARGUMENT_SPEC = {"path": {"type": "str", "required": True}}
+
 
 def main() -> None:
-    module = AnsibleModule(argument_spec={"path": {"type": "str", "required": True}}, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        summary = safetensors.inspect_checkpoint(module.params["path"])
+        summary = safetensors.inspect_checkpoint(path=module.params["path"])
     except (safetensors.CheckpointError, OSError) as exc:
         module.fail_json(msg=str(exc))
     for warning in summary["warnings"]:

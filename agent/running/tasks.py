@@ -1,0 +1,31 @@
+"""The playbook tasks whose results the controller reads, in one place.
+
+FleetRun.results and FleetRun.items are keyed by task name, so renaming a task in playbooks/ silently empties what
+the controller sees. Every name the controller reads is here, with the playbook that runs it and the module it
+calls; tests/test_playbook_contract.py parses playbooks/ and proves each one is there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    playbook: str  # the playbook the controller runs (playbooks/<playbook>.yml); the task may sit in tasks/
+    name: str  # the task's name: the key in FleetRun.results / FleetRun.items
+    module: str  # the module the task calls, so a renamed module is caught too
+    loop: bool = False  # results arrive per item (FleetRun.items), not in FleetRun.results
+    tag: str = ""  # the controller runs only this tag of the playbook
+
+
+FACTS = TaskRef("provision", "Gather host facts", "spark_facts", tag="facts")
+IMAGE = TaskRef("provision", "Pull the image by digest", "spark_image")  # read by the tests (changed or not)
+CHECKPOINTS = TaskRef("provision", "Inspect the checkpoints on the host", "spark_inspect", loop=True)
+SERVE = TaskRef("cell", "Serve", "spark_server")
+BENCH = TaskRef("cell", "Bench", "spark_bench", loop=True)
+STATUS = TaskRef("status", "Server status", "spark_server")
+RESOLVE = TaskRef("pin", "Resolve the tag", "spark_image")
+INSPECT = TaskRef("inspect", "Inspect checkpoint", "spark_inspect")
+
+ALL = (FACTS, IMAGE, CHECKPOINTS, SERVE, BENCH, STATUS, RESOLVE, INSPECT)
