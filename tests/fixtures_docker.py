@@ -11,6 +11,7 @@ Use from conftest.py:  pytest_plugins = ["tests.fixtures_docker"]   (fixtures: d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -182,10 +183,8 @@ def _children(pid: int) -> list[int]:
 
 def _kill(pid: int) -> None:
     """SIGKILL: a container's init ignores SIGTERM."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _unmount_under(root: Path) -> None:

@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any
 
 import agent.hostside
-from agent.running.playbooks import PLAYBOOKS
+from agent.paths import PLAYBOOKS
 
 LIBRARY = PLAYBOOKS / "library"
 MODULES = sorted(p.stem for p in LIBRARY.glob("spark_*.py"))

@@ -11,6 +11,8 @@ import pytest
 
 from agent.cli import main
 
+pytestmark = pytest.mark.unit
+
 LOGS = Path(__file__).parent / "data" / "logs" / "synthetic"
 MARLIN = str(LOGS / "v0.24-nvfp4-marlin-mtp.log")
 

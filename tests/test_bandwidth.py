@@ -10,6 +10,8 @@ from agent.judging.bandwidth import bandwidth_for, ceiling_notes, ceiling_tok_s,
 
 from .test_inspect_build import build_qwen
 
+pytestmark = pytest.mark.unit
+
 GIB = 2**30
 
 

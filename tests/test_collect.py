@@ -32,6 +32,8 @@ from tests.hostile import (
     write_tar,
 )
 
+pytestmark = pytest.mark.unit
+
 FACTS = {"gpu_name": "NVIDIA GB10", "arch": "gb10", "fingerprint": "0a1b2c3d"}
 PATH_MAX = 4096
 

@@ -1,16 +1,13 @@
 """agent.reporting.compare and `spark-agent compare`: B/A at every point under the ranking rule."""
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_report_fixtures import GB10_FACTS, write_cell
 
 from agent.cli import main
 from agent.reporting.compare import IMPROVEMENT, REGRESSION, WITHIN_NOISE, compare, render_markdown
 from agent.results.tree import load_cells
+from tests.test_report_fixtures import GB10_FACTS, write_cell
+
+pytestmark = pytest.mark.unit
 
 C = [1, 4, 16]
 NEW_IMAGE = "nvcr.io/nvidia/vllm@sha256:" + "cd" * 32

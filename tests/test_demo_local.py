@@ -5,7 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent.results import tree as results
+
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ from agent.running import playbooks as fleet
 
 pytest_plugins = ["tests.fixtures_docker"]  # dockerd, sim_image: one of each per session
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 PLAYBOOK = """\
 - hosts: all

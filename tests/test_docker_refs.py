@@ -6,6 +6,8 @@ import pytest
 
 from agent.hostside import docker as sdocker
 
+pytestmark = pytest.mark.unit
+
 HEX = "0123456789abcdef" * 4
 
 
@@ -32,15 +34,6 @@ def test_anything_but_a_digest_is_refused_with_a_reason(ref, words):
         sdocker.parse_ref(ref)
     assert words in str(info.value)
     assert "\n" not in str(info.value)
-
-
-def test_pin_command_is_a_runnable_shell_line():
-    assert sdocker.pin_command("nvcr.io/nvidia/vllm:25.09-py3", "spark-1") == (
-        "spark-agent pin nvcr.io/nvidia/vllm:25.09-py3 --host spark-1"
-    )
-    assert sdocker.pin_command("x:1", "spark 2", inventory="inv/fleet.yml", write="my spec.toml") == (
-        "spark-agent pin x:1 --host 'spark 2' -i inv/fleet.yml --write 'my spec.toml'"
-    )
 
 
 def test_env_file_refuses_values_it_cannot_carry():

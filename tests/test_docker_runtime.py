@@ -14,7 +14,7 @@ from agent.hostside import docker as sdocker
 
 pytest_plugins = ["tests.fixtures_docker"]  # dockerd, sim_image: one of each per session
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 ZERO_DIGEST = "sha256:" + "0" * 64
 

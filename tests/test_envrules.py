@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import sys
 import tomllib
 
 import pytest
@@ -17,7 +15,9 @@ from agent.errors import UserError
 from agent.hostside import facts
 from agent.planning import envrules
 
-GB10 = facts.classify({"gpu_name": "NVIDIA GB10", "compute_capability": "12.1"}, envrules.gpu_rules())
+pytestmark = pytest.mark.unit
+
+GB10 = facts.classify_gpu({"gpu_name": "NVIDIA GB10", "compute_capability": "12.1"}, facts.load_gpu_rules())
 H200 = {"gpu_name": "NVIDIA H200", "compute_capability": "9.0", "arch": "h200", "sm": "sm_90a"}
 UNKNOWN = {"gpu_name": "NVIDIA H800", "compute_capability": "9.0", "arch": "", "sm": ""}
 PROVENANCE_KEYS = {"name", "value", "action", "rule", "reason"}
@@ -208,7 +208,7 @@ def test_rule_files_are_consistent():
     entries = rules["rule"] + rules["dead"] + rules["speculative"]
     ids = [entry["id"] for entry in entries]
     assert len(ids) == len(set(ids)) and all(entry["reason"] for entry in entries)
-    known_arches = set(envrules.gpu_rules())
+    known_arches = set(facts.load_gpu_rules())
     for entry in entries:
         assert set(entry.get("arch", [])) <= known_arches, entry["id"]
         if entry.get("vllm"):
@@ -222,10 +222,10 @@ def test_rule_files_are_consistent():
     }
 
 
-def test_classify_fills_arch_only_when_the_host_could_not():
-    assert envrules.classify({"gpu_name": "NVIDIA GB10", "compute_capability": "12.1", "arch": ""})["sm"] == "sm_121a"
+def test_with_arch_fills_arch_only_when_the_host_could_not():
+    assert envrules.with_arch({"gpu_name": "NVIDIA GB10", "compute_capability": "12.1", "arch": ""})["sm"] == "sm_121a"
     reported = {"gpu_name": "NVIDIA GB10", "compute_capability": "12.1", "arch": "gb10", "sm": "sm_121a"}
-    assert envrules.classify(reported) is reported
+    assert envrules.with_arch(reported) is reported
 
 
 # --- `spark-agent env` ----------------------------------------------------------------------------
@@ -299,28 +299,6 @@ def test_env_command_prints_a_table_per_cell(spec_file, capsys, monkeypatch):
         assert text in out
 
 
-def test_env_command_with_an_inventory_gathers_facts_through_ansible(spec_file, tmp_path, capsys):
-    local = {
-        "ansible_connection": "local",
-        "ansible_python_interpreter": sys.executable,
-        "spark_runtime": "process",
-        "spark_model_cache": str(tmp_path),
-    }
-    inventory = tmp_path / "inventory.yml"
-    inventory.write_text(json.dumps({"all": {"hosts": {"here": local, "sim": dict(local, spark_simulate_gpu="gb10")}}}))
-    out = env_json(capsys, str(spec_file), "-i", str(inventory))
-    by_host = {host: [cell for cell in out["cells"] if cell["host"] == host] for host in ("here", "sim")}
-    assert len(by_host["here"]) == len(by_host["sim"]) == 4
-    sim_rows = {row["name"]: row for row in by_host["sim"][0]["provenance"]}
-    assert sim_rows["CUTE_DSL_ARCH"]["action"] == "override"  # the GB10 rule applied
-    assert sim_rows["FLASHINFER_DISABLE_VERSION_CHECK"]["rule"] == "gb10-flashinfer-version-check"
-    if shutil.which("nvidia-smi") is None:
-        here = by_host["here"][0]
-        assert any("no GPU rules apply" in note for note in here["notes"])
-        assert "FLASHINFER_DISABLE_VERSION_CHECK" not in here["env"]
-        assert {row["name"]: row["action"] for row in here["provenance"]}["CUTE_DSL_ARCH"] == "set"  # spec only
-
-
 def test_env_command_refuses_an_unknown_simulated_chip(spec_file):
-    with pytest.raises(UserError, match="--simulate-gpu: .*gb99"):
+    with pytest.raises(UserError, match=r"--simulate-gpu: .*gb99"):
         env_command(str(spec_file), "--host", "x", "--simulate-gpu", "gb99")

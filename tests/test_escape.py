@@ -30,6 +30,8 @@ from tests.hostile import (
     write_tar,
 )
 
+pytestmark = pytest.mark.unit
+
 ALLOWED_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4", "p", "ul", "li", "table"}
 ALLOWED_TAGS |= {"tr", "th", "td", "pre", "code", "b", "img"}
 

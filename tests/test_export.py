@@ -3,13 +3,13 @@
 import csv
 import io
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_report_fixtures import write_cell
+import pytest
 
 from agent.cli import main
+from tests.test_report_fixtures import write_cell
+
+pytestmark = pytest.mark.unit
 
 BENCH_KEYS = [
     "output_throughput",

@@ -1,5 +1,5 @@
-"""JSON a host returns through Ansible is validated per shape before use, and never goes back to Ansible as a
-template (real ansible-playbook on localhost, connection local: no SSH, no fixed ports)."""
+"""JSON a host returns through Ansible is validated per shape before use (that it never goes back to Ansible as a
+template, through a real ansible-playbook: test_hostdata_ansible.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 import pytest
-import yaml
 
 from agent.errors import UserError
 from agent.planning.inventory import Host
@@ -16,6 +15,8 @@ from agent.running import hostdata, sweep, tasks
 from agent.running import playbooks as fleet
 from agent.running.hostdata import BadHostData
 from tests.hostile import HOSTILE, JINJA, SCRIPT
+
+pytestmark = pytest.mark.unit
 
 FACTS = json.loads((Path(__file__).parent / "data" / "facts" / "h200-facts.json").read_text())
 
@@ -154,34 +155,6 @@ def test_hostile_facts_stop_the_sweep_with_a_host_error():
     run.results["spark-1"] = {tasks.FACTS.name: {"spark_facts": dict(FACTS, arch=JINJA)}}
     with pytest.raises(UserError, match=r"host spark-1: facts\.arch"):
         sweep.validated_facts(run, [Host("spark-1", {})])
-
-
-# ---------------------------------------------------------------- back to Ansible: never a template
-
-PLAYBOOK = """
-- hosts: all
-  gather_facts: false
-  tasks:
-    - name: show
-      ansible.builtin.debug:
-        msg: "{{ cell.host_env.SPARK_SIM_HARDWARE }}|{{ cell.argv | join(' ') }}|{{ plain }}"
-"""
-
-
-def test_unsafe_values_reach_ansible_as_plain_text(tmp_path):
-    playbook = tmp_path / "show.yml"
-    playbook.write_text(PLAYBOOK)
-    inventory = tmp_path / "inv.yml"
-    inventory.write_text(
-        yaml.safe_dump(
-            {"all": {"hosts": {"local": {"ansible_connection": "local", "ansible_python_interpreter": "python3"}}}}
-        )
-    )
-    cell = {"host_env": {"SPARK_SIM_HARDWARE": JINJA}, "argv": ["vllm", "{{ 6 * 7 }}"]}
-    run = fleet.run_playbook(str(playbook), inventory, {"cell": hostdata.unsafe(cell), "plain": "{{ 6 * 7 }}"})
-    assert run.ok, run.failures
-    # the control: the same text not marked unsafe is templated, so the test can tell the difference
-    assert run.results["local"]["show"]["msg"] == f"{JINJA}|vllm {{{{ 6 * 7 }}}}|42"
 
 
 def test_checkpoint_infos_from_provision_are_validated():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from agent.planning.inventory import load_inventory
@@ -16,6 +17,8 @@ from agent.running.sweep import run_sweep
 from tests.hostile import snapshot
 from tests.sshd_hosts import REPO, inventory_for
 from tests.test_sweep import engines_running, write_spec
+
+pytestmark = pytest.mark.integration
 
 # The engine is the simulator, started through a shell that first plants the link where the run's files go.
 PLANT = (

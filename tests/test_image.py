@@ -13,6 +13,8 @@ import pytest
 from agent.errors import UserError
 from agent.sim import image
 
+pytestmark = pytest.mark.integration
+
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
 pytest_plugins = ["tests.fixtures_docker"]  # dockerd: one per session
 

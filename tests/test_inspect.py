@@ -32,6 +32,8 @@ from .test_inspect_build import (
     write_safetensors,
 )
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -11,7 +11,11 @@ import json
 import os
 import struct
 
+import pytest
+
 from agent.hostside.safetensors import DTYPE_SIZES
+
+pytestmark = pytest.mark.unit
 
 # Small Qwen3.5-MoE-shaped model: 4 decoder layers (even: full attention, odd: linear attention),
 # 8 routed experts with top-2, one shared expert, a 1-layer MTP module and a small vision tower.

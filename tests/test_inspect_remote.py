@@ -16,6 +16,8 @@ from agent.judging.checkpoints import inspect
 
 from .test_inspect_build import build_qwen
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-import tomli_w
 
-from agent.hostside.logparse import Follower, classify, linear_backend_of, normalise_backend, parse
+from agent.hostside.logparse import Follower, linear_backend_of, normalise_backend, parse
+
+pytestmark = pytest.mark.unit
 
 LOGS = Path(__file__).parent / "data" / "logs" / "synthetic"
 
@@ -21,73 +21,7 @@ def line(msg: str, level: str = "INFO", proc: str = "(EngineCore_DP0 pid=9) ", w
     return f"{proc}{level} 11-29 18:31:07 [{where}] {msg}"
 
 
-# --- whole logs -----------------------------------------------------------------------------------
-
-
-def test_nvfp4_marlin_mtp_log():
-    f = parse(read("v0.24-nvfp4-marlin-mtp.log"))
-    assert (f["vllm_version"], f["served_model"]) == ("0.24.0", "/models/uns-fast")
-    assert (f["moe_backend"], f["moe_backend_raw"], f["moe_quant"]) == ("marlin", "MARLIN", "nvfp4")
-    assert f["attention_backend"] == "flashinfer"  # not the vision tower's FLASH_ATTN
-    assert f["linear_kernels"] == ["CutlassNvFp4LinearKernel"] and f["linear_backend"] == "cutlass"
-    assert f["unknown_env"] == ["VLLM_FP8_MOE_BACKEND", "VLLM_USE_FLASHINFER_MOE_FP4"]
-    assert f["non_default_args"]["max_num_seqs"] == 16
-    assert f["speculative"]["method"] == "mtp" and f["speculative"]["num_speculative_tokens"] == 2
-    assert f["speculative"]["draft_moe_backend"] == "triton" and f["speculative"]["requested_moe_backend"] == "triton"
-    assert f["spec_acceptance_rates"] == [0.729, 0.749]
-    assert (f["autotuner_cliff_count"], f["jit_warning_count"]) == (1, 1)
-    assert (f["model_load_gib"], f["model_load_s"], f["kv_cache_tokens"]) == (22.31, 131.250412, 1394129)
-    assert f["startup_complete"] and f["failure"] == {}
-    assert "Using 'MARLIN' NvFp4 MoE backend" in f["evidence"]["moe"]
-    assert any("vit attention" in x for x in f["other_model_lines"])
-
-
-def test_old_log_with_colours_and_progress_bars():
-    f = parse(read("v0.13-nvfp4-ansi.log"))
-    assert f["vllm_version"] == "0.13.0"
-    assert (f["moe_backend"], f["moe_quant"]) == ("flashinfer_cutlass", "nvfp4")
-    assert f["attention_backend"] == "flashinfer"
-    assert f["marlin_fp4_weight_only"] is True
-    assert f["kv_cache_tokens"] == 812400 and f["startup_complete"]
-    assert "\x1b" not in json.dumps(f)
-
-
-def test_deep_gemm_assert_classified_with_evidence():
-    f = parse(read("v0.24-fp8-deep-gemm-assert.log"))
-    assert not f["startup_complete"]
-    assert f["failure"]["class"] == "deep_gemm_assert"
-    assert f["failure"]["root_cause"] == "AssertionError: DeepGemmQuantScaleFMT oracle cache not initialized"
-    assert any("AssertionError" in x for x in f["failure"]["evidence"])
-    assert f["moe_backend"] == "deep_gemm"  # what it was loading when it died
-    assert classify(read("v0.24-fp8-deep-gemm-assert.log")) == f["failure"] == classify(f)
-
-
-def test_draft_model_failure_names_the_draft():
-    f = parse(read("v0.24-nvfp4-draft-backend.log"))
-    assert f["failure"]["class"] == "unsupported_moe_backend"
-    assert f["failure"]["draft_model"] is True
-    assert f["failure"]["root_cause"].startswith("while loading the draft model: ValueError: moe_backend='marlin'")
-    assert "Loading drafter model..." in f["failure"]["evidence"][0]
-    assert f["moe_backend"] == "marlin"  # the main model's line is not touched by the draft's failure
-
-
-def test_facts_are_json_and_toml_friendly():
-    for path in LOGS.glob("*.log"):
-        facts = parse(path.read_text())
-        json.dumps(facts)
-        tomli_w.dumps({"attestation": facts})
-        assert not list(_nones(facts))
-
-
-def _nones(value, path="facts"):
-    if value is None:
-        yield path
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _nones(v, f"{path}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _nones(v, f"{path}[{i}]")
+# Whole logs (synthetic and captured from a real vLLM) are log + expected-facts pairs: test_logs_golden.py.
 
 
 # --- version families, from the documented format strings ----------------------------------------

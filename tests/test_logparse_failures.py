@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.hostside.logparse import Follower, classify, parse
+from agent.hostside.logparse import Follower, classify_failure, parse
+
+pytestmark = pytest.mark.unit
 
 LOGS = Path(__file__).parent / "data" / "logs" / "synthetic"
 ENGINE = "(EngineCore_DP0 pid=90) "
@@ -75,7 +77,7 @@ CASES = {
 @pytest.mark.parametrize("cls", sorted(CASES))
 def test_each_failure_class(cls):
     text = "\n".join(STARTING + engine_traceback(*CASES[cls]) + [DIED])
-    failure = classify(text)
+    failure = classify_failure(text)
     assert failure["class"] == cls
     assert failure["root_cause"] in CASES[cls]
     assert set(failure["evidence"]) & {c for c in CASES[cls]}
@@ -84,7 +86,7 @@ def test_each_failure_class(cls):
 
 def test_nv_err_no_memory_is_oom():
     text = "\n".join(STARTING + ["NVRM: Xid 31 ... NV_ERR_NO_MEMORY while mapping", DIED])
-    assert classify(text)["class"] == "oom"
+    assert classify_failure(text)["class"] == "oom"
 
 
 def test_engine_init_failed_names_the_root_cause():
@@ -95,7 +97,7 @@ def test_engine_init_failed_names_the_root_cause():
         )
         + [DIED]
     )
-    failure = classify(text)
+    failure = classify_failure(text)
     assert failure["class"] == "engine_init_failed"
     assert failure["root_cause"].startswith("ValueError: No available memory for the cache blocks")
     assert any("EngineCore failed to start" in x for x in failure["evidence"])
@@ -104,7 +106,7 @@ def test_engine_init_failed_names_the_root_cause():
 def test_engine_death_with_the_cause_printed_after_the_api_server_gave_up():
     # stderr and stdout interleave: the API server's final word can come before the engine's traceback
     text = "\n".join(STARTING + [DIED] + engine_traceback(*CASES["no_moe_backend"]))
-    assert classify(text)["class"] == "no_moe_backend"
+    assert classify_failure(text)["class"] == "no_moe_backend"
 
 
 def test_other_keeps_the_last_exception():
@@ -116,14 +118,14 @@ def test_other_keeps_the_last_exception():
             "OSError: /m is not a local folder and is not a valid model identifier",
         ]
     )
-    failure = classify(text)
+    failure = classify_failure(text)
     assert failure["class"] == "other"
     assert failure["root_cause"] == "OSError: /m is not a local folder and is not a valid model identifier"
 
 
 def test_a_ready_server_has_no_failure_even_with_errors_later():
     text = (LOGS / "v0.24-nvfp4-marlin-mtp.log").read_text() + "\n" + "\n".join(engine_traceback(*CASES["oom"]))
-    assert classify(text) == {}
+    assert classify_failure(text) == {}
 
 
 # --- the Follower: fatal as soon as the decisive line arrives -------------------------------------
@@ -187,8 +189,8 @@ def test_unquantized_moe_error_with_a_quantized_main_model_points_at_the_draft()
         "INFO 11-29 19:02:22 [nvfp4_moe.py:180] Using 'MARLIN' NvFp4 MoE backend out of potential backends: ['MARLIN']"
     )
     error = "ValueError: moe_backend='marlin' is not supported for Unquantized MoE. Expected one of ['triton']"
-    failure = classify("\n".join([spec_args, main_moe] + engine_traceback(error) + [DIED]))
+    failure = classify_failure("\n".join([spec_args, main_moe] + engine_traceback(error) + [DIED]))
     assert failure["class"] == "unsupported_moe_backend" and failure["draft_model"] is False
     assert failure["root_cause"].startswith("probably the draft model") and failure["root_cause"].endswith(error)
-    without_spec = classify("\n".join([STARTING[0], main_moe] + engine_traceback(error) + [DIED]))
+    without_spec = classify_failure("\n".join([STARTING[0], main_moe] + engine_traceback(error) + [DIED]))
     assert without_spec["root_cause"] == error  # no speculative decoding: no guess

@@ -7,6 +7,8 @@ import pytest
 
 from agent.hostside import metrics
 
+pytestmark = pytest.mark.unit
+
 EXPOSITION = """\
 # HELP vllm:generation_tokens_total Number of generation tokens processed.
 # TYPE vllm:generation_tokens_total counter
@@ -91,7 +93,7 @@ def exporter():
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield "http://127.0.0.1:%d" % server.server_address[1]
+        yield f"http://127.0.0.1:{server.server_address[1]:d}"
     finally:
         server.shutdown()
         server.server_close()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent.paths import REPO
 from agent.running import playbooks as fleet
-from agent.running.playbooks import REPO
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.running.playbooks import REPO
+from agent.paths import REPO
 
 from .module_specs import LIBRARY, MODULES, argument_spec, load
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from agent.paths import PLAYBOOKS, REPO
 from agent.running import tasks
-from agent.running.playbooks import PLAYBOOKS, REPO
 
 from .module_specs import argument_spec
 

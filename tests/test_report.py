@@ -3,18 +3,17 @@ and the HTML rendered by a real headless Chromium."""
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_report_fixtures import write_cell
-
 from agent.cli import main
 from agent.reporting import markdown as report
 from agent.results.tree import load_cells
+from tests.test_report_fixtures import write_cell
+
+pytestmark = pytest.mark.unit
 
 C = [1, 2, 4, 8, 16]
 DEEP_GEMM_ASSERT = 'assert cached is not None, "DeepGemmQuantScaleFMT oracle cache not initialized"'

@@ -2,7 +2,11 @@
 
 from pathlib import Path
 
+import pytest
+
 from agent.planning.spec import load_spec
+
+pytestmark = pytest.mark.unit
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -11,7 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent.results.tree import atomic_write_toml, cell_dir, run_name
+
+pytestmark = pytest.mark.unit
 
 DIGEST = "nvcr.io/nvidia/vllm@sha256:" + "ab" * 32
 GB10_FACTS = {

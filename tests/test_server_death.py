@@ -25,6 +25,8 @@ from agent.running import collect
 
 from .test_sim_support import REPO, SimServer, free_port
 
+pytestmark = pytest.mark.integration  # simulators (and sshd test hosts) on 127.0.0.x
+
 GB10_ENV = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_DISABLE_VERSION_CHECK": "1"}
 READY = "(APIServer pid=1) INFO:     Application startup complete.\n"
 MARLIN = (

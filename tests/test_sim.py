@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
 
 import pytest
@@ -11,6 +12,8 @@ from agent.hostside import logparse
 from agent.hostside.metrics import parse as parse_metrics
 
 from .test_sim_support import SimServer, sse_events
+
+pytestmark = pytest.mark.integration
 
 GB10_ENV = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_DISABLE_VERSION_CHECK": "1"}
 MTP_TRITON = '{"method":"mtp","num_speculative_tokens":2,"moe_backend":"triton"}'
@@ -178,7 +181,7 @@ def test_mtp_chunks_carry_accepted_drafts_and_metrics_count_them():
         }
         events = sse_events(sim.post("/v1/completions", body)[1])
         counts = [e["usage"]["completion_tokens"] for e in events[:-1] if e["choices"]]
-        steps = {b - a for a, b in zip([0] + counts, counts)}
+        steps = {b - a for a, b in zip([0, *counts], counts, strict=False)}
         assert steps <= {1, 2, 3} and {1, 3} <= steps and counts[-1] == 3000
         metrics = sim.get("/metrics")[1].decode()
     drafted = _metric(metrics, "vllm:spec_decode_num_draft_tokens_total")
@@ -196,10 +199,8 @@ def test_max_num_seqs_queues_the_rest():
         body = {"model": "uns-fast", "prompt": "x", "max_tokens": 200, "ignore_eos": True}
 
         def post_quietly():
-            try:
+            with contextlib.suppress(OSError):  # the server is stopped under it at the end
                 sim.post("/v1/completions", body)
-            except OSError:  # the server is stopped under it at the end
-                pass
 
         threads = [threading.Thread(target=post_quietly) for _ in range(4)]
         for t in threads:

@@ -15,6 +15,8 @@ from agent.sim.ratemodel import RateModel
 
 from .test_sim_support import SimServer
 
+pytestmark = pytest.mark.integration
+
 GB10_ENV = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_DISABLE_VERSION_CHECK": "1", "VLLM_USE_DEEP_GEMM": "0"}
 MTP = '{"method":"mtp","num_speculative_tokens":2,"moe_backend":"triton"}'
 

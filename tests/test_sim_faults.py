@@ -12,6 +12,8 @@ from agent.hostside import logparse
 
 from .test_sim_support import HOST, SimServer, sse_events
 
+pytestmark = pytest.mark.integration
+
 GB10_ENV = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_DISABLE_VERSION_CHECK": "1"}
 
 
@@ -40,7 +42,7 @@ def test_fp8_default_dies_on_the_deep_gemm_assert_until_deep_gemm_is_off():
     assert code == 1 and "Application startup complete." not in log
     assert "AssertionError: DeepGemmQuantScaleFMT oracle cache not initialized" in log
     assert "Using DEEPGEMM Fp8 MoE backend" in log  # vLLM picked it (it thinks SM12x can), then it faulted
-    assert logparse.classify(log)["class"] == "deep_gemm_assert"
+    assert logparse.classify_failure(log)["class"] == "deep_gemm_assert"
     log = _starts("fp8", env={"VLLM_USE_DEEP_GEMM": "0"})
     assert "Using TRITON Fp8 MoE backend out of potential backends" in log
 
@@ -61,7 +63,7 @@ def test_fp8_auto_before_0_24_never_tries_deep_gemm_on_gb10():
 def test_four_of_six_fp8_backends_fail_with_vllms_error(backend, klass):
     code, log = _fails("fp8", "--moe-backend", backend, env={**GB10_ENV, "VLLM_USE_DEEP_GEMM": "0"})
     assert code == 1 and "RuntimeError: Engine core initialization failed" in log
-    assert logparse.classify(log)["class"] == klass
+    assert logparse.classify_failure(log)["class"] == klass
 
 
 @pytest.mark.parametrize("backend,enum", [("triton", "TRITON"), ("marlin", "MARLIN")])
@@ -71,9 +73,9 @@ def test_two_fp8_backends_start(backend, enum):
 
 def test_b12x_needs_both_gb10_variables_marlin_needs_neither():
     code, log = _fails("uns-fast", "--moe-backend", "flashinfer_b12x", env={"CUTE_DSL_ARCH": "sm_121a"})
-    assert code == 1 and logparse.classify(log)["class"] == "flashinfer_version"
+    assert code == 1 and logparse.classify_failure(log)["class"] == "flashinfer_version"
     code, log = _fails("uns-fast", "--moe-backend", "flashinfer_b12x", env={"FLASHINFER_DISABLE_VERSION_CHECK": "1"})
-    assert code == 1 and "ptxas" in log and logparse.classify(log)["class"] == "ptxas_arch"
+    assert code == 1 and "ptxas" in log and logparse.classify_failure(log)["class"] == "ptxas_arch"
     assert "Using 'FLASHINFER_B12X' NvFp4 MoE backend" in _starts(
         "uns-fast", "--moe-backend", "flashinfer_b12x", env=GB10_ENV
     )
@@ -85,7 +87,7 @@ def test_nvfp4_mtp_without_triton_for_the_draft_fails_without_naming_the_draft()
     code, log = _fails("nv", "--moe-backend", "marlin", "--speculative-config", spec, env=GB10_ENV)
     error = [line for line in log.splitlines() if line.startswith("ValueError")]
     assert code == 1 and error and "draft" not in error[0].lower() and "mtp" not in error[0].lower()
-    assert logparse.classify(log)["draft_model"]  # only the position in the log (after the drafter line) tells
+    assert logparse.classify_failure(log)["draft_model"]  # only the position in the log (after the drafter line) tells
     spec = '{"method":"mtp","num_speculative_tokens":2,"moe_backend":"triton"}'
     assert "Application startup complete." in _starts(
         "nv", "--moe-backend", "marlin", "--speculative-config", spec, env=GB10_ENV
@@ -94,9 +96,9 @@ def test_nvfp4_mtp_without_triton_for_the_draft_fails_without_naming_the_draft()
 
 def test_memory_failures_oom_fault_and_gb10_free_memory_check():
     code, log = _fails("uns", "--moe-backend", "marlin", "--sim-oom", "1")
-    assert code == 1 and logparse.classify(log)["class"] == "oom"
+    assert code == 1 and logparse.classify_failure(log)["class"] == "oom"
     code, log = _fails("uns", "--moe-backend", "marlin", "--gpu-memory-utilization", "0.98")
-    assert code == 1 and logparse.classify(log)["class"] == "free_memory_check"
+    assert code == 1 and logparse.classify_failure(log)["class"] == "free_memory_check"
     code, log = _fails("fp8", "--gpu-memory-utilization", "0.3", env={"VLLM_USE_DEEP_GEMM": "0"})
     assert code == 1 and "No available memory for the cache blocks" in log
 

@@ -12,6 +12,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 
@@ -32,7 +36,8 @@ class SimServer:
             k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "SPARK_SIM_", "CUTE_", "FLASHINFER_"))
         }
         self.env.update(PYTHONPATH=str(REPO), **(env or {}))
-        self.logfile = tempfile.NamedTemporaryFile(prefix="sim-", suffix=".log", delete=False)
+        # Lives as long as the server; stop() closes and removes it.
+        self.logfile = tempfile.NamedTemporaryFile(prefix="sim-", suffix=".log", delete=False)  # noqa: SIM115
         self.proc: subprocess.Popen | None = None
         self._last_log = ""
 

@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 
 from agent.errors import UserError
-from agent.planning.spec import load_spec
+from agent.planning.spec import load_spec, pin_command
+
+pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parent.parent
 GOOD = (REPO / "examples" / "quick.toml").read_text()
@@ -85,3 +87,12 @@ def test_speculative_is_canonical_json(tmp_path):
     assert spec.server["speculative"] == '{"method":"mtp","num_speculative_tokens":2}'
     bad = GOOD.replace('speculative = "off"', 'speculative = "{mtp"')
     assert "speculative must be JSON" in error_of(tmp_path, bad)
+
+
+def test_pin_command_is_a_runnable_shell_line():
+    assert pin_command("nvcr.io/nvidia/vllm:25.09-py3", "spark-1") == (
+        "spark-agent pin nvcr.io/nvidia/vllm:25.09-py3 --host spark-1"
+    )
+    assert pin_command("x:1", "spark 2", inventory="inv/fleet.yml", write="my spec.toml") == (
+        "spark-agent pin x:1 --host 'spark 2' -i inv/fleet.yml --write 'my spec.toml'"
+    )

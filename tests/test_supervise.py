@@ -8,6 +8,9 @@ import time
 import pytest
 
 from agent.hostside import supervise
+from agent.running.identity import controller_identity
+
+pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize(
@@ -28,7 +31,7 @@ def test_is_engine_by_command_shape(argv, expected):
 
 
 def test_lock_refuses_a_second_controller_and_names_the_holder(tmp_path):
-    holder = supervise.controller_identity("sweep-a", "cell1")
+    holder = controller_identity("sweep-a", "cell1")
     fd = supervise.acquire_lock(str(tmp_path), holder)
     try:
         # a second controller is another process: flock is per open file, so try from a child process

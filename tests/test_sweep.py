@@ -19,6 +19,8 @@ from agent.planning.spec import load_spec
 from agent.results import tree as results
 from agent.running.sweep import run_sweep
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "agent.cli"]
 

@@ -12,12 +12,15 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 import yaml
 
 from agent.results import tree as results
 
 from .sshd_hosts import REPO, inventory_for
 from .test_sweep import engines_running
+
+pytestmark = pytest.mark.integration  # simulators (and sshd test hosts) on 127.0.0.x
 
 SPEC = """
 [sweep]

@@ -19,7 +19,7 @@ from agent.running.sweep import gather_facts, plan_fleet, provision, run_sweep
 from .sshd_hosts import inventory_for
 from .test_sweep import write_spec
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 
 @pytest.fixture()

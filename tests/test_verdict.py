@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from agent.hostside.logparse import parse
-from agent.judging.verdict import attest, requested_from_args, verdict
+from agent.judging.verdict import attest, judge, requested_from_args
+
+pytestmark = pytest.mark.unit
 
 LOGS = Path(__file__).parent / "data" / "logs" / "synthetic"
 MARLIN_LOG = parse((LOGS / "v0.24-nvfp4-marlin-mtp.log").read_text())
@@ -20,7 +22,7 @@ def ask(**axes) -> dict:
 
 
 def test_valid_when_everything_asked_for_loaded():
-    v = verdict(
+    v = judge(
         ask(
             moe_backend="marlin",
             attention_backend="AttentionBackendEnum.FLASHINFER",
@@ -35,8 +37,8 @@ def test_valid_when_everything_asked_for_loaded():
 
 
 def test_auto_is_no_claim():
-    assert verdict(ask(), MARLIN_LOG, [])["verdict"] == "valid"
-    assert verdict(ask(moe_backend="auto"), MARLIN_LOG, [])["verdict"] == "valid"
+    assert judge(ask(), MARLIN_LOG, [])["verdict"] == "valid"
+    assert judge(ask(moe_backend="auto"), MARLIN_LOG, [])["verdict"] == "valid"
 
 
 @pytest.mark.parametrize(
@@ -49,13 +51,13 @@ def test_auto_is_no_claim():
     ],
 )
 def test_another_backend_makes_the_cell_invalid(axis, want, reason):
-    v = verdict(ask(**{axis: want}), MARLIN_LOG, [])
+    v = judge(ask(**{axis: want}), MARLIN_LOG, [])
     assert v["verdict"] == "invalid" and v["reasons"] == [reason]
     assert v["evidence"]
 
 
 def test_dead_variable_is_invalid_and_unset_unknowns_are_only_notes():
-    v = verdict(ask(moe_backend="marlin"), MARLIN_LOG, ["VLLM_FP8_MOE_BACKEND", "CUTE_DSL_ARCH"])
+    v = judge(ask(moe_backend="marlin"), MARLIN_LOG, ["VLLM_FP8_MOE_BACKEND", "CUTE_DSL_ARCH"])
     assert v["verdict"] == "invalid"
     assert v["reasons"] == ["dead variable: VLLM_FP8_MOE_BACKEND (vLLM 0.24.0 does not know it)"]
     assert any("Unknown vLLM environment variable detected: VLLM_FP8_MOE_BACKEND" in x for x in v["evidence"])
@@ -64,7 +66,7 @@ def test_dead_variable_is_invalid_and_unset_unknowns_are_only_notes():
 
 def test_failed_start_is_failed_with_the_evidence():
     facts = parse((LOGS / "v0.24-fp8-deep-gemm-assert.log").read_text())
-    v = verdict(ask(moe_backend="deep_gemm"), facts, [])
+    v = judge(ask(moe_backend="deep_gemm"), facts, [])
     assert v["verdict"] == "failed"
     assert v["reasons"] == [
         "failed: deep_gemm_assert: AssertionError: DeepGemmQuantScaleFMT oracle cache not initialized"
@@ -74,7 +76,7 @@ def test_failed_start_is_failed_with_the_evidence():
 
 def test_a_claim_the_log_cannot_confirm_is_invalid():
     facts = parse((LOGS / "v0.13-nvfp4-ansi.log").read_text())  # no linear kernel line, no draft
-    v = verdict(ask(linear_backend="cutlass", draft_moe_backend="triton"), facts, [])
+    v = judge(ask(linear_backend="cutlass", draft_moe_backend="triton"), facts, [])
     assert v["verdict"] == "invalid"
     assert any("does not say" in r for r in v["reasons"]) and len(v["reasons"]) == 2
 
@@ -86,13 +88,13 @@ def test_linear_fallback_and_marlin_weight_only_are_invalid_for_a_linear_claim()
         "type; using automatic selection for that layer type.",
         "INFO:     Application startup complete.",
     ]
-    v = verdict(ask(linear_backend="flashinfer_b12x"), parse("\n".join(lines)), [])
+    v = judge(ask(linear_backend="flashinfer_b12x"), parse("\n".join(lines)), [])
     assert v["verdict"] == "invalid" and "fell back" in v["reasons"][0]
     assert (
-        verdict(ask(linear_backend="flashinfer_b12x"), parse("\n".join([lines[0], lines[2]])), [])["verdict"] == "valid"
+        judge(ask(linear_backend="flashinfer_b12x"), parse("\n".join([lines[0], lines[2]])), [])["verdict"] == "valid"
     )
     marlin = "WARNING 11-29 18:31:07 [marlin_utils_fp4.py:1] Your GPU does not have native support for FP4 computation"
-    v = verdict(ask(linear_backend="flashinfer_b12x"), parse("\n".join([lines[0], marlin, lines[2]])), [])
+    v = judge(ask(linear_backend="flashinfer_b12x"), parse("\n".join([lines[0], marlin, lines[2]])), [])
     assert v["reasons"] == ["linear: requested flashinfer_b12x, vLLM used Marlin weight-only FP4"]
 
 

@@ -6,8 +6,9 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.errors import UserError
+from agent.paths import DEFAULT_INVENTORY
 from agent.planning import envrules
-from agent.planning.inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
+from agent.planning.inventory import check_reachable, load_inventory
 from agent.reporting.escape import rich
 from agent.running import hostdata, tasks
 from agent.running import playbooks as fleet
@@ -78,7 +79,7 @@ def lock_status(value: object, host: str) -> dict:
 def run(args) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     check_reachable(hosts)
-    facts = {name: envrules.classify(f) for name, f in gather_facts(args.inventory, hosts).items()}
+    facts = {name: envrules.with_arch(f) for name, f in gather_facts(args.inventory, hosts).items()}
     status = fleet.run_playbook(tasks.STATUS.playbook, args.inventory, limit=",".join(h.name for h in hosts))
     table = Table(title="spark-agent check")
     for col in ("host", *_columns({}), "would stop a sweep"):

@@ -8,9 +8,10 @@ from pathlib import Path
 from rich.console import Console
 
 from agent.errors import UserError
+from agent.hostside import atomic
 from agent.judging import stats
 from agent.reporting.compare import compare, comparison_table, render_markdown
-from agent.results.tree import atomic_write_bytes, load_cells
+from agent.results.tree import load_cells
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,5 +47,5 @@ def run(args: argparse.Namespace) -> int:
     console.print(comparison_table(cmp))
     console.print(f"{len(cmp.regressions)} regression(s) beyond the noise out of {len(cmp.diffs)} points")
     if args.markdown:
-        atomic_write_bytes(args.markdown, render_markdown(cmp, str(args.results_a), str(args.results_b)).encode())
+        atomic.write_text(args.markdown, render_markdown(cmp, str(args.results_a), str(args.results_b)))
     return 1 if args.fail_on_regression and cmp.regressions else 0

@@ -12,9 +12,10 @@ from rich.table import Table
 
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
+from agent.paths import DEFAULT_INVENTORY
 from agent.planning import envrules
 from agent.planning import matrix as plan
-from agent.planning.inventory import DEFAULT_INVENTORY, check_reachable, load_inventory
+from agent.planning.inventory import check_reachable, load_inventory
 from agent.planning.spec import load_spec
 from agent.running.sweep import gather_facts
 
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     cells = [
         cell
         for name, facts, host_vars in hosts_with_facts(args)
-        for cell in plan.plan_cells(spec, name, envrules.classify(facts), host_vars)
+        for cell in plan.plan_cells(spec, name, envrules.with_arch(facts), host_vars)
     ]
     warnings = plan.spec_warnings(spec)
     if args.json:

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from agent.errors import UserError
+from agent.hostside import atomic
 from agent.reporting.export import FORMATS, rows
-from agent.results.tree import atomic_write_bytes, load_cells
+from agent.results.tree import load_cells
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.results_dir}: no such results folder (pass a folder a sweep wrote)")
     text = FORMATS[_format(args)](rows(load_cells(args.results_dir)))
     if args.output:
-        atomic_write_bytes(args.output, text.encode())
+        atomic.write_text(args.output, text)
     else:
         sys.stdout.write(text)
     return 0

@@ -6,16 +6,15 @@ host's registry access really yields, multi-arch manifests included.
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from pathlib import Path
 
 from agent.errors import UserError
+from agent.hostside import atomic
+from agent.paths import DEFAULT_INVENTORY
 from agent.running import playbooks as fleet
 from agent.running import tasks
-
-DEFAULT_INVENTORY = fleet.REPO / "inventory" / "local.yml"
 
 
 def register(subparsers) -> None:
@@ -71,19 +70,16 @@ def write_image_ref(spec: Path, pinned: str) -> None:
     except OSError as exc:
         raise UserError(f"{spec}: cannot read the spec ({exc.strerror}); check the --write path") from None
     lines = _with_ref(lines, f'"{pinned}"')
-    tmp = spec.with_name(f".{spec.name}.tmp")
-    tmp.write_text("".join(lines))
-    try:
-        written = tomllib.loads(tmp.read_text()).get("image", {}).get("ref")
+    text = "".join(lines)
+    try:  # checked before anything is written: the spec is replaced whole or left alone
+        written = tomllib.loads(text).get("image", {}).get("ref")
     except tomllib.TOMLDecodeError as exc:
-        tmp.unlink()
         raise UserError(f"{spec}: not valid TOML ({exc}); fix it, then run pin again") from None
     if written != pinned:
-        tmp.unlink()
         raise UserError(
             f'{spec}: could not set [image] ref (it is not a plain `ref = "..."` line); set it by hand to {pinned}'
         )
-    os.replace(tmp, spec)
+    atomic.write_text(spec, text)
 
 
 def _with_ref(lines: list[str], value: str) -> list[str]:

@@ -8,7 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from agent import logs
-from agent.planning.inventory import DEFAULT_INVENTORY, load_inventory
+from agent.paths import DEFAULT_INVENTORY
+from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
 from agent.running.progress import Progress

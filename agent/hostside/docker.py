@@ -69,16 +69,6 @@ def parse_ref(ref: str) -> tuple[str, str]:
     return name, digest
 
 
-def pin_command(tag_ref: str, host: str, inventory: str | None = None, write: str | None = None) -> str:
-    """The command that resolves `tag_ref` to a digest on `host` (shown when a spec names a tag)."""
-    argv = ["spark-agent", "pin", tag_ref, "--host", host]
-    if inventory:
-        argv += ["-i", inventory]
-    if write:
-        argv += ["--write", write]
-    return shlex.join(argv)
-
-
 def _repo_name(ref: str) -> str:
     """`name[:tag][@digest]` -> name, normalised the way docker shortens Docker Hub names."""
     name = ref.split("@", 1)[0]

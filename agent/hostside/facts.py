@@ -152,7 +152,7 @@ def _fits(entry: dict, gpu_name: str, compute_capability: str) -> bool:
     return any(re.search(pattern, gpu_name, re.IGNORECASE) for pattern in patterns)
 
 
-def classify(facts: dict, gpu_rules: dict[str, dict]) -> dict:
+def classify_gpu(facts: dict, gpu_rules: dict[str, dict]) -> dict:
     """Facts with `arch` and `sm` filled from the rules (a copy; the input is left alone)."""
     arch = match_arch(facts.get("gpu_name", ""), facts.get("compute_capability", ""), gpu_rules)
     return dict(facts, arch=arch, sm=gpu_rules.get(arch, {}).get("sm", "") if arch else "")
@@ -281,7 +281,7 @@ def gather(
         "kernel": platform.release(),
         "machine": platform.machine(),
     }
-    facts = classify(facts, rules)
+    facts = classify_gpu(facts, rules)
     notes = gpu["notes"] + containers["notes"]
     if facts["gpu_name"] and not facts["arch"]:
         notes.append(unknown_arch_note(facts, rules))

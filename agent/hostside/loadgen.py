@@ -27,11 +27,10 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
 import urllib.parse
 
-from . import metrics
+from . import atomic, metrics, utc
 from .errors import HostError
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -46,122 +45,15 @@ HEALTH_HANG_S = 10.0  # /health not answering for this long: gone too (a busy se
 CONFIRM_S = 3.0  # after a run of failed requests: how long to wait for the watch to say whether the server died
 
 # Common English words: nearly every tokenizer maps " word" to one token, so n words ~ n tokens.
-WORDS = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "you",
-    "that",
-    "it",
-    "he",
-    "was",
-    "for",
-    "on",
-    "are",
-    "as",
-    "with",
-    "his",
-    "they",
-    "at",
-    "be",
-    "this",
-    "have",
-    "from",
-    "or",
-    "one",
-    "had",
-    "by",
-    "word",
-    "but",
-    "not",
-    "what",
-    "all",
-    "were",
-    "we",
-    "when",
-    "your",
-    "can",
-    "said",
-    "there",
-    "use",
-    "an",
-    "each",
-    "which",
-    "she",
-    "do",
-    "how",
-    "their",
-    "if",
-    "will",
-    "up",
-    "other",
-    "about",
-    "out",
-    "many",
-    "then",
-    "them",
-    "these",
-    "so",
-    "some",
-    "her",
-    "would",
-    "make",
-    "like",
-    "him",
-    "into",
-    "time",
-    "has",
-    "look",
-    "two",
-    "more",
-    "write",
-    "go",
-    "see",
-    "number",
-    "no",
-    "way",
-    "could",
-    "people",
-    "my",
-    "than",
-    "first",
-    "water",
-    "been",
-    "call",
-    "who",
-    "oil",
-    "its",
-    "now",
-    "find",
-    "long",
-    "down",
-    "day",
-    "did",
-    "get",
-    "come",
-    "made",
-    "may",
-    "part",
-    "over",
-    "new",
-    "sound",
-    "take",
-    "only",
-    "little",
-    "work",
-    "know",
-    "place",
-    "year",
-    "live",
-    "me",
-    "back",
-    "give",
-    "most",
-    "very",
-]
+_WORDS_TEXT = (
+    "the of and to in is you that it he was for on are as with his they at be this have from or one had "
+    "by word but not what all were we when your can said there use an each which she do how their if will "
+    "up other about out many then them these so some her would make like him into time has look two more "
+    "write go see number no way could people my than first water been call who oil its now find long down "
+    "day did get come made may part over new sound take only little work know place year live me back "
+    "give most very"
+)
+WORDS = _WORDS_TEXT.split()
 
 
 class LoadError(HostError):
@@ -336,9 +228,8 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
                 event = json.loads(payload)
                 if "error" in event and "choices" not in event:
                     error = event["error"]
-                    raise LoadError(
-                        "server error: %s" % (error.get("message", error) if isinstance(error, dict) else error)
-                    )
+                    message = error.get("message", error) if isinstance(error, dict) else error
+                    raise LoadError(f"server error: {message}")
                 usage = event.get("usage")
                 if usage and usage.get("prompt_tokens"):
                     record.prompt_tokens = usage["prompt_tokens"]
@@ -538,8 +429,8 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
         if await _dead(load, window):
             return
         if load.abort_reason:  # nothing but failed requests: the remaining windows are not measured
-            result = summarize([], 0.0, duration_s, load.concurrency)
-            result.update(ok=False, error=load.abort_reason, started_at=_iso(time.time()))
+            result = summarize_window([], 0.0, duration_s, load.concurrency)
+            result.update(ok=False, error=load.abort_reason, started_at=utc.iso())
             finish(result, repeat, None, None)
             continue
         before = await scrape() if scrape else None
@@ -548,11 +439,11 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
         if load.abort_reason and not load.died:
             await load.confirm_death()
         if load.died:
-            result = summarize(requests, t0, t1, load.concurrency)
+            result = summarize_window(requests, t0, t1, load.concurrency)
             result.update(
                 ok=False,
                 engine_died=True,
-                started_at=_iso(wall),
+                started_at=utc.iso(wall),
                 error="the server died during this window: " + load.died["how"],
             )
             finish(result, repeat, before, None)
@@ -561,8 +452,8 @@ async def _level(load: _Load, duration_s, warmup_s, repeats, scrape, finish):
         if load.watch:
             load.watch.phase = "after " + window
         after = await scrape() if scrape else None
-        result = summarize(requests, t0, t1, load.concurrency)
-        result["started_at"] = _iso(wall)
+        result = summarize_window(requests, t0, t1, load.concurrency)
+        result["started_at"] = utc.iso(wall)
         if load.abort_reason:
             result.update(ok=False, error=load.abort_reason)
         finish(result, repeat, before, after)
@@ -578,14 +469,10 @@ async def _dead(load: _Load, phase: str) -> bool:
     return False
 
 
-def _iso(wall: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(wall))
-
-
 # ---------------------------------------------------------------- window accounting
 
 
-def summarize(requests, t0: float, t1: float, concurrency: int) -> dict:
+def summarize_window(requests, t0: float, t1: float, concurrency: int) -> dict:
     """The measurement dict of window [t0, t1) over the requests' recorded events (see module doc)."""
     duration = t1 - t0
     out_tokens = 0
@@ -767,19 +654,6 @@ def _add_counters(result: dict, before, after):
 # ---------------------------------------------------------------- CLI
 
 
-def write_json_atomic(path: str, data: dict) -> None:
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def result_filename(concurrency: int, repeat: int) -> str:
     return f"c{concurrency:03d}-r{repeat:d}.json"
 
@@ -826,7 +700,7 @@ def main(argv=None) -> int:
     def save(result):
         if args.out_dir:
             path = os.path.join(args.out_dir, result_filename(result["concurrency"], result["repeat"]))
-            write_json_atomic(path, result)
+            atomic.write_json(path, result)
             written.append(path)
 
     results = run_levels(

@@ -743,7 +743,7 @@ def parse(text: str) -> dict:
     return follower.facts()
 
 
-def classify(text_or_facts) -> dict:
+def classify_failure(text_or_facts) -> dict:
     """The failure dict {class, evidence, root_cause, draft_model} of a log or of its facts; {} if it started."""
     facts = text_or_facts if isinstance(text_or_facts, dict) else parse(text_or_facts)
     return dict(facts.get("failure") or {})

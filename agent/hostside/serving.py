@@ -12,7 +12,7 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from . import docker, loadgen, supervise
+from . import atomic, docker, supervise
 from .errors import HostError
 
 DIED_FILE = "died.json"  # in the run folder when the server died mid-cell: when, how, in which window
@@ -42,9 +42,10 @@ def read_env_file(path: str) -> dict:
 
 
 def launch_command(
-    runtime: str, argv: list, env: dict, image: str, container: str = "spark-agent", cell_id: str = ""
+    runtime: str, argv: list, env: dict, image: str = "", container: str = "spark-agent", cell_id: str = ""
 ) -> str:
-    """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line)."""
+    """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line).
+    The one renderer of a serve command line: launch.txt, cell.toml's [launch] and the report all use it."""
     if runtime == "docker":
         return docker.launch_line(image, container, [str(a) for a in argv], env, label=cell_id)
     assigns = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))
@@ -125,7 +126,7 @@ def record_death(rdir: str, died: dict) -> bool:
     path = Path(os.path.expanduser(rdir)) / DIED_FILE
     if path.exists():
         return False
-    loadgen.write_json_atomic(str(path), died)
+    atomic.write_json(path, died)
     return True
 
 
@@ -133,9 +134,7 @@ def seal(workdir: str, cell_id: str) -> str:
     """Pack the cell's run folder (log, launch line, results) into one tar for collection; returns its path."""
     rdir = run_dir(workdir, cell_id)
     tar_path = str(rdir) + ".tar"
-    tmp = tar_path + ".tmp"
-    with tarfile.open(tmp, "w") as tar:
+    with atomic.replacing(tar_path) as tmp, tarfile.open(tmp, "w") as tar:
         for path in sorted(rdir.iterdir()):
             tar.add(str(path), arcname=path.name)
-    os.replace(tmp, tar_path)
     return tar_path

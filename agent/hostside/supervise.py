@@ -22,7 +22,7 @@ import urllib.request
 import zlib
 from pathlib import Path
 
-from . import docker, logparse  # imported up front: the forked supervisor must not import late
+from . import atomic, docker, logparse  # imported up front: the forked supervisor must not import late
 from .errors import HostError
 
 CELL_ENV = "SPARK_AGENT_CELL"  # marks every server process we start
@@ -56,12 +56,6 @@ def _read_json(path: Path) -> dict:
         return {}
 
 
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
 # ---------------------------------------------------------------------------------------------- the lock
 def acquire_lock(workdir: str, holder: dict) -> int:
     """Take the host lock without waiting; returns the fd (keep it open). Raises HostBusy naming the holder."""
@@ -75,7 +69,7 @@ def acquire_lock(workdir: str, holder: dict) -> int:
             raise
         held = _read_json(sdir / "holder.json")
         raise HostBusy("host is in use by " + describe_holder(held), held) from None
-    _write_json(sdir / "holder.json", holder)
+    atomic.write_json(sdir / "holder.json", holder)
     return fd
 
 
@@ -323,7 +317,7 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
                 [str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True
             )
         info.update({"supervisor_pid": os.getpid(), "server_pid": proc.pid})
-        _write_json(state_dir(workdir) / "server.json", info)
+        atomic.write_json(state_dir(workdir) / "server.json", info)
 
         def on_term(signum, frame):
             _stop_server(info, proc)
@@ -342,7 +336,7 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
             info["exit_code"] = code
         # The log's last word, for logparse: a signal or the OOM killer leaves no line of the server's own.
         log.write(f"{logparse.SUPERVISOR_PREFIX}the server {exit_text(info)}\n".encode())
-        _write_json(state_dir(workdir) / "server.json", info)
+        atomic.write_json(state_dir(workdir) / "server.json", info)
     except SystemExit:
         pass
     except BaseException as exc:  # the supervisor must never leave a server behind
@@ -439,11 +433,11 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
     info = _read_json(state_dir(workdir) / "server.json")
     follower = logparse.Follower()
     t0 = time.monotonic()
-    offset, partial = 0, ""
+    offset = 0
     failure: dict = {}
     ready = False
     while True:
-        offset, partial = _feed_new_lines(info.get("log", ""), offset, partial, follower)
+        offset = _feed_new_bytes(info.get("log", ""), offset, follower)
         if follower.fatal:
             failure = dict(follower.fatal)
             break
@@ -452,7 +446,7 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
             break
         if not _server_running(workdir, info):
             time.sleep(0.2)  # let the last lines reach the log
-            offset, partial = _feed_new_lines(info.get("log", ""), offset, partial, follower)
+            offset = _feed_new_bytes(info.get("log", ""), offset, follower)
             failure = dict(follower.fatal or _exit_failure(info, follower))
             break
         if time.monotonic() - t0 > timeout_s:
@@ -463,27 +457,24 @@ def wait_ready(workdir: str, url: str, timeout_s: float, poll_s: float = 0.1) ->
             }
             break
         time.sleep(poll_s)
-    if partial:
-        follower.feed(partial)
+    follower.flush()
     return {"ready": ready, "failure": failure, "facts": follower.facts(), "startup_s": time.monotonic() - t0}
 
 
-def _feed_new_lines(log_path: str, offset: int, partial: str, follower) -> tuple[int, str]:
+def _feed_new_bytes(log_path: str, offset: int, follower: logparse.Follower) -> int:
+    """What the log gained since `offset`, to the follower (it keeps a cut-off last line for the next call)."""
     try:
         with open(log_path, "rb") as fh:
             fh.seek(offset)
             chunk = fh.read()
     except OSError:
-        return offset, partial
-    text = partial + chunk.decode(errors="replace")
-    lines = text.split("\n")
-    for line in lines[:-1]:
-        follower.feed(line)
-    return offset + len(chunk), lines[-1]
+        return offset
+    follower.feed_chunk(chunk.decode(errors="replace"))
+    return offset + len(chunk)
 
 
 def _exit_failure(info: dict, follower) -> dict:
-    failure = logparse.classify(follower.facts())
+    failure = logparse.classify_failure(follower.facts())
     if failure and failure.get("class"):
         return failure
     return {
@@ -569,15 +560,3 @@ def status(workdir: str) -> dict:
     info = _read_json(sdir / "server.json")
     running = bool(info.get("supervisor_pid")) and _alive(int(info["supervisor_pid"])) and not info.get("exited")
     return {"running": running, "server": info, "holder": _read_json(sdir / "holder.json") if running else {}}
-
-
-def controller_identity(sweep: str, cell_id: str) -> dict:
-    """Who holds the lock: recorded on the host, shown to anyone refused."""
-    return {
-        "user": os.environ.get("USER") or os.environ.get("LOGNAME") or str(os.getuid()),
-        "controller_host": socket.gethostname(),
-        "controller_pid": os.getpid(),
-        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "sweep": sweep,
-        "cell_id": cell_id,
-    }

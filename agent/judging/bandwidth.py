@@ -20,13 +20,11 @@ For the report (agent/report.py):
 
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
 
 from agent.errors import UserError
-
-GPUS_TOML = Path(__file__).resolve().parent.parent / "rules" / "gpus.toml"
+from agent.hostside import facts as hostfacts
 
 # A difference between two points is "explained by bytes" when the measured change lies within
 # max(TOLERANCE_POINTS, TOLERANCE_SHARE * |predicted|) percentage points of the predicted change.
@@ -34,28 +32,27 @@ TOLERANCE_POINTS = 3.0
 TOLERANCE_SHARE = 0.25
 
 
-def bandwidth_for(arch_or_gpu: str, rules: Path = GPUS_TOML) -> tuple[float, str]:
+def bandwidth_for(arch_or_gpu: str, rules: Path = hostfacts.DEFAULT_GPU_RULES) -> tuple[float, str]:
     """(GB/s, source) for an arch key of gpus.toml ("gb10") or a GPU name ("NVIDIA GB10")."""
+    if not Path(rules).is_file():
+        raise UserError(f"{rules}: cannot read the GPU rules (no such file)")
     try:
-        table = tomllib.loads(Path(rules).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        table = hostfacts.load_gpu_rules(rules)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UserError(f"{rules}: cannot read the GPU rules ({exc})") from None
     wanted = arch_or_gpu.strip()
-    for arch, row in table.items():
-        if isinstance(row, dict) and _matches(wanted, arch, row):
-            if not isinstance(row.get("bandwidth_gbs"), (int, float)):
-                raise UserError(f"{rules}: [{arch}] has no bandwidth_gbs; add it or pass --bandwidth-gbs")
-            return float(row["bandwidth_gbs"]), str(row.get("bandwidth_source", "rules file"))
-    raise UserError(
-        f"{rules}: no GPU matches {arch_or_gpu!r} (known: {', '.join(sorted(table))}); "
-        "pass --bandwidth-gbs with a measured value"
-    )
-
-
-def _matches(wanted: str, arch: str, row: dict) -> bool:
-    if wanted.lower() in (arch.lower(), str(row.get("name", "")).lower()):
-        return True
-    return any(re.search(p, wanted, re.IGNORECASE) for p in row.get("name_patterns", []))
+    by_key = {arch.lower(): arch for arch in table}
+    # The GPU's name alone: no compute capability to check, the name patterns decide (the host's own matcher).
+    arch = by_key.get(wanted.lower()) or hostfacts.match_arch(wanted, "", table)
+    if not arch:
+        raise UserError(
+            f"{rules}: no GPU matches {arch_or_gpu!r} (known: {', '.join(sorted(table))}); "
+            "pass --bandwidth-gbs with a measured value"
+        )
+    row = table[arch]
+    if not isinstance(row.get("bandwidth_gbs"), (int, float)):
+        raise UserError(f"{rules}: [{arch}] has no bandwidth_gbs; add it or pass --bandwidth-gbs")
+    return float(row["bandwidth_gbs"]), str(row.get("bandwidth_source", "rules file"))
 
 
 def ceiling_tok_s(bytes_per_token: float, gbs: float) -> float:

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.planning.matrix import BACKEND_FIELDS, backend_label
+
 DEFAULT_THRESHOLD = 0.10  # spread above which a point is unstable
 DEFAULT_SEED = 0
 DEFAULT_RESAMPLES = 2000
@@ -25,7 +27,6 @@ MIN_REPEATS = 2  # one value says nothing about noise, so it cannot rank
 
 RANK_METRIC = "output_throughput"
 LATENCY_METRICS = ("median_ttft_ms", "median_tpot_ms")
-BACKEND_FIELDS = ("moe_backend", "linear_backend", "attention_backend")
 # Config keys that describe the sweep's schedule, not the configuration being measured.
 SCHEDULE_FIELDS = ("concurrency", "warmup", "repeats")
 
@@ -166,17 +167,8 @@ def summarize_cell(cell: dict[str, Any], threshold: float = DEFAULT_THRESHOLD) -
     return CellSummary(cell, points)
 
 
-def summarize(cells: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD) -> list[CellSummary]:
+def summarize_cells(cells: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD) -> list[CellSummary]:
     return [summarize_cell(c, threshold) for c in cells]
-
-
-def backend_label(config: dict[str, Any]) -> str:
-    """ "marlin", or "marlin linear=x attention=y" when those are forced too; "" (auto) reads "auto"."""
-    parts = [config.get("moe_backend") or "auto"]
-    for name in BACKEND_FIELDS[1:]:
-        if config.get(name):
-            parts.append(f"{name.split('_')[0]}={config[name]}")
-    return " ".join(parts)
 
 
 def hardware_label(cell: dict[str, Any]) -> str:
@@ -225,7 +217,7 @@ def bootstrap_ratio_ci(
     ratios.sort()
     tail = (1.0 - confidence) / 2.0
     lo = ratios[int(tail * (resamples - 1))]
-    hi = ratios[int(math.ceil((1.0 - tail) * (resamples - 1)))]
+    hi = ratios[math.ceil((1.0 - tail) * (resamples - 1))]
     return lo, hi
 
 

@@ -27,7 +27,7 @@ def axis_name(name: str) -> str:
     return key if key in AXES else _SHORT.get(key, "")
 
 
-def verdict(requested: dict, facts: dict, env_set: list[str]) -> dict:
+def judge(requested: dict, facts: dict, env_set: list[str]) -> dict:
     """{verdict, reasons, evidence, notes}. `requested` has the AXES ("" = auto, no claim); `facts` is
     logparse.parse()'s; `env_set` the variables the spec set for the server."""
     failure = facts.get("failure") or {}
@@ -150,4 +150,4 @@ def attest(text: str, requested: dict | None = None, env_set: list[str] = ()) ->
     facts = parse(text)
     asked = requested_from_args(facts)
     asked.update({k: v for k, v in (requested or {}).items() if k in AXES})
-    return {"facts": facts, "requested": asked, "verdict": verdict(asked, facts, list(env_set))}
+    return {"facts": facts, "requested": asked, "verdict": judge(asked, facts, list(env_set))}

@@ -16,10 +16,7 @@ from pathlib import Path
 
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
-
-RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
-ENV_RULES = RULES_DIR / "env.toml"
-GPU_RULES = RULES_DIR / "gpus.toml"
+from agent.paths import ENV_RULES
 
 
 @dataclass
@@ -38,22 +35,14 @@ def env_rules(path: Path = ENV_RULES) -> dict:
         return tomllib.load(handle)
 
 
-@functools.cache
-def gpu_rules(path: Path = GPU_RULES) -> dict[str, dict]:
-    """gpus.toml keyed by arch (bandwidth_gbs, sm, memory_gb, ...)."""
-    return hostfacts.load_gpu_rules(path)
-
-
-def classify(facts: dict) -> dict:
+def with_arch(facts: dict) -> dict:
     """Host facts with arch/sm filled by the controller's gpus.toml when the host could not classify."""
-    return facts if facts.get("arch") else hostfacts.classify(facts, gpu_rules())
+    return facts if facts.get("arch") else hostfacts.classify_gpu(facts, hostfacts.load_gpu_rules())
 
 
 def arch_of(facts: dict) -> str:
     """The arch a host reported, else the controller's own classification of its GPU."""
-    return facts.get("arch") or hostfacts.match_arch(
-        facts.get("gpu_name", ""), facts.get("compute_capability", ""), gpu_rules()
-    )
+    return with_arch(facts)["arch"]
 
 
 # --- versions --------------------------------------------------------------------------------------
@@ -226,7 +215,7 @@ def _parse_speculative(speculative_json: str) -> dict:
         raise UserError(
             f"speculative config is not valid JSON ({exc}): {speculative_json!r}; "
             'write it as in --speculative-config, e.g. {"method":"mtp","num_speculative_tokens":2}'
-        )
+        ) from None
     if not isinstance(config, dict):
         raise UserError(f"speculative config must be a JSON object, got {speculative_json!r}")
     return config

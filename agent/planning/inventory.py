@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
+from agent.paths import DEFAULT_INVENTORY, PLAYBOOKS
 
-REPO = Path(__file__).resolve().parent.parent.parent
-DEFAULT_INVENTORY = REPO / "inventory" / "local.yml"
 RUNTIMES = ("docker", "process")
 
 
@@ -68,7 +67,7 @@ def _templated(loader, host_vars: dict) -> dict[str, Any]:
     """Host vars as a playbook run sees them (Jinja filled in), so what we record is what runs."""
     from ansible.template import Templar
 
-    magic = {"ansible_playbook_python": sys.executable, "playbook_dir": str(REPO / "playbooks")}
+    magic = {"ansible_playbook_python": sys.executable, "playbook_dir": str(PLAYBOOKS)}
     merged = {**dict(host_vars), **magic}
     templar = Templar(loader=loader, variables=merged)
     out = {}

@@ -9,11 +9,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent.planning import envrules
 from agent.planning.spec import Checkpoint, Spec
+
+BACKEND_FIELDS = ("moe_backend", "linear_backend", "attention_backend")  # the axes a sweep compares
 
 
 @dataclass
@@ -31,12 +34,9 @@ class Cell:
 
     @property
     def label(self) -> str:
+        """ "uns-fast marlin attention=flashinfer spec=mtp": checkpoint, backend_label, speculative method."""
         c = self.config
-        parts = [c["checkpoint"], f"moe={c['moe_backend'] or 'auto'}"]
-        if c["linear_backend"]:
-            parts.append(f"linear={c['linear_backend']}")
-        if c["attention_backend"]:
-            parts.append(f"attn={c['attention_backend']}")
+        parts = [c["checkpoint"], backend_label(c)]
         if c["speculative"]:
             parts.append("spec=" + json.loads(c["speculative"]).get("method", "?"))
         return " ".join(parts)
@@ -61,6 +61,16 @@ class Cell:
         }
 
 
+def backend_label(config: dict[str, Any]) -> str:
+    """ "marlin", or "marlin linear=x attention=y" when those are forced too; "" (auto) reads "auto".
+    The one spelling of a cell's backends: progress bar, env table, report, compare and export."""
+    parts = [config.get("moe_backend") or "auto"]
+    for name in BACKEND_FIELDS[1:]:
+        if config.get(name):
+            parts.append(f"{name.removesuffix('_backend')}={config[name]}")
+    return " ".join(parts)
+
+
 def _auto(value: str) -> str:
     return "" if value == "auto" else value
 
@@ -70,35 +80,40 @@ def cell_id(config: dict[str, Any], env: dict[str, str]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
+# [config] key -> its `vllm serve` flag, in command-line order; "" (auto / off) passes no flag.
+SERVE_FLAGS = (
+    ("gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("max_model_len", "--max-model-len"),
+    ("max_num_seqs", "--max-num-seqs"),
+    ("moe_backend", "--moe-backend"),
+    ("linear_backend", "--linear-backend"),
+    ("attention_backend", "--attention-backend"),
+    ("speculative", "--speculative-config"),
+)
+
+
 def server_args(config: dict[str, Any]) -> list[str]:
     """`vllm serve` arguments after MODEL for a cell (no host/port: those are host plumbing)."""
-    args = [
-        "--gpu-memory-utilization",
-        str(config["gpu_memory_utilization"]),
-        "--max-model-len",
-        str(config["max_model_len"]),
-        "--max-num-seqs",
-        str(config["max_num_seqs"]),
-    ]
-    for flag, key in (
-        ("--moe-backend", "moe_backend"),
-        ("--linear-backend", "linear_backend"),
-        ("--attention-backend", "attention_backend"),
-        ("--speculative-config", "speculative"),
-    ):
-        if config[key]:
-            args += [flag, config[key]]
-    return args + [str(a) for a in config["extra_args"]]
+    args = []
+    for key, flag in SERVE_FLAGS:
+        if config.get(key) not in (None, ""):  # a [config] read back from an older cell.toml may lack a key
+            args += [flag, str(config[key])]
+    return args + [str(a) for a in config.get("extra_args", [])]
+
+
+def serve_argv(config: dict[str, Any], prefix: Sequence[str] = ("vllm", "serve")) -> list[str]:
+    """The one builder of a serve command line: the engine command, MODEL, then the cell's flags."""
+    return [str(a) for a in prefix] + [str(config.get("model", ""))] + server_args(config)
 
 
 def launch_argv(config: dict[str, Any], host_vars: dict[str, Any]) -> list[str]:
-    """The full server command on a host: the engine command, MODEL, the cell's flags, then bind and port."""
+    """The full server command on a host: serve_argv, then bind and port."""
     # process: the engine command; docker: the command after the image (NVIDIA's image runs `vllm serve`;
     # the simulator's image has it as its entrypoint, so its hosts set spark_serve_cmd: [])
-    prefix = [str(a) for a in host_vars.get("spark_serve_cmd", ["vllm", "serve"])]
+    prefix = host_vars.get("spark_serve_cmd", ["vllm", "serve"])
     bind = str(host_vars.get("spark_bind_host", "127.0.0.1"))
     port = str(host_vars.get("spark_port", 8000))
-    return prefix + [config["model"]] + server_args(config) + ["--host", bind, "--port", port]
+    return serve_argv(config, prefix) + ["--host", bind, "--port", port]
 
 
 def plan_cells(spec: Spec, host: str, facts: dict[str, Any], host_vars: dict[str, Any]) -> list[Cell]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +152,16 @@ def _check_table(path: Path, lines: _Lines, table: str, values: dict, index: int
     return out
 
 
+def pin_command(tag_ref: str, host: str, inventory: str | None = None, write: str | None = None) -> str:
+    """The command that resolves `tag_ref` to a digest on `host` (shown when a spec names a tag)."""
+    argv = ["spark-agent", "pin", tag_ref, "--host", host]
+    if inventory:
+        argv += ["-i", inventory]
+    if write:
+        argv += ["--write", write]
+    return shlex.join(argv)
+
+
 def check_image_ref(ref: str, spec_path: Path | None = None) -> str:
     """An error message for anything but name@sha256:<64 hex> (with the pin command for a tag), or ''."""
     try:
@@ -158,7 +169,7 @@ def check_image_ref(ref: str, spec_path: Path | None = None) -> str:
     except ValueError as exc:
         if "@" in ref:
             return str(exc)
-        return f"{exc}; pin it with: " + docker.pin_command(ref, "<HOST>", write=str(spec_path) if spec_path else None)
+        return f"{exc}; pin it with: " + pin_command(ref, "<HOST>", write=str(spec_path) if spec_path else None)
     return ""
 
 

@@ -79,7 +79,7 @@ def compare(
     threshold: float = stats.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
 ) -> Comparison:
-    side_a, side_b = stats.summarize(cells_a, threshold), stats.summarize(cells_b, threshold)
+    side_a, side_b = stats.summarize_cells(cells_a, threshold), stats.summarize_cells(cells_b, threshold)
     with_host = _needs_host(side_a, side_b)
     index_a, index_b = _index(side_a, with_host), _index(side_b, with_host)
     result = Comparison([], [], [], [], warnings(side_a, side_b))

@@ -12,7 +12,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from agent.judging.stats import backend_label, cell_verdict, hardware_label
+from agent.judging.stats import cell_verdict, hardware_label
+from agent.planning.matrix import backend_label
 from agent.reporting.escape import csv_cell
 
 CELL_COLUMNS = [

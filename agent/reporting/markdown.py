@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import math
-import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
+from agent.hostside import atomic
+from agent.hostside.serving import launch_command
 from agent.judging import stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
+from agent.planning.matrix import BACKEND_FIELDS, serve_argv
 from agent.reporting.escape import md, md_code, md_fence, rich
 from agent.results.tree import load_cells
 
@@ -39,7 +41,7 @@ class ReportData:
 def build(
     cells: Sequence[dict[str, Any]], *, threshold: float = stats.DEFAULT_THRESHOLD, seed: int = stats.DEFAULT_SEED
 ) -> ReportData:
-    summaries = sorted(stats.summarize(cells, threshold), key=_cell_order)
+    summaries = sorted(stats.summarize_cells(cells, threshold), key=_cell_order)
     return ReportData(summaries, stats.recommend(summaries, seed=seed), provenance(summaries), threshold, seed)
 
 
@@ -116,23 +118,8 @@ def slower_text(r: float) -> str:
 
 def serve_command(cell: dict[str, Any]) -> str:
     """A copy-pasteable command: the cell's env + its launch argv (or argv rebuilt from [config])."""
-    env = cell.get("env", {})
-    argv = cell.get("launch", {}).get("argv") or config_argv(cell.get("config", {}))
-    assignments = [f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items())]
-    return " ".join(assignments + [shlex.join(str(a) for a in argv)])
-
-
-def config_argv(config: dict[str, Any]) -> list[str]:
-    argv = ["vllm", "serve", str(config.get("model", ""))]
-    for key in ("gpu_memory_utilization", "max_model_len", "max_num_seqs"):
-        if config.get(key) not in (None, ""):
-            argv += [f"--{key.replace('_', '-')}", str(config[key])]
-    for key in stats.BACKEND_FIELDS:
-        if config.get(key):
-            argv += [f"--{key.replace('_', '-')}", str(config[key])]
-    if config.get("speculative"):
-        argv += ["--speculative-config", str(config["speculative"])]
-    return argv
+    argv = cell.get("launch", {}).get("argv") or serve_argv(cell.get("config", {}))
+    return launch_command("process", argv, cell.get("env", {}))
 
 
 def dropped_env(cell: dict[str, Any]) -> list[str]:
@@ -463,7 +450,7 @@ def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) 
     fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
     backends = sorted({s.backend for cells in panels.values() for s in cells})
     colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}  # one colour per backend in every panel
-    for ax, (name, cells) in zip(axes.flat, panels.items(), strict=False):
+    for ax, (name, cells) in zip(axes.flat, panels.items(), strict=False):  # the grid may have spare axes
         _panel(ax, name, cells, ylabel, attr, colours)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
@@ -544,7 +531,7 @@ def _lines(cells: list[CellSummary]) -> dict[str, list[CellSummary]]:
     """Line label → its cells: the backend, plus whatever else differs between the cells of one panel (image,
     speculative, ...) except the host, over which a line pools."""
     keys = sorted(
-        {k for s in cells for k in s.config} - set(stats.BACKEND_FIELDS) - set(stats.SCHEDULE_FIELDS) - {"checkpoint"}
+        {k for s in cells for k in s.config} - set(BACKEND_FIELDS) - set(stats.SCHEDULE_FIELDS) - {"checkpoint"}
     )
     varying = [k for k in keys if len({str(s.config.get(k)) for s in cells}) > 1]
     lines: dict[str, list[CellSummary]] = {}
@@ -646,7 +633,5 @@ def write_report(
 
 
 def _write(path: Path, data: bytes) -> Path:
-    from agent.results.tree import atomic_write_bytes
-
-    atomic_write_bytes(path, data)
+    atomic.write_bytes(path, data)
     return path

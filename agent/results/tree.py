@@ -6,15 +6,15 @@ cell.toml is written last; its presence means the cell is finished.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import tomli_w
+
+from agent.hostside import atomic
 
 CELL_FILE = "cell.toml"
 SCHEMA = 1
@@ -24,23 +24,8 @@ def run_name(concurrency: int, repeat: int) -> str:
     return f"c{concurrency:03d}-r{repeat}.toml"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same folder + rename: readers never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def atomic_write_toml(path: Path, data: dict[str, Any]) -> None:
-    atomic_write_bytes(path, tomli_w.dumps(_drop_none(data)).encode())
+    atomic.write_bytes(path, tomli_w.dumps(_drop_none(data)).encode())
 
 
 def _drop_none(value: Any) -> Any:

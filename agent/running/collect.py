@@ -11,11 +11,10 @@ import json
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from agent.hostside import logparse
+from agent.hostside import logparse, utc
 from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import verdict
 from agent.planning.matrix import Cell
@@ -145,7 +144,7 @@ def _write_cell(
         run["before_crash"] = bool(died) and not run["engine_died"]
         results.atomic_write_toml(dest / name, run)
     attestation = logparse.parse(log_text)
-    outcome = verdict.verdict(_requested(cell), attestation, env_set=sorted(cell.env))
+    outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
     failure = serve.get("failure") or {}
     if not serve.get("ready") and not failure:
         failure = attestation.get("failure") or {"class": "other", "evidence": ["the server never became ready"]}
@@ -164,8 +163,8 @@ def _death(cell: Cell, died: dict, attestation: dict, runs: list[dict]) -> dict:
     collected = {(int(r["concurrency"]), int(r["repeat"])) for r in runs}
     planned = [(c, r) for c in cell.config["concurrency"] for r in range(1, int(cell.config["repeats"]) + 1)]
     return {
-        "at": _iso(died["at"]) if died["at"] else "",
-        "detected_at": _iso(died["detected_at"]) if died["detected_at"] else "",
+        "at": utc.iso(died["at"]) if died["at"] else "",
+        "detected_at": utc.iso(died["detected_at"]) if died["detected_at"] else "",
         "detection_s": round(max(died["detected_at"] - died["at"], 0.0), 2) if died["at"] else -1.0,
         "window": died["window"],
         "how": died["how"],
@@ -216,10 +215,6 @@ def _requested(cell: Cell) -> dict[str, str]:
     }
 
 
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
-
-
 def _cell_record(
     cell: Cell,
     facts: dict,
@@ -247,8 +242,8 @@ def _cell_record(
         "failure_root_cause": failure.get("root_cause", "") if failed else "",
         "startup_s": float(serve.get("startup_s", 0.0)),
         "runs_collected": runs,
-        "started_at": _iso(started),
-        "finished_at": _iso(finished),
+        "started_at": utc.iso(started),
+        "finished_at": utc.iso(finished),
         "elapsed_s": round(finished - started, 2),
         "notes": cell.notes,
         "config": cell.config,

@@ -196,7 +196,7 @@ HOLDER: dict[str, Field] = {
 
 
 def holder(value: Any, where: str = "lock holder") -> dict[str, Any]:
-    """The host lock's holder record (hostside/supervise.py controller_identity, as written on the host)."""
+    """The host lock's holder record (running/identity.py controller_identity, as written on the host)."""
     return shape(value, where, HOLDER)
 
 

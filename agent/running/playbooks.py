@@ -18,11 +18,8 @@ from typing import Any
 import ansible_runner
 import structlog
 
+from agent.paths import ANSIBLE_CFG, PLAYBOOKS
 from agent.running.hostdata import one_line
-
-REPO = Path(__file__).resolve().parent.parent.parent
-PLAYBOOKS = REPO / "playbooks"
-ANSIBLE_CFG = REPO / "ansible.cfg"
 
 log = structlog.get_logger("spark_agent.fleet")
 

@@ -16,7 +16,6 @@ import psutil
 import structlog
 
 from agent.errors import UserError
-from agent.hostside.supervise import controller_identity
 from agent.planning import matrix as plan
 from agent.planning.inventory import Host, check_reachable
 from agent.planning.matrix import Cell
@@ -24,6 +23,7 @@ from agent.planning.spec import Spec
 from agent.results import tree as results
 from agent.running import collect, hostdata, tasks
 from agent.running import playbooks as fleet
+from agent.running.identity import controller_identity
 from agent.running.progress import Progress
 
 log = structlog.get_logger("spark_agent.sweep")

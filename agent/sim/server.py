@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -52,10 +53,8 @@ class Server:
             pass
         finally:
             if not writer.transport.is_closing():
-                try:
+                with contextlib.suppress(ConnectionError):
                     await writer.drain()
-                except ConnectionError:
-                    pass
                 writer.close()
 
     async def _read_request(self, reader):

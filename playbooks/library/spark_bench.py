@@ -130,7 +130,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_hostside import loadgen, serving, supervise
+from ansible.module_utils.spark_hostside import atomic, loadgen, serving, supervise
 from ansible.module_utils.spark_hostside.errors import HostError
 
 ARGUMENT_SPEC = {
@@ -163,7 +163,7 @@ def main() -> None:
 
     def save(result: dict) -> None:  # each window's file exists as soon as the window is over
         name = loadgen.result_filename(concurrency=p["level"], repeat=result["repeat"])
-        loadgen.write_json_atomic(path=os.path.join(out_dir, name), data=result)
+        atomic.write_json(path=os.path.join(out_dir, name), data=result)
 
     # A server that dies ends the bench at once: no window of this or any later level runs against a dead port.
     watched = p["workdir"] and p["cell_id"]

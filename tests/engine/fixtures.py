@@ -1,6 +1,6 @@
 """The real CPU build of vLLM as a test engine: its venv, tiny local models, and a server on 127.0.0.1.
 
-Import from tests/conftest.py with:  from .engine.fixtures import vllm_cpu_python, tiny_models  # noqa: F401
+tests/conftest.py loads these fixtures as a plugin (pytest_plugins), so test modules use them by name.
 
 Everything is cached under ${SPARK_AGENT_CACHE:-/var/cache/spark-agent} so a reused machine skips the install.
 Servers are stopped by the PID (and process group) of the process this module started, also when a test fails.
@@ -16,7 +16,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,10 +173,8 @@ def stop_server(server: VllmServer, grace_s: float = 20.0) -> None:
     proc = server.proc
     if proc.poll() is None:
         _signal_group(proc.pid, signal.SIGTERM)
-        try:
+        with suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
     # Children may outlive the parent; the group id is the PID we started (start_new_session).
     _signal_group(proc.pid, signal.SIGKILL)
     if proc.poll() is None:
@@ -184,10 +182,8 @@ def stop_server(server: VllmServer, grace_s: float = 20.0) -> None:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @contextmanager

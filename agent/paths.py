@@ -1,0 +1,13 @@
+"""Where the controller finds its own files: one definition of each path (the repository checkout)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+AGENT = Path(__file__).resolve().parent  # the `agent` package
+REPO = AGENT.parent
+RULES = AGENT / "rules"  # gpus.toml is hostside/facts.py's DEFAULT_GPU_RULES: hosts read it too
+ENV_RULES = RULES / "env.toml"
+PLAYBOOKS = REPO / "playbooks"
+ANSIBLE_CFG = REPO / "ansible.cfg"
+DEFAULT_INVENTORY = REPO / "inventory" / "local.yml"  # the embedded default: the simulated Spark on localhost
