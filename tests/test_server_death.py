@@ -205,7 +205,7 @@ CONFIG = {
 
 
 def _window(concurrency: int, repeat: int, ok: bool = True, **extra) -> dict:
-    run = loadgen.summarize([], 0.0, 2.0, concurrency)
+    run = loadgen.summarize_window([], 0.0, 2.0, concurrency)
     run.update(repeat=repeat, ok=ok, output_throughput=100.0 if ok else 0.0, metrics_delta={}, **extra)
     return run
 
