@@ -79,7 +79,7 @@ def test_startup_failures_keep_their_class():
 
 def test_killed_while_starting_is_named_by_the_supervisors_line():
     log = MARLIN + "spark-agent supervisor: the server was killed by signal 9 (SIGKILL)\n"
-    failure = logparse.classify(log)
+    failure = logparse.classify_failure(log)
     assert failure["class"] == "killed_by_signal" and failure["root_cause"].endswith("signal 9 (SIGKILL)")
 
 
