@@ -98,6 +98,7 @@ class Attestation(TypedDict):
     model_load_s: float
     kv_cache_tokens: int
     engine_ready: bool
+    runtime_failure: Failure  # after readiness: {class, root_cause, evidence} of an engine that died mid-run
     startup_complete: bool
     other_model_lines: list[str]  # vision tower / encoder / all-reduce choices: never the answer
     failure: Failure
@@ -130,7 +131,11 @@ class Holder(TypedDict):
 # --- one measurement window: loadgen -> cNNN-rK.json on the host ----------------------------------------------------
 
 
-class Window(TypedDict):
+class _Death(TypedDict, total=False):
+    engine_died: bool  # only in a window the server died in (it was cut short; ok is False)
+
+
+class Window(_Death):
     """loadgen.summarize(): one window's numbers; keys as in `vllm bench serve` JSON where the meaning is the same."""
 
     concurrency: int
@@ -159,7 +164,11 @@ class Window(TypedDict):
     p99_e2el_ms: float
 
 
-class Measurement(Window):
+class _Crash(TypedDict, total=False):
+    before_crash: bool  # collect adds it: measured before the server died later in the cell
+
+
+class Measurement(Window, _Crash):
     """loadgen.run_levels(): a window against a cell's server, as the host writes it (cNNN-rK.json)."""
 
     repeat: int  # 1..repeats

@@ -306,15 +306,21 @@ def remove(name: str, docker_env: dict | None = None) -> bool:
 
 
 def state(name: str, docker_env: dict | None = None) -> dict:
-    """{"status": "running"|"exited"|..., "exit_code": int, "running": bool}; status "missing" if absent."""
+    """{"status": "running"|"exited"|..., "exit_code": int, "running": bool, "oom_killed": bool}; status "missing"
+    if absent."""
     try:
         out = _docker(["container", "inspect", "--format", "{{json .State}}", name], docker_env)
     except DockerError as exc:
         if "No such" in str(exc):
-            return {"status": "missing", "exit_code": None, "running": False}
+            return {"status": "missing", "exit_code": None, "running": False, "oom_killed": False}
         raise
     st = json.loads(out)
-    return {"status": st.get("Status", ""), "exit_code": st.get("ExitCode"), "running": bool(st.get("Running"))}
+    return {
+        "status": st.get("Status", ""),
+        "exit_code": st.get("ExitCode"),
+        "running": bool(st.get("Running")),
+        "oom_killed": bool(st.get("OOMKilled")),
+    }
 
 
 # ---------------------------------------------------------------- what is running

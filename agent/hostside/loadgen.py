@@ -30,7 +30,7 @@ import sys
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from . import atomic, metrics, utc
 from .contracts import Measurement, Window
@@ -44,6 +44,11 @@ MAX_ERRORS_LISTED = 5
 FAILURE_BACKOFF_S = 0.1
 POLL_S = 0.25
 SETTLE_S = 0.5
+WATCH_S = 0.5  # how often a window looks at the server (process record + /health)
+HEALTH_TIMEOUT_S = 2.0
+HEALTH_GRACE_S = 1.0  # /health refused or erroring for this long (two probes or more): the server is gone
+HEALTH_HANG_S = 10.0  # /health not answering for this long: gone too (a busy server may answer late, not never)
+CONFIRM_S = 3.0  # after a run of failed requests: how long to wait for the watch to say whether the server died
 
 # Common English words: nearly every tokenizer maps " word" to one token, so n words ~ n tokens.
 _WORDS_TEXT = (
@@ -244,6 +249,80 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
         writer.close()
 
 
+# ---------------------------------------------------------------- is the server still there?
+
+
+class EngineWatch:
+    """Notices the server dying during a level: its process gone (`gone`, e.g. supervise.gone: {} while it runs,
+    else {"how", "at", ...}) or /health going away: refused or an error status for HEALTH_GRACE_S, no answer for
+    HEALTH_HANG_S.
+
+    `phase` names what the load driver is doing ("c004-r2", "c004-warmup", "after c004-r2"); `died` is the death
+    record once seen: {"at", "detected_at" (epoch s), "how", "window", "exit_code"}. A dead server stays dead.
+    """
+
+    def __init__(self, url: str, gone: Callable[[], Any] | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.host, self.port, path = parse_url(url)
+        self.health_path = path[: -len("/v1/completions")] + "/health"
+        self.gone = gone
+        self.clock = clock
+        self.phase = ""
+        self.died: dict = {}
+        self._failing_since: float | None = None  # wall time of the first failed probe in a row
+        self._failures = 0
+        self._hard = 0  # of which refused or erroring (not merely slow)
+
+    async def check(self) -> dict:
+        """One look; returns `died` (empty while the server lives)."""
+        if self.died:
+            return self.died
+        ended = self.gone() if self.gone else {}
+        if ended:
+            return self._declare(ended.get("at") or self.clock(), ended.get("how", "the server ended"), ended)
+        problem, hard = await self._probe()
+        now = self.clock()
+        if not problem:
+            self._failing_since, self._failures, self._hard = None, 0, 0
+            return {}
+        self._failures += 1
+        self._hard += hard
+        self._failing_since = self._failing_since or now
+        failing_s = now - self._failing_since
+        if (self._hard >= 2 and failing_s >= HEALTH_GRACE_S) or (self._failures >= 2 and failing_s >= HEALTH_HANG_S):
+            return self._declare(self._failing_since, "/health " + problem, {})
+        return {}
+
+    async def _probe(self) -> tuple[str, bool]:
+        """("", False) if /health answers 200, else (what went wrong, whether it was more than slowness)."""
+        request = f"GET {self.health_path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nConnection: close\r\n\r\n"
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), HEALTH_TIMEOUT_S)
+        except TimeoutError:
+            return f"did not accept a connection in {HEALTH_TIMEOUT_S:g}s", False
+        except OSError as exc:
+            return f"unreachable ({type(exc).__name__})", True
+        try:
+            writer.write(request.encode("latin-1"))
+            status, _ = await asyncio.wait_for(_read_head(reader), HEALTH_TIMEOUT_S)
+            return ("", False) if status == 200 else (f"answered HTTP {status}", True)
+        except TimeoutError:
+            return f"did not answer in {HEALTH_TIMEOUT_S:g}s", False
+        except (OSError, LoadError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            return f"broke off ({type(exc).__name__})", True
+        finally:
+            writer.close()
+
+    def _declare(self, at: float, how: str, ended: dict) -> dict:
+        self.died = {
+            "at": float(at),
+            "detected_at": self.clock(),
+            "how": how,
+            "window": self.phase,
+            "exit_code": ended.get("exit_code"),
+        }
+        return self.died
+
+
 # ---------------------------------------------------------------- the closed loop
 
 
@@ -261,6 +340,7 @@ class _Load:
         rng: random.Random,
         timeout_s: float,
         clock: Clock,
+        watch: EngineWatch | None = None,
     ):
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
@@ -275,6 +355,11 @@ class _Load:
         self.failures_in_row = 0
         self.abort_reason = ""
         self.running = False
+        self.watch = watch  # EngineWatch or None
+
+    @property
+    def died(self) -> dict:
+        return self.watch.died if self.watch else {}
 
     async def run(self, duration_s: float) -> tuple[list[_Request], float, float]:
         """Keep the load on for duration_s (clock units), then cut it; -> (requests, t0, t1)."""
@@ -283,6 +368,8 @@ class _Load:
         t1 = t0 + duration_s
         self.running = True
         tasks = [asyncio.ensure_future(self._worker()) for _ in range(self.concurrency)]
+        if self.watch:
+            tasks.append(asyncio.ensure_future(self._watch()))
         try:
             while not self.abort_reason and self.clock() < t1:
                 await asyncio.sleep(min(t1 - self.clock(), POLL_S))
@@ -293,6 +380,20 @@ class _Load:
                 task.cancel()  # the server sees the disconnect and aborts the request
             await asyncio.gather(*tasks, return_exceptions=True)
         return self.requests, t0, t1
+
+    async def _watch(self) -> None:
+        assert self.watch is not None  # started only with a watch
+        while self.running and not await self.watch.check():
+            await asyncio.sleep(WATCH_S)
+        if self.watch.died:
+            self.abort_reason = "the server died: " + self.watch.died["how"]
+
+    async def confirm_death(self) -> dict:
+        """After a run of failed requests: is the server dead, or only refusing these requests? Watch for a while."""
+        deadline = time.monotonic() + CONFIRM_S
+        while self.watch and not await self.watch.check() and time.monotonic() < deadline:
+            await asyncio.sleep(WATCH_S)
+        return self.died
 
     async def _worker(self) -> None:
         while self.running and not self.abort_reason:
@@ -337,12 +438,22 @@ async def _level(
     Between runs the load is off for SETTLE_S: cancelled requests are aborted and counted by the server
     before /metrics is read, and the next window starts on an idle server (as a fresh benchmark run does).
     finish(result, repeat, before, after) gets each window's result and its two scrapes as soon as it exists.
+    With a watch, a server that dies ends the level at once: the window it died in comes back with ok=False and
+    engine_died=True, and no later window is run (they are skipped, not measured).
     """
+    name = f"c{load.concurrency:03d}"
     if warmup_s > 0:
+        if await _dead(load, name + "-warmup"):
+            return
         await load.run(warmup_s)
+        if load.died or (load.abort_reason and await load.confirm_death()):
+            return
         await asyncio.sleep(SETTLE_S)
     for repeat in range(1, repeats + 1):
-        if load.abort_reason:  # the server is gone: the remaining windows are not measured
+        window = f"{name}-r{repeat}"
+        if await _dead(load, window):
+            return
+        if load.abort_reason:  # nothing but failed requests: the remaining windows are not measured
             result = summarize_window([], 0.0, duration_s, load.concurrency)
             result["ok"], result["error"], result["started_at"] = False, load.abort_reason, utc.iso()
             finish(result, repeat, None, None)
@@ -350,13 +461,34 @@ async def _level(
         before = await scrape() if scrape else None
         wall = time.time()
         requests, t0, t1 = await load.run(duration_s)
+        if load.abort_reason and not load.died:
+            await load.confirm_death()
+        if load.died:
+            result = summarize_window(requests, t0, t1, load.concurrency)
+            result["ok"], result["engine_died"] = False, True
+            result["started_at"] = utc.iso(wall)
+            result["error"] = "the server died during this window: " + load.died["how"]
+            finish(result, repeat, before, None)
+            return
         await asyncio.sleep(SETTLE_S)
+        if load.watch:
+            load.watch.phase = "after " + window
         after = await scrape() if scrape else None
         result = summarize_window(requests, t0, t1, load.concurrency)
         result["started_at"] = utc.iso(wall)
         if load.abort_reason:
             result["ok"], result["error"] = False, load.abort_reason
         finish(result, repeat, before, after)
+
+
+async def _dead(load: _Load, phase: str) -> bool:
+    """Look before the next phase starts; a death in the pause after a window is that window's "after"."""
+    if not load.watch:
+        return False
+    if await load.watch.check():
+        return True
+    load.watch.phase = phase
+    return False
 
 
 # ---------------------------------------------------------------- window accounting
@@ -494,10 +626,13 @@ def run_levels(
     clock: Clock = time.monotonic,
     on_result: Callable[[Measurement], object] | None = None,
     metrics_timeout_s: float = 10.0,
+    watch: EngineWatch | None = None,
 ) -> list[Measurement]:
     """Per level: one warmup window, then `repeats` measured windows against the same server, each with
     `repeat`, the /metrics counter deltas over it (`metrics_delta`) and `spec_decode_acceptance_rate`.
-    on_result(result) is called as soon as each window's result exists. Warmups are not returned."""
+    on_result(result) is called as soon as each window's result exists. Warmups are not returned.
+    watch (an EngineWatch): once the server dies, no further window or level runs; watch.died says when, how
+    and in which window."""
     results: list[Measurement] = []
 
     async def scrape() -> dict[str, float] | OSError:
@@ -516,8 +651,19 @@ def run_levels(
             on_result(result)
 
     for concurrency in levels:
+        if watch and watch.died:
+            break
         load = _Load(
-            url, model, concurrency, prompt_len, output_len, profile, _level_rng(seed, concurrency), timeout_s, clock
+            url,
+            model,
+            concurrency,
+            prompt_len,
+            output_len,
+            profile,
+            _level_rng(seed, concurrency),
+            timeout_s,
+            clock,
+            watch,
         )
         asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish))
     return results
@@ -540,12 +686,13 @@ def _with_counters(
         counters = metrics.window_counters(before, after)
     else:
         counters = metrics.window_counters({}, {})
-    return Measurement(
+    measured = {
         **window,
-        metrics_delta=counters,
-        spec_decode_acceptance_rate=metrics.acceptance_rate(counters),
-        repeat=repeat,
-    )
+        "metrics_delta": counters,
+        "spec_decode_acceptance_rate": metrics.acceptance_rate(counters),
+        "repeat": repeat,
+    }
+    return cast(Measurement, measured)  # a Window plus the three keys: no before_crash (collect adds it)
 
 
 # ---------------------------------------------------------------- CLI

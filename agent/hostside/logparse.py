@@ -177,6 +177,16 @@ _NEEDLES = (
     "Engine process failed",
     "WorkerProc failed",
     "Worker failed",
+    "CUDA error",
+    "CUDA_ERROR",
+    "cudaError",
+    "illegal memory access",
+    "killed by signal",
+    "Killed process",
+    "OOM",
+    "Out of memory",
+    "Fatal Python error",
+    "spark-agent supervisor:",
 )
 
 
@@ -302,6 +312,20 @@ _ENGINE_DYING = re.compile(
     r"|EngineCore encountered a fatal error"
 )
 _ENGINE_DIED = re.compile(r"Engine core initialization failed|Engine process failed to start|EngineDeadError")
+# After readiness, the root cause of an engine that died mid-run: checked before the startup signatures. The OOM
+# killer and signals leave no line of vLLM's own; the supervisor adds one when the server ends (SUPERVISOR_PREFIX).
+_DEATH_CAUSES = (
+    (
+        "oom",
+        re.compile(
+            r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|NV_ERR_NO_MEMORY"
+            r"|Out of memory: Killed process|OOMKilled|OOM killer"
+        ),
+    ),
+    ("cuda_error", re.compile(r"CUDA error|CUDA_ERROR_\w+|cudaError\w+|illegal memory access was encountered")),
+    ("killed_by_signal", re.compile(r"killed by signal \d+|Fatal Python error: (?:Segmentation fault|Aborted)")),
+)
+SUPERVISOR_PREFIX = "spark-agent supervisor: "  # lines the host-side supervisor appends to a server's log
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::|$)")
 _MOE_CLASSES = ("no_moe_backend", "unsupported_moe_backend", "backend_unsupported_config")
 _MOE_ERROR_QUANT = re.compile(r"\b(\w{1,40}) MoE\b")
@@ -352,6 +376,7 @@ def _new_facts() -> Attestation:
         "startup_complete": False,
         "other_model_lines": [],  # vision tower / encoder / all-reduce choices: kept apart, never the answer
         "failure": {},
+        "runtime_failure": {},  # after readiness: {class, root_cause, evidence} of an engine that died mid-run
         "evidence": {},
         "vllm_log_lines": 0,
     }
@@ -384,6 +409,8 @@ class Follower:
         self._last_error = ""
         self._dying = False
         self._fail_lines: list[str] = []
+        self._death: dict[str, Any] = {"class": "", "root_cause": "", "evidence": []}  # dying after readiness
+        self._death_dying = False
         self._partial = ""
 
     # -- input --
@@ -465,6 +492,7 @@ class Follower:
         backends = sorted({linear_backend_of(k) for k in f["linear_kernels"]} - {""})
         f["linear_backend"] = backends[0] if len(backends) == 1 else ("mixed" if backends else "")
         f["failure"] = {} if f["startup_complete"] else self._failure()
+        f["runtime_failure"] = self._runtime_failure()
         return f
 
     # -- one line --
@@ -475,6 +503,8 @@ class Follower:
             self._f["vllm_log_lines"] += 1
         if not self.ready:
             self._watch_failure(level, msg, line)
+        else:
+            self._watch_death(level, msg, line)
         if "Using " in msg or "Selected " in msg:
             self._using(msg, line)
         else:
@@ -674,6 +704,8 @@ class Follower:
     # -- failures --
     def _watch_failure(self, level: str, msg: str, line: str) -> None:
         cls = _signature_of(msg)
+        if not cls and msg.startswith(SUPERVISOR_PREFIX):  # killed while starting (the OOM killer, loading weights)
+            cls = _death_cause_of(msg)
         if cls:
             self._keep(line)
             if self.fatal is None or self.fatal["class"] == "engine_init_failed":
@@ -695,6 +727,43 @@ class Follower:
                 self._declare("engine_init_failed", msg)
         elif level in ("ERROR", "CRITICAL"):
             self._last_error = msg
+
+    def _watch_death(self, level: str, msg: str, line: str) -> None:
+        """After readiness: lines that say the engine died mid-run and why. They name the root cause of a death
+        the host saw (the supervisor's exit line, a dead /health); on their own they prove nothing."""
+        death = self._death
+        cls = _death_cause_of(msg)
+        if cls:
+            self._keep_death(line)
+            if death["class"] in ("", "other"):  # the first line that names a cause wins
+                death["class"], death["root_cause"] = cls, msg
+            return
+        if _ENGINE_DIED.search(msg) or _ENGINE_DYING.search(msg):
+            self._keep_death(line)
+            self._death_dying = True  # a traceback follows; its exception line is the cause
+            return
+        if msg.startswith(SUPERVISOR_PREFIX) or (self._death_dying and _EXCEPTION_LINE.match(msg)):
+            self._keep_death(line)
+            if not death["class"]:
+                death["class"], death["root_cause"] = "other", msg
+        elif level in ("ERROR", "CRITICAL") and self._death_dying:
+            self._keep_death(line)
+
+    def _keep_death(self, line: str) -> None:
+        evidence = self._death["evidence"]
+        if len(evidence) < _MAX_EVIDENCE and line not in evidence:  # at most _MAX_EVIDENCE lines to look through
+            evidence.append(line)
+
+    def _runtime_failure(self) -> Failure:
+        if not self._death["evidence"]:
+            return Failure()
+        return Failure(
+            {
+                "class": self._death["class"] or "other",
+                "root_cause": self._death["root_cause"] or self._death["evidence"][-1],
+                "evidence": list(self._death["evidence"]),
+            }
+        )
 
     def _draft_hint(self, cls: str, cause: str) -> str:
         """vLLM's MoE errors do not say which model they are about. With speculative decoding on and a quantized
@@ -750,6 +819,13 @@ class Follower:
                 "draft_model": self._in_draft,
             }
         )
+
+
+def _death_cause_of(msg: str) -> str:
+    for cls, rx in _DEATH_CAUSES:
+        if msg and rx.search(msg):
+            return cls
+    return _signature_of(msg)
 
 
 def _signature_of(msg: str) -> str:

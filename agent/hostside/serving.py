@@ -18,6 +18,8 @@ from . import atomic, docker, redact, supervise
 from .contracts import Holder
 from .errors import HostError
 
+DIED_FILE = "died.json"  # in the run folder when the server died mid-cell: when, how, in which window
+
 
 class ServeError(HostError):
     """The cell cannot be served for a reason the user must fix (digest mismatch, no docker, ...)."""
@@ -75,6 +77,7 @@ def serve_cell(
 ) -> dict[str, Any]:
     """Start the cell's server and wait until it is healthy, or until the log says it died (fail fast)."""
     rdir = run_dir(workdir, cell_id)
+    clear_results(rdir)
     env = read_env_file(env_file)
     if runtime == "docker" and not shutil.which("docker"):
         raise ServeError(
@@ -118,6 +121,22 @@ def serve_cell(
         "attestation": outcome["facts"],
         "run_dir": str(rdir),
     }
+
+
+def clear_results(rdir: Path) -> None:
+    """A run folder holds one run: windows and a death record of an earlier run of this cell (a killed
+    controller, --fresh) must not be collected with this one."""
+    for path in [*rdir.glob("c[0-9][0-9][0-9]-r*.json"), rdir / DIED_FILE]:
+        path.unlink(missing_ok=True)
+
+
+def record_death(rdir: str, died: dict) -> bool:
+    """Write died.json once: the first to see the death (the load driver, else teardown) says when and where."""
+    path = Path(os.path.expanduser(rdir)) / DIED_FILE
+    if path.exists():
+        return False
+    atomic.write_json(path, died)
+    return True
 
 
 def seal(workdir: str, cell_id: str) -> str:

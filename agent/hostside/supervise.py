@@ -332,20 +332,25 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_term)
         code = proc.wait()
+        info["exited"] = time.time()  # on its own: a stop by us ends in on_term and records nothing
         if runtime == "docker":
-            info["exit_code"] = docker.state(info["container"]).get("exit_code", -1)
+            ended = docker.state(info["container"])
+            info["exit_code"] = ended.get("exit_code", -1)
+            info["oom_killed"] = bool(ended.get("oom_killed"))
+            code = info["exit_code"] if isinstance(info["exit_code"], int) else 1
         else:
             info["exit_code"] = code
-        info["exited"] = time.time()
+        # The log's last word, for logparse: a signal or the OOM killer leaves no line of the server's own.
+        log.write(f"{logparse.SUPERVISOR_PREFIX}the server {exit_text(info)}\n".encode())
         atomic.write_json(state_dir(workdir) / "server.json", info)
     except SystemExit:
         pass
     except BaseException as exc:  # the supervisor must never leave a server behind
         with contextlib.suppress(OSError), Path(info["log"]).open("a") as out:
-            out.write(f"spark-agent supervisor error: {exc!r}\n")
+            out.write(f"{logparse.SUPERVISOR_PREFIX}error: {exc!r}\n")
         code = 1
     finally:
-        os._exit(code)
+        os._exit(code & 0xFF)
 
 
 def _stop_server(info: dict, proc: subprocess.Popen) -> None:
@@ -391,6 +396,38 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# ---------------------------------------------------------------------------------------------- death
+def exit_text(info: dict) -> str:
+    """How a server ended on its own, from its server.json: "exited with code 1", "was killed by signal 9
+    (SIGKILL)", "was OOM-killed (OOMKilled, container exit code 137)". A container's 128+N is signal N."""
+    code = info.get("exit_code")
+    if info.get("oom_killed"):
+        return f"was OOM-killed (OOMKilled, container exit code {code})"
+    if not isinstance(code, int):
+        return "ended (exit status unknown)"
+    sig = -code if code < 0 else (code - 128 if info.get("runtime") == "docker" and 128 < code < 160 else 0)
+    if sig:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {sig} ({name})"
+    return f"exited with code {code}"
+
+
+def gone(workdir: str, cell_id: str) -> dict:
+    """{} while the server of `cell_id` runs, or when we started none here (a server started by hand); else
+    {"how", "at" (epoch s), "exit_code"}. Cheap: one small file read and a kill(0); the load driver polls it."""
+    info = _read_json(state_dir(workdir) / "server.json")
+    if not info.get("supervisor_pid") or (cell_id and info.get("cell_id") != cell_id):
+        return {}
+    if info.get("exited"):
+        return {"how": "the server " + exit_text(info), "at": float(info["exited"]), "exit_code": info.get("exit_code")}
+    if not _alive(int(info["supervisor_pid"])):
+        return {"how": "the server's supervisor is gone", "at": time.time(), "exit_code": None}
+    return {}
 
 
 # ---------------------------------------------------------------------------------------------- health wait
@@ -480,12 +517,14 @@ def _server_running(workdir: str, info: dict) -> bool:
 
 # ---------------------------------------------------------------------------------------------- stop / status
 def stop(workdir: str, cell_id: str = "", holder: Mapping[str, Any] | None = None, grace: float = 30.0) -> dict:
-    """Stop the server we started here (via its supervisor), if any. Idempotent: returns {"stopped": bool}.
+    """Stop the server we started here (via its supervisor), if any. Idempotent: returns {"stopped": bool,
+    "ended": how the cell's server ended on its own before this stop ({} if it did not; see gone())}.
 
     With cell_id, only that cell's server is stopped; with holder (a controller identity), only a server that
     controller started. A server of another controller is left alone."""
     path = state_dir(workdir) / "server.json"
     info = _read_json(path)
+    ended = gone(workdir, cell_id) if cell_id else {}  # it died on its own before teardown came
     refusal = _not_ours_to_stop(workdir, info, cell_id, holder)
     if refusal:
         return {"stopped": False, "cell_id": info.get("cell_id", ""), "skipped": refusal}
@@ -508,7 +547,7 @@ def stop(workdir: str, cell_id: str = "", holder: Mapping[str, Any] | None = Non
         stopped = docker.remove(info["container"]) or stopped
     if path.exists():
         path.unlink()
-    return {"stopped": stopped, "cell_id": info.get("cell_id", "")}
+    return {"stopped": stopped, "cell_id": info.get("cell_id", ""), "ended": ended}
 
 
 def would_stop(workdir: str, cell_id: str = "", holder: Mapping[str, Any] | None = None) -> bool:

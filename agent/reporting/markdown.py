@@ -129,6 +129,18 @@ def dropped_env(cell: dict[str, Any]) -> list[str]:
     ]
 
 
+def death_text(cell: dict[str, Any]) -> tuple[str, str] | None:
+    """For a server that died mid-cell, plain text (escape it where it is shown): ("engine died at <time> during
+    c004-r2 (cuda_error)", "<root-cause log line>"); None for any other cell."""
+    died = cell.get("died")
+    if cell.get("failure_class") != "engine_died" or not isinstance(died, dict):
+        return None
+    where = str(died.get("window", ""))
+    where = where if where.startswith(("after ", "at ")) or not where else f"during {where}"
+    said = f"engine died at {died.get('at') or '?'}{' ' + where if where else ''} ({died.get('cause') or 'other'})"
+    return said, str(died.get("root_cause") or died.get("how") or "?")
+
+
 def cell_name(s: CellSummary) -> str:
     """host/checkpoint/backend, as Markdown text."""
     return md(f"{s.cell.get('host', '?')}/{s.checkpoint}/{s.backend}")
@@ -186,12 +198,16 @@ def verdict_lines(rec: Recommendation) -> list[str]:
             f"({md('; '.join(s.cell.get('verdict_reasons', [])) or 'no reason')})"
             for s in rec.invalid
         ]
-        lines += [
-            f"- failed to start: {md(s.backend)} on {md(s.checkpoint)} "
-            f"(class {md_code(s.cell.get('failure_class') or 'other')})"
-            for s in rec.failed
-        ]
+        lines += [_not_ranked_failed(s) for s in rec.failed]
     return lines + [""]
+
+
+def _not_ranked_failed(s: CellSummary) -> str:
+    death = death_text(s.cell)
+    if death:
+        said, root = death
+        return f"- engine died: {md(s.backend)} on {md(s.checkpoint)} ({md(said.removeprefix('engine died '))}: {md_code(root)})"
+    return f"- failed to start: {md(s.backend)} on {md(s.checkpoint)} (class {md_code(s.cell.get('failure_class') or 'other')})"
 
 
 # ---------------------------------------------------------------- markdown
@@ -280,6 +296,8 @@ def median_rows(summaries: Sequence[CellSummary]) -> list[list[str]]:
 def _point_row(s: CellSummary, p: Point) -> list[str]:
     t = p.throughput
     flags = (["UNSTABLE"] if p.unstable else []) + ([f"{len(p.failed)} failed run(s)"] if p.failed else [])
+    if s.cell.get("failure_class") == "engine_died":
+        flags.append("before the crash")
     return [
         s.cell.get("host", ""),
         s.checkpoint,
@@ -338,11 +356,21 @@ def failed_cell_lines(summaries: Sequence[CellSummary]) -> list[str]:
     for s in summaries:
         if s.verdict != "failed":
             continue
-        reasons = "; ".join(s.cell.get("verdict_reasons", []))
-        lines.append(
-            f"- **{cell_name(s)}**: class {md_code(s.cell.get('failure_class') or 'other')}"
-            + (f" — {md(reasons)}" if reasons else "")
-        )
+        death = death_text(s.cell)
+        if death:
+            died = s.cell["died"]
+            lines.append(f"- **{cell_name(s)}**: {md(death[0])}: {md_code(death[1])}")
+            lines.append(
+                f"    - noticed {md(str(died.get('detection_s', '?')))} s later ({md(str(died.get('how', '?')))}); "
+                f"{len(died.get('windows_kept', []))} window(s) measured before the crash kept, "
+                f"{len(died.get('windows_skipped', []))} skipped"
+            )
+        else:
+            reasons = "; ".join(s.cell.get("verdict_reasons", []))
+            lines.append(
+                f"- **{cell_name(s)}**: class {md_code(s.cell.get('failure_class') or 'other')}"
+                + (f" — {md(reasons)}" if reasons else "")
+            )
         lines += [f"    - evidence: {md_code(e)}" for e in s.cell.get("failure_evidence", [])[:3]]
     return lines
 
@@ -552,6 +580,9 @@ def _verdict_markup(s: CellSummary) -> str:
         return "[green]valid[/]"
     if s.verdict == "invalid":
         return "[yellow]INVALID[/]"
+    death = death_text(s.cell)
+    if death:
+        return f"[red]{rich(death[0] + ': ' + death[1])}[/]"
     return f"[red]failed: {rich(s.cell.get('failure_class') or 'other')}[/]"
 
 

@@ -53,6 +53,7 @@ class CellRecord:
     checkpoint_info: CheckpointInfo = field(default_factory=lambda: CheckpointInfo())
     attestation: Attestation | dict[str, Any] = field(default_factory=dict)  # {} when the log said nothing
     measure_s: float = 0.0  # the load driver's time on the host (windows, warmups, scrapes)
+    died: dict[str, Any] = field(default_factory=dict)  # [died]: when and how the server died mid-cell ({} if not)
     schema: int = SCHEMA
 
     # the order of cell.toml's keys (TOML writes the tables after the plain keys in any case)
@@ -83,6 +84,7 @@ class CellRecord:
         "checkpoint_info",
         "attestation",
         "measure_s",
+        "died",
     )
 
     def to_toml(self) -> dict[str, Any]:
@@ -93,6 +95,8 @@ class CellRecord:
                 value = self.config.to_dict()
             elif name == "launch":
                 value = {"argv": list(self.launch.argv), "command": self.launch.command}
+            elif name == "died" and not value:
+                continue  # only a cell whose server died has the table
             out[name] = value
         return out
 
@@ -105,7 +109,7 @@ class CellRecord:
         if unknown:
             raise ValueError(f"cell.toml: unknown key(s) {', '.join(sorted(unknown))}")
         values = dict(table)
-        for key in ("config", "launch", "env", "facts", "checkpoint_info", "attestation"):
+        for key in ("config", "launch", "env", "facts", "checkpoint_info", "attestation", "died"):
             if key in values and not isinstance(values[key], dict):
                 raise ValueError(f"cell.toml: [{key}] must be a table")
         try:
@@ -117,7 +121,7 @@ class CellRecord:
         if "launch" in values:
             launch = values["launch"]
             values["launch"] = Launch(list(launch.get("argv", [])), str(launch.get("command", "")))
-        for key in ("facts", "checkpoint_info", "attestation", "env"):
+        for key in ("facts", "checkpoint_info", "attestation", "env", "died"):
             if key in values:
                 values[key] = dict(values[key])
         try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from agent.hostside.serving import DIED_FILE
 from agent.running.hostdata import BadHostData, one_line
 
 MiB = 1 << 20
@@ -31,7 +32,12 @@ CHUNK = 64 * 1024
 
 RUN_FILE = re.compile(r"c[0-9]{3,7}-r[0-9]{1,6}\.json")
 LEFTOVER = re.compile(r"\.tmp-[A-Za-z0-9_]{1,32}\.json")  # the load driver's temp file, when it was killed mid-write
-FIXED = {"server.log": MAX_LOG_BYTES, "launch.txt": MAX_FILE_BYTES, "serve.json": MAX_FILE_BYTES}
+FIXED = {
+    "server.log": MAX_LOG_BYTES,
+    "launch.txt": MAX_FILE_BYTES,
+    "serve.json": MAX_FILE_BYTES,
+    DIED_FILE: MAX_FILE_BYTES,  # only when the server died mid-cell
+}
 REGULAR = (b"0", b"\0")
 PAX = b"x"
 TYPE_NAMES = {

@@ -1,6 +1,7 @@
 """Collect: turn what a host sent back (one tar per cell) into the results tree, then attest it.
 
-The tar holds server.log, launch.txt, serve.json (startup outcome) and cNNN-rK.json (one per window).
+The tar holds server.log, launch.txt, serve.json (startup outcome), cNNN-rK.json (one per window) and died.json
+(only when the server died mid-cell).
 Measurements are written first, cell.toml last, each atomically: a crash never leaves a finished-looking cell.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, cast
 
 from agent.hostside import logparse, redact, utc
 from agent.hostside.contracts import Attestation, Facts, Failure, Measurement
-from agent.hostside.serving import launch_command
+from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import verdict
 from agent.planning.matrix import Cell
 from agent.results import tree as results
@@ -100,7 +101,9 @@ def _read_received(staging: Path, cell: Cell) -> dict[str, Any]:
             if name != path.name.removesuffix(".json") + ".toml":
                 raise hostdata.BadHostData(f"{path.name} holds concurrency {run['concurrency']} repeat {run['repeat']}")
             runs[name] = MeasurementRecord(cell.id, cast(Measurement, run)).to_toml()  # run_result checked it
-    return {"serve": serve, "launch": launch, "runs": runs}
+    died_path = staging / DIED_FILE
+    died = hostdata.died_record(_json(died_path), DIED_FILE) if died_path.exists() else {}
+    return {"serve": serve, "launch": launch, "runs": runs, "died": died}
 
 
 def _utf8(path: Path) -> str:
@@ -139,7 +142,10 @@ def _write_cell(
         if (src / name).exists():
             _mask_secrets(src / name)
             os.replace(src / name, dest / name)  # same folder tree: the rename is atomic
+    died = received["died"]
     for name, run in received["runs"].items():
+        if died:  # a server that died in this cell: every window but the one it died in came before the crash
+            run["before_crash"] = not run.get("engine_died", False)
         results.atomic_write_toml(dest / name, redact.redact(run))
     outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
     failure: Failure = serve.get("failure") or Failure()
@@ -148,6 +154,8 @@ def _write_cell(
             {"class": "other", "evidence": ["the server never became ready"]}
         )
     record = _cell_record(cell, facts, attestation, outcome, failure, serve, len(received["runs"]), started, finished)
+    if died:
+        _record_death(record, _death(cell, died, attestation, list(received["runs"].values())))
     if received["launch"] is not None:  # the host wrote what it really ran
         record.launch.command = received["launch"]
     record.measure_s = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
@@ -163,6 +171,41 @@ def _mask_secrets(path: Path) -> None:
             text = line.decode("utf-8", errors="surrogateescape")
             out.write(redact.redact_text(text).encode("utf-8", errors="surrogateescape"))
     os.replace(masked, path)
+
+
+def _death(cell: Cell, died: dict[str, Any], attestation: Attestation, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The [died] table: when and how the server died, the root cause from its log, which windows survive."""
+    runtime: dict[str, Any] = dict(attestation.get("runtime_failure") or {})
+    collected = {(int(r["concurrency"]), int(r["repeat"])) for r in runs}
+    planned = [(c, r) for c in cell.config.concurrency for r in range(1, cell.config.repeats + 1)]
+    return {
+        "at": utc.iso(died["at"]) if died["at"] else "",
+        "detected_at": utc.iso(died["detected_at"]) if died["detected_at"] else "",
+        "detection_s": round(max(died["detected_at"] - died["at"], 0.0), 2) if died["at"] else -1.0,
+        "window": died["window"],
+        "how": died["how"],
+        "exit_code": died["exit_code"],
+        "cause": runtime.get("class") or "other",
+        "root_cause": runtime.get("root_cause") or died["how"],
+        "evidence": list(runtime.get("evidence", [])),
+        "windows_kept": [_window(r["concurrency"], r["repeat"]) for r in runs if r["before_crash"]],
+        "windows_skipped": [_window(c, r) for c, r in planned if (c, r) not in collected],
+    }
+
+
+def _window(concurrency: int, repeat: int) -> str:
+    return Path(results.run_name(int(concurrency), int(repeat))).stem
+
+
+def _record_death(record: CellRecord, death: dict[str, Any]) -> None:
+    """A server that died mid-cell fails the cell, whatever the windows before the crash measured."""
+    where = death["window"]
+    where = where if where.startswith(("after ", "at ")) else (f"during {where}" if where else "")
+    said = f"engine died at {death['at'] or '?'}" + (f" {where}" if where else "") + f": {death['root_cause']}"
+    record.status, record.verdict, record.verdict_reasons = "failed", "failed", [said]
+    record.failure_class, record.failure_root_cause = "engine_died", death["root_cause"]
+    record.failure_evidence = death["evidence"] + [death["how"]]
+    record.died = death
 
 
 def _redacted(record: CellRecord) -> CellRecord:

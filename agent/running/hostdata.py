@@ -122,6 +122,7 @@ def mapping(value: Any, where: str) -> Mapping[str, Any]:
 # ---------------------------------------------------------------- shapes
 
 Field = tuple[Callable[[Any, str], Any], Any]  # validator, default when the key is absent
+ABSENT = object()  # a default that keeps an absent key absent (a key only some records have)
 
 
 def shape(value: Any, where: str, fields: dict[str, Field], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -130,7 +131,11 @@ def shape(value: Any, where: str, fields: dict[str, Field], required: tuple[str,
     missing = [k for k in required if k not in obj]
     if missing:
         raise BadHostData(f"{where}: missing {', '.join(missing)}")
-    return {k: (check(obj[k], f"{where}.{k}") if k in obj else default) for k, (check, default) in fields.items()}
+    return {
+        k: (check(obj[k], f"{where}.{k}") if k in obj else default)
+        for k, (check, default) in fields.items()
+        if k in obj or default is not ABSENT
+    }
 
 
 def _num(lo: float = 0.0, hi: float = 1e15) -> Callable[[Any, str], float]:
@@ -259,6 +264,7 @@ RUN: dict[str, Field] = {
     **{k: (_num(0, 1e15), 0.0) for k in _MEASURE_FLOATS},
     **{k: (_int(0, 2**53), 0) for k in _MEASURE_INTS},
     "spec_decode_acceptance_rate": (_num(-1.0, 1e6), -1.0),
+    "engine_died": (flag, ABSENT),  # only in the window the server died in (it was cut short)
     "metrics_delta": (lambda v, w: {k: number(x, f"{w}.{k}", -1e18, 1e18) for k, x in _small_map(v, w).items()}, {}),
 }
 
@@ -275,6 +281,20 @@ def _small_map(value: Any, where: str, items: int = 64) -> Mapping[str, Any]:
 def run_result(value: Any, where: str) -> dict[str, Any]:
     """One measurement window (cNNN-rK.json; hostside/loadgen.py summarize + run_levels)."""
     return shape(value, where, RUN, required=("concurrency", "repeat", "ok"))
+
+
+DIED: dict[str, Field] = {
+    "at": (_num(0, 1e11), 0.0),  # epoch seconds, as the host's clock says
+    "detected_at": (_num(0, 1e11), 0.0),
+    "how": (_text(MAX_TEXT), "the server died"),
+    "window": (_text(MAX_NAME), ""),
+    "exit_code": (lambda v, w: None if v is None else integer(v, w, -255, 255), None),
+}
+
+
+def died_record(value: Any, where: str) -> dict[str, Any]:
+    """died.json: the server died mid-cell (hostside/serving.record_death, from loadgen.EngineWatch.died)."""
+    return shape(value, where, DIED)
 
 
 CHECKPOINT: dict[str, Field] = {

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -70,6 +71,8 @@ class Engine:
         self.step_end: float | None = None
         self.max_lag_s = 1.0  # catch up on missed steps for at most this long
         self.dead = False
+        self.submitted = 0  # completion requests received so far (the crash-at-request fault counts them)
+        self.on_submit: Callable[[int], None] | None = None  # called with the running count after each submit
 
     # -- admission ----------------------------------------------------------------------------
     def submit(self, req: Request) -> None:
@@ -83,6 +86,9 @@ class Engine:
             req.drop_at = max(1, min(req.max_tokens, req.stop_at) // 2)
         self.waiting.append(req)
         self.wake.set()
+        self.submitted += 1
+        if self.on_submit:
+            self.on_submit(self.submitted)
 
     def _admit(self, now: float) -> None:
         while self.waiting and len(self.running) < self.max_num_seqs:

@@ -25,7 +25,8 @@ HELP = """Simulated vLLM on a DGX Spark (GB10). Same command line as `vllm serve
   --sim-rate R           calibrated (default) or unlimited                           [SPARK_SIM_RATE]
   --sim-startup-s S      simulated startup time (default 1 s)                        [SPARK_SIM_STARTUP_S]
   --sim-log-interval S   periodic throughput log interval (default 10 s)            [SPARK_SIM_LOG_INTERVAL]
-Faults: --sim-crash-after S, --sim-slow-start S, --sim-health-hang 1, --sim-oom 1, --sim-drop-streams FRACTION,
+Faults: --sim-crash-after S, --sim-crash-at-request N (--sim-crash-kind cuda|oom|kill, --sim-crash-backend B),
+        --sim-slow-start S, --sim-health-hang 1, --sim-oom 1, --sim-drop-streams FRACTION,
         --sim-silent-fallback BACKEND   (and SPARK_SIM_CRASH_AFTER, ... likewise). See agent/sim/README.md."""
 
 
@@ -78,8 +79,7 @@ async def serve(opts: Options, plan: Plan, log: VllmLog) -> int:
         asyncio.ensure_future(periodic_log(engine, log, opts.sim["log_interval"])),
     ]
     tasks[0].add_done_callback(lambda task: _engine_ended(task, engine, log, stopped))
-    if opts.sim["crash_after"] is not None:
-        tasks.append(asyncio.ensure_future(crash_after(opts.sim["crash_after"], engine, log, stopped)))
+    _arm_crash_faults(opts, plan, engine, log, stopped, tasks)
     code = await stopped
     if code == 0:
         log.uvicorn("Shutting down")
@@ -102,15 +102,49 @@ def _engine_ended(task: asyncio.Task, engine: Engine, log: VllmLog, stopped: asy
         stopped.set_result(1)
 
 
-async def crash_after(delay: float, engine: Engine, log: VllmLog, stopped: asyncio.Future) -> None:
-    """Fault: the engine core dies; /health answers 503 for a moment, streams break, the process exits 1."""
+def _arm_crash_faults(
+    opts: Options, plan: Plan, engine: Engine, log: VllmLog, stopped: asyncio.Future, tasks: list
+) -> None:
+    """Arm the crash faults (--sim-crash-after S, --sim-crash-at-request N), unless --sim-crash-backend names a
+    MoE backend other than the one that loaded: a kernel that faults under load is a property of the backend."""
+    sim = opts.sim
+    if sim["crash_backend"] and sim["crash_backend"].lower() != plan.moe_loaded:
+        return
+    if sim["crash_after"] is not None:
+        tasks.append(asyncio.ensure_future(crash(sim["crash_after"], sim["crash_kind"], engine, log, stopped)))
+    if sim["crash_at_request"]:
+
+        def on_submit(count: int) -> None:
+            if count == sim["crash_at_request"]:  # 0.5 s later it is mid-stream
+                tasks.append(
+                    asyncio.ensure_future(crash(CRASH_INTO_REQUEST_S, sim["crash_kind"], engine, log, stopped))
+                )
+
+        engine.on_submit = on_submit
+
+
+CRASH_INTO_REQUEST_S = 0.5
+# The last words of a dying engine core, per kind (vLLM's own traceback shape); "kill" dies without any.
+CRASH_LAST_WORDS = {
+    "cuda": "torch.AcceleratorError: CUDA error: unspecified launch failure\n",
+    "oom": (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "119.70 GiB of which 1.12 GiB is free.\n"
+    ),
+}
+
+
+async def crash(delay: float, kind: str, engine: Engine, log: VllmLog, stopped: asyncio.Future) -> None:
+    """Fault: the engine core dies; streams break, /health answers 503 for a moment, the process exits 1.
+    kind "kill": the process is SIGKILLed on the spot (a kill -9 or the kernel's OOM killer), no log line."""
     await asyncio.sleep(delay)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
     log.error(ENGINE, "core.py:1037", "EngineCore encountered a fatal error.")
     sys.stderr.write(
         "Traceback (most recent call last):\n"
         '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 1028, in run_engine_core\n'
-        "    engine_core.run_busy_loop()\n"
-        "torch.AcceleratorError: CUDA error: unspecified launch failure\n"
+        "    engine_core.run_busy_loop()\n" + CRASH_LAST_WORDS[kind]
     )
     sys.stderr.flush()
     engine.kill()

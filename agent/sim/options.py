@@ -28,6 +28,7 @@ VLLM_FLAGS = {
     "max_model_len": int,
     "max_num_seqs": int,
 }
+CRASH_KINDS = ("cuda", "oom", "kill")
 FLAG_SINCE = {"moe_backend": "moe_backends", "linear_backend": "linear_backends", "attention_backend": "attention"}
 
 # --sim-* flag -> (SPARK_SIM_* variable, converter, default). Faults default to off.
@@ -39,6 +40,9 @@ SIM_FLAGS = {
     "startup_s": (float, None),
     "log_interval": (float, None),
     "crash_after": (float, None),  # fault: the engine dies N s after startup completes
+    "crash_at_request": (int, 0),  # fault: the engine dies mid-stream of its Nth completion request (0 = never)
+    "crash_kind": (str, "cuda"),  # how a crash fault dies: cuda | oom | kill (SIGKILL, no last words)
+    "crash_backend": (str, ""),  # crash faults fire only when this MoE backend loaded ("" = any)
     "slow_start": (float, 0.0),  # fault: N s more before the server is up
     "health_hang": ("bool", False),  # fault: /health never answers
     "oom": ("bool", False),  # fault: CUDA OOM while loading weights
@@ -142,6 +146,10 @@ def _check_sim(sim: dict, cal: dict) -> None:
         raise UsageError(f"--sim-hardware {sim['hardware']}: choose one of {', '.join(cal['hardware'])}")
     if sim["rate"] not in ("calibrated", "unlimited"):
         raise UsageError(f"--sim-rate {sim['rate']}: choose calibrated or unlimited")
+    if sim["crash_kind"] not in CRASH_KINDS:
+        raise UsageError(f"--sim-crash-kind {sim['crash_kind']}: choose one of {', '.join(CRASH_KINDS)}")
+    if sim["crash_at_request"] < 0:
+        raise UsageError(f"--sim-crash-at-request {sim['crash_at_request']}: give a request number >= 1 (0 = off)")
 
 
 def parse(argv: list[str], env: Mapping[str, str] | None = None) -> Options:

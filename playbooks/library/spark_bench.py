@@ -59,6 +59,18 @@ options:
     description: Folder on the host for the window files; a leading C(~) is expanded.
     type: path
     required: true
+  workdir:
+    description:
+      - With O(cell_id), the spark_server work dir whose supervisor record is watched during every window. A
+        server that dies (process gone, or /health refused or erroring) ends the task at once; the windows left are
+        skipped and C(died.json) in O(out_dir) says when, how and in which window.
+      - Empty, only /health is watched.
+    type: str
+    default: ""
+  cell_id:
+    description: The cell whose server is watched (see O(workdir)).
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -99,17 +111,26 @@ runs:
     error:
       description: Why the window failed, or empty.
       type: str
+engine_died:
+  description: True when the server died during this task (then no later level should run).
+  type: bool
+  returned: always
+died:
+  description: When (C(at), C(detected_at), epoch seconds), how, and in which window the server died; empty if not.
+  type: dict
+  returned: always
 elapsed_s:
   description: Wall time of the task, warmups included, seconds.
   type: float
   returned: always
 """
 
+import functools
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_hostside import atomic, loadgen
+from ansible.module_utils.spark_hostside import atomic, loadgen, serving, supervise
 from ansible.module_utils.spark_hostside.errors import HostError
 
 ARGUMENT_SPEC = {
@@ -124,6 +145,8 @@ ARGUMENT_SPEC = {
     "profile": {"type": "str", "default": "uniform", "choices": ["uniform", "mixed"]},
     "seed": {"type": "int", "default": 0},
     "out_dir": {"type": "path", "required": True},
+    "workdir": {"type": "str", "default": ""},  # with cell_id: watch the server spark_server started for this cell
+    "cell_id": {"type": "str", "default": ""},
 }
 
 
@@ -131,7 +154,7 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     if module.check_mode:
-        module.exit_json(changed=True, level=p["level"], runs=[], elapsed_s=0.0)
+        module.exit_json(changed=True, level=p["level"], runs=[], engine_died=False, died={}, elapsed_s=0.0)
     out_dir = p["out_dir"]  # type path: a spark_workdir of ~/... is expanded on the host
     try:
         os.makedirs(out_dir, exist_ok=True)
@@ -142,6 +165,10 @@ def main() -> None:
         name = loadgen.result_filename(concurrency=p["level"], repeat=result["repeat"])
         atomic.write_json(path=os.path.join(out_dir, name), data=result)
 
+    # A server that dies ends the bench at once: no window of this or any later level runs against a dead port.
+    watched = p["workdir"] and p["cell_id"]
+    gone = functools.partial(supervise.gone, workdir=p["workdir"], cell_id=p["cell_id"]) if watched else None
+    watch = loadgen.EngineWatch(url=p["url"], gone=gone)
     started = time.monotonic()
     try:
         runs = loadgen.run_levels(
@@ -156,9 +183,12 @@ def main() -> None:
             profile=p["profile"],
             seed=p["seed"],
             on_result=save,
+            watch=watch,
         )
     except (HostError, ValueError, OSError) as exc:  # a bad URL or profile, an unwritable window file
         module.fail_json(msg=str(exc), level=p["level"])
+    if watch.died:
+        serving.record_death(rdir=p["out_dir"], died=watch.died)
     summary = [
         {
             "repeat": r.get("repeat"),
@@ -168,7 +198,14 @@ def main() -> None:
         }
         for r in runs
     ]
-    module.exit_json(changed=True, level=p["level"], runs=summary, elapsed_s=round(time.monotonic() - started, 3))
+    module.exit_json(
+        changed=True,
+        level=p["level"],
+        runs=summary,
+        engine_died=bool(watch.died),
+        died=watch.died,
+        elapsed_s=round(time.monotonic() - started, 3),
+    )
 
 
 if __name__ == "__main__":

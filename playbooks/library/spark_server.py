@@ -149,6 +149,12 @@ stopped:
   description: A server was stopped (state=stopped).
   type: bool
   returned: state=stopped
+ended:
+  description:
+    - How the cell's server had ended on its own before the stop (C(how), C(at), C(exit_code)); empty if it had not.
+      Then C(died.json) is written into the cell's run folder, unless the load driver already wrote one.
+  type: dict
+  returned: state=stopped
 skipped:
   description: Why a running server was left alone (another cell's, another controller's).
   type: str
@@ -170,6 +176,8 @@ server:
   type: dict
   returned: state=status
 """
+
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.spark_hostside import docker, logparse, serving, supervise  # noqa: F401 (loaded for the fork)
@@ -202,6 +210,9 @@ def main() -> None:
         if module.check_mode:
             module.exit_json(changed=supervise.would_stop(workdir=workdir, cell_id=cell_id, holder=holder))
         result = supervise.stop(workdir=workdir, cell_id=cell_id, holder=holder)
+        if result.get("ended") and cell_id:  # it died after the load driver last looked: still a death
+            died = dict(result["ended"], detected_at=time.time(), window="at teardown")
+            serving.record_death(rdir=str(serving.run_dir(workdir, cell_id)), died=died)
         if p["seal"] and cell_id:  # the log is final now: pack the run folder for collect
             result["sealed"] = serving.seal(workdir=workdir, cell_id=cell_id)
         module.exit_json(changed=result["stopped"], **result)
