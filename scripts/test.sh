@@ -5,4 +5,5 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REPO/scripts/setup.sh"
 cd "$REPO"
+bash scripts/lint.sh   # ruff, mypy, ansible-lint: a failure stops CI before the tests
 exec python -m pytest -ra "$@"
