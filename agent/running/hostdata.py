@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, get_type_hints
 
+from agent.hostside.contracts import Window
 from agent.reporting.escape import plain
 
 MAX_TEXT = 4096  # one log line, one error message
@@ -237,23 +238,10 @@ def bench_item(value: Any, where: str = "bench") -> dict[str, Any]:
     return shape(value, where, {"elapsed_s": (_num(0, 1e7), 0.0), "level": (_int(1, 1 << 20), 0)})
 
 
-_MEASURE_FLOATS = (
-    "duration",
-    "output_throughput",
-    "request_throughput",
-    "mean_ttft_ms",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "mean_tpot_ms",
-    "median_tpot_ms",
-    "p99_tpot_ms",
-    "mean_itl_ms",
-    "median_itl_ms",
-    "p99_itl_ms",
-    "median_e2el_ms",
-    "p99_e2el_ms",
-)
-_MEASURE_INTS = ("completed", "failed", "total_input_tokens", "total_output_tokens", "max_concurrent_requests")
+# the window's numbers, by type, from its one definition (hostside/contracts.py)
+_WINDOW_TYPES = get_type_hints(Window)
+_MEASURE_FLOATS = tuple(k for k, t in _WINDOW_TYPES.items() if t is float)
+_MEASURE_INTS = tuple(k for k, t in _WINDOW_TYPES.items() if t is int and k != "concurrency")
 RUN: dict[str, Field] = {
     "concurrency": (_int(1, 1 << 20), 0),
     "repeat": (_int(1, 1 << 20), 0),
