@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -91,3 +93,16 @@ def test_guard_is_off_for_plain_ansible_runs():
     assert spark_parent_guard.guard_parent(None) == "off"
     assert spark_parent_guard.guard_parent("not-a-pid") == "off"
     assert spark_parent_guard.guard_parent("1") == "parent gone"  # our parent is not init
+
+
+def test_ansible_doc_shows_the_callback():
+    env = {**os.environ, "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "playbooks" / "callback_plugins")}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-doc"), "-t", "callback", "--json", "spark_parent_guard"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
+    doc = json.loads(out)["spark_parent_guard"]["doc"]
+    assert doc["name"] == "spark_parent_guard" and "PR_SET_PDEATHSIG" in " ".join(doc["description"])
