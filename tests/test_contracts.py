@@ -353,7 +353,7 @@ def test_collect_writes_records_that_read_back(tmp_path: Path):
     assert CellRecord.from_toml(tree.read_toml(folder / tree.CELL_FILE)) == record
     assert problems(record.attestation, contracts.Attestation) == []
     measured = MeasurementRecord.from_toml(tree.read_toml(folder / "c001-r1.toml"))
-    assert measured == MeasurementRecord(cell.id, window)
+    assert measured == MeasurementRecord(cell.id, {**window, "engine_died": False, "before_crash": False})
 
 
 def test_hostside_contracts_stay_stdlib_and_type_only():

@@ -209,7 +209,7 @@ def test_a_surprise_in_a_host_worker_loses_that_cell_only(tmp_path, sim_inventor
     calls: list[str] = []
 
     def finalize_once_broken(root, cell, *args, **kwargs):
-        if cell.config["moe_backend"] == "marlin" and not calls:
+        if cell.config.moe_backend == "marlin" and not calls:
             calls.append(cell.id)
             raise RuntimeError("boom while collecting")
         return real_finalize(root, cell, *args, **kwargs)

@@ -4,8 +4,10 @@ runs, with one line and exit 2, and nothing is added to any known_hosts file."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -56,8 +58,14 @@ def _tree(folder: Path) -> list[str]:
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(CLI + args, capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    # A master connection that an earlier test opened to this session's sshd (ControlPersist) would carry these runs
+    # without a new key exchange: each run gets SSH control sockets of its own, as a new controller would have.
+    control_dir = tempfile.mkdtemp(prefix="cp-", dir="/tmp")
+    env = dict(os.environ, PYTHONPATH=str(REPO), ANSIBLE_SSH_CONTROL_PATH_DIR=control_dir)
+    try:
+        return subprocess.run(CLI + args, capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+    finally:
+        shutil.rmtree(control_dir, ignore_errors=True)
 
 
 def _refused(proc: subprocess.CompletedProcess, *parts: str) -> None:

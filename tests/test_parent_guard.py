@@ -30,7 +30,14 @@ def _playbooks_under(pid: int) -> list[psutil.Process]:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-    return [c for c in children if any("ansible-playbook" in part for part in c.cmdline()[:3])]
+    return [c for c in children if _is_playbook(c)]
+
+
+def _is_playbook(proc: psutil.Process) -> bool:
+    try:
+        return any("ansible-playbook" in part for part in proc.cmdline()[:3])
+    except (psutil.Error, OSError):  # it ended while we looked
+        return False
 
 
 def test_sigkilled_controller_leaves_no_playbook(tmp_path):

@@ -18,11 +18,13 @@ import pytest
 from rich.console import Console
 
 from agent.hostside import loadgen, logparse, serving, supervise
-from agent.planning.matrix import Cell
+from agent.planning.matrix import Cell, CellConfig
 from agent.reporting import markdown
 from agent.results import tree as results
 from agent.running import collect
+from agent.running.identity import controller_identity
 
+from .test_cell_id_golden import GOLDEN_CONFIG
 from .test_sim_support import REPO, SimServer, free_port
 
 pytestmark = pytest.mark.integration  # simulators (and sshd test hosts) on 127.0.0.x
@@ -167,7 +169,7 @@ def test_supervisor_records_a_sigkill_and_the_watch_sees_it(tmp_path):
     env = dict(GB10_ENV, PYTHONPATH=str(REPO))
     log = tmp_path / "runs" / "cellkill" / "server.log"
     url = f"http://127.0.0.1:{port}"
-    holder = supervise.controller_identity("death", "cellkill")
+    holder = controller_identity("death", "cellkill")
     try:
         supervise.start("cellkill", workdir, "process", argv, env, str(log), holder, scope="workdir", url=url)
         assert supervise.wait_ready(workdir, url, 30)["ready"]
@@ -211,7 +213,8 @@ def _window(concurrency: int, repeat: int, ok: bool = True, **extra) -> dict:
 
 
 def _collect(tmp_path: Path, files: dict[str, str]) -> dict:
-    cell = Cell(id="c0ffee000001", sweep="death", host="spark-a", config=CONFIG, env={}, provenance=[])
+    config = CellConfig.from_dict({**GOLDEN_CONFIG, **CONFIG})
+    cell = Cell(id="c0ffee000001", sweep="death", host="spark-a", config=config, env={}, provenance=[])
     tar_path = collect.incoming_tar(tmp_path, cell.sweep, cell.host, cell.id)
     tar_path.parent.mkdir(parents=True)
     with tarfile.open(tar_path, "w") as tar:

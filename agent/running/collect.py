@@ -144,8 +144,9 @@ def _write_cell(
             os.replace(src / name, dest / name)  # same folder tree: the rename is atomic
     died = received["died"]
     for name, run in received["runs"].items():
-        if died:  # a server that died in this cell: every window but the one it died in came before the crash
-            run["before_crash"] = not run.get("engine_died", False)
+        # every record says whether its window saw the server die, or came before a death later in the cell
+        run["engine_died"] = bool(run.get("engine_died", False))
+        run["before_crash"] = bool(died) and not run["engine_died"]
         results.atomic_write_toml(dest / name, redact.redact(run))
     outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
     failure: Failure = serve.get("failure") or Failure()
