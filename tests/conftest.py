@@ -57,7 +57,7 @@ def pytest_make_collect_report(collector: pytest.Collector):
 
 @pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory):
-    """Two real sshd test hosts on 127.0.0.11 and 127.0.0.12, with an inventory file (fleet.inventory)."""
+    """Two real sshd test hosts (127.0.0.11 and .12, or $SPARK_TEST_NET.11 and .12), with an inventory file (fleet.inventory)."""
     fleet = start_fleet(tmp_path_factory.mktemp("fleet"), count=2)
     try:
         yield fleet

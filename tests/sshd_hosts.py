@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,6 +22,17 @@ import yaml
 
 SSHD = "/usr/sbin/sshd"
 REPO = Path(__file__).resolve().parent.parent
+# The first three octets of the test hosts' loopback addresses. Two test runs on one machine (parallel work trees)
+# set different values (e.g. SPARK_TEST_NET=127.0.3) so their hosts, servers (port 8000) and Ray nodes never meet.
+TEST_NET = os.environ.get("SPARK_TEST_NET", "127.0.0")
+if not re.fullmatch(r"127\.\d{1,3}\.\d{1,3}", TEST_NET):
+    raise RuntimeError(f"SPARK_TEST_NET={TEST_NET!r}: give three octets inside 127.0.0.0/8, e.g. 127.0.3")
+
+
+def host_address(index: int) -> str:
+    """The loopback address of test host number `index` (0 → .11, 1 → .12, ...)."""
+    return f"{TEST_NET}.{11 + index}"
+
 
 # The SSH test hosts as simulated GB10 Sparks: process runtime, the simulator as the engine.
 SIM_HOST_VARS = {
@@ -161,7 +173,7 @@ def start_fleet(root: Path, count: int = 2) -> SshFleet:
     names = "abcdefgh"
     try:
         for i in range(count):
-            address = f"127.0.0.{11 + i}"
+            address = host_address(i)
             host = SshHost(
                 name=f"spark-{names[i]}",
                 address=address,
