@@ -3,4 +3,25 @@
 Commands are thin: parse, call one function of the library, print.
 """
 
-NAMES = ["sweep", "check", "env", "pin", "attest", "inspect", "report", "compare", "export", "sim"]
+NAMES = [
+    "sweep",
+    "tune",
+    "status",
+    "collect",
+    "check",
+    "env",
+    "lint",
+    "pin",
+    "attest",
+    "inspect",
+    "logs",
+    "trust",
+    "clean_cache",
+    "report",
+    "compare",
+    "export",
+    "history",
+    "store",
+    "site",
+    "sim",
+]
