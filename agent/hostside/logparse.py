@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from . import clusterlog
 from .contracts import Attestation, Failure
 
 # --- unwrapping one raw line ---------------------------------------------------------------------
@@ -296,6 +297,10 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
     ("unsupported_moe_backend", (re.compile(r"moe_backend='[^']*' is not supported for"),)),
     ("backend_unsupported_config", (re.compile(r"does not support the deployment configuration since"),)),
     ("attention_backend_invalid", (re.compile(r"Selected backend \S+ is not valid for this configuration"),)),
+    (
+        "cluster_incomplete",  # multi-node: the Ray cluster lacks the nodes or GPUs TP x PP needs
+        (re.compile(r"exceeds the total number of available GPUs|placement group of \d+ GPU bundle"),),
+    ),
     ("free_memory_check", (_Then("Free memory on device", "is less than desired GPU memory utilization"),)),
     ("oom", (re.compile(r"CUDA out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY"),)),
     ("ptxas_arch", (_Then("ptxas", r"sm_12\d"), re.compile(r"sm_12\da?'? is not defined for option"))),
@@ -315,6 +320,8 @@ _ENGINE_DIED = re.compile(r"Engine core initialization failed|Engine process fai
 # After readiness, the root cause of an engine that died mid-run: checked before the startup signatures. The OOM
 # killer and signals leave no line of vLLM's own; the supervisor adds one when the server ends (SUPERVISOR_PREFIX).
 _DEATH_CAUSES = (
+    # a multi-node cell: a rank's Ray actor (its node) went away
+    ("worker_lost", re.compile(r"ActorDiedError|ActorUnavailableError|The actor died unexpectedly|its node has died")),
     (
         "oom",
         re.compile(
@@ -379,6 +386,7 @@ def _new_facts() -> Attestation:
         "runtime_failure": {},  # after readiness: {class, root_cause, evidence} of an engine that died mid-run
         "evidence": {},
         "vllm_log_lines": 0,
+        "cluster": clusterlog.new(),
     }
 
 
@@ -412,6 +420,7 @@ class Follower:
         self._death: dict[str, Any] = {"class": "", "root_cause": "", "evidence": []}  # dying after readiness
         self._death_dying = False
         self._partial = ""
+        self._cluster = clusterlog.ClusterFollower()
 
     # -- input --
     def feed(self, text: str) -> None:
@@ -420,6 +429,8 @@ class Follower:
             if len(line) > MAX_LINE:
                 line = line[:MAX_LINE]
                 self.lines_cut += 1
+            if clusterlog.interesting(line):  # multi-node: world size, TP/PP, Ray nodes, NCCL transport
+                self._cluster.feed(line)
             if (
                 "HTTP/1." in line
                 or "Avg prompt throughput" in line
@@ -493,6 +504,7 @@ class Follower:
         f["linear_backend"] = backends[0] if len(backends) == 1 else ("mixed" if backends else "")
         f["failure"] = {} if f["startup_complete"] else self._failure()
         f["runtime_failure"] = self._runtime_failure()
+        f["cluster"] = self._cluster.result()
         return f
 
     # -- one line --
