@@ -22,6 +22,7 @@ _NCCL_ID = re.compile(r"([\w.-]{1,128}):(\d+):(\d+) \[(\d+)\] NCCL INFO ")
 _NET_IB = re.compile(r"NET/IB ?: Using \[0\](\S{1,64})")
 _NET_SOCKET = re.compile(r"NET/Socket ?: Using \[0\](\S{1,80})")
 _NETWORK = re.compile(r"NCCL INFO Using network (IB\w*|Socket|\w{1,32})")
+_ANSI = re.compile(r"\x1b\[[0-9;]{0,16}m")  # Ray colours its "(RayWorkerWrapper pid=N)" prefix
 _WORLD = re.compile(r"\bin world size (\d{1,6})\b")
 _TP = re.compile(r"\btensor_parallel_size[=:] ?(\d{1,6})")
 _PP = re.compile(r"\bpipeline_parallel_size[=:] ?(\d{1,6})")
@@ -44,10 +45,12 @@ class ClusterFollower:
 
     def feed(self, line: str) -> None:
         f = self.facts
+        if "\x1b[" in line:
+            line = _ANSI.sub("", line)
         prefix = _RAY_PREFIX.search(line) if "RayWorker" in line else None
-        node = (prefix.group(2) or "head") if prefix else "head"
-        if prefix and len(self._nodes) < MAX_NODES:
-            self._nodes.add(node)
+        ip = prefix.group(2) if prefix else None
+        if ip and len(self._nodes) < MAX_NODES:  # a rank on another node than the head
+            self._nodes.add(ip)
         if "parallel_size" in line:
             for rx, key in ((_TP, "tensor_parallel_size"), (_PP, "pipeline_parallel_size")):
                 m = rx.search(line)
@@ -59,9 +62,11 @@ class ClusterFollower:
                 f["world_size"] = max(f["world_size"], int(m.group(1)))
         if "NCCL INFO" not in line:
             return
-        self._nodes.add(node)  # the head's own ranks log without Ray's prefix
         ident = _NCCL_ID.search(line)
-        key = f"{node}|{ident.group(1)}:{ident.group(2)}" if ident else node
+        node = ip or (ident.group(1) if ident else "head")  # Ray's ip=, else NCCL's own host name
+        if len(self._nodes) < MAX_NODES:
+            self._nodes.add(node)
+        key = f"{node}|{ident.group(2)}" if ident else node
         m = _NET_IB.search(line) or _NET_SOCKET.search(line)
         if m:
             self._device[key] = m.group(1)

@@ -89,7 +89,7 @@ class SpeculativeFacts(TypedDict):
 class NcclLink(TypedDict):
     """One rank's NCCL network choice, as its init lines say."""
 
-    node: str  # the Ray prefix's ip= (a worker) or "head"
+    node: str  # Ray's ip= prefix (a rank on another node), else the host name NCCL logs ("head" if none)
     transport: str  # IB | Socket (as NCCL names its network; RoCE devices are "IB")
     device: str  # mlx5_0:1/RoCE, rocep1s0f0:1/RoCE, eth0:10.0.0.1 ... ("" when not logged)
     line: str  # the evidence line
