@@ -172,7 +172,7 @@ def test_sockets_where_rules_expect_rdma_is_invalid(ray_inventory, tmp_path):
 def test_worker_lost_mid_cell_fails_the_cell_and_the_sweep_goes_on(ray_inventory, tmp_path):
     hosts = _hosts(ray_inventory)
     head, worker = hosts[0], hosts[1]
-    spec = load_spec(_spec(tmp_path, "mn-lost", backends=("marlin", "flashinfer_b12x"), duration=1.5, repeats=3))
+    spec = load_spec(_spec(tmp_path, "mn-lost", backends=("marlin", "flashinfer_b12x"), duration=2.0, repeats=5))
     state = Path(worker.vars["spark_workdir"]) / "state" / raynode.STATE_FILE
     killed: list[int] = []
     begun = time.time()  # earlier tests' run folders are on the same hosts

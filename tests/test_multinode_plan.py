@@ -183,11 +183,16 @@ def test_interfaces_read_from_sysfs_and_infiniband(tmp_path, monkeypatch):
         (net / name / "speed").write_text(speed + "\n")
         (net / name / "operstate").write_text(state + "\n")
     (ib / "rocep1s0f0" / "device" / "net" / "enp1s0f0np0").mkdir(parents=True)
-    monkeypatch.setattr(netfacts, "ipv4_addresses", lambda: {"enp1s0f0np0": ["192.168.100.10/24"]})
+    monkeypatch.setattr(netfacts, "ipv4_addresses", lambda names: {"enp1s0f0np0": ["192.168.100.10/24"]})
     found = {n["name"]: n for n in netfacts.interfaces(str(net), str(ib))}
     assert set(found) == {"enp1s0f0np0", "eno1"}
     assert found["enp1s0f0np0"]["rdma"] == ["rocep1s0f0"] and found["enp1s0f0np0"]["speed_mbps"] == 200_000
     assert found["eno1"]["addresses"] == [] and not found["eno1"]["simulated"]
+
+
+def test_the_kernel_gives_an_interface_its_primary_address_without_iproute2():
+    assert netfacts._primary_address("lo") == "127.0.0.1/8"
+    assert netfacts._primary_address("no-such-nic0") == ""
 
 
 def test_ip_json_gives_ipv4_addresses_only():

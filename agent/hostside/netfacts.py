@@ -8,9 +8,12 @@ address, marked simulated, so the same rules run on loopback test hosts.
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import json
 import os
+import socket
+import struct
 import subprocess
 from pathlib import Path
 
@@ -47,14 +50,32 @@ def rdma_devices(sys_ib: str = SYS_IB) -> dict[str, list[str]]:
     return out
 
 
-def ipv4_addresses() -> dict[str, list[str]]:
-    """interface name -> ["a.b.c.d/prefix"], from `ip -j -4 addr` ({} when iproute2 is missing)."""
+def ipv4_addresses(names: list[str] | None = None) -> dict[str, list[str]]:
+    """interface name -> ["a.b.c.d/prefix"]: every address from `ip -j -4 addr` where iproute2 is installed, else
+    each interface's primary address from the kernel (SIOCGIFADDR/SIOCGIFNETMASK: standard library only)."""
     try:
         done = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True, timeout=10)
-        rows = json.loads(done.stdout) if done.returncode == 0 else []
+        if done.returncode == 0:
+            return parse_ip_json(json.loads(done.stdout))
     except (OSError, subprocess.TimeoutExpired, ValueError):
-        return {}
-    return parse_ip_json(rows)
+        pass
+    out: dict[str, list[str]] = {}
+    for name in names or []:
+        cidr = _primary_address(name)
+        if cidr:
+            out[name] = [cidr]
+    return out
+
+
+def _primary_address(name: str) -> str:
+    request = struct.pack("256s", name[:15].encode())
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            address = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, request)[20:24])  # SIOCGIFADDR
+            mask = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x891B, request)[20:24])  # SIOCGIFNETMASK
+    except OSError:  # no IPv4 address on it
+        return ""
+    return f"{address}/{ipaddress.IPv4Network(f'0.0.0.0/{mask}').prefixlen}"
 
 
 def parse_ip_json(rows: object) -> dict[str, list[str]]:
@@ -75,7 +96,7 @@ def interfaces(sys_net: str = SYS_NET, sys_ib: str = SYS_IB) -> list[NetInterfac
     root = Path(sys_net)
     if not root.is_dir():
         return []
-    addrs = ipv4_addresses()
+    addrs = ipv4_addresses([p.name for p in root.iterdir()])
     rdma = rdma_devices(sys_ib)
     out: list[NetInterface] = []
     for path in sorted(root.iterdir())[:MAX_INTERFACES]:

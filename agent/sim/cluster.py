@@ -110,7 +110,7 @@ class Cluster:
         def loop() -> None:
             while not self.dead.is_set():
                 try:
-                    ray.get([a.ping.remote() for a in self.actors], timeout=30)
+                    ray.get([a.ping.remote() for a in self.actors], timeout=10)
                 except Exception as exc:  # ActorDiedError, ActorUnavailableError, GetTimeoutError
                     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                     self.last_words = f"ray.exceptions.{type(exc).__name__}: {first}"
@@ -148,7 +148,7 @@ def join(given: Mapping[str, Any], log: VllmLog, env: Mapping[str, str]) -> Clus
     ray.init(
         address=address or "auto",
         logging_level=30,  # logging.WARNING
-        log_to_driver=True,
+        log_to_driver=False,  # the ranks' lines come back as return values (below)
         runtime_env={"env_vars": {"PYTHONPATH": REPO}},  # the actors import this package
     )
     nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -187,10 +187,15 @@ def join(given: Mapping[str, Any], log: VllmLog, env: Mapping[str, str]) -> Clus
     order = sorted(range(world), key=lambda i: (where[i] != head_ip, where[i], i))  # rank 0 on the head, as vLLM
     actors = [actors[i] for i in order]
     ranks = enumerate(actors)
-    results: list[tuple[str, str]] = ray.get([a.init_device.remote(r, world, tp, pp) for r, a in ranks])  # type: ignore[attr-defined]
-    transports = {ip: transport for ip, transport in results}
+    results: list[tuple[str, str, int, list[str]]] = ray.get([a.init_device.remote(r, world, tp, pp) for r, a in ranks])  # type: ignore[attr-defined]
+    for ip, _, pid, lines in results:
+        # each rank's lines were made on its node (its env); written here in the shape of Ray's log forwarding
+        # ("(RayWorkerWrapper pid=N, ip=A)"; no ip= for a rank on the head), which is too late under load to trust
+        prefix = f"(RayWorkerWrapper pid={pid}" + (f", ip={ip})" if ip != head_ip else ")")
+        for line in lines:
+            log.raw(f"{prefix} {line}")
+    transports = {ip: transport for ip, transport, _, _ in results}
     log.info(ENGINE, "ray_distributed_executor.py:181", f"world_size={world} ranks on nodes {sorted(transports)}")
-    time.sleep(1.5)  # Ray forwards the ranks' lines to this log about once a second: let them land before loading
     cluster = Cluster(tp, pp, transports, actors)
     cluster.watch(ray)
     return cluster
@@ -205,25 +210,25 @@ class RayWorkerWrapper:
     process on its node: os.environ is that node's environment."""
 
     def __init__(self, version: str):
-        self.log = VllmLog(version)
-        self.log.prefixed = False  # Ray prefixes a rank's lines itself: "(RayWorkerWrapper pid=N, ip=A)"
+        self.version = version
 
     def node_ip(self) -> str:
         import ray
 
         return str(ray.util.get_node_ip_address())
 
-    def init_device(self, rank: int, world: int, tp: int, pp: int) -> tuple[str, str]:
+    def init_device(self, rank: int, world: int, tp: int, pp: int) -> tuple[str, str, int, list[str]]:
+        """(node address, NCCL transport, pid, the rank's log lines), all decided on this node."""
         address = self.node_ip()
-        self.log.info(
-            ENGINE,
-            "parallel_state.py:1165",
-            f"rank {rank} in world size {world} is assigned as DP rank 0, PP rank {rank // tp}, TP rank {rank % tp}, "
-            f"EP rank {rank % tp}",
-        )
-        for line in nccl_lines(os.environ, address, rank):
+        stamp = time.strftime("%m-%d %H:%M:%S")
+        lines = [
+            f"INFO {stamp} [parallel_state.py:1165] rank {rank} in world size {world} is assigned as DP rank 0, "
+            f"PP rank {rank // tp}, TP rank {rank % tp}, EP rank {rank % tp}",
+            *nccl_lines(os.environ, address, rank),
+        ]
+        for line in lines:  # the node's own Ray session log keeps them too
             print(line, flush=True)
-        return address, nccl_transport(os.environ)[0]
+        return address, nccl_transport(os.environ)[0], os.getpid(), lines
 
     def ping(self) -> int:
         return 1
