@@ -1,5 +1,7 @@
 """Provisioning at fleet scale: a checkpoint folder that some hosts have is copied to the hosts that lack it, over
-the fleet's own links (playbooks/copy_checkpoint.yml), instead of every host downloading it.
+the fleet's own links (playbooks/copy_checkpoint.yml), instead of every host downloading it; and every host is shown
+to hold the same image digest, whether it pulled it from the image's registry or from the fleet's mirror
+(spark_image_mirror, seeded by provision.yml).
 
 Which host has which folder comes from the provision run's checkpoint inspection (host data, validated there). After
 a copy the receiving hosts are inspected again, so every cell records the headers of the copy it will serve.
@@ -71,6 +73,23 @@ def fill_missing_checkpoints(inventory: Path, spec: Spec, hosts: list[Host], run
             tasks.CHECKPOINTS.name, []
         )
     return run
+
+
+def check_image_digests(run: fleet.FleetRun, hosts: list[Host], image: str) -> dict[str, str]:
+    """Host → the local name of the pinned digest each docker host reported (its own registry's or the mirror's).
+    A host that reports another digest stops provisioning: the fleet would not be measuring one image."""
+    wanted = image.rsplit("@", 1)[-1]
+    present: dict[str, str] = {}
+    for h in hosts:
+        result = run.results.get(h.name, {}).get(tasks.IMAGE.name)
+        if not isinstance(result, dict) or result.get("skipped") or "digest" not in result:
+            continue  # process runtime: no image
+        digest, local = str(result.get("digest", "")), str(result.get("local_ref", ""))
+        if digest != wanted or (local and not local.endswith("@" + wanted)):
+            raise UserError(f"host {h.name}: holds {one_line(local or digest, 200)}, not the pinned {wanted}")
+        present[h.name] = local
+        log.info("image_present", host=h.name, digest=wanted, via="mirror" if local != image else "registry")
+    return present
 
 
 def checkpoint_vars(spec: Spec) -> list[dict[str, str]]:

@@ -162,6 +162,7 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
         limit=_limit(hosts),
     )
     _raise_host_errors(run, "provisioning")
+    fleetcopy.check_image_digests(run, hosts, spec.image)  # one image on every host, mirror or not
     run = fleetcopy.fill_missing_checkpoints(inventory, spec, hosts, run)  # copied over the fleet, not downloaded
     for host, cs in cells.items():
         infos = checkpoint_infos(run, host)
