@@ -63,9 +63,11 @@ def test_what_loaded_survives_copying_with_lower_confidence(log: Path, damage: s
     ](text)
     clean_facts, got = parse(text), parse(damaged)
     assert {k: got[k] for k in FACTS} == {k: clean_facts[k] for k in FACTS}
-    assert clean_facts["confidence"] == "high" and got["confidence"] == "low" and got["repairs"] or damage == "body_only"
+    assert clean_facts["confidence"] == "high" and got["confidence"] == "low"
     if damage == "body_only":
-        assert got["confidence"] == "low" and got["vllm_log_lines"] == 0
+        assert got["vllm_log_lines"] == 0  # nothing in vLLM's own form: every fact from a message body
+    else:
+        assert got["repairs"]  # and it says what it repaired
 
 
 @pytest.mark.parametrize("log", FULL, ids=ids(FULL))
@@ -145,7 +147,9 @@ def test_a_whole_log_whose_cause_is_shown_is_not_root_cause_missing():
 def test_an_excerpt_without_readiness_is_judged_on_what_it_shows():
     text = (LOGS / "public-fragments" / "v0.24-rtx5090-prefixless-marlin.log").read_text()
     verdict = attest(text, {"moe_backend": "flashinfer_cutlass"})["verdict"]
-    assert verdict["verdict"] == "invalid" and verdict["reasons"] == ["moe: requested flashinfer_cutlass, loaded MARLIN"]
+    assert verdict["verdict"] == "invalid" and verdict["reasons"] == [
+        "moe: requested flashinfer_cutlass, loaded MARLIN"
+    ]
     assert any("lower confidence" in note for note in verdict["notes"])
 
 

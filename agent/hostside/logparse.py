@@ -680,7 +680,9 @@ class Follower:
         line = clean(raw)
         level, msg, damaged = split_header_damaged(line)
         if not piece and (
-            " pid=" in msg or "INFO:    " in msg[1:] or (level and ("INFO " in msg or "WARNING " in msg or "ERROR " in msg))
+            " pid=" in msg
+            or "INFO:    " in msg[1:]
+            or (level and ("INFO " in msg or "WARNING " in msg or "ERROR " in msg))
         ):
             pieces = self._pieces(msg)
             if len(pieces) > 1:  # lines pasted as one
@@ -721,7 +723,8 @@ class Follower:
     @staticmethod
     def _pieces(msg: str) -> list[str]:
         """A message split where another log line starts inside it (at most MAX_ITEMS pieces)."""
-        pieces, start = [], 0
+        pieces: list[str] = []
+        start = 0
         while len(pieces) < MAX_ITEMS:
             m = _EMBEDDED_HEADER.search(msg, start)
             if not m:
