@@ -51,11 +51,6 @@ _EMBEDDED_HEADER = re.compile(
 )  # uvicorn's own lines start "INFO:     "
 
 
-def _two_lines(line: str) -> bool:
-    """Whether a (noise) line holds the start of a second one: a second process tag or uvicorn prefix."""
-    return any(line.find(mark, line.find(mark) + 1) >= 0 for mark in (" pid=", "INFO:    ") if mark in line)
-
-
 def clean(raw: str) -> str:
     """The line as a human reads it: no colours, no wrapper of docker/journald/kubernetes."""
     line = _ANSI.sub("", raw) if "\x1b" in raw else raw
@@ -565,14 +560,18 @@ class Follower:
                     continue
                 self._close_open()
             if (
-                "HTTP/1." in line
-                or "Avg prompt throughput" in line
-                or "Received request" in line  # = _NOISE,
-                or "Generated response" in line
-                or "Finished request" in line  # spelled out: any() is 4x slower
-                or "Added request" in line
-                or "Aborted request" in line
-            ) and not _two_lines(line):  # unless another line was pasted onto it
+                (
+                    "HTTP/1." in line
+                    or "Avg prompt throughput" in line
+                    or "Received request" in line  # = _NOISE,
+                    or "Generated response" in line
+                    or "Finished request" in line  # spelled out: any() is 4x slower
+                    or "Added request" in line
+                    or "Aborted request" in line
+                )
+                and line.count(" pid=") < 2  # unless another line was pasted onto it
+                and "startup complete" not in line
+            ):
                 continue
             if "SpecDecoding metrics" in line:  # periodic, and wanted: the cheap path
                 self._acceptance(line)
@@ -681,7 +680,7 @@ class Follower:
         level, msg, damaged = split_header_damaged(line)
         if not piece and (
             " pid=" in msg
-            or "INFO:    " in msg[1:]
+            or msg.find("INFO:    ", 1) > 0
             or (level and ("INFO " in msg or "WARNING " in msg or "ERROR " in msg))
         ):
             pieces = self._pieces(msg)
@@ -709,7 +708,7 @@ class Follower:
             self._body_facts += 1
         elif _signature_of(msg) or _ENGINE_DIED.search(msg):
             self._body_failures += 1
-        if _ELLIPSIS.search(msg):
+        if ("..." in msg or "\u2026" in msg) and _ELLIPSIS.search(msg):
             self._repairs["ellipsis"] += 1
         if not self.ready:
             self._watch_failure(level, msg, line)
