@@ -214,3 +214,8 @@ def test_a_clean_launch_has_no_findings():
     (launch,) = extract(clean, "cmd")
     result = lint(launch)
     assert result.findings == [] and result.fixed is None
+
+
+def test_bad_speculative_json_is_a_finding_not_a_stop():
+    (launch,) = extract("vllm serve m/x-NVFP4 --speculative-config '{method: mtp'\n", "cmd")
+    assert "speculative-config" in rules_of(lint(launch))

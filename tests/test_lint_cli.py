@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,10 @@ def test_secrets_never_shown(tmp_path, capsys):
     main(["lint", str(script), "--format", "json"])
     out = capsys.readouterr().out
     assert "hf_abcdefghijklmnopqrstuvwxyz0123456789" not in out and "%REDACTED%" in out
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU: its arch is read instead")
+def test_host_without_a_known_gpu_is_bad_input(capsys):
+    assert main(["lint", COMPOSE, "--host", "localhost"]) == 2  # this machine's facts (no -i): no GPU here
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no arch we know" in err[0]

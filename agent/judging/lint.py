@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.errors import UserError
 from agent.hostside import facts as hostfacts
 from agent.hostside.contracts import Facts
 from agent.hostside.logparse import normalise_backend
@@ -203,8 +204,8 @@ def _speculative(result: Result, fixed: Launch, quant: str) -> None:
     try:
         warnings = envrules.speculative_warnings(quant, config)
         completed, notes = envrules.speculative_defaults(quant, config)
-    except Exception as exc:  # a UserError for bad JSON: a finding, not a stop
-        _add(result, "speculative-config", "error", f"--speculative-config is not a JSON object: {exc}")
+    except UserError as exc:  # bad JSON in a pasted launch: a finding, not a stop
+        _add(result, "speculative-config", "error", exc.message)
         return
     rule_ids = [r["id"] for r in envrules.env_rules().get("speculative", [])]
     for warning in warnings:
