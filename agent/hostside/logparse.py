@@ -115,13 +115,19 @@ _KNOWN_STARTS = (
 )
 
 
+# What is left of each start after losing 1-4 characters, by its first 4 characters: one dict lookup per line.
+_RESTS: dict[str, list[tuple[str, str]]] = {}
+for _start in _KNOWN_STARTS:
+    for _lost in range(1, 5):
+        if len(_start) - _lost >= 4:
+            _RESTS.setdefault(_start[_lost : _lost + 4], []).append((_start[_lost:], _start[:_lost]))
+
+
 def restore_start(msg: str) -> str:
     """`msg` with lost first characters of a known message start put back ("" when nothing fits)."""
-    for start in _KNOWN_STARTS:
-        for lost in range(1, 5):
-            rest = start[lost:]
-            if len(rest) >= 4 and msg.startswith(rest):
-                return start[:lost] + msg
+    for rest, lost in _RESTS.get(msg[:4], ()):
+        if msg.startswith(rest):
+            return lost + msg
     return ""
 
 
@@ -370,7 +376,8 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
             _Then("deep_gemm", "Assertion"),
             # DeepGEMM's JIT/runtime asserts, whatever kernel they came from: "Assertion error (<path>.hpp:N): cond"
             # (DG_HOST_ASSERT's form) or its kernel_runtime "exit_code == 0" (the JIT compile failed).
-            _Then(r"kernel_runtime\.hpp|jit_kernels/|[Dd]eep_?[Gg][Ee][Mm][Mm]", r"Assert|exit_code == 0|!= nullptr"),
+            _Then(r"kernel_runtime\.hpp", r"Assert|exit_code == 0|!= nullptr"),
+            _Then("jit_kernels/", r"Assert|exit_code == 0|!= nullptr"),
             _Then("ssertion error", r"\.(?:hpp|cuh):\d+"),
         ),
     ),
@@ -383,24 +390,26 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
     ("attention_backend_invalid", (re.compile(r"Selected backend \S+ is not valid for this configuration"),)),
     # A backend that gates on compute capability: the hard requirement, said in any of vLLM's and its kernels' words.
     (
-        "unsupported_backend",
+        "unsupported_backend",  # each form tried only on text that holds its literal: near misses stay cheap
         (
-            re.compile(
-                r"requires (?:SM ?1\d\d|sm_?1\d\da?|Blackwell datacenter|datacenter Blackwell|Hopper)"
-                r"|(?:only )?supported (?:only )?on (?:[\w-]{1,20} ){0,4}\(?(?:SM ?\d{2,3}|sm_\d{2,3}a?)\b"
-                r"|not supported on (?:device )?(?:SM ?\d{2,3}|sm_\d{2,3}a?)\b"
-                r"|does not support current device(?! since)"
-                r"|compiled \w{1,80} for CUDA device capability"
-                r"|unavailable for \w{1,80} on current platform"
-                r"|No supported CUDA architectures found"
+            _Guarded(
+                "requires ", r"requires (?:SM ?1\d\d|sm_?1\d\da?|Blackwell datacenter|datacenter Blackwell|Hopper)"
             ),
+            _Guarded("upported ", r"supported (?:only )?on (?:[\w-]{1,20} ){0,4}\(?(?:SM ?\d{2,3}|sm_\d{2,3}a?)\b"),
+            _Guarded("current device", r"does not support current device(?! since)"),
+            _Guarded(" for CUDA device capability", r"compiled \w{1,80} for CUDA device capability"),
+            _Guarded(" on current platform", r"unavailable for \w{1,80} on current platform"),
+            _Guarded("No supported CUDA architectures found", "No supported CUDA architectures found"),
         ),
     ),
     ("no_attention_backend", (re.compile(r"No valid attention backend found"),)),
     ("free_memory_check", (_Then("Free memory on device", "is less than desired GPU memory utilization"),)),
     ("oom", (re.compile(r"CUDA out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY"),)),
     ("ptxas_arch", (_Then("ptxas", r"sm_12\d"), re.compile(r"sm_12\da?'? is not defined for option"))),
-    ("flashinfer_version", (_Then(r"[-_](?:cubin|jit[-_]cache) version ", " does not match"),)),
+    (
+        "flashinfer_version",
+        (_Then("cubin version ", " does not match"), _Then(r"jit[-_]cache version ", " does not match")),
+    ),
     (
         "cute_dsl_arch",
         (re.compile(r"expects arch to be one of|CUTE_DSL_ARCH matches"), _Then("[Ee]rror", "CUTE_DSL_ARCH")),
@@ -459,13 +468,6 @@ _MAX_WRAPPED = 16  # continuation lines joined to one open line
 _CONTINUATION = "[]{}()'\",.=:0123456789"  # how a wrapped list or call carries on (or a lower-case word)
 _ELLIPSIS = re.compile(r",\s?(?:\.\.\.|\u2026)\s*[\]})]*\.?\s*$")  # a list that ends "'A', ..."
 _FRAME_SOURCE = re.compile(r"^(?:\s|File \")")  # a traceback's source line: its brackets never close below
-_KNOWN_BODY = re.compile(
-    r"non-default args: \{|Initializing an? (?:V1 )?LLM engine|vLLM (?:API )?server version"
-    r"|Unknown vLLM environment variable detected|(?:Model loading|Loading model weights) took \d"
-    r"|KV cache size: \d|Application startup complete|init engine \(profile|Loading draft(?:er)? model"
-    r"|Your GPU does not have native support for FP4|--linear-backend=|NVFP4 linear falling back"
-    r"|Avg Draft acceptance rate"
-)
 
 
 def _new_facts() -> Attestation:
@@ -545,8 +547,6 @@ class Follower:
         self._open = ""  # a line whose brackets are not closed yet: wrapped lines that continue it are joined
         self._open_lines = 0
         self._repairs = dict.fromkeys(_REPAIRS, 0)
-        self._body_facts = 0  # lines without vLLM's prefix whose body is a known vLLM message (not a failure)
-        self._body_failures = 0  # the same, failure lines
 
     # -- input --
     def feed(self, text: str) -> None:
@@ -668,7 +668,7 @@ class Follower:
 
     def _confidence(self, f: Attestation) -> str:
         damaged = self._repairs["damaged"] or self._repairs["restored"] or self._repairs["lenient_args"]
-        if f["vllm_log_lines"] == 0 and not (self._body_facts or self._body_failures):
+        if f["vllm_log_lines"] == 0 and not _recognised(f):
             return ""
         if damaged or f["vllm_log_lines"] == 0:  # beside prefixed lines, bare ones (uvicorn, print) are normal
             return "low"
@@ -704,10 +704,6 @@ class Follower:
             self._repairs["damaged"] += 1
         if level:
             self._f["vllm_log_lines"] += 1
-        elif _known_body(msg):
-            self._body_facts += 1
-        elif _signature_of(msg) or _ENGINE_DIED.search(msg):
-            self._body_failures += 1
         if ("..." in msg or "\u2026" in msg) and _ELLIPSIS.search(msg):
             self._repairs["ellipsis"] += 1
         if not self.ready:
@@ -1055,12 +1051,26 @@ def _balance(text: str) -> int:
     return text.count("[") + text.count("{") + text.count("(") - text.count("]") - text.count("}") - text.count(")")
 
 
-def _known_body(msg: str) -> bool:
-    """Whether a line without vLLM's prefix is the body of a message vLLM logs (not a failure: those count apart)."""
-    for literal, rx in _MOE_FORMS + _LINEAR_FORMS + _ATTN_FORMS:
-        if literal in msg and rx.search(msg):
-            return True
-    return bool(_KNOWN_BODY.search(msg))
+def _recognised(f: Attestation) -> bool:
+    """Whether lines without vLLM's prefix still said something only vLLM says (a fact, or a failure class)."""
+    failure = f["failure"]
+    return bool(
+        f["vllm_version"]
+        or f["moe_backend"]
+        or f["attention_backend"]
+        or f["linear_kernels"]
+        or f["linear_fallbacks"]
+        or f["marlin_fp4_weight_only"]
+        or f["unknown_env"]
+        or f["non_default_args"]
+        or f["speculative"]["method"]
+        or f["model_load_gib"] >= 0
+        or f["kv_cache_tokens"] >= 0
+        or f["engine_ready"]
+        or f["startup_complete"]
+        or (failure and failure.get("class") != "other")
+        or f["runtime_failure"]
+    )
 
 
 def _death_cause_of(msg: str) -> str:
