@@ -219,3 +219,9 @@ def test_a_clean_launch_has_no_findings():
 def test_bad_speculative_json_is_a_finding_not_a_stop():
     (launch,) = extract("vllm serve m/x-NVFP4 --speculative-config '{method: mtp'\n", "cmd")
     assert "speculative-config" in rules_of(lint(launch))
+
+
+def test_a_command_given_inline_in_a_model_card():
+    card = "# Model\n\n```python\nfrom vllm import LLM\n```\n\nServe it with `vllm serve org/m-FP8 --moe-backend deep_gemm`.\n"
+    (launch,) = extract(card, "README.md")
+    assert launch.line == 7 and launch.flag("--moe-backend") == "deep_gemm"

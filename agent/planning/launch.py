@@ -33,6 +33,7 @@ _STOP = {";", "&&", "||", "|", "&", ")", "(", ">", ">>", "<", ">&", "&>", "<<", 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _VAR = re.compile(r"\$(?:\{([A-Za-z_]\w*|\d)(?::?-([^}]*))?\}|([A-Za-z_]\w*))")  # ${1:-default} too
 _FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)")
+_INLINE_CODE = re.compile(r"`([^`\n]{1,2000})`")
 _FENCED = re.compile(r"^\s*(?:```|~~~)", re.M)  # a Markdown text with code blocks: only they are read
 _YAML_HINT = re.compile(r"^(?:services|apiVersion|kind|spec|containers|command|args)\s*:", re.M)
 
@@ -115,6 +116,10 @@ def extract(text: str, source: str) -> list[Launch]:
     if _FENCED.search(text):
         for first_line, lang, block in _fenced_blocks(text):
             launches += _extract_block(block, source, first_line, lang)
+        if not launches:  # a card that gives its command inline: `vllm serve ...` in a sentence
+            for n, line in enumerate(text.splitlines(), 1):
+                for code in _INLINE_CODE.findall(line) if "vllm" in line else ():
+                    launches += _from_shell(code, source, n)
     else:
         launches = _extract_block(text, source, 1, "")
     return launches[:MAX_LAUNCHES]
