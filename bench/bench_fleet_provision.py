@@ -130,11 +130,23 @@ def provision(daemons: list[DockerDaemon], image: str, mirror: str, work: Path) 
         for i, d in enumerate(daemons)
     }
     inventory = local_inventory(work / f"inv-{len(daemons)}-{bool(mirror)}.yml", daemons[0], hosts)
+    durations: dict[str, list[float]] = {}
+
+    def on_event(event: dict) -> None:
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_ok" and data.get("task") in (
+            "Seed the image mirror",
+            "Pull the image by digest",
+        ):
+            durations.setdefault(data["task"], []).append(float(data.get("duration") or 0))
+
     started = time.monotonic()
-    run = fleet.run_playbook("provision", inventory, {"image": image})
+    run = fleet.run_playbook("provision", inventory, {"image": image}, on_event=on_event)
     took = time.monotonic() - started
     if not run.ok:
         raise SystemExit(f"provision failed: {run.failures or run.unreachable}")
+    for task, secs in durations.items():
+        print(f"    {task}: {', '.join(f'{s:.1f}' for s in sorted(secs))} s")
     return took
 
 
