@@ -26,7 +26,7 @@ from agent.planning.matrix import Cell, CheckpointInfo
 from agent.planning.spec import Spec
 from agent.results import tree as results
 from agent.results.records import CellRecord
-from agent.running import collect, hostdata, tasks
+from agent.running import collect, fleetcopy, hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
 from agent.running.progress import Progress
@@ -164,7 +164,7 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
         for c in cs:  # a multi-node cell's env file on every node: the cell's env and that node's link variables
             for node in c.cluster.get("nodes", []) or [{"host": c.host, "env": {}}]:
                 by_host.setdefault(node["host"], []).append({"id": c.id, "env": {**c.env, **node["env"]}})
-    checkpoints = [{"name": c.name, "model": c.model} for c in spec.checkpoints]
+    checkpoints = fleetcopy.checkpoint_vars(spec)
     run = fleet.run_playbook(
         "provision",
         inventory,
@@ -172,6 +172,8 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
         limit=_limit(hosts),
     )
     _raise_host_errors(run, "provisioning")
+    fleetcopy.check_image_digests(run, hosts, spec.image)  # one image on every host, mirror or not
+    run = fleetcopy.fill_missing_checkpoints(inventory, spec, hosts, run)  # copied over the fleet, not downloaded
     for host, cs in cells.items():
         infos = checkpoint_infos(run, host)
         for cell in cs:
