@@ -320,3 +320,11 @@ def test_world_size_and_parallel_sizes_from_vllm_lines():
     assert (facts["world_size"], facts["tensor_parallel_size"], facts["pipeline_parallel_size"]) == (4, 2, 2)
     reasons, _, _ = cluster_verdict.judge({"nodes": 2, "tensor_parallel_size": 2, "pipeline_parallel_size": 1}, facts)
     assert reasons == ["world size: requested 2 (TP x PP), the log says 4"]
+
+
+def test_check_shows_each_hosts_link_candidates():
+    from agent.commands.check import _links
+
+    assert _links(sim("127.0.9.11")) == "enp1s0f0np0 127.0.9.11/24 200 Gb/s rdma rocep1s0f0 (simulated)"
+    assert _links(host(nic("eno1", "10.0.0.1/24", speed=-1))) == "eno1 10.0.0.1/24 ? Gb/s"
+    assert _links(Facts(gpu_name="x")) == "-"

@@ -22,7 +22,7 @@ options:
     aliases: [cache_dir]
   simulate_link:
     description:
-      - With O(simulate_gpu), the host's address: its simulated ConnectX-7 reports this address as its link
+      - With O(simulate_gpu), the host's address; its simulated ConnectX-7 reports this address as its link
         (marked simulated), so multi-node rules run on loopback test hosts.
     type: str
     default: ""

@@ -50,7 +50,7 @@ options:
     type: int
     default: 46400
   temp_dir:
-    description: Ray's temp dir on this node (short: Ray's unix sockets live under it).
+    description: Ray's temp dir on this node; keep it short, Ray's unix sockets live under it.
     type: str
     default: /tmp/spark-agent-ray
   num_gpus:
