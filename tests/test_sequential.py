@@ -118,8 +118,13 @@ def test_close_rivals_get_every_level_then_more_windows_then_stay_open():
         "nvb": cell("nvb", "b12x", {1: [58.0, 63.0], 16: [550.0, 590.0]}),
     }
     plan = seq.plan_next(NV, close, S)
-    assert {(s.cell_id, s.stage, s.concurrency) for s in plan.steps} == {("nvm", "full", LEVELS), ("nvb", "full", LEVELS)}
-    full2 = {k: cell(k, b, {c: [100.0 + c, 108.0 + c] for c in LEVELS}) for k, b in (("nvm", "marlin"), ("nvb", "b12x"))}
+    assert {(s.cell_id, s.stage, s.concurrency) for s in plan.steps} == {
+        ("nvm", "full", LEVELS),
+        ("nvb", "full", LEVELS),
+    }
+    full2 = {
+        k: cell(k, b, {c: [100.0 + c, 108.0 + c] for c in LEVELS}) for k, b in (("nvm", "marlin"), ("nvb", "b12x"))
+    }
     plan = seq.plan_next(NV, full2, S)
     assert {(s.stage, s.repeats) for s in plan.steps} == {("more", 3)}
     full3 = {

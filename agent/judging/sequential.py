@@ -239,6 +239,15 @@ def _plan_group(
         plan.open_points += [f"{c.label} @ c={lvl}: {why}" for lvl, why in verdicts[c.cell_id]["open"]]
 
 
+def open_against_leader(
+    cells: list[Candidate], measured: dict[str, dict[str, Any]], s: TuneSettings
+) -> dict[str, list[tuple[int, str]]]:
+    """Cell id -> its points not settled against the leader (level, why): what the log shows while tuning."""
+    valid = [c for c in cells if stats.cell_verdict(measured[c.cell_id]) == "valid"]
+    summaries = {c.cell_id: stats.summarize_cell(measured[c.cell_id]) for c in valid}
+    return {k: v["open"] for k, v in _versus_leader(valid, summaries, s).items()}
+
+
 def _repeats(summary: stats.CellSummary) -> int:
     return min((len(p.values) + len(p.failed) for p in summary.points.values()), default=0)
 

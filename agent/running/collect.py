@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, cast
 
-from agent.hostside import logparse, redact, utc
+from agent.hostside import logparse, redact, startuplog, utc
 from agent.hostside.contracts import Attestation, Facts, Failure, Measurement
 from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import verdict
@@ -160,6 +160,8 @@ def _write_cell(
     if received["launch"] is not None:  # the host wrote what it really ran
         record.launch.command = received["launch"]
     record.measure_s = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
+    if (dest / "server.log").exists():
+        record.startup = startuplog.parse_file(str(dest / "server.log"))
     return record
 
 

@@ -150,6 +150,13 @@ def _choose(
         outcome.skipped += plan.skipped
         outcome.stopped += plan.stopped
         outcome.open_points += [f"{host}: {p}" for p in plan.open_points]
+        log.info(
+            "tune_plan",
+            host=host,
+            next=[f"{s.stage} {by_id[s.cell_id].label} c={list(s.concurrency)} x{s.repeats}" for s in plan.steps],
+            stopped=[f"{s.label}: {s.reason}" for s in plan.stopped] or None,
+            why_open=_why_open(plan, planned, measured, settings) or None,
+        )
         for step in plan.steps:
             cell = by_id[step.cell_id]
             config = dataclasses.replace(cell.config, concurrency=list(step.concurrency), repeats=step.repeats)
@@ -162,6 +169,20 @@ def _choose(
         log.warning("budget_exhausted", elapsed_s=round(elapsed_s), next_step_s=round(need), budget_s=budget_s)
         return {h: [] for h in cells}
     return chosen
+
+
+def _why_open(
+    plan: seq.Plan, planned: list[Cell], measured: dict[str, dict[str, Any]], s: seq.TuneSettings
+) -> list[str]:
+    """For the log: why the cells about to get more windows are not settled yet."""
+    ids = {st.cell_id for st in plan.steps if st.stage != seq.SCREEN}
+    groups = {candidate(c).group for c in planned if c.id in ids}
+    cands = [candidate(c) for c in planned if c.id in measured and candidate(c).group in groups]
+    return [
+        f"{c.label} @ c={lvl}: {why}"
+        for c in cands
+        for lvl, why in seq.open_against_leader(cands, measured, s).get(c.cell_id, [])
+    ]
 
 
 def candidate(cell: Cell) -> seq.Candidate:
