@@ -53,11 +53,13 @@ def parse(lines: Iterable[str]) -> StartupBreakdown:
     out = empty()
     hits, misses, cache_load = 0, 0, 0.0
     first: int | None = None
+    last: int | None = None  # uvicorn's "INFO:     Application startup complete." has no stamp: the one before
     for raw in lines:
         line = raw[:MAX_LINE]
         stamp = _seconds(line)
-        if first is None and stamp is not None:
-            first = stamp
+        if stamp is not None:
+            first = stamp if first is None else first
+            last = stamp
         if "oading weights took" in line or ("Model loading took" in line and out["weights_s"] < 0):
             m = _WEIGHTS.search(line) or _MODEL_LOADING.search(line)
             out["weights_s"] = float(m.group(1)) if m else out["weights_s"]
@@ -75,8 +77,8 @@ def parse(lines: Iterable[str]) -> StartupBreakdown:
         elif "init engine (profile, create kv cache" in line and (m := _ENGINE.search(line)):
             out["engine_init_s"] = float(m.group(1))
         elif "Application startup complete" in line:
-            if first is not None and stamp is not None:
-                out["ready_s"] = float((stamp - first) % (366 * 86400))
+            if first is not None and last is not None:
+                out["ready_s"] = float((last - first) % (366 * 86400))
             break
     if misses:
         out["compile_cache"] = "cold"

@@ -12,7 +12,7 @@ on its own, in three steps per cell, each a fresh run of that cell that replaces
 
 Sequential testing: a point is *settled* only when the report's own rule (stats.rank_pair: ranges that don't
 overlap, or a bootstrap CI on the ratio) orders it AND a one-sided two-sample t-test on log throughput rejects equality
-at alpha / (2 * LOOKS). Every point is tested at most LOOKS = 3 times (one per step), so by Bonferroni the chance of
+at alpha / (2 * LOOKS), its variance pooled over both cells' measured levels. Every point is tested at most LOOKS = 3 times (one per step), so by Bonferroni the chance of
 settling any given pair of equal backends wrongly is at most alpha = 1 - confidence over all looks, whatever the
 looks' dependence (the guarantee assumes roughly log-normal window noise; the t-test, not the ranges rule, carries it).
 """
@@ -101,30 +101,51 @@ def _betainc(a: float, b: float, x: float) -> float:
     return front * f / a
 
 
-def t_p_greater(a: Sequence[float], b: Sequence[float]) -> float:
+@dataclass(frozen=True)
+class Noise:
+    """A cell's log-throughput noise, pooled over its measured levels: sum of squared deviations and its df."""
+
+    ss: float = 0.0
+    df: int = 0
+
+
+def noise_of(summary: stats.CellSummary) -> Noise:
+    ss, df = 0.0, 0
+    for p in summary.points.values():
+        logs = [math.log(v) for v in p.values if v > 0]
+        if len(logs) >= 2:
+            m = statistics.fmean(logs)
+            ss += sum((x - m) ** 2 for x in logs)
+            df += len(logs) - 1
+    return Noise(ss, df)
+
+
+def t_p_greater(a: Sequence[float], b: Sequence[float], pooled: Noise | None = None) -> float:
     """One-sided p-value of 'log a is larger than log b': Student's two-sample t-test with pooled variance. Under
     the null we guard against (both backends the same: one distribution) the pooled test is exact for normal
-    log-noise, and with df = na + nb - 2 it keeps power at two windows each, where Welch's df falls to ~1."""
+    log-noise. `pooled` (both cells' noise over all their levels) replaces the two samples' own variance: it
+    assumes a backend's relative noise is the same at every level, and keeps power at two windows a point."""
     la = [math.log(v) for v in a if v > 0]
     lb = [math.log(v) for v in b if v > 0]
     if len(la) < 2 or len(lb) < 2:
         return 1.0
     diff = statistics.fmean(la) - statistics.fmean(lb)
-    df = len(la) + len(lb) - 2
-    pooled = ((len(la) - 1) * statistics.variance(la) + (len(lb) - 1) * statistics.variance(lb)) / df
-    se = math.sqrt(pooled * (1 / len(la) + 1 / len(lb)))
+    if pooled is None or pooled.df == 0:
+        ma, mb = statistics.fmean(la), statistics.fmean(lb)
+        pooled = Noise(sum((x - ma) ** 2 for x in la) + sum((x - mb) ** 2 for x in lb), len(la) + len(lb) - 2)
+    se = math.sqrt(pooled.ss / pooled.df * (1 / len(la) + 1 / len(lb)))
     if se == 0.0:
         return 0.0 if diff > 0 else 1.0
-    return t_sf(diff / se, df)
+    return t_sf(diff / se, pooled.df)
 
 
-def settle(a: Sequence[float], b: Sequence[float], s: TuneSettings) -> stats.Ranking:
+def settle(a: Sequence[float], b: Sequence[float], s: TuneSettings, pooled: Noise | None = None) -> stats.Ranking:
     """Does a beat b, settled for a sequential procedure? The report's rule must order them, and the t-test
     must agree at the per-look alpha; otherwise CANNOT_RANK (the point stays open)."""
     r = stats.rank_pair(a, b, seed=s.seed, confidence=s.confidence)
     if r.outcome == stats.CANNOT_RANK:
         return r
-    p = t_p_greater(a, b) if r.outcome == "a" else t_p_greater(b, a)
+    p = t_p_greater(a, b, pooled) if r.outcome == "a" else t_p_greater(b, a, pooled)
     needed = s.look_alpha / 2.0
     if p <= needed:
         return stats.Ranking(r.outcome, r.ratio, f"{r.rule}; t-test p={p:.2g} <= {needed:.2g}", r.ci)
@@ -259,6 +280,7 @@ def _versus_leader(
     The leader at a level is the highest median there; the leader itself is open where any rival is."""
     out: dict[str, dict[str, Any]] = {c.cell_id: {"dominated": "", "open": []} for c in cells}
     levels = sorted({lvl for sm in summaries.values() for lvl in sm.points})
+    noise = {c.cell_id: noise_of(summaries[c.cell_id]) for c in cells}
     losses: dict[str, list[tuple[int, float, str]]] = {c.cell_id: [] for c in cells}
     for lvl in levels:
         at = [c for c in cells if lvl in summaries[c.cell_id].points and summaries[c.cell_id].points[lvl].values]
@@ -269,7 +291,8 @@ def _versus_leader(
         for c in at:
             if c is leader:
                 continue
-            r = settle(lead_vals, summaries[c.cell_id].points[lvl].values, s)
+            na, nb = noise[leader.cell_id], noise[c.cell_id]
+            r = settle(lead_vals, summaries[c.cell_id].points[lvl].values, s, Noise(na.ss + nb.ss, na.df + nb.df))
             if r.outcome == "a":
                 losses[c.cell_id].append((lvl, r.ratio, leader.label))
             else:
