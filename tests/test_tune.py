@@ -85,12 +85,38 @@ def test_tune_screens_stops_the_loser_and_skips_what_cannot_matter(tmp_path, sim
     assert "stopped nv flashinfer_b12x" in proc.stderr and "skipped uns marlin" in proc.stderr
     assert engines_running(ssh_fleet) == []
 
+    # warm starts: both cells share the image's cache folder; the first compiled, the second loaded the graphs
+    starts = sorted((c["started_at"], c["startup"]["compile_cache"]) for c in cells)
+    assert [s[1] for s in starts] == ["cold", "warm"], starts
+    for c in cells:
+        assert c["startup"]["weights_s"] > 0 and c["startup"]["graph_capture_s"] > 0 and c["startup"]["kv_cache_s"] >= 0
+        assert "VLLM_CACHE_ROOT=" in (Path(c["dir"]) / "launch.txt").read_text()
+
+    # clean-cache: the cache of an image no kept spec pins is pruned
+    other = write_spec(tmp_path, "other").read_text().replace("cd" * 32, "ef" * 32)
+    (tmp_path / "other.toml").write_text(other)
+    listed = clean_cache(sim_inventory, "--prune", "--keep", str(tmp_path / "other.toml"), "--dry-run")
+    assert listed.returncode == 0 and "cdcdcdcdcdcdcdcd" in listed.stdout and "remove" in listed.stdout
+    pruned = clean_cache(sim_inventory, "--prune", "--keep", str(tmp_path / "other.toml"))
+    assert pruned.returncode == 0, pruned.stderr
+    assert "cdcdcdcdcdcdcdcd" not in clean_cache(sim_inventory).stdout
+
     # resume: the same data gives the same decisions, nothing is measured again
     before = {p: p.stat().st_mtime_ns for p in (out / "tuned").rglob("cell.toml")}
     again = tune(spec, sim_inventory, out)
     assert again.returncode == 0, again.stderr[-3000:]
     assert {p: p.stat().st_mtime_ns for p in (out / "tuned").rglob("cell.toml")} == before
     assert "tune: 0 cell runs" in again.stderr
+
+
+def clean_cache(inventory: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CLI, "clean-cache", "-i", str(inventory), "--limit", "spark-a", *extra],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize(

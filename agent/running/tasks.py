@@ -28,5 +28,6 @@ FETCH = TaskRef("cell", "Fetch the run folder", "ansible.builtin.fetch")  # fail
 STATUS = TaskRef("status", "Server status", "spark_server")
 RESOLVE = TaskRef("pin", "Resolve the tag", "spark_image")
 INSPECT = TaskRef("inspect", "Inspect checkpoint", "spark_inspect")
+CACHE = TaskRef("cache", "Cache folders", "spark_cache")
 
-ALL = (FACTS, IMAGE, CHECKPOINTS, SERVE, BENCH, FETCH, STATUS, RESOLVE, INSPECT)
+ALL = (FACTS, IMAGE, CHECKPOINTS, SERVE, BENCH, FETCH, STATUS, RESOLVE, INSPECT, CACHE)
