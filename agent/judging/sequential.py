@@ -7,7 +7,8 @@ on its own, in three steps per cell, each a fresh run of that cell that replaces
 1. **screen**: the lowest and highest concurrency, `min_repeats` windows. A cell dominated by the group's leader at
    every screened level, settled and by at least `carry_margin`, cannot matter and stops here. A backend that lost
    that way in one group is skipped in the groups not yet started ("cannot change the recommendation").
-2. **full**: every concurrency of the spec, `min_repeats` windows, for the cells still in the running.
+2. **full**: the concurrency levels the screen left out, `min_repeats` windows, for the cells still in the
+   running (the screen's windows are kept: together they cover every level of the spec).
 3. **more**: the cells with a point still open against the leader get `max_repeats` windows, once.
 
 Sequential testing: a point is *settled* only when the report's own rule (stats.rank_pair: ranges that don't
@@ -164,6 +165,11 @@ class Step:
     concurrency: tuple[int, ...]
     repeats: int
 
+    @property
+    def keep(self) -> bool:
+        """The cell's earlier windows at other levels stay: the full step adds the levels the screen left out."""
+        return self.stage == FULL
+
 
 @dataclass(frozen=True)
 class Skip:
@@ -247,9 +253,12 @@ def _plan_group(
             survivors.append(c)
     if len(survivors) < 2:
         return
-    need_full = [c for c in survivors if set(summaries[c.cell_id].points) != set(c.concurrency)]
-    if need_full:
-        plan.steps += [Step(c.cell_id, FULL, c.concurrency, s.min_repeats) for c in need_full]
+    need_full = [c for c in survivors if set(c.concurrency) - set(summaries[c.cell_id].points)]
+    if need_full:  # only the levels not measured yet: the screen's windows stay (Step.keep)
+        plan.steps += [
+            Step(c.cell_id, FULL, tuple(sorted(set(c.concurrency) - set(summaries[c.cell_id].points))), s.min_repeats)
+            for c in need_full
+        ]
         return
     opened = [c for c in survivors if verdicts[c.cell_id]["open"]]
     more = [c for c in opened if _repeats(summaries[c.cell_id]) < s.max_repeats]

@@ -86,6 +86,7 @@ class Cell:
     argv: list[str] = field(default_factory=list)  # the server command line on this host
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
     checkpoint_info: CheckpointInfo = field(default_factory=lambda: CheckpointInfo())  # {} unless a folder there
+    keep_runs: bool = False  # tune adds levels to a measured cell: its windows at levels not run now are kept
 
     @property
     def label(self) -> str:

@@ -160,7 +160,7 @@ def _choose(
         for step in plan.steps:
             cell = by_id[step.cell_id]
             config = dataclasses.replace(cell.config, concurrency=list(step.concurrency), repeats=step.repeats)
-            chosen[host].append(dataclasses.replace(cell, config=config))
+            chosen[host].append(dataclasses.replace(cell, config=config, keep_runs=step.keep))
             costs[host] = costs.get(host, 0.0) + step_cost_s(cell, step, startup)
     need = max(costs.values(), default=0.0)  # hosts run in parallel
     if budget_s is not None and need and elapsed_s + need > budget_s:
