@@ -142,3 +142,22 @@ def test_a_failed_cell_is_measured_once_and_never_again():
     }
     plan = seq.plan_next(NV, measured, S)
     assert plan.done and not plan.open_points
+
+
+def test_full_step_adds_only_the_missing_levels_and_collect_keeps_the_others(tmp_path):
+    import dataclasses
+
+    from agent.running import collect
+    from tests.hostile import make_cell
+
+    close = {
+        "nvm": cell("nvm", "marlin", {1: [60.0, 66.0], 16: [560.0, 600.0]}),
+        "nvb": cell("nvb", "b12x", {1: [58.0, 63.0], 16: [550.0, 590.0]}),
+    }
+    steps = seq.plan_next(NV, close, S).steps
+    assert {s.concurrency for s in steps} == {(2, 4, 8)} and all(s.keep for s in steps)
+    base = make_cell()
+    c = dataclasses.replace(base, config=dataclasses.replace(base.config, concurrency=[2, 4, 8]), keep_runs=True)
+    keep = collect.kept_levels(c)
+    assert keep(tmp_path / "c001-r1.toml") and keep(tmp_path / "c016-r2.toml") and not keep(tmp_path / "c004-r1.toml")
+    assert not collect.kept_levels(base)(tmp_path / "c001-r1.toml")
