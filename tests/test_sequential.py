@@ -119,8 +119,8 @@ def test_close_rivals_get_every_level_then_more_windows_then_stay_open():
     }
     plan = seq.plan_next(NV, close, S)
     assert {(s.cell_id, s.stage, s.concurrency) for s in plan.steps} == {
-        ("nvm", "full", LEVELS),
-        ("nvb", "full", LEVELS),
+        ("nvm", "full", (2, 4, 8)),
+        ("nvb", "full", (2, 4, 8)),
     }
     full2 = {
         k: cell(k, b, {c: [100.0 + c, 108.0 + c] for c in LEVELS}) for k, b in (("nvm", "marlin"), ("nvb", "b12x"))
