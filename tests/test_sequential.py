@@ -161,3 +161,16 @@ def test_full_step_adds_only_the_missing_levels_and_collect_keeps_the_others(tmp
     keep = collect.kept_levels(c)
     assert keep(tmp_path / "c001-r1.toml") and keep(tmp_path / "c016-r2.toml") and not keep(tmp_path / "c004-r1.toml")
     assert not collect.kept_levels(base)(tmp_path / "c001-r1.toml")
+
+
+def test_a_step_the_budget_cannot_fit_is_listed_not_run(tmp_path):
+    from agent.running import tune
+    from tests.hostile import make_cell
+
+    c = make_cell()
+    outcome = tune.TuneOutcome(tmp_path / "none")
+    cost = tune.step_cost_s(c, seq.Step(c.id, seq.SCREEN, seq.screen_levels(c.config.concurrency), 2), 0.0)
+    chosen = tune._choose({"spark-a": [c]}, tmp_path / "none", S, cost - 1, 0.0, outcome)
+    assert chosen == {"spark-a": []} and len(outcome.budget_left) == 1 and not outcome.settled
+    chosen = tune._choose({"spark-a": [c]}, tmp_path / "none", S, cost + 1, 0.0, outcome)
+    assert [x.config.repeats for x in chosen["spark-a"]] == [2] and chosen["spark-a"][0].id == c.id
