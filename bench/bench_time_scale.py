@@ -13,6 +13,7 @@ decisions agree. Times are simulated seconds; a window at scale K takes 1/K of t
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -23,18 +24,21 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.hostside import loadgen
+from agent.hostside import facts, loadgen
 from agent.judging import sequential as seq
+from agent.planning import envrules
 
 LEVELS = [1, 16]
 CELLS = {"nvm": "marlin", "nvb": "flashinfer_b12x"}
+ENV = envrules.resolve_env(facts.gather(simulate_gpu="gb10"), "nvfp4", "0.24.0", {}).env
 
 
 def serve(address: str, port: int, backend: str, seed: int, scale: float) -> subprocess.Popen:
     argv = [sys.executable, "-m", "agent.sim", "serve", "nv", "--moe-backend", backend, "--host", address]
     argv += ["--port", str(port), "--max-model-len", "8192", "--max-num-seqs", "16"]
     argv += ["--sim-seed", str(seed), "--sim-time-scale", str(scale), "--sim-startup-s", "0.2"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, **ENV}  # the env rules' environment for NVFP4 on GB10 (CUTE_DSL_ARCH=sm_121a ...)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
