@@ -87,7 +87,12 @@ def serve_cell(
             "install docker (and the NVIDIA container toolkit) or set spark_runtime=process"
         )
     full_env = dict(env, **{k: str(v) for k, v in (extra_env or {}).items()})
-    cache = warmcache.prepare(workdir, image)  # one per image digest: the second cell of an image starts warm
+    pinned = image
+    if (
+        runtime == "docker" and image
+    ):  # the pinned digest may be here under a mirror's name: run that, verify the digest
+        image = docker.local_ref(pinned) or pinned
+    cache = warmcache.prepare(workdir, pinned)  # one per image digest: the second cell of an image starts warm
     if cache is not None:
         full_env = {**warmcache.environment(cache, runtime), **full_env}  # a spec's own setting wins
     container = supervise.container_prefix(workdir) + cell_id
@@ -115,7 +120,7 @@ def serve_cell(
     if outcome["ready"] and runtime == "docker":
         info = supervise.status(workdir)["server"]
         try:
-            docker.verify_running_digest(info["container"], image)
+            docker.verify_running_digest(info["container"], pinned)
         except (HostError, ValueError) as exc:  # a mismatch aborts the cell with both digests shown
             supervise.stop(workdir)
             raise ServeError(str(exc)) from None
