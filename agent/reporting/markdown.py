@@ -610,17 +610,27 @@ def write_report(
     seed: int = stats.DEFAULT_SEED,
 ) -> list[Path]:
     """Read the tree, write report.md, report.html and the PNGs into out_dir (default: results_dir)."""
-    from agent.reporting import htmlpage as report_html
-
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise UserError(f"{results_dir}: no such results folder (pass the folder a sweep wrote, e.g. results/)")
     cells = load_cells(results_dir)
     if not cells:
         raise UserError(f"{results_dir}: no finished cell (no cell.toml below it); run a sweep first")
+    return write_report_cells(cells, Path(out_dir or results_dir), threshold=threshold, seed=seed)
+
+
+def write_report_cells(
+    cells: Sequence[dict[str, Any]],
+    out: Path,
+    *,
+    threshold: float = stats.DEFAULT_THRESHOLD,
+    seed: int = stats.DEFAULT_SEED,
+) -> list[Path]:
+    """report.md, report.html and the PNGs of these cells (a tree's, or a store selection's) into out."""
+    from agent.reporting import htmlpage as report_html
+
     data = build(cells, threshold=threshold, seed=seed)
     images = render_plots(data)
-    out = Path(out_dir or results_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, png in images.items():
