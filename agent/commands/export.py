@@ -33,7 +33,7 @@ def _format(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    text = FORMATS[_format(args)](rows(options.cells_of(args.results_dir, args)))
+    text = FORMATS[_format(args)](rows(options.cells_of(args.results_dir, args, empty_ok=True)))
     if args.output:
         atomic.write_text(args.output, text)
     else:

@@ -43,11 +43,14 @@ def engine_for(args: argparse.Namespace) -> tuple[Any, str]:
     return db.open_store(url), url
 
 
-def cells_of(source: Path | select.Selection, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The cell tables of a results folder or of a store selection; UserError when there are none."""
+def cells_of(
+    source: Path | select.Selection, args: argparse.Namespace, *, empty_ok: bool = False
+) -> list[dict[str, Any]]:
+    """The cell tables of a results folder or of a store selection; UserError when there are none (a folder of
+    none is fine with empty_ok: an export of nothing is its header)."""
     if isinstance(source, Path):
         found = load_cells(source)
-        if not found:
+        if not found and not empty_ok:
             raise UserError(f"{source}: no finished cell (no cell.toml below it); run a sweep first")
         return found
     engine, url = engine_for(args)
