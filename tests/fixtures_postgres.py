@@ -4,6 +4,7 @@ authentication, stopped by its PID at the end of the session whatever the tests 
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import glob
 import os
@@ -57,9 +58,18 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Postgres]:
+    if _bin() is None:
+        pytest.skip("Debian's postgresql is not installed (scripts/setup.sh installs it)")
+    with running_postgres() as pg:
+        yield pg
+
+
+@contextlib.contextmanager
+def running_postgres() -> Iterator[Postgres]:
+    """A fresh server for the time of the with-block (the fixture, and bench/bench_store.py)."""
     bindir = _bin()
     if bindir is None:
-        pytest.skip("Debian's postgresql is not installed (scripts/setup.sh installs it)")
+        raise RuntimeError("Debian's postgresql is not installed (scripts/setup.sh installs it)")
     user = "postgres" if os.geteuid() == 0 else getpass.getuser()
     folder = Path(tempfile.mkdtemp(prefix="spark-pg-"))
     try:
