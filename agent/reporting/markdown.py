@@ -243,7 +243,11 @@ def problem_lines(data: ReportData) -> list[str]:
     p, v = data.provenance, data.provenance["verdicts"]
     counts = [
         (v["failed"], "failed cell(s)", "Failed cells (never ranked)"),
-        (v["invalid"], "INVALID cell(s) (loaded something other than what was requested)", "INVALID cells (never ranked)"),
+        (
+            v["invalid"],
+            "INVALID cell(s) (loaded something other than what was requested)",
+            "INVALID cells (never ranked)",
+        ),
         (len(data.lost), "lost cell(s) (started, no results: measured again on resume)", ""),
         (p["unstable_points"], "unstable point(s)", "Unstable points"),
         (p["failed_runs"], "failed run(s)", "Failed runs (left out of the medians)"),
