@@ -479,6 +479,17 @@ def render_plots(data: ReportData) -> dict[str, bytes]:
 def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) -> bytes:
     import matplotlib.pyplot as plt
 
+    fig = figure(summaries, title, ylabel, attr)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def figure(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) -> Any:
+    """One plot of the report as a matplotlib Figure (the tests check that every label lies inside it)."""
+    import matplotlib.pyplot as plt
+
     panels = _panels(summaries)
     cols = min(3, max(1, len(panels)))
     rows = max(1, math.ceil(len(panels) / cols))
@@ -491,10 +502,7 @@ def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) 
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     fig.suptitle(f"{title}\n(dotted: INVALID, never ranked; circled: unstable point)", fontsize="medium")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    plt.close(fig)
-    return buf.getvalue()
+    return fig
 
 
 def _panels(summaries: Sequence[CellSummary]) -> dict[str, list[CellSummary]]:
