@@ -32,11 +32,12 @@ def cells(tmp_path: Path) -> list[dict]:
     return load_cells(root)
 
 
-def test_every_figure_holds_its_labels(cells):
+@pytest.mark.parametrize("panels", [1, 2])
+def test_every_figure_holds_its_labels(cells, panels):
     import matplotlib
 
     matplotlib.use("Agg")
-    data = report.build(cells)
+    data = report.build(cells if panels == 2 else cells[:1])
     for title, ylabel, attr in report.PLOTS.values():
         fig = report.figure(data.summaries, title, ylabel, attr)
         fig.canvas.draw()
