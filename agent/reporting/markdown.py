@@ -19,6 +19,7 @@ from agent.hostside.serving import launch_command
 from agent.judging import bandwidth, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
+from agent.reporting import startup
 from agent.reporting.escape import md, md_code, md_fence, rich
 from agent.results.tree import LOST_FILE, load_cells
 
@@ -36,6 +37,7 @@ class ReportData:
     provenance: dict[str, Any]
     threshold: float
     seed: int
+    tune: list[dict[str, Any]] = field(default_factory=list)  # results/<sweep>/tune.toml records
     lost: list[str] = field(default_factory=list)  # sweep/host/cell of cells started but without results
 
 
@@ -235,6 +237,10 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out += ["## Failed runs (left out of the medians)", ""] + _or_none(failed_run_lines(data.summaries)) + [""]
     out += ["## INVALID cells (never ranked)", ""] + _or_none(invalid_lines(data.summaries)) + [""]
     out += ["## Failed cells (never ranked)", ""] + _or_none(failed_cell_lines(data.summaries)) + [""]
+    out += ["## Startup and time spent", ""] + startup.time_share_lines(data.summaries) + [""]
+    out += startup.startup_lines(data.summaries) + [""]
+    if data.tune:
+        out += ["## Adaptive tuning: skipped, stopped, undecided", ""] + startup.tune_lines(data.tune) + [""]
     return "\n".join(out)
 
 
@@ -664,7 +670,9 @@ def write_report(
     if not cells:
         raise UserError(f"{results_dir}: no finished cell (no cell.toml below it); run a sweep first")
     lost = [str(p.parent.relative_to(results_dir)) for p in sorted(results_dir.rglob(LOST_FILE))]
-    return write_report_cells(cells, Path(out_dir or results_dir), threshold=threshold, seed=seed, lost=lost)
+    tune = startup.load_tune_records(results_dir)
+    out = Path(out_dir or results_dir)
+    return write_report_cells(cells, out, threshold=threshold, seed=seed, lost=lost, tune=tune)
 
 
 def write_report_cells(
@@ -674,12 +682,15 @@ def write_report_cells(
     threshold: float = stats.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
     lost: Sequence[str] = (),
+    tune: Sequence[dict[str, Any]] = (),
 ) -> list[Path]:
-    """report.md, report.html and the PNGs of these cells (a tree's, or a store selection's) into out."""
+    """report.md, report.html and the PNGs of these cells (a tree's, or a store selection's) into out. A store
+    selection has no lost cells or tune records (they are files of the tree, not cells)."""
     from agent.reporting import htmlpage as report_html
 
     data = build(cells, threshold=threshold, seed=seed)
     data.lost = list(lost)
+    data.tune = list(tune)
     images = render_plots(data)
     out.mkdir(parents=True, exist_ok=True)
     written = []
