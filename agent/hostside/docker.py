@@ -167,7 +167,10 @@ def local_ref(ref: str, docker_env: dict | None = None) -> str:
     if image_present(ref, docker_env):
         return ref
     _, digest = parse_ref(ref)
-    out = _docker(["image", "ls", "--digests", "--format", "{{.Repository}}@{{.Digest}}"], docker_env)
+    try:
+        out = _docker(["image", "ls", "--digests", "--format", "{{.Repository}}@{{.Digest}}"], docker_env)
+    except DockerError:  # no docker here (check mode on a bare host): the image is not here either
+        return ""
     for line in out.split():
         if line.endswith("@" + digest) and not line.startswith("<none>"):
             return line

@@ -27,6 +27,7 @@ options:
   mirror:
     description: A registry (host:port) that serves the image by digest to the fleet, e.g. one Spark's registry.
     type: str
+    default: ""
   docker_host:
     description: DOCKER_HOST for the docker CLI (default, the host's own environment).
     type: str
