@@ -937,13 +937,6 @@ def _numbers(kind: type, flag: str) -> Callable[[str], list[Any]]:
     return parse
 
 
-def _slos(text: str) -> tuple[tuple[str, float], ...]:
-    try:
-        return tuple(slo.parse(text.split()).items())
-    except slo.SloError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python3 -m agent.hostside.loadgen",
@@ -977,30 +970,48 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--context-depth", type=_numbers(int, "--context-depth"), default=[], help="prompt tokens axis")
     p.add_argument("--exact-lengths", action="store_true", help="count prompt tokens with the server's /tokenize")
     p.add_argument("--reset-prefix-cache", action="store_true", help="POST /reset_prefix_cache before each window")
-    p.add_argument("--goodput", type=_slos, default=(), help="SLOs, e.g. 'ttft:500 tpot:50' (milliseconds)")
+    p.add_argument("--goodput", nargs="+", default=[], help="SLOs, e.g. --goodput ttft:500 tpot:50 (milliseconds)")
     p.add_argument("--json", action="store_true", help="also put every full result into the summary line")
     return p
 
 
-def shape_from_args(args: argparse.Namespace) -> Shape:
-    """The Shape the CLI's flags ask for (rates and depths are axes: run_levels sets them per level)."""
-    dataset = prompts.Dataset(
-        args.dataset,
-        args.prompt_len,
-        args.output_len,
-        range_ratio=args.range_ratio or (0.5 if args.profile == "mixed" else 0.0),
-        path=args.dataset_path,
-        prefix_len=args.prefix_len,
-        prefix_group_size=args.prefix_group_size,
-    )
-    if args.dataset == "sharegpt":
-        prompts.load_sharegpt(args.dataset_path)  # a missing or malformed file stops here, before any load
+def make_shape(
+    *,
+    prompt_len: int,
+    output_len: int,
+    profile: str = "uniform",
+    rate: float = 0.0,
+    burstiness: float = 1.0,
+    dataset: str = "random",
+    dataset_path: str = "",
+    range_ratio: float = 0.0,
+    prefix_len: int = 0,
+    prefix_group_size: int = 1,
+    context_depth: int = 0,
+    exact_lengths: bool = False,
+    reset_prefix_cache: bool = False,
+    goodput: Sequence[str] = (),
+) -> Shape:
+    """The Shape of the [load] settings (the CLI's flags and spark_bench's options are the same names).
+    Raises prompts.DatasetError (a missing or malformed dataset file) or slo.SloError before any load."""
+    if dataset == "sharegpt":
+        prompts.load_sharegpt(dataset_path)
     return Shape(
-        burstiness=args.burstiness,
-        dataset=dataset,
-        exact_lengths=args.exact_lengths,
-        reset_prefix_cache=args.reset_prefix_cache,
-        slos=args.goodput,
+        rate=rate,
+        burstiness=burstiness,
+        dataset=prompts.Dataset(
+            dataset,
+            prompt_len,
+            output_len,
+            range_ratio=range_ratio or (0.5 if profile == "mixed" else 0.0),
+            path=dataset_path,
+            prefix_len=prefix_len,
+            prefix_group_size=prefix_group_size,
+        ),
+        context_depth=context_depth,
+        exact_lengths=exact_lengths,
+        reset_prefix_cache=reset_prefix_cache,
+        slos=tuple(slo.parse(goodput).items()),
     )
 
 
@@ -1010,8 +1021,21 @@ def main(argv: list[str] | None = None) -> int:
     if 0 in args.levels and not args.request_rate:
         parser.error("--levels 0 (no cap) needs --request-rate")
     try:
-        shape = shape_from_args(args)
-    except prompts.DatasetError as exc:
+        shape = make_shape(
+            prompt_len=args.prompt_len,
+            output_len=args.output_len,
+            profile=args.profile,
+            burstiness=args.burstiness,
+            dataset=args.dataset,
+            dataset_path=args.dataset_path,
+            range_ratio=args.range_ratio,
+            prefix_len=args.prefix_len,
+            prefix_group_size=args.prefix_group_size,
+            exact_lengths=args.exact_lengths,
+            reset_prefix_cache=args.reset_prefix_cache,
+            goodput=args.goodput,
+        )
+    except (prompts.DatasetError, slo.SloError) as exc:
         parser.error(str(exc))
     if args.out_dir:
         os.makedirs(args.out_dir, exist_ok=True)
