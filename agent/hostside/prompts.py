@@ -26,7 +26,7 @@ from .errors import HostError
 DATASETS = ("random", "sharegpt", "prefix")
 MAX_DATASET_BYTES = 1 << 30  # a ShareGPT file larger than this is refused (the public one is ~650 MB)
 MAX_ENTRIES = 1_000_000
-EXACT_TRIES = 6  # grow/cut rounds before settling for the nearest length (a word may be several tokens)
+EXACT_TRIES = 24  # counting rounds before settling for the nearest length below (a word may be several tokens)
 
 # Common English words: nearly every tokenizer maps " word" to one token, so n words ~ n tokens.
 _WORDS_TEXT = (
@@ -109,26 +109,49 @@ def load_sharegpt(path: str) -> list[tuple[str, str]]:
 
 
 async def exact_text(n_tokens: int, rng: random.Random, count: Counter | None, head: str = "") -> tuple[str, int]:
-    """head + random words counting n_tokens in all (or as near as word steps allow); -> (text, tokens)."""
+    """head + random words counting n_tokens in all (or the nearest count below, when no whole number of words
+    and short fillers reach it exactly); -> (text, tokens as counted). A word may be several tokens: the number of
+    words is searched (proportional guesses inside a shrinking bracket), then single letters fill the last gap."""
     if count is None:
         words = max(1, n_tokens - len(head.split()))
         return head + make_text(words, rng), len(head.split()) + words
     pool = rng.choices(WORDS, k=max(1, n_tokens) + 16)
+
+    def text_of(k: int) -> str:
+        while k > len(pool):
+            pool.extend(rng.choices(WORDS, k=len(pool)))
+        return head + " ".join(pool[:k])
+
     words = max(1, n_tokens - (await count(head) if head else 0))
-    best: tuple[int, str, int] | None = None
+    below: tuple[int, str] = (0, head)  # the longest text found under n_tokens, and its count
+    lo, hi = 0, -1  # words known to count < n_tokens / > n_tokens (-1: none yet)
     for _ in range(EXACT_TRIES):
-        words = max(1, min(words, len(pool)))
-        if words == len(pool):
-            pool += rng.choices(WORDS, k=len(pool))
-        text = head + " ".join(pool[:words])
+        text = text_of(words)
         got = await count(text)
-        if best is None or abs(got - n_tokens) < best[0]:
-            best = (abs(got - n_tokens), text, got)
         if got == n_tokens:
+            return text, got
+        if got < n_tokens:
+            lo, below = max(lo, words), max(below, (got, text))
+        else:
+            hi = words if hi < 0 else min(hi, words)
+        guess = max(lo + 1, round(words * n_tokens / max(1, got)))
+        if hi >= 0:
+            guess = min(guess, hi - 1)
+        if guess <= lo or guess == words:
+            break  # no whole number of words counts exactly n_tokens
+        words = guess
+    got, text = below
+    for _ in range(EXACT_TRIES):  # close the gap with one-letter words (one token each in most vocabularies)
+        if got >= n_tokens:
             break
-        words += n_tokens - got
-    assert best is not None
-    return best[1], best[2]
+        longer = text + " a" * (n_tokens - got)
+        more = await count(longer)
+        if more > n_tokens:
+            longer, more = text + " a", await count(text + " a")
+            if more > n_tokens:
+                break
+        text, got = longer, more
+    return text, got
 
 
 class Source:
