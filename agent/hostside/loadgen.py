@@ -1,7 +1,9 @@
-"""Closed-loop streaming load driver for an OpenAI-compatible `/v1/completions` server (vLLM).
+"""Streaming load driver for an OpenAI-compatible `/v1/completions` server (vLLM): closed or open loop.
 
 Standard library only: it runs on the Spark next to the server and is imported by the controller.
-Exactly `concurrency` requests are in flight at all times; each streams with `ignore_eos` and
+Open loop (a Shape with a rate): requests start on a Poisson/gamma schedule (arrivals.py) with prompts made before
+the window (prompts.py), at most `concurrency` in flight (0 = no cap); see _Load. Otherwise, closed loop:
+exactly `concurrency` requests are in flight at all times; each streams with `ignore_eos` and
 `continuous_usage_stats`, so every chunk says how many tokens it carried. Per level: a warmup
 window, then each measured window is one run of the load, like one `vllm bench serve` run: the c
 requests start together, and at the close the requests still streaming are cut and count only the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: spark_bench
-short_description: Drive closed-loop streaming load at one concurrency level against the cell's server
+short_description: Drive streaming load (closed loop, or open loop at a request rate) against the cell's server
 description:
   - Runs O(warmup) warmup windows, then O(repeats) measured windows of O(duration) seconds each, at O(level)
     requests in flight, against the OpenAI-compatible server at O(url) (on the host itself, so the network is not
