@@ -88,7 +88,6 @@ def main() -> int:
                 "rate": args.rate,
                 "duration_s": args.duration,
                 "scheduled_about": scheduled,
-                "started": scheduled - res["missed_starts"] if res["missed_starts"] else None,
                 "completed": res["completed"],
                 "failed": res["failed"],
                 "request_throughput": round(res["request_throughput"], 1),
