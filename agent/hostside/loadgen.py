@@ -498,7 +498,7 @@ class _Load:
             for due, request, prompt_len in prepared:
                 wait = t0 + due - self.clock()
                 if wait > 0:
-                    await asyncio.sleep(wait)
+                    await asyncio.sleep(wait / getattr(self.clock, "time_scale", 1.0))  # clock units -> real s
                 elif started % 16 == 0:
                     await asyncio.sleep(0)  # behind schedule: still let the requests in flight read their streams
                 if cap:
@@ -879,6 +879,21 @@ def saturated(windows: Sequence[Window], rate: float) -> bool:
         return True
     served = percentile([w["request_throughput"] for w in ok], 50)
     return served < SATURATED * rate or any(w.get("missed_starts", 0) for w in ok)
+
+
+def scaled_clock(time_scale: float) -> Clock:
+    """The driver's clock for a simulated Spark with an accelerated clock: K times time.monotonic, so windows and
+    every reported time are in simulated seconds (a window of 60 lasts 60/K real seconds). 1: the real clock."""
+    if not 0 < time_scale <= 10_000:
+        raise ValueError(f"time_scale {time_scale} is outside (0, 10000]")
+    if time_scale == 1:
+        return time.monotonic
+
+    def clock() -> float:
+        return time.monotonic() * time_scale
+
+    setattr(clock, "time_scale", time_scale)  # noqa: B010  the open loop's sleeps are real seconds: it reads this
+    return clock
 
 
 def _level_rng(seed: int, concurrency: int, rate: float = 0.0, depth: int = 0) -> random.Random:

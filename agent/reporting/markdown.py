@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from agent.hostside.serving import launch_command
 from agent.judging import bandwidth, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
+from agent.reporting import startup
 from agent.reporting.escape import md, md_code, md_fence, rich
 from agent.results.tree import load_cells
 
@@ -36,6 +37,7 @@ class ReportData:
     provenance: dict[str, Any]
     threshold: float
     seed: int
+    tune: list[dict[str, Any]] = field(default_factory=list)  # results/<sweep>/tune.toml records
 
 
 def build(
@@ -227,6 +229,10 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out += ["## Failed runs (left out of the medians)", ""] + _or_none(failed_run_lines(data.summaries)) + [""]
     out += ["## INVALID cells (never ranked)", ""] + _or_none(invalid_lines(data.summaries)) + [""]
     out += ["## Failed cells (never ranked)", ""] + _or_none(failed_cell_lines(data.summaries)) + [""]
+    out += ["## Startup and time spent", ""] + startup.time_share_lines(data.summaries) + [""]
+    out += startup.startup_lines(data.summaries) + [""]
+    if data.tune:
+        out += ["## Adaptive tuning: skipped, stopped, undecided", ""] + startup.tune_lines(data.tune) + [""]
     return "\n".join(out)
 
 
@@ -619,6 +625,7 @@ def write_report(
     if not cells:
         raise UserError(f"{results_dir}: no finished cell (no cell.toml below it); run a sweep first")
     data = build(cells, threshold=threshold, seed=seed)
+    data.tune = startup.load_tune_records(results_dir)
     images = render_plots(data)
     out = Path(out_dir or results_dir)
     out.mkdir(parents=True, exist_ok=True)

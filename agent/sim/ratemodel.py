@@ -30,9 +30,10 @@ def solve_prefix_acceptance(rate: float, k: int) -> float:
 
 
 class RateModel:
-    def __init__(self, plan: Plan, unlimited: bool, rng: random.Random):
+    def __init__(self, plan: Plan, unlimited: bool, rng: random.Random, time_scale: float = 1.0):
         cal = calibration.load()
         self.rng = rng
+        self.time_scale = time_scale  # the accelerated clock: K times the tokens per real second, 1/K the TTFT
         self.unlimited = unlimited
         self.hw = cal["hardware"][plan.hardware]
         self.curve = self.hw["moe"][plan.quant][plan.moe_loaded]
@@ -69,7 +70,7 @@ class RateModel:
         if self.spec_tokens:
             table = self.hw["spec_step_cost"]
             cost = calibration.interpolate(table["c"], table["cost"], concurrency)
-        return cost / per_stream
+        return cost / per_stream / self.time_scale
 
     def ttft_s(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
         """Prefill time: the base, plus the tokens not found in the prefix cache at the prompt length's cost."""
@@ -77,7 +78,8 @@ class RateModel:
             return 0.0
         table = self.hw.get("long_prompt")
         cost = calibration.interpolate(table["tokens"], table["prefill_cost"], prompt_tokens) if table else 1.0
-        return self.hw["ttft_base_s"] + cost * max(0, prompt_tokens - cached_tokens) / self.hw["prefill_tok_s"]
+        prefill = self.hw["ttft_base_s"] + cost * max(0, prompt_tokens - cached_tokens) / self.hw["prefill_tok_s"]
+        return prefill / self.time_scale
 
     def accepted_drafts(self) -> int:
         """Draft tokens accepted in one step (a prefix of the k drafts)."""
