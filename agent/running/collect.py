@@ -62,6 +62,7 @@ def finalize_cell(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     tar_path.unlink()
+    _index(root, dest)
     return record
 
 
@@ -74,7 +75,15 @@ def record_bad_host_data(
     _clear_previous(dest)
     record = _redacted(_bad_host_data_record(cell, facts, reason, started, finished))
     results.atomic_write_toml(dest / results.CELL_FILE, record.to_toml())
+    _index(root, dest)
     return record
+
+
+def _index(root: Path, dest: Path) -> None:
+    """The cell is in the tree (the record): index it in the results store as it lands (agent/store)."""
+    from agent.store import ingest  # the SQL layer loads only when a cell lands
+
+    ingest.on_cell_landed(root, dest)
 
 
 def clear_cell_incoming(root: Path, cell: Cell) -> None:
