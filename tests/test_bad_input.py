@@ -470,9 +470,53 @@ FLAG_CASES = [
     ),
 ]
 
+
+def load_case(id: str, lines: str, names: str, files: dict[str, bytes] | None = None) -> Case:
+    """[load] gains `lines` (open loop, datasets, SLOs); `files` are written beside the spec first."""
+
+    def setup(w: World) -> list[str]:
+        for name, data in (files or {}).items():
+            (w.root / name).write_bytes(data)
+        w.spec.write_text(GOOD_SPEC.replace("seed = 0\n", "seed = 0\n" + lines + "\n", 1))
+        return w.sweep()
+
+    return Case(id, setup, names)
+
+
+SHAREGPT_OK = b'[{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}]'
+LOAD_CASES = [
+    load_case("rate-zero", "request_rate = 0", "@request_rate ="),
+    load_case("rate-negative", "request_rate = -2.5", "@request_rate ="),
+    load_case("rate-absurd", "request_rate = 1e9", "@request_rate ="),
+    load_case("burstiness-zero", "request_rate = 4\nburstiness = 0", "@burstiness ="),
+    load_case("slo-seconds", 'goodput = ["ttft:0.5s"]', "@goodput ="),
+    load_case("slo-unit-suffix", 'goodput = ["tpot:50ms"]', "@goodput ="),
+    load_case("slo-unknown-metric", 'goodput = ["itl:50"]', "@goodput ="),
+    load_case("slo-zero", 'goodput = ["e2el:0"]', "@goodput ="),
+    load_case("dataset-missing", 'dataset = "sharegpt"\ndataset_path = "nope.json"', "@dataset_path ="),
+    load_case(
+        "dataset-not-json", 'dataset = "sharegpt"\ndataset_path = "d.json"', "@dataset_path =", {"d.json": b"[{"}
+    ),
+    load_case(
+        "dataset-not-sharegpt",
+        'dataset = "sharegpt"\ndataset_path = "d.json"',
+        "@dataset_path =",
+        {"d.json": b'[{"text": "no conversations"}]'},
+    ),
+    load_case("dataset-no-path", 'dataset = "sharegpt"', "@dataset ="),
+    load_case("dataset-unknown", 'dataset = "alpaca"', "@dataset ="),
+    load_case("context-depth-over-max-model-len", "context_depth = 131072", "@context_depth ="),
+    load_case("prefix-longer-than-prompt", 'dataset = "prefix"\nprefix_len = 600', "@prefix_len ="),
+]
+
 ALL_CASES = [
     replace(case, id=f"{table}:{case.id}")
-    for table, cases in (("spec", SPEC_CASES), ("inventory", INVENTORY_CASES), ("flag", FLAG_CASES))
+    for table, cases in (
+        ("spec", SPEC_CASES),
+        ("inventory", INVENTORY_CASES),
+        ("flag", FLAG_CASES),
+        ("load", LOAD_CASES),
+    )
     for case in cases
 ]
 
@@ -513,6 +557,19 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 def test_good_world_passes_validation_and_reaches_the_hosts(world):
     """The control: without the one break, the same command gets as far as touching a host."""
+    with pytest.raises(Touched):
+        main(world.sweep())
+
+
+def test_good_load_settings_reach_the_hosts(world):
+    """The control of LOAD_CASES: open loop, a good ShareGPT file, SLOs and a depth that fits pass validation."""
+    load_case(
+        "good",
+        'request_rate = 4\nburstiness = 0.5\ndataset = "sharegpt"\ndataset_path = "d.json"\n'
+        'goodput = ["ttft:500", "tpot:50"]\ncontext_depth = 4096',
+        "",
+        {"d.json": SHAREGPT_OK},
+    ).setup(world)
     with pytest.raises(Touched):
         main(world.sweep())
 

@@ -2,11 +2,13 @@
 
 One server per configuration: a tiny Llama (with VLLM_USE_FLASHINFER_MOE_FP4=1, a variable 0.32 no longer knows),
 the same model with ngram speculative decoding, and a tiny Qwen3-MoE with --moe-backend marlin, which cannot start.
+The load tests at the end (/tokenize, /reset_prefix_cache, an open-loop window) reuse the tiny Llama's server.
 The venv and the models are cached (tests/engine/README.md); run with `pytest -m engine tests/test_engine_vllm.py`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -14,7 +16,7 @@ import statistics
 
 import pytest
 
-from agent.hostside import loadgen, logparse, metrics
+from agent.hostside import loadgen, logparse, metrics, prompts
 from tests.engine.bench_serve import BenchServe
 from tests.engine.fixtures import (
     BASE_ENV,
@@ -61,7 +63,9 @@ SHARED_KEYS = (
 def llama(vllm_cpu_python, tiny_models, tmp_path_factory):
     """The tiny Llama, served once for the module."""
     log = tmp_path_factory.mktemp("vllm-llama") / "server.log"
-    with running_server(vllm_cpu_python, tiny_models["tiny-llama"], log, env={UNKNOWN_VAR: "1"}) as server:
+    # dev mode: vLLM serves /reset_prefix_cache only with it (the load tests at the end reset between windows)
+    env = {UNKNOWN_VAR: "1", "VLLM_SERVER_DEV_MODE": "1"}
+    with running_server(vllm_cpu_python, tiny_models["tiny-llama"], log, env=env) as server:
         yield server
 
 
@@ -326,3 +330,62 @@ def test_loadgen_agrees_with_vllm_bench_serve(crosscheck, concurrency, capsys):
 
 def fmt(values):
     return ", ".join(f"{v:.0f}" for v in values)
+
+
+# ---------------------------------------------------------------- load shapes on the real server (issue 15)
+
+
+def test_tokenize_makes_prompts_exactly_as_long_as_asked(llama):
+    """The driver counts with the server's own /tokenize (a byte-level BPE here: words are not tokens), and the
+    server's usage.prompt_tokens of every finished request is exactly the length asked for."""
+    shape = loadgen.Shape(exact_lengths=True, dataset=prompts.Dataset("random", 48, 16))
+    [result] = loadgen.run_levels(llama.url, llama.model, [2], 3.0, 0.0, 1, prompt_len=48, output_len=16, shape=shape)
+    assert result["ok"], result["error"]
+    assert result["exact_lengths"] and result["min_input_len"] == result["max_input_len"] == 48
+    assert result["total_input_tokens"] == 48 * result["completed"] > 0
+
+
+def test_reset_prefix_cache_empties_the_real_cache(llama):
+    """POST /reset_prefix_cache (dev mode) answers {"success": true}, and the same prompt then misses again:
+    vllm:prefix_cache_hits does not grow on the request after the reset, as it does on a repeat without one."""
+    prompt = " ".join(["spark"] * 60)  # a few blocks of 16 tokens, well under max_model_len 512
+
+    async def hits_after(*steps: str) -> float:
+        for step in steps:
+            if step == "send":
+                body = {"model": llama.model, "prompt": prompt, "max_tokens": 1}
+                await loadgen.post_json(llama.url, "/v1/completions", body, 60.0)
+            else:
+                assert await loadgen.post_json(llama.url, "/reset_prefix_cache", None, 60.0) == {"success": True}
+        return metrics.scrape(llama.url)["vllm:prefix_cache_hits_total"]
+
+    base = asyncio.run(hits_after("send"))
+    repeat = asyncio.run(hits_after("send"))
+    assert repeat > base  # the cache is on (vLLM's default) and the repeat hit it
+    after_reset = asyncio.run(hits_after("reset", "send"))
+    assert after_reset == repeat
+    [result] = loadgen.run_levels(
+        llama.url,
+        llama.model,
+        [1],
+        1.0,
+        0.0,
+        1,
+        prompt_len=16,
+        output_len=4,
+        shape=loadgen.Shape(reset_prefix_cache=True),
+    )
+    assert result["prefix_cache"] == "reset"
+
+
+def test_open_loop_window_on_the_real_server(llama):
+    shape = loadgen.Shape(rate=6.0, burstiness=0.5, slos=(("e2el", 60_000.0), ("ttft", 0.001)))
+    [result] = loadgen.run_levels(
+        llama.url, llama.model, [0], 4.0, 0.0, 1, prompt_len=PROMPT_WORDS, output_len=OUTPUT_LEN, shape=shape
+    )
+    assert result["ok"], result["error"]
+    assert result["request_rate"] == 6.0 and result["burstiness"] == 0.5 and result["missed_starts"] == 0
+    # the server's two processes share 2 busy cores with the driver here: starts may lag (recorded), not by 100 ms
+    assert result["completed"] > 0 and result["p50_start_lag_ms"] < 100.0
+    # a 1 microsecond TTFT bound no server meets: goodput 0 while throughput is not
+    assert result["request_goodput"] == 0.0 < result["request_throughput"]

@@ -103,6 +103,9 @@ def test_result_keys_are_the_contract_and_have_no_none():
         "p99_e2el_ms",
     }
     expected |= {f"{s}_{m}_ms" for s in ("mean", "median", "p99") for m in ("ttft", "tpot", "itl")}
+    # as `vllm bench serve --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,95,99` names them
+    expected |= {f"p{q}_{m}_ms" for q in (50, 90, 95) for m in ("ttft", "tpot", "itl", "e2el")}
+    expected |= {"mean_e2el_ms", "request_goodput"}
     assert set(res) == expected
     assert all(v is not None for v in res.values())
 

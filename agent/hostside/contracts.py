@@ -172,7 +172,41 @@ class _Death(TypedDict, total=False):
     engine_died: bool  # only in a window the server died in (it was cut short; ok is False)
 
 
-class Window(_Death):
+class _Shaped(TypedDict, total=False):
+    """Window keys added with open-loop load, datasets and goodput (issue 15): every new window has them, windows
+    measured before them do not. Names as `vllm bench serve` JSON where it has the same figure."""
+
+    mean_e2el_ms: float
+    request_goodput: float  # completed requests meeting every SLO per second (bench --goodput)
+    p50_ttft_ms: float
+    p90_ttft_ms: float
+    p95_ttft_ms: float
+    p50_tpot_ms: float
+    p90_tpot_ms: float
+    p95_tpot_ms: float
+    p50_itl_ms: float
+    p90_itl_ms: float
+    p95_itl_ms: float
+    p50_e2el_ms: float
+    p90_e2el_ms: float
+    p95_e2el_ms: float
+    request_rate: float  # offered requests/s; 0.0 = closed loop
+    burstiness: float  # gamma shape of the arrival gaps (1.0 = Poisson)
+    context_depth: int  # prompt tokens of every request on the context-depth axis; 0 = off
+    late_starts: int  # open loop: requests started more than loadgen.LATE_S after their time
+    missed_starts: int  # open loop: scheduled inside the window but never started
+    p50_start_lag_ms: float
+    p99_start_lag_ms: float
+    max_start_lag_ms: float
+    mean_input_len: float  # prompt tokens as sent (exact when /tokenize counted them)
+    min_input_len: int
+    max_input_len: int
+    dataset: str  # random | sharegpt | prefix
+    exact_lengths: bool  # prompt lengths counted by the server's /tokenize
+    prefix_cache: str  # before the window: reset | kept | unavailable | failed
+
+
+class Window(_Death, _Shaped):
     """loadgen.summarize(): one window's numbers; keys as in `vllm bench serve` JSON where the meaning is the same."""
 
     concurrency: int

@@ -1,7 +1,9 @@
-"""Closed-loop streaming load driver for an OpenAI-compatible `/v1/completions` server (vLLM).
+"""Streaming load driver for an OpenAI-compatible `/v1/completions` server (vLLM): closed or open loop.
 
 Standard library only: it runs on the Spark next to the server and is imported by the controller.
-Exactly `concurrency` requests are in flight at all times; each streams with `ignore_eos` and
+Open loop (a Shape with a rate): requests start on a Poisson/gamma schedule (arrivals.py) with prompts made before
+the window (prompts.py), at most `concurrency` in flight (0 = no cap); see _Load. Otherwise, closed loop:
+exactly `concurrency` requests are in flight at all times; each streams with `ignore_eos` and
 `continuous_usage_stats`, so every chunk says how many tokens it carried. Per level: a warmup
 window, then each measured window is one run of the load, like one `vllm bench serve` run: the c
 requests start together, and at the close the requests still streaming are cut and count only the
@@ -23,6 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import dataclasses
+import functools
 import json
 import os
 import random
@@ -30,9 +34,10 @@ import sys
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
-from . import atomic, metrics, utc
+from . import arrivals, atomic, metrics, prompts, slo, utc
 from .contracts import Measurement, Window
 from .errors import HostError
 
@@ -49,29 +54,35 @@ HEALTH_TIMEOUT_S = 2.0
 HEALTH_GRACE_S = 1.0  # /health refused or erroring for this long (two probes or more): the server is gone
 HEALTH_HANG_S = 10.0  # /health not answering for this long: gone too (a busy server may answer late, not never)
 CONFIRM_S = 3.0  # after a run of failed requests: how long to wait for the watch to say whether the server died
+LATE_S = 0.010  # open loop: a request that starts more than this after its scheduled time counts as a late start
 
-# Common English words: nearly every tokenizer maps " word" to one token, so n words ~ n tokens.
-_WORDS_TEXT = (
-    "the of and to in is you that it he was for on are as with his they at be this have from or one had "
-    "by word but not what all were we when your can said there use an each which she do how their if will "
-    "up other about out many then them these so some her would make like him into time has look two more "
-    "write go see number no way could people my than first water been call who oil its now find long down "
-    "day did get come made may part over new sound take only little work know place year live me back "
-    "give most very"
-)
-WORDS = _WORDS_TEXT.split()
+WORDS = prompts.WORDS
 
 
 class LoadError(HostError):
     """A request failed: bad HTTP status, an error object in the stream, or a broken stream."""
 
 
+@dataclass(frozen=True)
+class Shape:
+    """How a level's load is shaped beyond its concurrency (all defaults: today's closed loop of random words)."""
+
+    rate: float = 0.0  # requests/s; 0 = closed loop (then `concurrency` requests are always in flight)
+    burstiness: float = 1.0  # gamma shape of the gaps: 1 = Poisson, < 1 burstier (vllm bench serve --burstiness)
+    dataset: prompts.Dataset | None = None  # None: random words at prompt_len/output_len/profile
+    context_depth: int = 0  # > 0: every prompt this many tokens (the context-depth axis)
+    exact_lengths: bool = False  # count prompt tokens with the server's /tokenize
+    reset_prefix_cache: bool = False  # empty the server's prefix cache before every window
+    slos: tuple[tuple[str, float], ...] = ()  # (ttft|tpot|e2el, ms): request_goodput counts requests meeting all
+
+
 class _Request:
     """What one request saw, in clock() units. `times`/`tokens`: one entry per chunk that carried tokens."""
 
-    __slots__ = ("end", "error", "prompt_tokens", "start", "times", "tokens")
+    __slots__ = ("end", "error", "prompt_tokens", "sent_len", "start", "times", "tokens")
 
     def __init__(self, start: float, prompt_tokens: int):
+        self.sent_len = prompt_tokens  # the prompt's length as the driver made it (exact when /tokenize counted)
         self.start = start
         self.end: float | None = None  # set when the stream finished or failed; None while in flight
         self.times: list[float] = []
@@ -98,7 +109,7 @@ def _around(nominal: int, rng: random.Random) -> int:
 
 def make_prompt(n_words: int, rng: random.Random) -> str:
     """About n_words tokens of random common words; random so that prefix caching cannot shortcut prefill."""
-    return " ".join(rng.choices(WORDS, k=max(1, n_words)))
+    return prompts.make_text(n_words, rng)
 
 
 # ---------------------------------------------------------------- HTTP + SSE client
@@ -249,6 +260,35 @@ async def stream_completion(host: str, port: int, request: bytes, record: _Reque
         writer.close()
 
 
+async def post_json(base: str, route: str, body: Any, timeout_s: float) -> Any:
+    """POST `body` (JSON, or nothing) to base+route and return the JSON answer; LoadError on a non-200 status."""
+    host, port, path = parse_url(base)
+    url = path[: -len("/v1/completions")] + route
+    data = b"" if body is None else json.dumps(body).encode()
+    head = (
+        f"POST {url} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    )
+
+    async def exchange() -> Any:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(head.encode("latin-1") + data)
+            status, headers = await _read_head(reader)
+            if status != 200:
+                raise LoadError(f"HTTP {status}: {await _error_body(reader, headers)}")
+            raw = b""
+            async for piece in _body_pieces(reader, headers):
+                raw += piece
+                if len(raw) > 1 << 24:
+                    raise LoadError(f"{route} answered more than 16 MiB")
+            return json.loads(raw) if raw.strip() else None
+        finally:
+            writer.close()
+
+    return await asyncio.wait_for(exchange(), timeout_s)
+
+
 # ---------------------------------------------------------------- is the server still there?
 
 
@@ -327,7 +367,10 @@ class EngineWatch:
 
 
 class _Load:
-    """`concurrency` workers, each sending its next request the moment the previous one ends."""
+    """The load of one level. Closed loop (rate 0): `concurrency` workers, each sending its next request the moment
+    the previous one ends. Open loop (rate > 0): requests start on a Poisson/gamma schedule drawn before the window
+    (arrivals.py), at most `concurrency` in flight when concurrency > 0 (bench's --max-concurrency); a request
+    that cannot start on time starts late (its lag is recorded) or, past the window's end, not at all (missed)."""
 
     def __init__(
         self,
@@ -341,17 +384,32 @@ class _Load:
         timeout_s: float,
         clock: Clock,
         watch: EngineWatch | None = None,
+        shape: Shape | None = None,
     ):
-        if concurrency < 1:
+        shape = shape or Shape()
+        if concurrency < 1 and not shape.rate:
             raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
         self.host, self.port, self.path = parse_url(url)
+        self.base = url
         self.model = model
         self.concurrency = concurrency
+        self.shape = shape
         self.lengths = (profile, prompt_len, output_len)
         self.rng = rng  # one stream per level: no two requests share a prompt
+        self.arrival_rng = random.Random(rng.random())  # the schedule: its own stream, drawn from the level's
+        dataset = shape.dataset or prompts.Dataset(
+            "random", prompt_len, output_len, range_ratio=0.5 if profile == "mixed" else 0.0
+        )
+        if profile not in ("uniform", "mixed"):
+            raise ValueError(f"profile must be 'uniform' or 'mixed', got {profile!r}")
+        if shape.context_depth:
+            dataset = dataclasses.replace(dataset, prompt_len=shape.context_depth, range_ratio=0.0)
+        self.source = prompts.Source(dataset, rng, self._count if shape.exact_lengths else None)
         self.timeout_s = timeout_s
         self.clock = clock
         self.requests: list[_Request] = []
+        self.lags: list[float] = []  # open loop: how late each request of the window started, seconds
+        self.missed = 0  # open loop: scheduled inside the window, never started
         self.failures_in_row = 0
         self.abort_reason = ""
         self.running = False
@@ -361,13 +419,35 @@ class _Load:
     def died(self) -> dict:
         return self.watch.died if self.watch else {}
 
+    async def _count(self, text: str) -> int:
+        """Tokens the server counts in `text` (its /tokenize, special tokens included, as usage counts them)."""
+        reply = await post_json(self.base, "/tokenize", {"model": self.model, "prompt": text}, self.timeout_s)
+        count = reply.get("count") if isinstance(reply, dict) else None
+        if not isinstance(count, int) or count < 0:
+            raise LoadError(f"/tokenize answered without a token count: {str(reply)[:120]}")
+        return count
+
+    async def _request(self) -> tuple[bytes, int]:
+        p = await self.source.next()
+        return build_request(self.host, self.port, self.path, self.model, p.text, p.output_len), p.prompt_len
+
     async def run(self, duration_s: float) -> tuple[list[_Request], float, float]:
         """Keep the load on for duration_s (clock units), then cut it; -> (requests, t0, t1)."""
-        self.requests = []
+        self.requests, self.lags, self.missed = [], [], 0
+        prepared: list[tuple[float, bytes, int]] = []
+        if self.shape.rate:  # every prompt is made (and tokenized) before the window: none of it is timed
+            times = arrivals.schedule(self.shape.rate, self.shape.burstiness, duration_s, self.arrival_rng)
+            try:
+                prepared = [(due, *await self._request()) for due in times]
+            except (OSError, LoadError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
+                self.abort_reason = f"could not make the prompts: {type(exc).__name__}: {exc}"
         t0 = self.clock()
         t1 = t0 + duration_s
         self.running = True
-        tasks = [asyncio.ensure_future(self._worker()) for _ in range(self.concurrency)]
+        if self.shape.rate:
+            tasks = [asyncio.ensure_future(self._dispatch(prepared, t0, t1))]
+        else:
+            tasks = [asyncio.ensure_future(self._worker()) for _ in range(self.concurrency)]
         if self.watch:
             tasks.append(asyncio.ensure_future(self._watch()))
         try:
@@ -397,23 +477,64 @@ class _Load:
 
     async def _worker(self) -> None:
         while self.running and not self.abort_reason:
-            prompt_len, output_len = request_lengths(*self.lengths, rng=self.rng)
-            request = build_request(
-                self.host, self.port, self.path, self.model, make_prompt(prompt_len, self.rng), output_len
-            )
-            record = _Request(self.clock(), prompt_len)
-            self.requests.append(record)
             try:
-                await asyncio.wait_for(
-                    stream_completion(self.host, self.port, request, record, self.clock), self.timeout_s
-                )
-                self.failures_in_row = 0
-            except TimeoutError:
-                self._failed(record, f"request timed out after {self.timeout_s:g}s")
-            except (OSError, LoadError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-                self._failed(record, f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc))
+                request, prompt_len = await self._request()
+            except (OSError, LoadError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
+                record = _Request(self.clock(), 0)
+                self.requests.append(record)
+                self._failed(record, f"could not make the prompt: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(FAILURE_BACKOFF_S)
+                continue
+            record = await self._send(request, prompt_len)
             if record.error:
                 await asyncio.sleep(FAILURE_BACKOFF_S)  # a dead server must not turn into a busy loop
+
+    async def _dispatch(self, prepared: list[tuple[float, bytes, int]], t0: float, t1: float) -> None:
+        """Open loop: start each request at its time (late when the cap or the event loop holds it back)."""
+        cap = asyncio.Semaphore(self.concurrency) if self.concurrency > 0 else None
+        in_flight: set[asyncio.Task[_Request]] = set()
+        started = 0
+        try:
+            for due, request, prompt_len in prepared:
+                wait = t0 + due - self.clock()
+                if wait > 0:
+                    await asyncio.sleep(wait / getattr(self.clock, "time_scale", 1.0))  # clock units -> real s
+                elif started % 16 == 0:
+                    await asyncio.sleep(0)  # behind schedule: still let the requests in flight read their streams
+                if cap:
+                    await cap.acquire()
+                now = self.clock()
+                if now >= t1 or not self.running or self.abort_reason:
+                    if cap:
+                        cap.release()
+                    break
+                self.lags.append(now - (t0 + due))
+                started += 1
+                task = asyncio.ensure_future(self._send(request, prompt_len))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                if cap:
+                    task.add_done_callback(functools.partial(_release, cap))
+            self.missed = len(prepared) - started
+            await asyncio.gather(*in_flight, return_exceptions=True)
+        finally:
+            self.missed = len(prepared) - started
+            for task in in_flight:
+                task.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
+
+    async def _send(self, request: bytes, prompt_len: int) -> _Request:
+        """One request, start to end (or failure), recorded in self.requests."""
+        record = _Request(self.clock(), prompt_len)
+        self.requests.append(record)
+        try:
+            await asyncio.wait_for(stream_completion(self.host, self.port, request, record, self.clock), self.timeout_s)
+            self.failures_in_row = 0
+        except TimeoutError:
+            self._failed(record, f"request timed out after {self.timeout_s:g}s")
+        except (OSError, LoadError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            self._failed(record, f"{type(exc).__name__}: {exc}" if isinstance(exc, OSError) else str(exc))
+        return record
 
     def _failed(self, record: _Request, message: str) -> None:
         record.end = self.clock()
@@ -424,6 +545,45 @@ class _Load:
         # Nothing but failures, many times over: the server is gone; stop instead of spinning to the end.
         if self.failures_in_row >= max(8, 2 * self.concurrency):
             self.abort_reason = f"aborted after {self.failures_in_row} failed requests in a row; last: {record.error}"
+
+    async def reset_prefix_cache(self) -> str:
+        """Empty the server's prefix cache before a window (vLLM's POST /reset_prefix_cache, served only with
+        VLLM_SERVER_DEV_MODE=1): "reset", "unavailable" (404: the choice is recorded, the cache is not controlled)
+        or "failed" (the server said success=false: blocks were still held)."""
+        if not self.shape.reset_prefix_cache:
+            return "kept"
+        try:
+            reply = await post_json(self.base, "/reset_prefix_cache", None, HEALTH_TIMEOUT_S * 5)
+        except LoadError as exc:
+            return "unavailable" if "HTTP 404" in str(exc) or "HTTP 405" in str(exc) else "failed"
+        except (OSError, TimeoutError, ValueError):
+            return "failed"
+        return "reset" if not isinstance(reply, dict) or reply.get("success", True) else "failed"
+
+    def shape_keys(self, prefix_cache: str, duration_s: float) -> dict[str, Any]:
+        """The window's load-shape keys (contracts.Window, after the percentiles)."""
+        lags = self.lags
+        sent = [r.sent_len for r in self.requests]
+        return {
+            "request_rate": float(self.shape.rate),
+            "burstiness": float(self.shape.burstiness),
+            "context_depth": int(self.shape.context_depth),
+            "late_starts": sum(1 for lag in lags if lag > LATE_S),
+            "missed_starts": int(self.missed),
+            "p50_start_lag_ms": 1000.0 * percentile(lags, 50),
+            "p99_start_lag_ms": 1000.0 * percentile(lags, 99),
+            "max_start_lag_ms": 1000.0 * max(lags, default=0.0),
+            "mean_input_len": sum(sent) / len(sent) if sent else 0.0,
+            "min_input_len": min(sent, default=0),
+            "max_input_len": max(sent, default=0),
+            "dataset": self.source.dataset.name,
+            "exact_lengths": bool(self.shape.exact_lengths),
+            "prefix_cache": prefix_cache,
+        }
+
+
+def _release(cap: asyncio.Semaphore, _: object) -> None:
+    cap.release()
 
 
 Scrape = Callable[[], Awaitable["dict[str, float] | OSError"]]
@@ -438,13 +598,15 @@ async def _level(
     Between runs the load is off for SETTLE_S: cancelled requests are aborted and counted by the server
     before /metrics is read, and the next window starts on an idle server (as a fresh benchmark run does).
     finish(result, repeat, before, after) gets each window's result and its two scrapes as soon as it exists.
+    Before each window the server's prefix cache is reset when the shape asks for it (what happened is recorded).
     With a watch, a server that dies ends the level at once: the window it died in comes back with ok=False and
     engine_died=True, and no later window is run (they are skipped, not measured).
     """
-    name = f"c{load.concurrency:03d}"
+    name = level_name(load.concurrency, load.shape.rate, load.shape.context_depth)
     if warmup_s > 0:
         if await _dead(load, name + "-warmup"):
             return
+        await load.reset_prefix_cache()
         await load.run(warmup_s)
         if load.died or (load.abort_reason and await load.confirm_death()):
             return
@@ -454,17 +616,18 @@ async def _level(
         if await _dead(load, window):
             return
         if load.abort_reason:  # nothing but failed requests: the remaining windows are not measured
-            result = summarize_window([], 0.0, duration_s, load.concurrency)
+            result = _summary(load, [], 0.0, duration_s, "")
             result["ok"], result["error"], result["started_at"] = False, load.abort_reason, utc.iso()
             finish(result, repeat, None, None)
             continue
+        cache = await load.reset_prefix_cache()  # one window's cache must not flatter the next
         before = await scrape() if scrape else None
         wall = time.time()
         requests, t0, t1 = await load.run(duration_s)
         if load.abort_reason and not load.died:
             await load.confirm_death()
         if load.died:
-            result = summarize_window(requests, t0, t1, load.concurrency)
+            result = _summary(load, requests, t0, t1, cache)
             result["ok"], result["engine_died"] = False, True
             result["started_at"] = utc.iso(wall)
             result["error"] = "the server died during this window: " + load.died["how"]
@@ -474,11 +637,25 @@ async def _level(
         if load.watch:
             load.watch.phase = "after " + window
         after = await scrape() if scrape else None
-        result = summarize_window(requests, t0, t1, load.concurrency)
+        result = _summary(load, requests, t0, t1, cache)
         result["started_at"] = utc.iso(wall)
         if load.abort_reason:
             result["ok"], result["error"] = False, load.abort_reason
         finish(result, repeat, before, after)
+
+
+def _summary(load: _Load, requests: Sequence[_Request], t0: float, t1: float, prefix_cache: str) -> Window:
+    result = summarize_window(requests, t0, t1, load.concurrency, dict(load.shape.slos))
+    result.update(load.shape_keys(prefix_cache, t1 - t0))  # type: ignore[typeddict-item]
+    return result
+
+
+def level_name(concurrency: int, rate: float = 0.0, depth: int = 0) -> str:
+    """c008 for a closed loop at 8; q2.5-c008 at 2.5 req/s capped at 8 (c000: no cap); -d8192 at a context depth."""
+    name = f"c{concurrency:03d}"
+    if rate:
+        name = f"q{rate:g}-{name}"
+    return f"{name}-d{depth}" if depth else name
 
 
 async def _dead(load: _Load, phase: str) -> bool:
@@ -494,15 +671,19 @@ async def _dead(load: _Load, phase: str) -> bool:
 # ---------------------------------------------------------------- window accounting
 
 
-def summarize_window(requests: Sequence[_Request], t0: float, t1: float, concurrency: int) -> Window:
-    """The measurement dict of window [t0, t1) over the requests' recorded events (see module doc)."""
+def summarize_window(
+    requests: Sequence[_Request], t0: float, t1: float, concurrency: int, slos: dict[str, float] | None = None
+) -> Window:
+    """The measurement dict of window [t0, t1) over the requests' recorded events (see module doc).
+    slos ({ttft|tpot|e2el: ms}, slo.parse): request_goodput counts the completed requests that meet every one
+    (none given: every completed request is good, as bench reports goodput only with --goodput)."""
     duration = t1 - t0
     out_tokens = 0
     ttft: list[float] = []
     itl: list[float] = []
     tpot: list[float] = []
     e2el: list[float] = []
-    completed = failed = input_tokens = 0
+    completed = failed = input_tokens = good = 0
     errors: list[str] = []
     for r in requests:
         lo = bisect.bisect_left(r.times, t0)
@@ -522,8 +703,11 @@ def summarize_window(requests: Sequence[_Request], t0: float, t1: float, concurr
         input_tokens += r.prompt_tokens
         e2el.append(r.end - r.start)
         n = sum(r.tokens)
+        own_tpot = (r.end - r.times[0]) / (n - 1) if n > 1 else 0.0
         if n > 1:
-            tpot.append((r.end - r.times[0]) / (n - 1))
+            tpot.append(own_tpot)
+        if not slos or (r.times and slo.good(slos, r.times[0] - r.start, own_tpot, r.end - r.start)):
+            good += 1
     ok = out_tokens > 0
     return Window(
         concurrency=concurrency,
@@ -550,7 +734,15 @@ def summarize_window(requests: Sequence[_Request], t0: float, t1: float, concurr
         p99_itl_ms=1000.0 * percentile(itl, 99),
         median_e2el_ms=1000.0 * percentile(e2el, 50),
         p99_e2el_ms=1000.0 * percentile(e2el, 99),
+        mean_e2el_ms=_mean_ms(e2el),
+        request_goodput=good / duration if duration > 0 else 0.0,
+        **_percentiles({"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el}),  # type: ignore[typeddict-item]
     )
+
+
+def _percentiles(samples: dict[str, list[float]]) -> dict[str, float]:
+    """p50/p90/p95 of each metric, ms (p99 and the median are named keys of their own: bench's default set)."""
+    return {f"p{q}_{name}_ms": 1000.0 * percentile(values, q) for name, values in samples.items() for q in (50, 90, 95)}
 
 
 def _mean_ms(values: list[float]) -> float:
@@ -600,12 +792,13 @@ def run_level(
     seed: int = 0,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     clock: Clock = time.monotonic,
+    shape: Shape | None = None,
 ) -> Window:
-    """One concurrency level: a warmup window, then one measured window. Request failures never raise:
+    """One level: a warmup window, then one measured window. Request failures never raise:
     they are counted, and a window without output tokens comes back with ok=False and the error."""
-    load = _Load(
-        url, model, concurrency, prompt_len, output_len, profile, _level_rng(seed, concurrency), timeout_s, clock
-    )
+    shape = shape or Shape()
+    rng = _level_rng(seed, concurrency, shape.rate, shape.context_depth)
+    load = _Load(url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock, shape=shape)
     results: list[Window] = []
     asyncio.run(_level(load, duration_s, warmup_s, 1, None, lambda result, *_: results.append(result)))
     return results[0]
@@ -627,12 +820,19 @@ def run_levels(
     on_result: Callable[[Measurement], object] | None = None,
     metrics_timeout_s: float = 10.0,
     watch: EngineWatch | None = None,
+    shape: Shape | None = None,
+    rates: Sequence[float] = (),
+    depths: Sequence[int] = (),
+    until_saturated: bool = False,
 ) -> list[Measurement]:
     """Per level: one warmup window, then `repeats` measured windows against the same server, each with
     `repeat`, the /metrics counter deltas over it (`metrics_delta`) and `spec_decode_acceptance_rate`.
     on_result(result) is called as soon as each window's result exists. Warmups are not returned.
     watch (an EngineWatch): once the server dies, no further window or level runs; watch.died says when, how
-    and in which window."""
+    and in which window.
+    shape: the load shape of every level; rates (req/s, open loop; `levels` are then caps, 0 = none) and depths
+    (context depth, tokens) are load-side axes: every (rate, depth, level) is a level of its own, rates outermost.
+    until_saturated: stop after the first rate the server could not keep up with (saturated())."""
     results: list[Measurement] = []
 
     async def scrape() -> dict[str, float] | OSError:
@@ -650,23 +850,35 @@ def run_levels(
         if on_result:
             on_result(result)
 
-    for concurrency in levels:
-        if watch and watch.died:
+    base = shape or Shape()
+    for rate in rates or [base.rate]:
+        first = len(results)
+        for depth in depths or [base.context_depth]:
+            for concurrency in levels:
+                if watch and watch.died:
+                    return results
+                level = dataclasses.replace(base, rate=rate, context_depth=depth)
+                rng = _level_rng(seed, concurrency, rate, depth)
+                load = _Load(
+                    url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock, watch, level
+                )
+                asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish))
+        if until_saturated and rate and saturated(results[first:], rate):
             break
-        load = _Load(
-            url,
-            model,
-            concurrency,
-            prompt_len,
-            output_len,
-            profile,
-            _level_rng(seed, concurrency),
-            timeout_s,
-            clock,
-            watch,
-        )
-        asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish))
     return results
+
+
+SATURATED = 0.9  # a rate is past saturation when the server completes less than this share of it
+
+
+def saturated(windows: Sequence[Window], rate: float) -> bool:
+    """Could the server not keep up with `rate`? Median completed requests/s below SATURATED x rate, or requests
+    that never started (the cap was full to the window's end)."""
+    ok = [w for w in windows if w["ok"]]
+    if not ok:
+        return True
+    served = percentile([w["request_throughput"] for w in ok], 50)
+    return served < SATURATED * rate or any(w.get("missed_starts", 0) for w in ok)
 
 
 def scaled_clock(time_scale: float) -> Clock:
@@ -676,12 +888,17 @@ def scaled_clock(time_scale: float) -> Clock:
         raise ValueError(f"time_scale {time_scale} is outside (0, 10000]")
     if time_scale == 1:
         return time.monotonic
-    return lambda: time.monotonic() * time_scale
+
+    def clock() -> float:
+        return time.monotonic() * time_scale
+
+    setattr(clock, "time_scale", time_scale)  # noqa: B010  the open loop's sleeps are real seconds: it reads this
+    return clock
 
 
-def _level_rng(seed: int, concurrency: int) -> random.Random:
+def _level_rng(seed: int, concurrency: int, rate: float = 0.0, depth: int = 0) -> random.Random:
     # Seeded per level, so no level replays another's prompts into the server's prefix cache.
-    return random.Random(f"{seed}:{concurrency}")
+    return random.Random(f"{seed}:{concurrency}" + (f":{rate:g}:{depth}" if rate or depth else ""))
 
 
 def _with_counters(
@@ -708,8 +925,8 @@ def _with_counters(
 # ---------------------------------------------------------------- CLI
 
 
-def result_filename(concurrency: int, repeat: int) -> str:
-    return f"c{concurrency:03d}-r{repeat}.json"
+def result_filename(concurrency: int, repeat: int, rate: float = 0.0, depth: int = 0) -> str:
+    return f"{level_name(concurrency, rate, depth)}-r{repeat}.json"
 
 
 def _levels(text: str) -> list[int]:
@@ -719,9 +936,22 @@ def _levels(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(
             f"--levels takes comma-separated integers, e.g. 1,2,4,8, got {text!r}"
         ) from None
-    if not levels or min(levels) < 1:
+    if not levels or min(levels) < 0:
         raise argparse.ArgumentTypeError(f"--levels needs at least one concurrency >= 1, got {text!r}")
     return levels
+
+
+def _numbers(kind: type, flag: str) -> Callable[[str], list[Any]]:
+    def parse(text: str) -> list[Any]:
+        try:
+            values = [kind(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} takes comma-separated numbers, got {text!r}") from None
+        if not values or min(values) <= 0 or any(v != v or v == float("inf") for v in values):
+            raise argparse.ArgumentTypeError(f"{flag} needs finite values > 0, got {text!r}")
+        return values
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -741,19 +971,99 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-request timeout, seconds")
     p.add_argument("--out-dir", default="", help="write one cNNN-rK.json per window here")
+    p.add_argument(
+        "--request-rate",
+        type=_numbers(float, "--request-rate"),
+        default=[],
+        help="open loop at these requests/s (comma-separated; --levels then caps requests in flight, 0 = no cap)",
+    )
+    p.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the arrival gaps; 1 = Poisson")
+    p.add_argument("--until-saturated", action="store_true", help="stop the rates at the first the server cannot keep")
+    p.add_argument("--dataset", choices=prompts.DATASETS, default="random")
+    p.add_argument("--dataset-path", default="", help="ShareGPT-format JSON file (--dataset sharegpt)")
+    p.add_argument("--range-ratio", type=float, default=0.0, help="random: lengths within +-this share")
+    p.add_argument("--prefix-len", type=int, default=0, help="prefix: shared prefix, tokens")
+    p.add_argument("--prefix-group-size", type=int, default=1, help="prefix: prompts per shared prefix")
+    p.add_argument("--context-depth", type=_numbers(int, "--context-depth"), default=[], help="prompt tokens axis")
+    p.add_argument("--exact-lengths", action="store_true", help="count prompt tokens with the server's /tokenize")
+    p.add_argument("--reset-prefix-cache", action="store_true", help="POST /reset_prefix_cache before each window")
+    p.add_argument("--goodput", nargs="+", default=[], help="SLOs, e.g. --goodput ttft:500 tpot:50 (milliseconds)")
     p.add_argument("--json", action="store_true", help="also put every full result into the summary line")
     return p
 
 
+def make_shape(
+    *,
+    prompt_len: int,
+    output_len: int,
+    profile: str = "uniform",
+    rate: float = 0.0,
+    burstiness: float = 1.0,
+    dataset: str = "random",
+    dataset_path: str = "",
+    range_ratio: float = 0.0,
+    prefix_len: int = 0,
+    prefix_group_size: int = 1,
+    context_depth: int = 0,
+    exact_lengths: bool = False,
+    reset_prefix_cache: bool = False,
+    goodput: Sequence[str] = (),
+) -> Shape:
+    """The Shape of the [load] settings (the CLI's flags and spark_bench's options are the same names).
+    Raises prompts.DatasetError (a missing or malformed dataset file) or slo.SloError before any load."""
+    if dataset == "sharegpt":
+        prompts.load_sharegpt(dataset_path)
+    return Shape(
+        rate=rate,
+        burstiness=burstiness,
+        dataset=prompts.Dataset(
+            dataset,
+            prompt_len,
+            output_len,
+            range_ratio=range_ratio or (0.5 if profile == "mixed" else 0.0),
+            path=dataset_path,
+            prefix_len=prefix_len,
+            prefix_group_size=prefix_group_size,
+        ),
+        context_depth=context_depth,
+        exact_lengths=exact_lengths,
+        reset_prefix_cache=reset_prefix_cache,
+        slos=tuple(slo.parse(goodput).items()),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if 0 in args.levels and not args.request_rate:
+        parser.error("--levels 0 (no cap) needs --request-rate")
+    try:
+        shape = make_shape(
+            prompt_len=args.prompt_len,
+            output_len=args.output_len,
+            profile=args.profile,
+            burstiness=args.burstiness,
+            dataset=args.dataset,
+            dataset_path=args.dataset_path,
+            range_ratio=args.range_ratio,
+            prefix_len=args.prefix_len,
+            prefix_group_size=args.prefix_group_size,
+            exact_lengths=args.exact_lengths,
+            reset_prefix_cache=args.reset_prefix_cache,
+            goodput=args.goodput,
+        )
+    except (prompts.DatasetError, slo.SloError) as exc:
+        parser.error(str(exc))
     if args.out_dir:
         os.makedirs(args.out_dir, exist_ok=True)
     written: list[str] = []
 
     def save(result: Measurement) -> None:
         if args.out_dir:
-            path = os.path.join(args.out_dir, result_filename(result["concurrency"], result["repeat"]))
+            name = result_filename(
+                result["concurrency"], result["repeat"], result.get("request_rate", 0.0), result.get("context_depth", 0)
+            )
+            path = os.path.join(args.out_dir, name)
             atomic.write_json(path, result)
             written.append(path)
 
@@ -770,6 +1080,10 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         timeout_s=args.timeout,
         on_result=save,
+        shape=shape,
+        rates=args.request_rate,
+        depths=args.context_depth,
+        until_saturated=args.until_saturated,
     )
     summary = {
         "ok": all(r["ok"] for r in results),
@@ -779,11 +1093,14 @@ def main(argv: list[str] | None = None) -> int:
                 key: r[key]
                 for key in (
                     "concurrency",
+                    "request_rate",
+                    "context_depth",
                     "repeat",
                     "ok",
                     "error",
                     "output_throughput",
                     "request_throughput",
+                    "request_goodput",
                     "completed",
                     "failed",
                 )

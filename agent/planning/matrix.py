@@ -123,9 +123,22 @@ class Cell:
             "profile": c.load.profile,
             "seed": c.load.seed,
             "host_env": self.host_env,
+            "shape": shape_vars(c.load),
             "time_scale": float(self.host_env.get("SPARK_SIM_TIME_SCALE", "1")),  # the simulator's accelerated clock
             **({"cluster": self.cluster} if self.cluster else {}),
         }
+
+
+def shape_vars(load: LoadSettings) -> dict[str, Any]:
+    """`cell.shape` of cell.yml: the load shape beyond lengths and profile (spark_bench's options, same names).
+    dataset_src is the checked file on the controller; the playbook copies it to the host by its hash."""
+    shape = {
+        key: getattr(load, key)
+        for key in ("request_rate", "burstiness", "dataset", "range_ratio", "prefix_len", "prefix_group_size")
+        + ("context_depth", "exact_lengths", "reset_prefix_cache", "goodput", "dataset_sha256")
+    }
+    shape["dataset_src"] = load.dataset_path if load.dataset == "sharegpt" else ""
+    return shape
 
 
 def backend_label(config: dict[str, Any]) -> str:

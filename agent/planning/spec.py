@@ -12,10 +12,11 @@ import shlex
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from agent.errors import UserError
 from agent.hostside import docker
+from agent.planning import loadspec
 from agent.planning.settings import LoadSettings, ServerSettings, toml_schema
 
 QUANTS = ("nvfp4", "fp8", "bf16")
@@ -176,6 +177,10 @@ def _err(path: Path, line: int, message: str) -> UserError:
     return UserError(f"{path}:{line}: {message}")
 
 
+def _fail(path: Path, line: int, message: str) -> NoReturn:
+    raise _err(path, line, message)
+
+
 def _check_table(path: Path, lines: _Lines, table: str, values: dict, index: int = 0) -> dict[str, Any]:
     """Unknown keys and wrong types are errors; missing optional keys get their defaults."""
     schema = _SCHEMA[table]
@@ -264,6 +269,9 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
     matrix = _check_table(path, lines, "matrix", raw["matrix"])
     load = _check_table(path, lines, "load", raw.get("load", {}))
     _check_values(path, lines, server, matrix, load)
+    loadspec.check(
+        load, raw.get("load", {}), server, path.parent, lambda key, why: _fail(path, lines.of("load", key), why)
+    )
     env = _env(path, lines, raw.get("env", {}))
     return Spec(
         path=path,

@@ -284,6 +284,9 @@ RUN: dict[str, Field] = {
     **{k: (_int(0, 2**53), 0) for k in _MEASURE_INTS},
     "spec_decode_acceptance_rate": (_num(-1.0, 1e6), -1.0),
     "engine_died": (flag, ABSENT),  # only in the window the server died in (it was cut short)
+    "dataset": (_token(re.compile(r"[a-z]{0,16}"), 16), ABSENT),  # absent from windows measured before issue 15
+    "prefix_cache": (_token(re.compile(r"[a-z]{0,16}"), 16), ABSENT),
+    "exact_lengths": (flag, ABSENT),
     "metrics_delta": (lambda v, w: {k: number(x, f"{w}.{k}", -1e18, 1e18) for k, x in _small_map(v, w).items()}, {}),
 }
 

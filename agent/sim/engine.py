@@ -1,5 +1,8 @@
 """The simulated engine core: a scheduler that decodes running requests in steps, in real time.
 
+Admission order is FIFO, so open-loop arrivals beyond --max-num-seqs wait (their TTFT grows) as they do in
+vLLM's scheduler; a prompt's leading blocks found in the prefix cache are not prefilled again (prefixcache.py).
+
 Like vLLM, every running sequence advances once per decode step; the step time comes from the rate model
 at the current number of running requests, so throughput is observed, not reported. --max-num-seqs caps
 the running set; the rest wait in FIFO order.
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from . import calibration
+from .prefixcache import PrefixCache
 from .ratemodel import RateModel
 
 
@@ -38,6 +42,8 @@ class Request:
     generated: int = 0
     ready_at: float = 0.0  # end of prefill: the first token can come after this
     done: asyncio.Future[str] | None = None  # set by Engine.submit; resolves to the finish reason
+    words: list[str] = field(default_factory=list)  # the prompt's tokens (the prefix cache's key)
+    cached_tokens: int = 0  # found in the prefix cache at admission: prefill skips them
 
 
 @dataclass
@@ -53,9 +59,16 @@ class Counters:
 
 class Engine:
     def __init__(
-        self, rate: RateModel, max_num_seqs: int, kv_tokens: int, rng: random.Random, drop_fraction: float = 0.0
+        self,
+        rate: RateModel,
+        max_num_seqs: int,
+        kv_tokens: int,
+        rng: random.Random,
+        drop_fraction: float = 0.0,
+        prefix_caching: bool = True,
     ):
         cal = calibration.load()
+        self.prefix_cache = PrefixCache(kv_tokens, cal["prefix_block_tokens"], prefix_caching)
         self.rate, self.rng = rate, rng
         self.max_num_seqs, self.kv_tokens = max_num_seqs, max(1, kv_tokens)
         self.drop_fraction = drop_fraction
@@ -93,7 +106,8 @@ class Engine:
     def _admit(self, now: float) -> None:
         while self.waiting and len(self.running) < self.max_num_seqs:
             req = self.waiting.popleft()
-            req.ready_at = now + self.rate.ttft_s(req.prompt_tokens)
+            req.cached_tokens = self.prefix_cache.admit(req.words)
+            req.ready_at = now + self.rate.ttft_s(req.prompt_tokens, req.cached_tokens)
             self.counters.prompt_tokens += req.prompt_tokens
             self.running.append(req)
 

@@ -60,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def prefix_caching(opts: Options) -> bool:
+    """vLLM (V1) caches prefixes unless told --no-enable-prefix-caching (or --enable-prefix-caching false)."""
+    if opts.given.get("no_enable_prefix_caching"):
+        return False
+    return str(opts.given.get("enable_prefix_caching", True)).lower() not in ("false", "0")
+
+
 async def serve(opts: Options, plan: Plan, log: VllmLog, ranks: cluster.Cluster | None = None) -> int:
     loop = asyncio.get_running_loop()
     seed = opts.sim["seed"] if opts.sim["seed"] is not None else random.SystemRandom().randrange(2**32)
@@ -67,8 +74,8 @@ async def serve(opts: Options, plan: Plan, log: VllmLog, ranks: cluster.Cluster 
     rate = RateModel(plan, opts.sim["rate"] == "unlimited", rng, float(opts.sim.get("time_scale") or 1.0))
     if ranks is not None:
         rate.compute_scale, rate.comm_s = ranks.step_cost()
-    engine = Engine(rate, opts.max_num_seqs, plan.kv_tokens, rng, opts.sim["drop_streams"])
-    front = Server(opts, plan, log, engine)
+    engine = Engine(rate, opts.max_num_seqs, plan.kv_tokens, rng, opts.sim["drop_streams"], prefix_caching(opts))
+    front = Server(opts, plan, log, engine, os.environ.get("VLLM_SERVER_DEV_MODE", "") in ("1", "true", "True"))
     server = await asyncio.start_server(front.handle, opts.host, opts.port, limit=2**20, backlog=512)
     stopped = loop.create_future()
 

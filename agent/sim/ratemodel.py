@@ -76,10 +76,14 @@ class RateModel:
             cost = calibration.interpolate(table["c"], table["cost"], concurrency)
         return (cost / per_stream * self.compute_scale + self.comm_s(concurrency)) / self.time_scale
 
-    def ttft_s(self, prompt_tokens: int) -> float:
+    def ttft_s(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
+        """Prefill time: the base, plus the tokens not found in the prefix cache at the prompt length's cost."""
         if self.unlimited:
             return 0.0
-        return (self.hw["ttft_base_s"] + prompt_tokens / self.hw["prefill_tok_s"]) / self.time_scale
+        table = self.hw.get("long_prompt")
+        cost = calibration.interpolate(table["tokens"], table["prefill_cost"], prompt_tokens) if table else 1.0
+        prefill = self.hw["ttft_base_s"] + cost * max(0, prompt_tokens - cached_tokens) / self.hw["prefill_tok_s"]
+        return prefill / self.time_scale
 
     def accepted_drafts(self) -> int:
         """Draft tokens accepted in one step (a prefix of the k drafts)."""

@@ -6,13 +6,14 @@ import asyncio
 import contextlib
 import json
 import time
+import zlib
 
 from . import calibration
 from .engine import Engine, Request
 from .options import Options
 from .plan import Plan
 from .streams import Stream
-from .vlog import VllmLog
+from .vlog import API, VllmLog
 
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
@@ -32,12 +33,27 @@ def count_words(text) -> int:
     return max(1, len(str(text).split()))
 
 
+TOKEN_IDS = 151_936  # the Qwen3 vocabulary size: /tokenize's ids fall in its range
+
+
+def prompt_words(body: dict) -> list[str]:
+    """The prompt's tokens as the prefix cache sees them: its words (chat: every message's, in order)."""
+    if isinstance(body.get("messages"), list):
+        return [w for m in body["messages"] if isinstance(m, dict) for w in str(m.get("content") or "").split()]
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        return [str(t) for t in prompt]
+    return str(prompt or "").split()
+
+
 class Server:
-    def __init__(self, opts: Options, plan: Plan, log: VllmLog, engine: Engine):
+    def __init__(self, opts: Options, plan: Plan, log: VllmLog, engine: Engine, dev_mode: bool = False):
         self.opts, self.plan, self.log, self.engine = opts, plan, log, engine
         self.cal = calibration.load()
         self.health_hang = opts.sim["health_hang"]
         self.rng = engine.rng
+        # vLLM serves its dev routes (/reset_prefix_cache among them) only with VLLM_SERVER_DEV_MODE=1
+        self.dev_mode = dev_mode
 
     # -- plumbing -----------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -98,6 +114,14 @@ class Server:
                 self._respond(writer, 200, {"version": self.plan.version}, keep=keep)
             elif path == "/v1/models":
                 self._respond(writer, 200, self._models(), keep=keep)
+            elif path == "/tokenize":
+                self._tokenize(request, keep, writer)
+            elif path == "/reset_prefix_cache" and self.dev_mode:
+                if request["method"] != "POST":
+                    raise HttpError(405, "Method Not Allowed", "MethodNotAllowed")
+                self.log.info(API, "api_router.py:38", "Resetting prefix cache...")
+                ok = self.engine.prefix_cache.reset(busy=bool(self.engine.running))
+                self._respond(writer, 200, {"success": ok}, keep=keep)
             elif path == "/metrics":
                 self._respond(
                     writer, 200, self.metrics_text().encode(), "text/plain; version=0.0.4; charset=utf-8", keep
@@ -110,6 +134,26 @@ class Server:
         return keep
 
     # -- routes -------------------------------------------------------------------------------
+    def _tokenize(self, request, keep: bool, writer) -> None:
+        """vLLM's POST /tokenize: {"count", "max_model_len", "tokens", "token_strs"}; a token is a word here."""
+        if request["method"] != "POST":
+            raise HttpError(405, "Method Not Allowed", "MethodNotAllowed")
+        chat = isinstance(self._json(request).get("messages"), list)
+        body = self._parse_body(request, chat)
+        count = self._prompt_tokens(body, chat)
+        words = prompt_words(body)
+        tokens = [zlib.crc32(w.encode()) % TOKEN_IDS for w in words][:count] or [0] * count
+        strs = words if body.get("return_token_strs") else None
+        reply = {"count": count, "max_model_len": self.opts.max_model_len, "tokens": tokens, "token_strs": strs}
+        self._respond(writer, 200, reply, keep=keep)
+
+    def _json(self, request) -> dict:
+        try:
+            body = json.loads(request["body"] or b"{}")
+        except json.JSONDecodeError:
+            return {}
+        return body if isinstance(body, dict) else {}
+
     async def _health(self, writer, keep: bool) -> None:
         if self.health_hang:
             await asyncio.Event().wait()  # the fault: never answer (the client times out)
@@ -199,7 +243,9 @@ class Server:
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
                 b"transfer-encoding: chunked\r\n\r\n" + stream.first_chunk()
             )
-        req = Request(prompt_tokens=prompt_tokens, max_tokens=max_tokens, stop_at=stop_at, sink=stream)
+        req = Request(
+            prompt_tokens=prompt_tokens, max_tokens=max_tokens, stop_at=stop_at, sink=stream, words=prompt_words(body)
+        )
         self.engine.submit(req)
         assert req.done is not None  # submit() gives every request its future
         outcome = await req.done
@@ -232,6 +278,18 @@ class Server:
             "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [("", len(e.waiting))]
         )
         metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [("", e.kv_usage())])
+        metric(
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            [("", e.prefix_cache.queries)],
+        )
+        metric(
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            [("", e.prefix_cache.hits)],
+        )
         metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [("", c.prompt_tokens)])
         metric(
             "vllm:generation_tokens_total",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: spark_bench
-short_description: Drive closed-loop streaming load at one concurrency level against the cell's server
+short_description: Drive streaming load (closed loop, or open loop at a request rate) against the cell's server
 description:
   - Runs O(warmup) warmup windows, then O(repeats) measured windows of O(duration) seconds each, at O(level)
     requests in flight, against the OpenAI-compatible server at O(url) (on the host itself, so the network is not
@@ -78,6 +78,56 @@ options:
     description: The cell whose server is watched (see O(workdir)).
     type: str
     default: ""
+  request_rate:
+    description:
+      - Open loop at this many requests per second (arrivals drawn as C(vllm bench serve --request-rate)); O(level)
+        then caps the requests in flight (0 = no cap). 0 = closed loop at O(level).
+    type: float
+    default: 0
+  burstiness:
+    description: Gamma shape of the open-loop arrival gaps; 1 is a Poisson process, below 1 burstier.
+    type: float
+    default: 1
+  dataset:
+    description: Where prompts come from.
+    type: str
+    choices: [random, sharegpt, prefix]
+    default: random
+  dataset_path:
+    description: With O(dataset=sharegpt), a ShareGPT-format JSON file on the host; a leading C(~) is expanded.
+    type: path
+    default: ""
+  range_ratio:
+    description: With O(dataset=random), lengths drawn within +- this share of O(prompt_len) and O(output_len).
+    type: float
+    default: 0
+  prefix_len:
+    description: With O(dataset=prefix), tokens of the prefix each group of prompts shares.
+    type: int
+    default: 0
+  prefix_group_size:
+    description: With O(dataset=prefix), prompts per shared prefix.
+    type: int
+    default: 1
+  context_depth:
+    description: Every prompt this many tokens (the context-depth axis); 0 = O(prompt_len).
+    type: int
+    default: 0
+  exact_lengths:
+    description: Count prompt tokens with the server's own C(/tokenize) so prompts are exactly as long as asked.
+    type: bool
+    default: false
+  reset_prefix_cache:
+    description:
+      - Empty the server's prefix cache (C(POST /reset_prefix_cache)) before every window. vLLM serves it only
+        with C(VLLM_SERVER_DEV_MODE=1); each window records what happened (reset, unavailable, failed, kept).
+    type: bool
+    default: false
+  goodput:
+    description: SLOs as C(vllm bench serve --goodput) takes them, e.g. C(ttft:500), milliseconds.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -155,7 +205,30 @@ ARGUMENT_SPEC = {
     "out_dir": {"type": "path", "required": True},
     "workdir": {"type": "str", "default": ""},  # with cell_id: watch the server spark_server started for this cell
     "cell_id": {"type": "str", "default": ""},
+    "request_rate": {"type": "float", "default": 0.0},
+    "burstiness": {"type": "float", "default": 1.0},
+    "dataset": {"type": "str", "default": "random", "choices": ["random", "sharegpt", "prefix"]},
+    "dataset_path": {"type": "path", "default": ""},
+    "range_ratio": {"type": "float", "default": 0.0},
+    "prefix_len": {"type": "int", "default": 0},
+    "prefix_group_size": {"type": "int", "default": 1},
+    "context_depth": {"type": "int", "default": 0},
+    "exact_lengths": {"type": "bool", "default": False},
+    "reset_prefix_cache": {"type": "bool", "default": False},
+    "goodput": {"type": "list", "elements": "str", "default": []},
 }
+SHAPE_OPTIONS = (
+    "burstiness",
+    "dataset",
+    "dataset_path",
+    "range_ratio",
+    "prefix_len",
+    "prefix_group_size",
+    "context_depth",
+    "exact_lengths",
+    "reset_prefix_cache",
+    "goodput",
+)
 
 
 def main() -> None:
@@ -179,6 +252,13 @@ def main() -> None:
     watch = loadgen.EngineWatch(url=p["url"], gone=gone)
     started = time.monotonic()
     try:
+        shape = loadgen.make_shape(
+            prompt_len=p["prompt_len"],
+            output_len=p["output_len"],
+            profile=p["profile"],
+            rate=p["request_rate"],
+            **{k: p[k] for k in SHAPE_OPTIONS},
+        )
         runs = loadgen.run_levels(
             url=p["url"],
             model=p["model"],
@@ -192,9 +272,10 @@ def main() -> None:
             seed=p["seed"],
             on_result=save,
             watch=watch,
+            shape=shape,
             clock=loadgen.scaled_clock(p["time_scale"]),
         )
-    except (HostError, ValueError, OSError) as exc:  # a bad URL or profile, an unwritable window file
+    except (HostError, ValueError, OSError) as exc:  # a bad URL, profile, dataset or SLO, an unwritable window file
         module.fail_json(msg=str(exc), level=p["level"])
     if watch.died:
         serving.record_death(rdir=p["out_dir"], died=watch.died)
