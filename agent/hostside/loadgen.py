@@ -32,7 +32,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, cast
 
-from . import atomic, metrics, utc
+from . import atomic, metrics, telemetry, utc
 from .contracts import Measurement, Window
 from .errors import HostError
 
@@ -431,7 +431,13 @@ Finish = Callable[[Window, int, "dict[str, float] | OSError | None", "dict[str, 
 
 
 async def _level(
-    load: _Load, duration_s: float, warmup_s: float, repeats: int, scrape: Scrape | None, finish: Finish
+    load: _Load,
+    duration_s: float,
+    warmup_s: float,
+    repeats: int,
+    scrape: Scrape | None,
+    finish: Finish,
+    sampler: telemetry.Sampler | None = None,
 ) -> None:
     """One warmup window, then `repeats` measured windows, each its own run of the load.
 
@@ -445,7 +451,10 @@ async def _level(
     if warmup_s > 0:
         if await _dead(load, name + "-warmup"):
             return
+        mark = sampler.mark() if sampler else 0.0
         await load.run(warmup_s)
+        if sampler:
+            sampler.warmup_done(mark)
         if load.died or (load.abort_reason and await load.confirm_death()):
             return
         await asyncio.sleep(SETTLE_S)
@@ -460,6 +469,7 @@ async def _level(
             continue
         before = await scrape() if scrape else None
         wall = time.time()
+        mark = sampler.mark() if sampler else 0.0
         requests, t0, t1 = await load.run(duration_s)
         if load.abort_reason and not load.died:
             await load.confirm_death()
@@ -468,6 +478,8 @@ async def _level(
             result["ok"], result["engine_died"] = False, True
             result["started_at"] = utc.iso(wall)
             result["error"] = "the server died during this window: " + load.died["how"]
+            if sampler:
+                sampler.attach(result, mark, before, None)
             finish(result, repeat, before, None)
             return
         await asyncio.sleep(SETTLE_S)
@@ -478,6 +490,8 @@ async def _level(
         result["started_at"] = utc.iso(wall)
         if load.abort_reason:
             result["ok"], result["error"] = False, load.abort_reason
+        if sampler:  # what the GPU and the server did during the window (hostside/telemetry.py)
+            sampler.attach(result, mark, before, after)
         finish(result, repeat, before, after)
 
 
@@ -627,12 +641,16 @@ def run_levels(
     on_result: Callable[[Measurement], object] | None = None,
     metrics_timeout_s: float = 10.0,
     watch: EngineWatch | None = None,
+    sampler: telemetry.Sampler | None = None,
 ) -> list[Measurement]:
     """Per level: one warmup window, then `repeats` measured windows against the same server, each with
     `repeat`, the /metrics counter deltas over it (`metrics_delta`) and `spec_decode_acceptance_rate`.
     on_result(result) is called as soon as each window's result exists. Warmups are not returned.
     watch (an EngineWatch): once the server dies, no further window or level runs; watch.died says when, how
-    and in which window."""
+    and in which window.
+    sampler (a started telemetry.Sampler): each window also gets `telemetry` and `server` (and the level's
+    first window `warmup_telemetry`).
+    """
     results: list[Measurement] = []
 
     async def scrape() -> dict[str, float] | OSError:
@@ -665,7 +683,7 @@ def run_levels(
             clock,
             watch,
         )
-        asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish))
+        asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish, sampler))
     return results
 
 
