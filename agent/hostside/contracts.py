@@ -199,6 +199,8 @@ class WindowTelemetry(TypedDict):
     throttled: bool  # throttle_share_pct > throttle_threshold_pct
     unsupported: list[str]  # nvidia-smi fields that read N/A / Not Supported (GB10: memory.*)
     timeline: dict[str, list[float]]  # t_s, power_w, temp_c, throttled (0/1): at most TIMELINE_POINTS each
+    cooldown_s: float  # waited before this level (spec cooldown_s / cool_to_c); 0.0 for the others
+    cooldown_note: str  # how the wait ended ("" when there was none)
 
 
 class ServerView(TypedDict):

@@ -465,6 +465,8 @@ async def _level(
         if load.abort_reason:  # nothing but failed requests: the remaining windows are not measured
             result = summarize_window([], 0.0, duration_s, load.concurrency)
             result["ok"], result["error"], result["started_at"] = False, load.abort_reason, utc.iso()
+            if sampler:
+                sampler.attach(result, sampler.mark(), None, None)
             finish(result, repeat, None, None)
             continue
         before = await scrape() if scrape else None

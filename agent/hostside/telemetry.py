@@ -187,6 +187,7 @@ class Sampler:
         self._proc: subprocess.Popen[str] | None = None
         self._threads: list[threading.Thread] = []
         self._warmup: WindowTelemetry | None = None
+        self._cooled: tuple[float, str] | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -310,6 +311,34 @@ class Sampler:
 
     # ------------------------------------------------------------ per window
 
+    def cool_down(
+        self, pause_s: float, to_c: float, timeout_s: float, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
+        """Before a cell's first window: idle `pause_s`, then (to_c > 0) wait until the GPU reads at most to_c,
+        giving up after timeout_s. What happened is recorded on the next window's telemetry."""
+        started = self.clock()
+        if pause_s > 0:
+            sleep(pause_s)
+        note = f"paused {pause_s:g} s" if pause_s > 0 else ""
+        if to_c > 0:
+            if self.note:
+                note = f"{note}; cannot wait for {to_c:g} C: {self.note}".lstrip("; ")
+            else:
+                deadline = self.clock() + timeout_s
+                temp = self.latest_temp()
+                while (temp is None or temp > to_c) and self.clock() < deadline:
+                    sleep(min(self.interval_s, 1.0))
+                    temp = self.latest_temp()
+                reached = temp is not None and temp <= to_c
+                shown = "no reading" if temp is None else f"{temp:g} C"
+                how = f"reached {to_c:g} C" if reached else f"gave up after {timeout_s:g} s at {shown} (> {to_c:g} C)"
+                note = f"{note}; {how}".lstrip("; ")
+        self._cooled = (self.clock() - started, note)
+
+    def latest_temp(self) -> float | None:
+        with self._lock:
+            return next((s.temp for s in reversed(self.samples) if s.temp is not None), None)
+
     def mark(self) -> float:
         return self.clock()
 
@@ -323,6 +352,9 @@ class Sampler:
         result["telemetry"] = self.summary(mark, end, int(result.get("total_output_tokens", 0)))
         if self._warmup is not None:
             result["warmup_telemetry"], self._warmup = self._warmup, None
+        if self._cooled is not None:
+            result["telemetry"]["cooldown_s"], result["telemetry"]["cooldown_note"] = self._cooled
+            self._cooled = None
         if isinstance(before, dict):
             self.add_gauges(before)
         if isinstance(after, dict):
@@ -438,6 +470,8 @@ def summarize(
         throttled=share > throttle_share,
         unsupported=unsupported,
         timeline=timeline(samples, t0),
+        cooldown_s=0.0,
+        cooldown_note="",
     )
 
 

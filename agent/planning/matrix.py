@@ -16,7 +16,15 @@ from typing import Any, TypedDict
 from agent.hostside import redact
 from agent.hostside.contracts import Facts
 from agent.planning import envrules
-from agent.planning.settings import LoadSettings, ServerSettings, flat_dict, flat_fields, from_flat, meta
+from agent.planning.settings import (
+    LoadSettings,
+    ServerSettings,
+    TelemetrySettings,
+    flat_dict,
+    flat_fields,
+    from_flat,
+    meta,
+)
 from agent.planning.spec import Checkpoint, Spec
 
 BACKEND_FIELDS = ("moe_backend", "linear_backend", "attention_backend")  # the axes a sweep compares
@@ -86,6 +94,7 @@ class Cell:
     argv: list[str] = field(default_factory=list)  # the server command line on this host
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
     checkpoint_info: CheckpointInfo = field(default_factory=lambda: CheckpointInfo())  # {} unless a folder there
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)  # the spec's [telemetry]; not in the id
 
     @property
     def label(self) -> str:
@@ -113,6 +122,7 @@ class Cell:
             "profile": c.load.profile,
             "seed": c.load.seed,
             "host_env": self.host_env,
+            "telemetry": flat_dict(self.telemetry),
         }
 
 
@@ -222,6 +232,7 @@ def _cell(
     )
     cell.argv = launch_argv(config, host_vars)
     cell.host_env = simulator_env(spec, facts)
+    cell.telemetry = spec.telemetry
     return cell
 
 

