@@ -19,6 +19,7 @@ from agent.hostside.serving import launch_command
 from agent.judging import bandwidth, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
+from agent.reporting import telemetry as telemetry_report
 from agent.reporting.escape import md, md_code, md_fence, rich
 from agent.results.tree import load_cells
 
@@ -218,9 +219,10 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out = [f"# spark-agent report: {md(', '.join(p['sweeps']) or 'results')}", ""]
     out += provenance_lines(data) + ["", "## What to run", ""]
     for rec in data.recommendations:
-        out += verdict_lines(rec)
+        out += verdict_lines(rec) + telemetry_report.recommendation_caveat(rec)
     out += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
     out += ["## Medians", ""] + medians_table_md(data.summaries) + [""]
+    out += telemetry_report.sections(data.summaries)
     out += ["## Single stream vs the bandwidth ceiling (c=1)", ""]
     out += ceiling_lines(data.summaries) or ["No cell carries checkpoint_info.bytes_per_token: no ceiling.", ""]
     out += ["## Unstable points", ""] + _or_none(unstable_lines(data.summaries, data.threshold)) + [""]
@@ -436,7 +438,8 @@ def render_plots(data: ReportData) -> dict[str, bytes]:
     import matplotlib
 
     matplotlib.use("Agg")
-    return {name: _plot(data.summaries, title, ylabel, attr) for name, (title, ylabel, attr) in PLOTS.items()}
+    images = {name: _plot(data.summaries, title, ylabel, attr) for name, (title, ylabel, attr) in PLOTS.items()}
+    return images | telemetry_report.render_timelines(data.summaries)
 
 
 def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) -> bytes:

@@ -242,6 +242,8 @@ def bench_item(value: Any, where: str = "bench") -> dict[str, Any]:
 _WINDOW_TYPES = get_type_hints(Window)
 _MEASURE_FLOATS = tuple(k for k, t in _WINDOW_TYPES.items() if t is float)
 _MEASURE_INTS = tuple(k for k, t in _WINDOW_TYPES.items() if t is int and k != "concurrency")
+
+
 def _floats(lo: float, hi: float, items: int) -> Callable[[Any, str], list[float]]:
     def check(value: Any, where: str) -> list[float]:
         if not isinstance(value, list) or len(value) > items:
