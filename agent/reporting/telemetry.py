@@ -109,7 +109,7 @@ def cooldown_lines(summaries: Sequence[CellSummary]) -> list[str]:
             if isinstance(tele, dict) and tele.get("cooldown_s", 0) > 0:
                 out.append(
                     f"- {md(s.cell.get('host', '?'))} · {md(s.checkpoint)} · {md(s.backend)} before c={run.get('concurrency')}: "
-                    f"waited {tele['cooldown_s']:.0f} s ({md(str(tele.get('cooldown_note', '')))})"
+                    f"waited {tele['cooldown_s']:.1f} s ({md(str(tele.get('cooldown_note', '')))})"
                 )
     return out
 
