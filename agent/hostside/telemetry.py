@@ -50,6 +50,7 @@ REASON_BITS = {
     0x80: "hw_power_brake_slowdown",
 }
 THROTTLE_MASK = sum(REASON_BITS)
+UNITS = ("W", "%", "MHz", "MiB", "C")
 UNSUPPORTED = ("n/a", "[n/a]", "not supported", "[not supported]", "unknown error", "[unknown error]", "")
 
 MAX_SAMPLES = 200_000  # ~55 h at 1 Hz: older samples are dropped first
@@ -67,6 +68,9 @@ def parse_value(text: str) -> float | None:
     text = text.strip()
     if text.lower() in UNSUPPORTED:
         return None
+    number, _, unit = text.partition(" ")
+    if unit in UNITS:  # the form without `nounits`: "11.17 W"
+        text = number
     try:
         return float(int(text, 16)) if text.lower().startswith("0x") else float(text)
     except ValueError:
