@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -116,6 +117,16 @@ def _process_cpu_s(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the process that started it dies (Linux PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 def read_loadavg(path: str = "/proc/loadavg") -> float | None:
@@ -247,6 +258,7 @@ class Sampler:
                     stdin=subprocess.DEVNULL,
                     text=True,
                     bufsize=1,
+                    preexec_fn=_die_with_parent,  # a killed bench leaves no looping nvidia-smi behind
                 )
         first = (probe.stdout + probe.stderr).strip().splitlines()[:1]
         self.note = f"no GPU telemetry: nvidia-smi --query-gpu failed (exit {probe.returncode}): {' '.join(first)}"

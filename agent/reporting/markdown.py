@@ -300,6 +300,8 @@ def _point_row(s: CellSummary, p: Point) -> list[str]:
     flags = (["UNSTABLE"] if p.unstable else []) + ([f"{len(p.failed)} failed run(s)"] if p.failed else [])
     if s.cell.get("failure_class") == "engine_died":
         flags.append("before the crash")
+    if telemetry_report.point_throttled(s.cell, p.concurrency):
+        flags.append("THROTTLED")
     return [
         s.cell.get("host", ""),
         s.checkpoint,

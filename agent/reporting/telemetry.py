@@ -140,6 +140,11 @@ def sections(summaries: Sequence[CellSummary]) -> list[str]:
     return out
 
 
+def point_throttled(cell: dict, concurrency: int) -> bool:
+    """For the medians table's flags column."""
+    return any(t.concurrency == concurrency for t in tj.throttled_points(cell))
+
+
 def recommendation_caveat(rec: Recommendation) -> list[str]:
     """Said under a recommendation whose winning cells have throttled points: never silently built on them."""
     lines = []
