@@ -43,6 +43,12 @@ SIM_HOST_VARS = {
     "spark_health_timeout": 60,
     "spark_serve_cmd": ["/usr/bin/python3", "-m", "agent.sim", "serve"],
     "spark_serve_env": {"PYTHONPATH": str(REPO)},
+    "spark_nvidia_smi": [
+        "/usr/bin/python3",
+        str(REPO / "agent" / "sim" / "nvidia_smi.py"),
+        "--sim-server",
+        "{{ spark_bind_host }}:{{ spark_port }}",
+    ],
 }
 
 

@@ -239,7 +239,62 @@ class _Crash(TypedDict, total=False):
     before_crash: bool  # collect adds it: measured before the server died later in the cell
 
 
-class Measurement(Window, _Crash):
+class WindowTelemetry(TypedDict):
+    """telemetry.summarize(): what the GPU and host did during one window. -1.0 where nothing was read."""
+
+    available: bool  # False: no GPU telemetry (`note` says why); the window is still measured
+    note: str
+    samples: int
+    interval_s: float
+    duration_s: float
+    energy_j: float  # time-weighted mean power x window length
+    joules_per_output_token: float
+    tokens_per_watt: float  # output tokens per joule = (tokens/s) per W
+    power_mean_w: float
+    power_p50_w: float
+    power_max_w: float
+    temp_mean_c: float
+    temp_p50_c: float
+    temp_max_c: float
+    sm_clock_min_mhz: float
+    sm_clock_max_mhz: float
+    mem_clock_min_mhz: float
+    mem_clock_max_mhz: float
+    util_mean_pct: float
+    host_mem_used_max_gib: float  # /proc/meminfo: on GB10 the GPU's memory too
+    load1_max: float  # /proc/loadavg
+    throttle_s: float  # time with a power or thermal clocks-event reason active
+    throttle_share_pct: float
+    throttle_reasons: list[str]  # telemetry.REASON_BITS names
+    throttle_threshold_pct: float  # the spec's threshold this window was judged by
+    throttled: bool  # throttle_share_pct > throttle_threshold_pct
+    unsupported: list[str]  # nvidia-smi fields that read N/A / Not Supported (GB10: memory.*)
+    timeline: dict[str, list[float]]  # t_s, power_w, temp_c, throttled (0/1): at most TIMELINE_POINTS each
+    cooldown_s: float  # waited before this level (spec cooldown_s / cool_to_c); 0.0 for the others
+    cooldown_note: str  # how the wait ended ("" when there was none)
+
+
+class ServerView(TypedDict):
+    """telemetry.server_view(): the server's own counters over a window (vLLM's metric names)."""
+
+    scraped: bool  # both /metrics scrapes answered
+    deltas: dict[str, float]  # metrics.SERVER_COUNTERS the server exports: after - before
+    gauges: dict[str, dict[str, float]]  # vllm:kv_cache_usage_perc, num_requests_running/_waiting -> mean, max
+    gauge_samples: int
+    accepted_per_position: list[float]  # accepted / drafts per speculative position; [] without
+    server_generation_tokens: float  # -1.0 when not scraped
+    client_output_tokens: int
+    token_bound: float  # the cut-request bound of the cross-check
+    tokens_disagree: bool  # |server - client| > token_bound
+
+
+class _Telemetry(TypedDict, total=False):
+    telemetry: WindowTelemetry  # with a sampler (spark_bench); older results lack it
+    warmup_telemetry: WindowTelemetry  # the level's warmup, on its first measured window
+    server: ServerView
+
+
+class Measurement(Window, _Crash, _Telemetry):
     """loadgen.run_levels(): a window against a cell's server, as the host writes it (cNNN-rK.json)."""
 
     repeat: int  # 1..repeats

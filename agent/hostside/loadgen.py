@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from . import arrivals, atomic, metrics, prompts, slo, utc
+from . import arrivals, atomic, metrics, prompts, slo, telemetry, utc
 from .contracts import Measurement, Window
 from .errors import HostError
 
@@ -591,7 +591,13 @@ Finish = Callable[[Window, int, "dict[str, float] | OSError | None", "dict[str, 
 
 
 async def _level(
-    load: _Load, duration_s: float, warmup_s: float, repeats: int, scrape: Scrape | None, finish: Finish
+    load: _Load,
+    duration_s: float,
+    warmup_s: float,
+    repeats: int,
+    scrape: Scrape | None,
+    finish: Finish,
+    sampler: telemetry.Sampler | None = None,
 ) -> None:
     """One warmup window, then `repeats` measured windows, each its own run of the load.
 
@@ -607,7 +613,10 @@ async def _level(
         if await _dead(load, name + "-warmup"):
             return
         await load.reset_prefix_cache()
+        mark = sampler.mark() if sampler else 0.0
         await load.run(warmup_s)
+        if sampler:
+            sampler.warmup_done(mark)
         if load.died or (load.abort_reason and await load.confirm_death()):
             return
         await asyncio.sleep(SETTLE_S)
@@ -618,11 +627,14 @@ async def _level(
         if load.abort_reason:  # nothing but failed requests: the remaining windows are not measured
             result = _summary(load, [], 0.0, duration_s, "")
             result["ok"], result["error"], result["started_at"] = False, load.abort_reason, utc.iso()
+            if sampler:
+                sampler.attach(result, sampler.mark(), None, None)
             finish(result, repeat, None, None)
             continue
         cache = await load.reset_prefix_cache()  # one window's cache must not flatter the next
         before = await scrape() if scrape else None
         wall = time.time()
+        mark = sampler.mark() if sampler else 0.0
         requests, t0, t1 = await load.run(duration_s)
         if load.abort_reason and not load.died:
             await load.confirm_death()
@@ -631,6 +643,8 @@ async def _level(
             result["ok"], result["engine_died"] = False, True
             result["started_at"] = utc.iso(wall)
             result["error"] = "the server died during this window: " + load.died["how"]
+            if sampler:
+                sampler.attach(result, mark, before, None)
             finish(result, repeat, before, None)
             return
         await asyncio.sleep(SETTLE_S)
@@ -641,6 +655,8 @@ async def _level(
         result["started_at"] = utc.iso(wall)
         if load.abort_reason:
             result["ok"], result["error"] = False, load.abort_reason
+        if sampler:  # what the GPU and the server did during the window (hostside/telemetry.py)
+            sampler.attach(result, mark, before, after)
         finish(result, repeat, before, after)
 
 
@@ -824,6 +840,7 @@ def run_levels(
     rates: Sequence[float] = (),
     depths: Sequence[int] = (),
     until_saturated: bool = False,
+    sampler: telemetry.Sampler | None = None,
 ) -> list[Measurement]:
     """Per level: one warmup window, then `repeats` measured windows against the same server, each with
     `repeat`, the /metrics counter deltas over it (`metrics_delta`) and `spec_decode_acceptance_rate`.
@@ -832,7 +849,10 @@ def run_levels(
     and in which window.
     shape: the load shape of every level; rates (req/s, open loop; `levels` are then caps, 0 = none) and depths
     (context depth, tokens) are load-side axes: every (rate, depth, level) is a level of its own, rates outermost.
-    until_saturated: stop after the first rate the server could not keep up with (saturated())."""
+    until_saturated: stop after the first rate the server could not keep up with (saturated()).
+    sampler (a started telemetry.Sampler): each window also gets `telemetry` and `server` (and the level's
+    first window `warmup_telemetry`).
+    """
     results: list[Measurement] = []
 
     async def scrape() -> dict[str, float] | OSError:
@@ -862,7 +882,7 @@ def run_levels(
                 load = _Load(
                     url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock, watch, level
                 )
-                asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish))
+                asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish, sampler))
         if until_saturated and rate and saturated(results[first:], rate):
             break
     return results

@@ -19,6 +19,12 @@ KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
 SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+REQUESTS_WAITING = "vllm:num_requests_waiting"
+KV_CACHE_USAGE_OLD = "vllm:gpu_cache_usage_perc"  # the V0 engine's name of kv_cache_usage_perc
+PREEMPTIONS = "vllm:num_preemptions_total"
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"  # label position="0".."k-1"
 
 # [metrics_delta] key -> Prometheus counter (the results-tree contract).
 WINDOW_COUNTERS = {
@@ -28,6 +34,20 @@ WINDOW_COUNTERS = {
     "spec_decode_num_draft_tokens": SPEC_DRAFT_TOKENS,
     "spec_decode_num_accepted_tokens": SPEC_ACCEPTED_TOKENS,
 }
+
+# The server's view of a window (telemetry.server_view): counter deltas kept under vLLM's own names.
+SERVER_COUNTERS = (
+    GENERATION_TOKENS,
+    PROMPT_TOKENS,
+    REQUEST_SUCCESS,
+    PREEMPTIONS,
+    PREFIX_QUERIES,
+    PREFIX_HITS,
+    SPEC_DRAFTS,
+    SPEC_DRAFT_TOKENS,
+    SPEC_ACCEPTED_TOKENS,
+)
+MAX_POSITIONS = 16
 
 MAX_BYTES = 32 * 1024 * 1024  # vLLM's /metrics is ~100 KB; a server sending more is not one to believe
 
@@ -126,3 +146,22 @@ def acceptance_rate(counters: dict[str, float]) -> float:
     if drafted <= 0:
         return -1.0
     return counters.get("spec_decode_num_accepted_tokens", 0.0) / drafted
+
+
+def server_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """after - before of each SERVER_COUNTERS counter the server exports (vLLM's names; absent ones left out)."""
+    return {name: float(after[name] - before.get(name, 0.0)) for name in SERVER_COUNTERS if name in after}
+
+
+def per_position(before: dict[str, float], after: dict[str, float]) -> list[float]:
+    """Accepted draft tokens per speculative position over a window, summed over the other labels (engines,
+    models); [] without speculative decoding."""
+    totals: dict[int, float] = {}
+    for key, value in after.items():
+        if not key.startswith(SPEC_ACCEPTED_PER_POS + "{"):
+            continue
+        start = key.find('position="')
+        digits = key[start + 10 : key.find('"', start + 10)] if start != -1 else ""
+        if digits.isdigit() and int(digits) < MAX_POSITIONS:
+            totals[int(digits)] = totals.get(int(digits), 0.0) + value - before.get(key, 0.0)
+    return [totals.get(p, 0.0) for p in range(max(totals) + 1)] if totals else []

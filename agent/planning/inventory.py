@@ -201,11 +201,14 @@ def check_host(path: Path, host: Host) -> None:
         raise bad("spark_evict", "must be true or false")
     if "spark_health_timeout" in v and not _number_in(v["spark_health_timeout"], 1, 86_400):
         raise bad("spark_health_timeout", "must be seconds from 1 to 86400")
-    cmd = v.get("spark_serve_cmd", [])
-    if not isinstance(cmd, list):
-        raise bad("spark_serve_cmd", 'must be a list, e.g. ["vllm", "serve"], not a string', show=False)
-    if len(cmd) > 64 or not all(isinstance(a, str) and a and len(a) <= 4096 and not _CONTROL.search(a) for a in cmd):
-        raise bad("spark_serve_cmd", "must list up to 64 non-empty strings, each on one line", show=False)
+    for var, example in (("spark_serve_cmd", '["vllm", "serve"]'), ("spark_nvidia_smi", '["nvidia-smi"]')):
+        cmd = v.get(var, [])
+        if not isinstance(cmd, list):
+            raise bad(var, f"must be a list, e.g. {example}, not a string", show=False)
+        if len(cmd) > 64 or not all(
+            isinstance(a, str) and a and len(a) <= 4096 and not _CONTROL.search(a) for a in cmd
+        ):
+            raise bad(var, "must list up to 64 non-empty strings, each on one line", show=False)
     for var in ("spark_serve_env", "spark_environment"):
         problem = _env_problem(v.get(var, {}))
         if problem:

@@ -18,7 +18,15 @@ from agent.errors import UserError
 from agent.hostside import redact
 from agent.hostside.contracts import Facts
 from agent.planning import envrules
-from agent.planning.settings import LoadSettings, ServerSettings, flat_dict, flat_fields, from_flat, meta
+from agent.planning.settings import (
+    LoadSettings,
+    ServerSettings,
+    TelemetrySettings,
+    flat_dict,
+    flat_fields,
+    from_flat,
+    meta,
+)
 from agent.planning.spec import Checkpoint, Spec
 
 BACKEND_FIELDS = ("moe_backend", "linear_backend", "attention_backend")  # the axes a sweep compares
@@ -88,6 +96,7 @@ class Cell:
     argv: list[str] = field(default_factory=list)  # the server command line on this host
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
     checkpoint_info: CheckpointInfo = field(default_factory=lambda: CheckpointInfo())  # {} unless a folder there
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)  # the spec's [telemetry]; not in the id
     cluster: dict[str, Any] = field(default_factory=dict)  # multi-node plumbing (planning/multinode.py), not hashed
 
     @property
@@ -124,6 +133,7 @@ class Cell:
             "seed": c.load.seed,
             "host_env": self.host_env,
             "shape": shape_vars(c.load),
+            "telemetry": flat_dict(self.telemetry),
             "time_scale": float(self.host_env.get("SPARK_SIM_TIME_SCALE", "1")),  # the simulator's accelerated clock
             **({"cluster": self.cluster} if self.cluster else {}),
         }
@@ -247,6 +257,7 @@ def _cell(
     )
     cell.argv = launch_argv(config, host_vars)
     cell.host_env = simulator_env(spec, facts)
+    cell.telemetry = spec.telemetry
     if facts.get("simulated"):  # inventory host vars: the simulated Spark's startup model and accelerated clock
         cell.host_env.update(simulator_clock(host, host_vars))
     return cell

@@ -87,6 +87,19 @@ class LoadSettings:
     )
 
 
+@dataclass(frozen=True)
+class TelemetrySettings:
+    """[telemetry]: how the GPU is watched during the windows (hostside/telemetry.py). Not part of the cell id:
+    it changes what is recorded next to the numbers, not the numbers' configuration."""
+
+    interval_s: float = setting(1.0, toml=(float, int))  # nvidia-smi sampling period
+    throttle_threshold: float = setting(5.0, toml=(float, int))  # % of a window throttled before it is flagged
+    required: bool = setting(False, toml=(bool,))  # a host without GPU telemetry fails the cell instead of a note
+    cooldown_s: float = setting(0.0, toml=(float, int))  # idle pause before each cell's first window
+    cool_to_c: float = setting(0.0, toml=(float, int))  # then wait until the GPU is at most this hot (0 = off)
+    cool_timeout_s: float = setting(600.0, toml=(float, int))  # give up waiting (recorded) after this long
+
+
 def toml_schema(cls: type[DataclassInstance]) -> dict[str, tuple[tuple[type, ...], bool, Any]]:
     """key -> (accepted TOML types, required, default) of a settings dataclass, for spec validation."""
     # a field without TOML types is filled in by the loader, never written in a spec

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 from agent.errors import UserError
 from agent.hostside import docker
 from agent.planning import loadspec
-from agent.planning.settings import LoadSettings, ServerSettings, toml_schema
+from agent.planning.settings import LoadSettings, ServerSettings, TelemetrySettings, toml_schema
 
 QUANTS = ("nvfp4", "fp8", "bf16")
 PROFILES = ("uniform", "mixed")
@@ -51,6 +51,11 @@ _RANGES: dict[str, tuple[float, float]] = {
     "prompt_len": (1, 1 << 24),
     "output_len": (1, 1 << 24),
     "seed": (0, (1 << 63) - 1),
+    "interval_s": (0.05, 3600),
+    "throttle_threshold": (0, 100),
+    "cooldown_s": (0, 86_400),
+    "cool_to_c": (0, 150),
+    "cool_timeout_s": (0, 86_400),
     "nodes": (1, 64),
     "tensor_parallel_size": (1, 512),
     "pipeline_parallel_size": (1, 64),
@@ -82,6 +87,7 @@ class Spec:
     repeats: int
     load: LoadSettings
     env: dict[str, str] = field(default_factory=dict)  # overrides, recorded with the rule they override
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
 
     def with_duration(self, seconds: float) -> Spec:
         """--duration: the same spec with every window set to `seconds` (for quick rehearsals)."""
@@ -105,6 +111,7 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
     },
     "load": toml_schema(LoadSettings),
     "env": {},
+    "telemetry": toml_schema(TelemetrySettings),
 }
 _REQUIRED_TABLES = ("sweep", "image", "checkpoints", "matrix")
 
@@ -273,6 +280,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         load, raw.get("load", {}), server, path.parent, lambda key, why: _fail(path, lines.of("load", key), why)
     )
     env = _env(path, lines, raw.get("env", {}))
+    telemetry = _telemetry(path, lines, raw.get("telemetry", {}))
     return Spec(
         path=path,
         name=sweep["name"],
@@ -289,7 +297,29 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         repeats=matrix["repeats"],
         load=LoadSettings(**load),
         env={k: str(v) for k, v in env.items()},
+        telemetry=telemetry,
     )
+
+
+def _telemetry(path: Path, lines: _Lines, raw: Any) -> TelemetrySettings:
+    """[telemetry]: a sampling interval > 0, a throttle threshold that is a share (0-100 %)."""
+    table = _check_table(path, lines, "telemetry", raw)
+    if not table["interval_s"] > 0:
+        raise _err(
+            path, lines.of("telemetry", "interval_s"), f"'interval_s' must be > 0 seconds, got {table['interval_s']!r}"
+        )
+    if not 0 <= table["throttle_threshold"] <= 100:
+        raise _err(
+            path,
+            lines.of("telemetry", "throttle_threshold"),
+            f"'throttle_threshold' is a share of the window, 0 to 100 (%), got {table['throttle_threshold']!r}",
+        )
+    for key, value in table.items():
+        low, high = _RANGES.get(key, (-math.inf, math.inf))
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not low <= value <= high:
+            raise _err(path, lines.of("telemetry", key), f"'{key}' must be from {low:g} to {high:g}, got {value!r}")
+    numbers = {k: float(v) for k, v in table.items() if k != "required"}
+    return TelemetrySettings(required=table["required"], **numbers)
 
 
 def _env(path: Path, lines: _Lines, env: Any) -> dict[str, str]:

@@ -66,7 +66,7 @@ RUN_COLUMNS = [
     "errors",
 ]
 RENAMED = {"concurrency": "max_concurrency"}
-SKIPPED = {"schema", "cell_id", "metrics_delta"}
+SKIPPED = {"schema", "cell_id", "metrics_delta", "telemetry", "warmup_telemetry", "server"}
 
 
 def cell_fields(cell: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +97,18 @@ def run_fields(run: dict[str, Any]) -> dict[str, Any]:
     out = {RENAMED.get(k, k): v for k, v in run.items() if k not in SKIPPED}
     for k, v in run.get("metrics_delta", {}).items():
         out[f"metrics_delta.{k}"] = v
+    for table in ("telemetry", "warmup_telemetry"):  # hostside WindowTelemetry; the timeline stays in the tree
+        for k, v in (run.get(table) or {}).items():
+            if k != "timeline":
+                out[f"{table}.{k}"] = v
+    server = run.get("server") or {}  # hostside ServerView, under vLLM's metric names
+    for k, v in server.items():
+        if k == "deltas":
+            out.update({f"server.{name}": x for name, x in v.items()})
+        elif k == "gauges":
+            out.update({f"server.{name}.{stat}": x for name, g in v.items() for stat, x in g.items()})
+        else:
+            out[f"server.{k}"] = v
     return out
 
 

@@ -20,6 +20,7 @@ from agent.judging import bandwidth, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
 from agent.reporting import startup
+from agent.reporting import telemetry as telemetry_report
 from agent.reporting.escape import md, md_code, md_fence, rich
 from agent.results.tree import LOST_FILE, load_cells
 
@@ -226,11 +227,12 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out = [f"# spark-agent report: {md(', '.join(p['sweeps']) or 'results')}", ""]
     out += ["## What to run", ""]
     for rec in data.recommendations:
-        out += verdict_lines(rec)
+        out += verdict_lines(rec) + telemetry_report.recommendation_caveat(rec)
     out += ["## Problems", ""] + problem_lines(data) + [""]
     out += ["## Provenance", ""] + provenance_lines(data) + [""]
     out += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
     out += ["## Medians", ""] + medians_table_md(data.summaries) + [""]
+    out += telemetry_report.sections(data.summaries)
     out += ["## Single stream vs the bandwidth ceiling (c=1)", ""]
     out += ceiling_lines(data.summaries) or ["No cell carries checkpoint_info.bytes_per_token: no ceiling.", ""]
     out += ["## Unstable points", ""] + _or_none(unstable_lines(data.summaries, data.threshold)) + [""]
@@ -331,6 +333,8 @@ def _point_row(s: CellSummary, p: Point) -> list[str]:
     flags = (["UNSTABLE"] if p.unstable else []) + ([f"{len(p.failed)} failed run(s)"] if p.failed else [])
     if s.cell.get("failure_class") == "engine_died":
         flags.append("before the crash")
+    if telemetry_report.point_throttled(s.cell, p.concurrency):
+        flags.append("THROTTLED")
     return [
         s.cell.get("host", ""),
         s.checkpoint,
@@ -479,7 +483,8 @@ def render_plots(data: ReportData) -> dict[str, bytes]:
     import matplotlib
 
     matplotlib.use("Agg")
-    return {name: _plot(data.summaries, title, ylabel, attr) for name, (title, ylabel, attr) in PLOTS.items()}
+    images = {name: _plot(data.summaries, title, ylabel, attr) for name, (title, ylabel, attr) in PLOTS.items()}
+    return images | telemetry_report.render_timelines(data.summaries)
 
 
 def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) -> bytes:

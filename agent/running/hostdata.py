@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, get_type_hints
 
-from agent.hostside.contracts import Window
+from agent.hostside.contracts import ServerView, Window, WindowTelemetry
 from agent.reporting.escape import plain
 
 MAX_TEXT = 4096  # one log line, one error message
@@ -273,6 +273,66 @@ def bench_item(value: Any, where: str = "bench") -> dict[str, Any]:
 _WINDOW_TYPES = get_type_hints(Window)
 _MEASURE_FLOATS = tuple(k for k, t in _WINDOW_TYPES.items() if t is float)
 _MEASURE_INTS = tuple(k for k, t in _WINDOW_TYPES.items() if t is int and k != "concurrency")
+
+
+def _floats(lo: float, hi: float, items: int) -> Callable[[Any, str], list[float]]:
+    def check(value: Any, where: str) -> list[float]:
+        if not isinstance(value, list) or len(value) > items:
+            raise BadHostData(f"{where}: expected a list of at most {items} numbers")
+        return [number(x, f"{where}[{i}]", lo, hi) for i, x in enumerate(value)]
+
+    return check
+
+
+def _typed_fields(hints: dict[str, Any], special: dict[str, Field]) -> dict[str, Field]:
+    """A shape from a TypedDict's hints: numbers finite (-1.0 = unknown), strings capped; lists/maps in `special`."""
+    out: dict[str, Field] = {}
+    for key, kind in hints.items():
+        if key in special:
+            out[key] = special[key]
+        elif kind is bool:
+            out[key] = (flag, False)
+        elif kind is int:
+            out[key] = (_int(0, 2**53), 0)
+        elif kind is float:
+            out[key] = (_num(-1.0, 1e15), -1.0)
+        elif kind is str:
+            out[key] = (_text(MAX_TEXT), "")
+    return out
+
+
+# Reason and field names are plain tokens; the timeline is capped (telemetry.TIMELINE_POINTS is 240).
+TELEMETRY: dict[str, Field] = _typed_fields(
+    get_type_hints(WindowTelemetry),
+    {
+        "throttle_reasons": (lambda v, w: [token(x, w, TOKEN, 64) for x in texts(v, w, 64, 16)], []),
+        "unsupported": (lambda v, w: [token(x, w, TOKEN, 64) for x in texts(v, w, 64, 64)], []),
+        "timeline": (
+            lambda v, w: {
+                k: _floats(-1e6, 1e9, 1024)(x, f"{w}.{k}")
+                for k, x in _small_map(v, w, 8).items()
+                if k in ("t_s", "power_w", "temp_c", "throttled")
+            },
+            {},
+        ),
+    },
+)
+SERVER: dict[str, Field] = _typed_fields(
+    get_type_hints(ServerView),
+    {
+        "deltas": (lambda v, w: {k: number(x, f"{w}.{k}", -1e18, 1e18) for k, x in _small_map(v, w).items()}, {}),
+        "gauges": (
+            lambda v, w: {
+                k: {s: number(x, f"{w}.{k}.{s}", -1.0, 1e15) for s, x in _small_map(g, f"{w}.{k}", 4).items()}
+                for k, g in _small_map(v, w, 16).items()
+            },
+            {},
+        ),
+        "accepted_per_position": (_floats(0.0, 1e6, 16), []),
+        "server_generation_tokens": (_num(-1e18, 1e18), -1.0),
+    },
+)
+
 RUN: dict[str, Field] = {
     "concurrency": (_int(1, 1 << 20), 0),
     "repeat": (_int(1, 1 << 20), 0),
@@ -288,6 +348,9 @@ RUN: dict[str, Field] = {
     "prefix_cache": (_token(re.compile(r"[a-z]{0,16}"), 16), ABSENT),
     "exact_lengths": (flag, ABSENT),
     "metrics_delta": (lambda v, w: {k: number(x, f"{w}.{k}", -1e18, 1e18) for k, x in _small_map(v, w).items()}, {}),
+    "telemetry": (lambda v, w: shape(v, w, TELEMETRY), ABSENT),  # absent in results of hosts without a sampler
+    "warmup_telemetry": (lambda v, w: shape(v, w, TELEMETRY), ABSENT),
+    "server": (lambda v, w: shape(v, w, SERVER), ABSENT),
 }
 
 

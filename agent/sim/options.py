@@ -50,6 +50,7 @@ SIM_FLAGS = {
     "oom": ("bool", False),  # fault: CUDA OOM while loading weights
     "drop_streams": (float, 0.0),  # fault: this fraction of streams is cut mid-response
     "silent_fallback": (str, ""),  # fault: the named MoE backend loads whatever was requested
+    "throttle_after": (float, None),  # fault: the GPU throttles (thermal) after N s of busy time (sim/gpu.py)
 }
 
 

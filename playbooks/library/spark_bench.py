@@ -128,6 +128,37 @@ options:
     type: list
     elements: str
     default: []
+  nvidia_smi:
+    description:
+      - The C(nvidia-smi) command the telemetry sampler runs (agent/hostside/telemetry.py), as a list; a simulated
+        Spark names agent/sim/nvidia_smi.py here. Not found, the windows are measured with "no GPU telemetry".
+    type: list
+    elements: str
+    default: [nvidia-smi]
+  telemetry_interval:
+    description: Seconds between GPU samples (> 0).
+    type: float
+    default: 1.0
+  throttle_threshold:
+    description: Percent of a window with a power or thermal throttle reason active above which it is flagged.
+    type: float
+    default: 5.0
+  telemetry_required:
+    description: Fail the task, before any load, when the host has no GPU telemetry.
+    type: bool
+    default: false
+  cooldown_s:
+    description: Idle seconds before this level's warmup (the spec gives it to a cell's first level).
+    type: float
+    default: 0.0
+  cool_to_c:
+    description: Then wait until the GPU reads at most this temperature, Celsius (0 = do not wait).
+    type: float
+    default: 0.0
+  cool_timeout_s:
+    description: Stop waiting for O(cool_to_c) after this many seconds (the window records that it gave up).
+    type: float
+    default: 600.0
 attributes:
   check_mode:
     support: full
@@ -187,7 +218,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_hostside import atomic, loadgen, serving, supervise
+from ansible.module_utils.spark_hostside import atomic, loadgen, serving, supervise, telemetry
 from ansible.module_utils.spark_hostside.errors import HostError
 
 ARGUMENT_SPEC = {
@@ -216,6 +247,13 @@ ARGUMENT_SPEC = {
     "exact_lengths": {"type": "bool", "default": False},
     "reset_prefix_cache": {"type": "bool", "default": False},
     "goodput": {"type": "list", "elements": "str", "default": []},
+    "nvidia_smi": {"type": "list", "elements": "str", "default": ["nvidia-smi"]},
+    "telemetry_interval": {"type": "float", "default": 1.0},
+    "throttle_threshold": {"type": "float", "default": 5.0},
+    "telemetry_required": {"type": "bool", "default": False},
+    "cooldown_s": {"type": "float", "default": 0.0},
+    "cool_to_c": {"type": "float", "default": 0.0},
+    "cool_timeout_s": {"type": "float", "default": 600.0},
 }
 SHAPE_OPTIONS = (
     "burstiness",
@@ -259,24 +297,41 @@ def main() -> None:
             rate=p["request_rate"],
             **{k: p[k] for k in SHAPE_OPTIONS},
         )
-        runs = loadgen.run_levels(
-            url=p["url"],
-            model=p["model"],
-            levels=[p["level"]],
-            duration_s=p["duration"],
-            warmup_s=p["warmup"] * p["duration"],
-            repeats=p["repeats"],
-            prompt_len=p["prompt_len"],
-            output_len=p["output_len"],
-            profile=p["profile"],
-            seed=p["seed"],
-            on_result=save,
-            watch=watch,
-            shape=shape,
-            clock=loadgen.scaled_clock(p["time_scale"]),
+        sampler = telemetry.Sampler(
+            interval_s=p["telemetry_interval"],
+            command=p["nvidia_smi"],
+            metrics_url=p["url"],
+            throttle_share=p["throttle_threshold"],
         )
-    except (HostError, ValueError, OSError) as exc:  # a bad URL, profile, dataset or SLO, an unwritable window file
+    except (HostError, ValueError) as exc:  # a bad profile, dataset, SLO or telemetry setting
         module.fail_json(msg=str(exc), level=p["level"])
+    with sampler:
+        if sampler.note and p["telemetry_required"]:
+            module.fail_json(
+                msg=f"telemetry is required ([telemetry] required = true): {sampler.note}", level=p["level"]
+            )
+        if p["cooldown_s"] > 0 or p["cool_to_c"] > 0:
+            sampler.cool_down(p["cooldown_s"], p["cool_to_c"], p["cool_timeout_s"])
+        try:
+            runs = loadgen.run_levels(
+                url=p["url"],
+                model=p["model"],
+                levels=[p["level"]],
+                duration_s=p["duration"],
+                warmup_s=p["warmup"] * p["duration"],
+                repeats=p["repeats"],
+                prompt_len=p["prompt_len"],
+                output_len=p["output_len"],
+                profile=p["profile"],
+                seed=p["seed"],
+                on_result=save,
+                watch=watch,
+                shape=shape,
+                clock=loadgen.scaled_clock(p["time_scale"]),
+                sampler=sampler,
+            )
+        except (HostError, ValueError, OSError) as exc:  # a bad URL, dataset or SLO, an unwritable window file
+            module.fail_json(msg=str(exc), level=p["level"])
     if watch.died:
         serving.record_death(rdir=p["out_dir"], died=watch.died)
     summary = [
