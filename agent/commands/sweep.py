@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import threading
@@ -44,6 +45,12 @@ def register(sub) -> None:
     )
     p.add_argument("--fresh", action="store_true", help="measure finished cells again (default: resume)")
     p.add_argument("--evict", action="store_true", help="stop a vLLM server we did not start (default: refuse)")
+    p.add_argument(
+        "--replicas",
+        type=_replicas,
+        default=1,
+        help="measure each cell on K different hosts of its fingerprint group (default 1: once per group)",
+    )
     p.add_argument("--log-format", choices=["console", "json"], default="console")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.set_defaults(func=run)
@@ -67,6 +74,7 @@ def run(args) -> int:
             fresh=args.fresh,
             evict=args.evict,
             progress=Progress(enabled=show),
+            replicas=args.replicas,
         )
     cells = results.load_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
     _print_table(cells, args.log_format)
@@ -81,11 +89,22 @@ def run(args) -> int:
     return 0 if all_valid(outcome) else 1
 
 
+def _replicas(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--replicas {text!r}: give a whole number of hosts, 1 or more")
+    return value
+
+
 def all_valid(outcome: SweepOutcome) -> bool:
-    """Every planned cell has a valid measurement: from this run, or from an earlier one (resume)."""
+    """Every planned cell has a valid measurement: from this run, or from an earlier one (resume). A cell handed
+    back by a lost host (requeued) counts through the host that measured it instead."""
     t = outcome.totals()
     earlier_ok = all(v == "valid" for o in outcome.hosts.values() for v in o.skipped.values())
-    return t["measured"] + t["skipped"] == t["planned"] and earlier_ok
+    return t["measured"] + t["skipped"] + t["requeued"] == t["planned"] and earlier_ok
 
 
 @contextmanager
@@ -105,7 +124,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-COLUMNS = ("planned", "measured", "invalid", "failed", "lost", "skipped")
+COLUMNS = ("planned", "measured", "invalid", "failed", "lost", "skipped", "requeued")
 
 
 def _print_summary(outcome: SweepOutcome, fmt: str) -> None:
@@ -116,7 +135,11 @@ def _print_summary(outcome: SweepOutcome, fmt: str) -> None:
         log.info("sweep_summary", hosts=rows, total=total, lost_hosts=outcome.lost_hosts or None)
         return
     out = sys.stderr
-    print("summary (planned = measured + invalid + failed + lost + skipped; skipped = finished earlier)", file=out)
+    print(
+        "summary (planned = measured + invalid + failed + lost + skipped + requeued; skipped = finished earlier; "
+        "requeued = its host was lost, another host of the group took it)",
+        file=out,
+    )
     width = max([len("total"), *map(len, rows)])
     print(f"  {'host':<{width}}  " + "  ".join(f"{c:>8}" for c in COLUMNS), file=out)
     for name, counts in [*rows.items(), ("total", total)]:
