@@ -19,6 +19,7 @@ from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
+from agent.running import detach
 from agent.running.progress import Progress
 from agent.running.sweep import SweepOutcome, run_sweep
 
@@ -51,6 +52,11 @@ def register(sub) -> None:
         default=1,
         help="measure each cell on K different hosts of its fingerprint group (default 1: once per group)",
     )
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="hand each host its share and return; the hosts run it alone (then: status, collect)",
+    )
     p.add_argument("--log-format", choices=["console", "json"], default="console")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.set_defaults(func=run)
@@ -64,6 +70,8 @@ def run(args) -> int:
     if args.duration is not None:
         spec = spec.with_duration(args.duration)
     hosts = load_inventory(args.inventory, args.limit)
+    if args.detach:
+        return _detach(args, spec, hosts)
     show = not args.no_progress and args.log_format == "console" and sys.stderr.isatty()
     with _sigterm_as_interrupt():
         outcome = run_sweep(
@@ -87,6 +95,29 @@ def run(args) -> int:
         print(f"spark-agent: error: {outcome.fatal}", file=sys.stderr)
         return 1
     return 0 if all_valid(outcome) else 1
+
+
+def _detach(args, spec, hosts) -> int:
+    """Hand out and return: each host runs its share under its own runner, whatever happens to this process."""
+    state = detach.hand_out(
+        spec,
+        Path(args.spec),
+        Path(args.inventory),
+        hosts,
+        Path(args.results),
+        replicas=args.replicas,
+        fresh=args.fresh,
+        evict=args.evict,
+    )
+    for host in state.hosts():
+        lost = f" (refused: {state.lost[host]})" if host in state.lost else ""
+        print(f"{host}: {len(state.assignment[host])} cell(s){lost}", file=sys.stderr)
+    print(
+        f"detached sweep {state.sweep}: `spark-agent status {state.sweep}` shows progress, "
+        f"`spark-agent collect {state.sweep}` brings the results back (--results {args.results})",
+        file=sys.stderr,
+    )
+    return 1 if state.lost else 0
 
 
 def _replicas(text: str) -> int:

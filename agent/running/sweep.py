@@ -212,36 +212,14 @@ def run_sweep(
     numbers."""
     cancel = cancel or threading.Event()
     progress = progress or Progress(enabled=False)
-    for h in hosts:  # a host name becomes a folder of the results tree
-        try:
-            results.path_part(h.name, "host")
-        except ValueError as exc:
-            raise UserError(f"{inventory}: {exc}") from None
-    if replicas > len(hosts):
-        raise UserError(f"--replicas {replicas}: only {len(hosts)} host(s) selected; give at most {len(hosts)}")
-    warnings = plan.spec_warnings(spec)
-    for w in warnings:
-        log.warning("spec_warning", warning=w)
-    check_reachable(hosts)
-    try:
-        facts = gather_facts(inventory, hosts)
-        groups = fleet_groups.group_facts(facts)
-        show_groups(groups)
-        check_replicas(replicas, groups)
-        cells = plan_fleet(spec, hosts, facts)
-        for host, cs in cells.items():
-            for note in sorted({n for c in cs for n in c.notes}):
-                log.warning("plan_note", host=host, note=note)
-        collect.clear_incoming(results_root, spec.name)
-        results.clear_temp_files(results_root, spec.name)
-        todo = {
-            h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
-            for h, cs in cells.items()
-        }
-        provision(inventory, spec, hosts, todo)  # every host of a group can take any of its cells: env files for all
-    except KeyboardInterrupt:
-        _stop_our_playbooks()  # facts and provisioning start no server: nothing to tear down
-        raise
+    prepared = prepare(spec, inventory, hosts, results_root, fresh, replicas)
+    facts, groups, cells, todo, warnings = (
+        prepared.facts,
+        prepared.groups,
+        prepared.cells,
+        prepared.todo,
+        prepared.warnings,
+    )
     outcome = SweepOutcome(
         sweep_dir=Path(results_root) / spec.name, hosts={}, warnings=warnings, groups=groups, replicas=replicas
     )
@@ -283,6 +261,52 @@ def run_sweep(
     for o in outcome.hosts.values():
         o.settle(o.error or why)
     return outcome
+
+
+@dataclass
+class Prepared:
+    """A sweep ready to hand out: facts, groups, every host's cells, and those still to measure (env files in place)."""
+
+    facts: dict[str, Facts]
+    groups: list[fleet_groups.HostGroup]
+    cells: dict[str, list[Cell]]
+    todo: dict[str, list[Cell]]
+    warnings: list[str]
+
+
+def prepare(spec: Spec, inventory: Path, hosts: list[Host], results_root: Path, fresh: bool, replicas: int) -> Prepared:
+    """Validate, gather facts, group, plan, provision: everything before the first cell, attached or detached."""
+    for h in hosts:  # a host name becomes a folder of the results tree
+        try:
+            results.path_part(h.name, "host")
+        except ValueError as exc:
+            raise UserError(f"{inventory}: {exc}") from None
+    if replicas > len(hosts):
+        raise UserError(f"--replicas {replicas}: only {len(hosts)} host(s) selected; give at most {len(hosts)}")
+    warnings = plan.spec_warnings(spec)
+    for w in warnings:
+        log.warning("spec_warning", warning=w)
+    check_reachable(hosts)
+    try:
+        facts = gather_facts(inventory, hosts)
+        groups = fleet_groups.group_facts(facts)
+        show_groups(groups)
+        check_replicas(replicas, groups)
+        cells = plan_fleet(spec, hosts, facts)
+        for host, cs in cells.items():
+            for note in sorted({n for c in cs for n in c.notes}):
+                log.warning("plan_note", host=host, note=note)
+        collect.clear_incoming(results_root, spec.name)
+        results.clear_temp_files(results_root, spec.name)
+        todo = {
+            h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
+            for h, cs in cells.items()
+        }
+        provision(inventory, spec, hosts, todo)  # every host of a group can take any of its cells: env files for all
+    except KeyboardInterrupt:
+        _stop_our_playbooks()  # facts and provisioning start no server: nothing to tear down
+        raise
+    return Prepared(facts=facts, groups=groups, cells=cells, todo=todo, warnings=warnings)
 
 
 def show_groups(groups: list[fleet_groups.HostGroup]) -> None:

@@ -28,5 +28,21 @@ FETCH = TaskRef("cell", "Fetch the run folder", "ansible.builtin.fetch")  # fail
 STATUS = TaskRef("status", "Server status", "spark_server")
 RESOLVE = TaskRef("pin", "Resolve the tag", "spark_image")
 INSPECT = TaskRef("inspect", "Inspect checkpoint", "spark_inspect")
+RUNNER_START = TaskRef("fleet", "Start the runner", "spark_runner")
+RUNNER_STATUS = TaskRef("fleet_status", "Runner progress", "spark_runner")
+FETCH_SEALED = TaskRef("fleet_collect", "Fetch sealed cells", "ansible.builtin.fetch", loop=True)
 
-ALL = (FACTS, IMAGE, CHECKPOINTS, SERVE, BENCH, FETCH, STATUS, RESOLVE, INSPECT)
+ALL = (
+    FACTS,
+    IMAGE,
+    CHECKPOINTS,
+    SERVE,
+    BENCH,
+    FETCH,
+    STATUS,
+    RESOLVE,
+    INSPECT,
+    RUNNER_START,
+    RUNNER_STATUS,
+    FETCH_SEALED,
+)
