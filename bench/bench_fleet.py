@@ -15,6 +15,7 @@ Wall times include facts and provisioning (what a user waits for). The machine i
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import subprocess
@@ -41,7 +42,9 @@ def spec_for(tmp: Path, name: str, cells: int, duration: float) -> Path:
     """cells = 2 MoE backends x cells/2 attention backends (at most 10 distinct), one window per cell."""
     attention = ["auto", "flash_attn", "triton_attn", "flashinfer", "flex_attention"][: max(1, cells // 2)]
     path = write_spec(tmp, name, backends=("marlin", "flashinfer_b12x"), duration=duration, concurrency=(1,), warmup=0)
-    text = path.read_text().replace("[matrix]\n", "[matrix]\nattention_backend = " + str(attention).replace("'", '"') + "\n")
+    text = path.read_text().replace(
+        "[matrix]\n", "[matrix]\nattention_backend = " + str(attention).replace("'", '"') + "\n"
+    )
     path.write_text(text)
     return path
 
@@ -54,8 +57,10 @@ def idle(out: Path, sweep: str) -> tuple[list[float], list[float]]:
     """Gaps between consecutive cells of each host, and each cell's overhead (elapsed - startup - measure)."""
     gaps, overhead = [], []
     for host_dir in sorted((out / sweep).iterdir()):
-        cells = sorted((results.read_toml(f) for f in host_dir.glob(f"*/{results.CELL_FILE}")), key=lambda c: c["started_at"])
-        for prev, nxt in zip(cells, cells[1:], strict=False):
+        cells = sorted(
+            (results.read_toml(f) for f in host_dir.glob(f"*/{results.CELL_FILE}")), key=lambda c: c["started_at"]
+        )
+        for prev, nxt in itertools.pairwise(cells):
             gaps.append(stamp(nxt["started_at"]) - stamp(prev["finished_at"]))
         overhead += [c["elapsed_s"] - c.get("startup_s", 0.0) - c.get("measure_s", 0.0) for c in cells]
     return gaps, overhead
@@ -85,12 +90,16 @@ def main() -> int:
         inventory, first = str(fleet.inventory), fleet.hosts[0].name
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores")
         spec = spec_for(tmp, "one", args.cells, args.duration)
-        one = run([*CLI, "sweep", str(spec), "-i", inventory, "--limit", first, "--results", str(tmp / "r1"), "--no-progress"])
+        one = run(
+            [*CLI, "sweep", str(spec), "-i", inventory, "--limit", first, "--results", str(tmp / "r1"), "--no-progress"]
+        )
         spec = spec_for(tmp, "many", args.cells, args.duration)
         many = run([*CLI, "sweep", str(spec), "-i", inventory, "--results", str(tmp / "rn"), "--no-progress"])
         spread = sorted(len(list(d.glob(f"*/{results.CELL_FILE}"))) for d in (tmp / "rn" / "many").iterdir())
-        print(f"{args.cells} cells, 1 host: {one:.1f} s; {args.hosts} hosts: {many:.1f} s; ratio {many / one:.2f} "
-              f"(cells per host {spread})")
+        print(
+            f"{args.cells} cells, 1 host: {one:.1f} s; {args.hosts} hosts: {many:.1f} s; ratio {many / one:.2f} "
+            f"(cells per host {spread})"
+        )
         gaps_a, over_a = idle(tmp / "r1", "one")
         spec = spec_for(tmp, "detached", args.cells, args.duration)
         t0 = time.monotonic()
@@ -101,8 +110,10 @@ def main() -> int:
         for label, gaps, over in (("attached", gaps_a, over_a), ("detached", gaps_d, over_d)):
             mean_gap = sum(gaps) / len(gaps) if gaps else 0.0
             mean_over = sum(over) / len(over) if over else 0.0
-            print(f"1 host, {label}: mean gap between cells {mean_gap:.1f} s (max {max(gaps, default=0):.1f}), "
-                  f"mean per-cell overhead {mean_over:.1f} s (not startup, not measuring)")
+            print(
+                f"1 host, {label}: mean gap between cells {mean_gap:.1f} s (max {max(gaps, default=0):.1f}), "
+                f"mean per-cell overhead {mean_over:.1f} s (not startup, not measuring)"
+            )
         print(f"1 host, detached incl. collect --wait: {detached:.1f} s (attached: {one:.1f} s)")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
