@@ -53,7 +53,8 @@ def host_line(state: detach.FleetState, root: Path, p: detach.HostProgress) -> s
     if not p.answered:
         return f"  {p.host}: no answer ({p.error}){lost}; {collected}/{len(assigned)} collected"
     failed = [f"{cid}: {rec['error']}" for cid, rec in p.done.items() if rec["outcome"] == "host_error"]
-    runner = (p.state or "not started") + ("" if p.alive or not p.state else " (runner gone)")
+    gone = p.state == "running" and not p.alive  # killed (Ctrl-C on its host, a reboot): its cell is not sealed
+    runner = (p.state or "not started") + (" (runner gone)" if gone else "")
     now = f"; now {p.current} since {p.current_since}" if p.current else ""
     text = (
         f"  {p.host}: {runner}, {len(p.done)}/{len(assigned)} done, {len(p.sealed)} sealed, {collected} collected"
