@@ -268,8 +268,8 @@ class Collected:
 
     @property
     def finished(self) -> bool:
-        """Nothing runs any more on any host that still counts."""
-        return not self.still_running and not self.unanswered
+        """Nothing runs any more on any host that still counts (and no cell was just handed on to another host)."""
+        return not self.still_running and not self.unanswered and not self.lost_now
 
 
 def replan(state: FleetState, spec: Spec, hosts: list[Host]) -> dict[str, list[Cell]]:
@@ -322,8 +322,15 @@ def collect_sweep(
             out.still_running[host] = p.current
         elif p.alive:
             out.still_running[host] = ""
+        elif p.state in ("running", "stopped") and host not in state.lost:
+            # its runner is gone with cells left (stopped or killed on the host): known dead, no need to wait
+            left = [c for c in state.assignment[host] if c not in p.done]
+            if left:
+                out.lost_now[host] = f"its runner is gone ({p.state}, {len(left)} cell(s) not run)"
     if fetch:
         out.new = fetch_and_store(state, cells, fetch, progress, results_root)
+    for host, why in out.lost_now.items():  # after the fetch: what it sealed is in the tree, not handed on
+        declare_lost(state, spec, cells, inventory, results_root, host, why, evict)
     now = time.time()
     for host, why in list(out.unanswered.items()):
         silent = now - state.last_seen.get(host, now)
