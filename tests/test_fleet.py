@@ -75,11 +75,11 @@ def test_a_b200_forms_its_own_group_and_check_says_why(six):
 
 
 def test_the_group_queue_spreads_cells_and_a_lost_host_costs_only_its_cell(tmp_path, six):
-    """Six cells on five equal hosts, each cell measured once. spark-a's sshd stops mid-cell: that cell is recorded
+    """Six cells on four equal hosts, each cell measured once. spark-a's sshd stops mid-cell: that cell is recorded
     host_lost on spark-a and measured by another host; the sweep completes with every cell measured."""
     out = tmp_path / "results"
     spec = fleet_spec(tmp_path, "queue", ["auto", "flash_attn", "triton_attn"])
-    cmd = [*CLI, "sweep", str(spec), "-i", str(six.inventory), "--limit", ",".join(GB10), "--results", str(out)]
+    cmd = [*CLI, "sweep", str(spec), "-i", str(six.inventory), "--limit", ",".join(GB10[:4]), "--results", str(out)]
     proc = subprocess.Popen(
         [*cmd, "--no-progress"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -98,7 +98,7 @@ def test_the_group_queue_spreads_cells_and_a_lost_host_costs_only_its_cell(tmp_p
         supervise.stop(str(a.workdir))
     cells = stored(out, "queue")
     assert len(cells) == 6 and all(len(hosts) == 1 for hosts in cells.values()), cells  # once per group
-    assert len({h for hosts in cells.values() for h in hosts}) >= 4, f"cells were not spread: {cells}"
+    assert len({h for hosts in cells.values() for h in hosts}) >= 3, f"cells were not spread: {cells}"
     (lost,) = list((out / "queue" / "spark-a").glob(f"*/{results.LOST_FILE}"))
     assert results.read_toml(lost)["reason"] == "host_lost"
     assert cells[lost.parent.name] != ["spark-a"], "the lost host's cell was measured by another host"
