@@ -10,7 +10,7 @@ short_description: Start, report or stop the host-side runner of a detached spar
 description:
   - C(started) forks the runner of sweep O(sweep), which runs the cells of C(<workdir>/sweeps/<sweep>/plan.json)
     back to back (serve, bench, teardown, seal), with no controller connected. It holds the host for the whole
-    sweep: anyone else who wants to start a server here is refused with the holder named. Idempotent: a runner
+    sweep, so anyone else who wants to start a server here is refused with the holder named. Idempotent, a runner
     of this sweep that already runs is left alone (it re-reads the plan before each cell).
   - C(status) reports the runner's progress (done, running now, sealed) and whether it is alive. Changes nothing.
   - C(stopped) stops the runner and its current server (that cell is not sealed).
