@@ -29,6 +29,12 @@ options:
     description: The sweep's name (a plain folder name).
     type: str
     required: true
+attributes:
+  check_mode:
+    support: full
+    details:
+      - C(status) runs as usual. C(started) reports whether it would start a runner, C(stopped) whether it would
+        stop one; neither touches anything.
 author: spark-agent
 """
 
