@@ -10,6 +10,7 @@ import errno
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -208,13 +209,15 @@ def run_sweep(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     replicas: int = 1,
+    select: Callable[[dict[str, list[Cell]]], dict[str, list[Cell]]] | None = None,
 ) -> SweepOutcome:
     """Measure every cell of the spec once per fingerprint group (on `replicas` different hosts of it): the hosts
     of a group take cells from the group's queue, longest first. Returns what happened; the results tree holds the
-    numbers."""
+    numbers. `select` (agent/running/tune.py) picks, from every planned cell per host, the ones to run now and their
+    schedule (a cell keeps its planned id when only its concurrency levels or repeats are changed)."""
     cancel = cancel or threading.Event()
     progress = progress or Progress(enabled=False)
-    prepared = prepare(spec, inventory, hosts, results_root, fresh, replicas)
+    prepared = prepare(spec, inventory, hosts, results_root, fresh, replicas, select)
     facts, groups, cells, todo, warnings = (
         prepared.facts,
         prepared.groups,
@@ -276,7 +279,15 @@ class Prepared:
     warnings: list[str]
 
 
-def prepare(spec: Spec, inventory: Path, hosts: list[Host], results_root: Path, fresh: bool, replicas: int) -> Prepared:
+def prepare(
+    spec: Spec,
+    inventory: Path,
+    hosts: list[Host],
+    results_root: Path,
+    fresh: bool,
+    replicas: int,
+    select: Callable[[dict[str, list[Cell]]], dict[str, list[Cell]]] | None = None,
+) -> Prepared:
     """Validate, gather facts, group, plan, provision: everything before the first cell, attached or detached."""
     for h in hosts:  # a host name becomes a folder of the results tree
         try:
@@ -295,6 +306,8 @@ def prepare(spec: Spec, inventory: Path, hosts: list[Host], results_root: Path, 
         show_groups(groups)
         check_replicas(replicas, groups)
         cells = plan_fleet(spec, hosts, facts)
+        if select is not None:
+            cells = select(cells)
         for host, cs in cells.items():
             for note in sorted({n for c in cs for n in c.notes}):
                 log.warning("plan_note", host=host, note=note)
@@ -421,7 +434,10 @@ def _host_worker(
                     break
                 time.sleep(0.2)  # another host is on a cell that may come back to the queue
                 continue
-            cell = mine[cell_id]
+            cell = mine.get(cell_id)
+            if cell is None:  # not selected for this host (tune): leave it to the group's other hosts
+                queue.give_back(host.name, cell_id)
+                continue
             with result.lock:
                 result.planned.append(cell_id)
             try:

@@ -31,6 +31,7 @@ FETCH = TaskRef("cell", "Fetch the run folder", "ansible.builtin.fetch")  # fail
 STATUS = TaskRef("status", "Server status", "spark_server")
 RESOLVE = TaskRef("pin", "Resolve the tag", "spark_image")
 INSPECT = TaskRef("inspect", "Inspect checkpoint", "spark_inspect")
+CACHE = TaskRef("cache", "Cache folders", "spark_cache")
 RUNNER_START = TaskRef("fleet", "Start the runner", "spark_runner")
 RUNNER_STATUS = TaskRef("fleet_status", "Runner progress", "spark_runner")
 FETCH_SEALED = TaskRef("fleet_collect", "Fetch sealed cells", "ansible.builtin.fetch", loop=True)
@@ -51,4 +52,5 @@ ALL = (
     RUNNER_START,
     RUNNER_STATUS,
     FETCH_SEALED,
+    CACHE,
 )
