@@ -196,6 +196,13 @@ def test_the_spec_schema_comes_from_the_settings():
         "max_model_len": ((int,), 8192),
         "max_num_seqs": ((int,), 16),
         "extra_args": ((list,), []),
+        # multi-node (issue 19): keep_default=False, so cells at these defaults keep their ids
+        "nodes": ((int,), 1),
+        "tensor_parallel_size": ((int,), 1),
+        "pipeline_parallel_size": ((int,), 1),
+        "distributed_executor_backend": ((str,), ""),
+        "transport": ((str,), ""),
+        "drop_page_cache": ((bool,), False),
     }
     assert {k: v[2] for k, v in toml_schema(LoadSettings).items()} == {
         "prompt_len": 1024,

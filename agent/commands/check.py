@@ -31,7 +31,20 @@ def _columns(f: Facts) -> dict[str, str]:
         "docker": ("yes" if f.get("docker") else "no") + (" +nvidia" if f.get("nvidia_runtime") else ""),
         "python": str(f.get("python", "")),
         "fingerprint": str(f.get("fingerprint", "")),
+        "links": _links(f),
     }
+
+
+def _links(f: Facts) -> str:
+    """Interfaces with an address: the candidates for a multi-node cell's link (name, address, speed, RDMA)."""
+    out = []
+    for nic in f.get("interfaces", []):
+        if nic["addresses"]:
+            speed = f"{nic['speed_mbps'] // 1000} Gb/s" if nic["speed_mbps"] > 0 else "? Gb/s"
+            rdma = f" rdma {','.join(nic['rdma'])}" if nic["rdma"] else ""
+            sim = " (simulated)" if nic["simulated"] else ""
+            out.append(f"{nic['name']} {','.join(nic['addresses'])} {speed}{rdma}{sim}")
+    return "\n".join(out) or "-"
 
 
 def register(sub) -> None:

@@ -14,6 +14,17 @@ from typing import Any, TypedDict
 # --- host facts: hostside.facts.gather() -> the [facts] table of cell.toml -------------------------------------
 
 
+class NetInterface(TypedDict):
+    """One network interface of a host (hostside/netfacts.py): what a multi-node cell's link is chosen from."""
+
+    name: str  # enp1s0f0np0
+    state: str  # up | down | unknown (operstate)
+    addresses: list[str]  # IPv4 "a.b.c.d/prefix"
+    speed_mbps: int  # -1 when the kernel does not say
+    rdma: list[str]  # RDMA devices on it (/sys/class/infiniband/<dev>/device/net/<name>): rocep1s0f0, mlx5_0
+    simulated: bool  # a simulated ConnectX on a simulated host: its "link" is the host's loopback address
+
+
 class Facts(TypedDict, total=False):
     """gather() fills every key (no value is None); facts classified on the controller from a partial dict (a
     test, an older host) may hold fewer, so readers use .get() for anything but gpu_name."""
@@ -40,6 +51,7 @@ class Facts(TypedDict, total=False):
     sm: str  # "sm_121a"; "" when unknown
     notes: list[str]  # what could not be read or classified, one warning each
     fingerprint: str  # 8 hex over the stable facts
+    interfaces: list[NetInterface]  # network interfaces (not part of the fingerprint: addresses differ per host)
 
 
 # --- a failure: logparse (Follower.fatal, classify), supervise.wait_ready, serve.json ------------------------------
@@ -72,6 +84,25 @@ class SpeculativeFacts(TypedDict):
     draft_moe_backend_raw: str
     draft_attention_backend: str
     requested_moe_backend: str  # from --speculative-config's moe_backend, normalised
+
+
+class NcclLink(TypedDict):
+    """One rank's NCCL network choice, as its init lines say."""
+
+    node: str  # Ray's ip= prefix (a rank on another node), else the host name NCCL logs ("head" if none)
+    transport: str  # IB | Socket (as NCCL names its network; RoCE devices are "IB")
+    device: str  # mlx5_0:1/RoCE, rocep1s0f0:1/RoCE, eth0:10.0.0.1 ... ("" when not logged)
+    line: str  # the evidence line
+
+
+class ClusterFacts(TypedDict):
+    """What a multi-node log says about the cluster (hostside/clusterlog.py); -1 / [] where it does not say."""
+
+    world_size: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    ray_nodes: int  # distinct nodes that logged (the head plus every worker ip= in Ray's prefixes)
+    links: list[NcclLink]
 
 
 class Attestation(TypedDict):
@@ -109,6 +140,7 @@ class Attestation(TypedDict):
     # '...'-cut lists); "" when no vLLM line was recognised. `repairs` says what was assumed.
     confidence: str
     repairs: list[str]
+    cluster: ClusterFacts  # multi-node: world size, TP/PP, Ray nodes, NCCL transport per rank
 
 
 # --- serve status: supervise.wait_ready() -> serve.json in a cell's run folder ------------------------------------

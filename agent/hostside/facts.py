@@ -25,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypedDict
 
+from . import netfacts
 from .contracts import Facts
 
 tomllib: ModuleType | None
@@ -295,6 +296,7 @@ def gather(
     simulate_gpu: str | None = None,
     cache_dir: str = DEFAULT_CACHE_DIR,
     gpu_rules: dict[str, dict[str, Any]] | None = None,
+    simulate_link: str = "",
 ) -> Facts:
     """The [facts] table of this host. No value is None; `notes` (worth a warning each) says what
     could not be read or classified. simulate_gpu (an arch of gpus.toml) reports that chip instead."""
@@ -328,6 +330,8 @@ def gather(
         notes.append(unknown_arch_note(facts, rules))
     facts["notes"] = notes
     facts["fingerprint"] = fingerprint(facts)
+    # a simulated host (simulate_link: its loopback address) reports a simulated ConnectX-7, never the machine's NICs
+    facts["interfaces"] = [netfacts.simulated_interface(simulate_link)] if simulate_gpu else netfacts.interfaces()
     return facts
 
 

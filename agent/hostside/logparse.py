@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from . import clusterlog
 from .contracts import Attestation, Failure
 
 # --- unwrapping one raw line ---------------------------------------------------------------------
@@ -388,6 +389,10 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
     ("unsupported_moe_backend", (re.compile(r"moe_backend='[^']*' is not supported for"),)),
     ("backend_unsupported_config", (re.compile(r"does not support the deployment configuration since"),)),
     ("attention_backend_invalid", (re.compile(r"Selected backend \S+ is not valid for this configuration"),)),
+    (
+        "cluster_incomplete",  # multi-node: the Ray cluster lacks the nodes or GPUs TP x PP needs
+        (re.compile(r"exceeds the total number of available GPUs|placement group of \d+ GPU bundle"),),
+    ),
     # A backend that gates on compute capability: the hard requirement, said in any of vLLM's and its kernels' words.
     (
         "unsupported_backend",  # each form tried only on text that holds its literal: near misses stay cheap
@@ -428,6 +433,8 @@ _ENGINE_DIED = re.compile(
 # After readiness, the root cause of an engine that died mid-run: checked before the startup signatures. The OOM
 # killer and signals leave no line of vLLM's own; the supervisor adds one when the server ends (SUPERVISOR_PREFIX).
 _DEATH_CAUSES = (
+    # a multi-node cell: a rank's Ray actor (its node) went away
+    ("worker_lost", re.compile(r"ActorDiedError|ActorUnavailableError|The actor died unexpectedly|its node has died")),
     (
         "oom",
         re.compile(
@@ -509,6 +516,7 @@ def _new_facts() -> Attestation:
         "runtime_failure": {},  # after readiness: {class, root_cause, evidence} of an engine that died mid-run
         "evidence": {},
         "vllm_log_lines": 0,
+        "cluster": clusterlog.new(),
         "confidence": "",
         "repairs": [],
     }
@@ -544,6 +552,7 @@ class Follower:
         self._death: dict[str, Any] = {"class": "", "root_cause": "", "evidence": []}  # dying after readiness
         self._death_dying = False
         self._partial = ""
+        self._cluster = clusterlog.ClusterFollower()
         self._open = ""  # a line whose brackets are not closed yet: wrapped lines that continue it are joined
         self._open_lines = 0
         self._repairs = dict.fromkeys(_REPAIRS, 0)
@@ -576,6 +585,8 @@ class Follower:
             if "SpecDecoding metrics" in line:  # periodic, and wanted: the cheap path
                 self._acceptance(line)
                 continue
+            if clusterlog.interesting(line):  # multi-node: world size, TP/PP, Ray nodes, NCCL transport
+                self._cluster.feed(line)
             if not self._server_seen and _SERVER_MARKERS.search(line):
                 self._server_seen = True
             if "\r" in line:  # progress bars redraw with CR; each piece is its own line
@@ -662,6 +673,7 @@ class Follower:
         f["linear_backend"] = backends[0] if len(backends) == 1 else ("mixed" if backends else "")
         f["failure"] = {} if f["startup_complete"] else self._failure()
         f["runtime_failure"] = self._runtime_failure()
+        f["cluster"] = self._cluster.result()
         f["repairs"] = [f"{n} {_REPAIRS[key]}" for key, n in self._repairs.items() if n]
         f["confidence"] = self._confidence(f)
         return f

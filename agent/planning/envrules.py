@@ -18,7 +18,7 @@ from typing import Any, TypedDict
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
 from agent.hostside.contracts import Facts
-from agent.paths import ENV_RULES
+from agent.paths import ENV_RULES, MULTINODE_RULES
 
 
 class EnvProvenance(TypedDict):
@@ -250,3 +250,31 @@ def _speculative_rules(quant: str, config: dict) -> list[dict]:
         for rule in env_rules().get("speculative", [])
         if quant in rule.get("quant", [quant]) and config.get("method") == rule.get("method")
     ]
+
+
+# --- multi-node: each node's environment from its end of the link ------------------------------------------------
+
+_PLACEHOLDERS = ("{ifname}", "{address}", "{rdma}", "{head}")
+
+
+@functools.cache
+def multinode_rules(path: Path = MULTINODE_RULES) -> list[dict[str, Any]]:
+    with open(path, "rb") as handle:
+        return list(tomllib.load(handle).get("rule", []))
+
+
+def node_env(values: dict[str, str], transport: str, where: str) -> EnvResult:
+    """The env of one node of a multi-node cell: every rule of multinode.toml whose transport matches, its
+    placeholders filled from `values` ({ifname, address, rdma, head}; checked plain tokens from the facts).
+    `where` (the host) goes into each provenance row's reason."""
+    result = EnvResult()
+    for rule in multinode_rules():
+        if rule.get("transport", transport) != transport:
+            continue
+        for name, template in rule["set"].items():
+            value = str(template)
+            for ph in _PLACEHOLDERS:
+                value = value.replace(ph, values.get(ph.strip("{}"), ""))
+            result.env[name] = value
+            _record(result, name, value, "set", rule["name"], f"{rule['reason']} (node {where})")
+    return result

@@ -88,6 +88,13 @@ class Cell:
     argv: list[str] = field(default_factory=list)  # the server command line on this host
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
     checkpoint_info: CheckpointInfo = field(default_factory=lambda: CheckpointInfo())  # {} unless a folder there
+    cluster: dict[str, Any] = field(default_factory=dict)  # multi-node plumbing (planning/multinode.py), not hashed
+
+    @property
+    def hosts(self) -> list[str]:
+        """Every host the cell runs on: the head (this cell's host) first, then its Ray workers."""
+        return [n["host"] for n in self.cluster["nodes"]] if self.cluster else [self.host]
+
     keep_runs: bool = False  # tune adds levels to a measured cell: its windows at levels not run now are kept
 
     @property
@@ -117,6 +124,7 @@ class Cell:
             "seed": c.load.seed,
             "host_env": self.host_env,
             "time_scale": float(self.host_env.get("SPARK_SIM_TIME_SCALE", "1")),  # the simulator's accelerated clock
+            **({"cluster": self.cluster} if self.cluster else {}),
         }
 
 

@@ -50,6 +50,15 @@ class ServerSettings:
     max_model_len: int = setting(8192, toml=(int,), flag="--max-model-len", always=True)
     max_num_seqs: int = setting(16, toml=(int,), flag="--max-num-seqs", always=True)
     extra_args: list[Any] = field(default_factory=list, metadata=meta(toml=(list,)))  # passed last, each str()
+    # multi-node (issue 19): Sparks one cell spans, joined by Ray; left out of [config] at their defaults
+    nodes: int = setting(1, toml=(int,), keep_default=False)
+    tensor_parallel_size: int = setting(1, toml=(int,), flag="--tensor-parallel-size", keep_default=False)
+    pipeline_parallel_size: int = setting(1, toml=(int,), flag="--pipeline-parallel-size", keep_default=False)
+    distributed_executor_backend: str = setting(
+        "", toml=(str,), flag="--distributed-executor-backend", keep_default=False
+    )  # "ray" whenever nodes > 1 (matrix sets it)
+    transport: str = setting("", toml=(str,), keep_default=False)  # "" = rdma when the link has it | rdma | socket
+    drop_page_cache: bool = setting(False, toml=(bool,), keep_default=False)  # drop the page cache before start
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,9 @@ MANAGED_FLAGS = (
     "--linear-backend",
     "--attention-backend",
     "--speculative-config",
+    "--tensor-parallel-size",
+    "--pipeline-parallel-size",
+    "--distributed-executor-backend",
 )
 # key -> (lowest, highest): anything outside is a typo or an absurd value, refused before any host is touched.
 _RANGES: dict[str, tuple[float, float]] = {
@@ -47,6 +50,9 @@ _RANGES: dict[str, tuple[float, float]] = {
     "prompt_len": (1, 1 << 24),
     "output_len": (1, 1 << 24),
     "seed": (0, (1 << 63) - 1),
+    "nodes": (1, 64),
+    "tensor_parallel_size": (1, 512),
+    "pipeline_parallel_size": (1, 64),
 }
 _MAX_LIST = 64  # checkpoints, backends per axis, concurrency levels
 
@@ -421,6 +427,13 @@ def _check_values(path: Path, lines: _Lines, server: dict, matrix: dict, load: d
         ("load", "prompt_len", load["prompt_len"] > 0, "must be > 0"),
         ("load", "output_len", load["output_len"] > 0, "must be > 0"),
         ("load", "profile", load["profile"] in PROFILES, f"must be one of {', '.join(PROFILES)}"),
+        ("server", "transport", server["transport"] in TRANSPORTS, "must be rdma, socket or left out (auto)"),
+        (
+            "server",
+            "distributed_executor_backend",
+            server["distributed_executor_backend"] in ("", "ray"),
+            'must be "ray" (the only multi-node backend spark-agent drives) or left out',
+        ),
     ]
     for table, key, ok, why in checks:
         if not ok:
@@ -431,6 +444,7 @@ def _check_values(path: Path, lines: _Lines, server: dict, matrix: dict, load: d
             low, high = _RANGES.get(key, (-math.inf, math.inf))
             if isinstance(value, (int, float)) and not low <= value <= high:
                 raise _err(path, lines.of(table, key), f"'{key}' must be from {low:g} to {high:g}, got {value!r}")
+    _check_parallel(path, lines, server)
     if load["prompt_len"] + load["output_len"] > server["max_model_len"]:
         raise _err(
             path,
@@ -444,4 +458,20 @@ def _check_values(path: Path, lines: _Lines, server: dict, matrix: dict, load: d
             lines.of("matrix", "concurrency"),
             f"concurrency {max(conc)} exceeds server max_num_seqs {server['max_num_seqs']}; "
             "raise max_num_seqs or drop the level",
+        )
+
+
+TRANSPORTS = ("", "rdma", "socket")
+
+
+def _check_parallel(path: Path, lines: _Lines, server: dict) -> None:
+    """TP x PP must fill whole nodes: every node runs the same number of GPUs (the GPUs per node come from the
+    facts; a Spark has one, checked again once they are known)."""
+    nodes, tp, pp = server["nodes"], server["tensor_parallel_size"], server["pipeline_parallel_size"]
+    if nodes > 1 and (tp * pp) % nodes:
+        raise _err(
+            path,
+            lines.of("server", "nodes"),
+            f"tensor_parallel_size x pipeline_parallel_size = {tp * pp} does not split over nodes = {nodes}; "
+            "TP x PP must be nodes x GPUs per node (a Spark has 1 GPU: e.g. nodes = 2, tensor_parallel_size = 2)",
         )

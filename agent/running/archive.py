@@ -37,6 +37,7 @@ FIXED = {
     "launch.txt": MAX_FILE_BYTES,
     "serve.json": MAX_FILE_BYTES,
     DIED_FILE: MAX_FILE_BYTES,  # only when the server died mid-cell
+    "ray-node.log": MAX_LOG_BYTES,  # a multi-node cell: this node's `ray start` log (hostside/raynode.py)
 }
 REGULAR = (b"0", b"\0")
 PAX = b"x"

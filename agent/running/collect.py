@@ -18,6 +18,7 @@ from typing import Any, cast
 from agent.hostside import logparse, redact, startuplog, utc
 from agent.hostside.contracts import Attestation, Facts, Failure, Measurement
 from agent.hostside.serving import DIED_FILE, launch_command
+from agent.judging import cluster as cluster_verdict
 from agent.judging import verdict
 from agent.planning.matrix import Cell
 from agent.results import tree as results
@@ -57,6 +58,7 @@ def finalize_cell(
             record = _bad_host_data_record(cell, facts, exc.reason, started, finished)
         else:
             record = _write_cell(dest, cell, facts, staging, received, started, finished, measure_s)
+            record.notes += _node_logs(root, cell, dest, staging)
         record = _redacted(record)
         results.atomic_write_toml(dest / results.CELL_FILE, record.to_toml())
     finally:
@@ -103,10 +105,37 @@ def _clear_previous(dest: Path, keep: Callable[[Path], bool] = lambda path: Fals
     """A re-run (--fresh) replaces the cell whole: cell.toml goes first, so a crash here leaves it unfinished.
     `keep`: measurement files to leave in place (tune adding levels to a measured cell)."""
     runs = [p for p in dest.glob("c[0-9]*-r*.toml") if not keep(p)]
-    for path in [dest / results.CELL_FILE, *runs, dest / "server.log", dest / "launch.txt"]:
+    for path in [dest / results.CELL_FILE, *runs, dest / "server.log", dest / "launch.txt", *dest.glob("node-*.log")]:
         path.unlink(missing_ok=True)
     for leftover in dest.glob(STAGING_PREFIX + "*"):  # a controller killed while it was receiving
         shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _node_logs(root: Path, cell: Cell, dest: Path, staging: Path) -> list[str]:
+    """A multi-node cell: every node's Ray log as node-<host>.log (the head's came in its own archive; each worker's
+    archive is checked like the head's, and only its ray-node.log is kept). Returns a note per log that did not
+    come back."""
+    notes: list[str] = []
+    for host in cell.hosts if cell.cluster else []:
+        src = staging / "ray-node.log"
+        if host != cell.host:
+            tar_path = incoming_tar(root, cell.sweep, host, cell.id)
+            src = dest / f"{STAGING_PREFIX}node-{host}" / "ray-node.log"
+            try:
+                if not tar_path.is_file() or tar_path.is_symlink():
+                    raise hostdata.BadHostData("nothing came back")
+                src.parent.mkdir()
+                archive.unpack(tar_path, src.parent)
+            except (hostdata.BadHostData, OSError) as exc:
+                notes.append(f"node {host}: its Ray log did not come back ({hostdata.one_line(str(exc), 200)})")
+            finally:
+                tar_path.unlink(missing_ok=True)
+        if src.is_file():
+            _mask_secrets(src)
+            os.replace(src, dest / f"node-{host}.log")
+        if src.parent != staging:
+            shutil.rmtree(src.parent, ignore_errors=True)
+    return notes
 
 
 def _read_received(staging: Path, cell: Cell) -> dict[str, Any]:
@@ -170,6 +199,16 @@ def _write_cell(
         run["before_crash"] = bool(died) and not run["engine_died"]
         results.atomic_write_toml(dest / name, redact.redact(run))
     outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
+    reasons, evidence, notes = cluster_verdict.judge(cell.config.to_dict(), attestation["cluster"])
+    if reasons and outcome["verdict"] != "failed":  # e.g. NCCL on sockets where the rules expect RDMA
+        outcome = verdict.Verdict(
+            verdict="invalid",
+            reasons=outcome["reasons"] + reasons,
+            evidence=outcome["evidence"] + evidence,
+            notes=outcome["notes"] + notes,
+        )
+    else:
+        outcome["notes"] += notes
     failure: Failure = serve.get("failure") or Failure()
     if not serve.get("ready") and not failure:
         failure = attestation.get("failure") or Failure(

@@ -182,7 +182,38 @@ FACTS: dict[str, Field] = {
     "sm": (_token(SM, 16), ""),
     "notes": (_texts(1024, 64), []),
     "fingerprint": (_token(FINGERPRINT, 8), ""),
+    "interfaces": (lambda v, w: interfaces(v, w), ABSENT),
 }
+
+IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,31}")  # what reaches NCCL_SOCKET_IFNAME and NCCL_IB_HCA
+IPV4_CIDR = re.compile(r"(?:[0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}")
+STATE = re.compile(r"[a-z]{0,16}")
+
+
+def interfaces(value: Any, where: str) -> list[dict[str, Any]]:
+    """The host's network interfaces: names and RDMA devices become env values and link choices, so each is a plain
+    token; addresses are IPv4 CIDRs."""
+    if not isinstance(value, list) or len(value) > 64:
+        raise BadHostData(f"{where}: expected a list of at most 64 interfaces")
+    out = []
+    for i, item in enumerate(value):
+        w = f"{where}[{i}]"
+        out.append(
+            shape(
+                item,
+                w,
+                {
+                    "name": (_token(IFNAME, 32), ""),
+                    "state": (_token(STATE, 16), "unknown"),
+                    "addresses": (lambda v, ww: [token(a, ww, IPV4_CIDR, 18) for a in texts(v, ww, 18, 16)], []),
+                    "speed_mbps": (_int(-1, 10**7), -1),
+                    "rdma": (lambda v, ww: [token(a, ww, IFNAME, 32) for a in texts(v, ww, 32, 16)], []),
+                    "simulated": (flag, False),
+                },
+                required=("name",),
+            )
+        )
+    return out
 
 
 def facts(value: Any, host: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from agent.errors import UserError
 from agent.hostside.contracts import Facts
 from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
+from agent.planning import multinode
 from agent.planning.inventory import Host, check_reachable
 from agent.planning.matrix import Cell, CheckpointInfo
 from agent.planning.spec import Spec
@@ -159,12 +160,21 @@ def _raise_host_errors(run: fleet.FleetRun, stage: str) -> None:
 
 
 def plan_fleet(spec: Spec, hosts: list[Host], facts: dict[str, Facts]) -> dict[str, list[Cell]]:
+    if spec.server.nodes > 1:  # a node set's cells go to its head; its workers get none of their own
+        cells, notes = multinode.plan_fleet(spec, [h.name for h in hosts], facts, {h.name: h.vars for h in hosts})
+        for note in notes:
+            log.warning("plan_note", note=note)
+        return cells
     return {h.name: plan.plan_cells(spec, h.name, facts[h.name], h.vars) for h in hosts}
 
 
 def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, list[Cell]]) -> fleet.FleetRun:
     """The image present by digest and each cell's env file on its host. Idempotent."""
-    by_host = {h: [{"id": c.id, "env": c.env} for c in cs] for h, cs in cells.items()}
+    by_host: dict[str, list[dict[str, Any]]] = {h: [] for h in cells}
+    for cs in cells.values():
+        for c in cs:  # a multi-node cell's env file on every node: the cell's env and that node's link variables
+            for node in c.cluster.get("nodes", []) or [{"host": c.host, "env": {}}]:
+                by_host.setdefault(node["host"], []).append({"id": c.id, "env": {**c.env, **node["env"]}})
     checkpoints = fleetcopy.checkpoint_vars(spec)
     run = fleet.run_playbook(
         "provision",
@@ -555,12 +565,13 @@ def run_cell(
         "controller": controller_identity(cell.sweep, cell.id),
         "spark_evict": evict,
     }
+    limit = ",".join(cell.hosts)  # a multi-node cell runs on its whole node set, head first
     run = fleet.run_playbook(
-        "cell", inventory, extravars, limit=host.name, on_event=progress.event_hook(host.name), cancel=cancel
+        "cell", inventory, extravars, limit=limit, on_event=progress.event_hook(host.name), cancel=cancel
     )
     if _stale_lock_reclaimed(inventory, host, run):
         run = fleet.run_playbook(
-            "cell", inventory, extravars, limit=host.name, on_event=progress.event_hook(host.name), cancel=cancel
+            "cell", inventory, extravars, limit=limit, on_event=progress.event_hook(host.name), cancel=cancel
         )
     try:
         serve = hostdata.serve_result(run.results.get(host.name, {}).get(tasks.SERVE.name, {}), "serve result")

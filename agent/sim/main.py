@@ -8,6 +8,7 @@ import random
 import signal
 import sys
 
+from . import cluster
 from . import options as options_mod
 from .engine import Engine
 from .options import Options, UsageError
@@ -46,19 +47,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     log = VllmLog(opts.sim["vllm_version"])
     plan = make_plan(opts, env)
+    ranks = None
+    if cluster.wanted(opts.given):  # multi-node: the ranks live on a real Ray cluster
+        ranks = cluster.join(opts.given, log, env)
+        if ranks is None:
+            return 1
     if not Startup(log, opts, plan, env).run():
         return 1
     try:
-        return asyncio.run(serve(opts, plan, log))
+        return asyncio.run(serve(opts, plan, log, ranks))
     except KeyboardInterrupt:
         return 0
 
 
-async def serve(opts: Options, plan: Plan, log: VllmLog) -> int:
+async def serve(opts: Options, plan: Plan, log: VllmLog, ranks: cluster.Cluster | None = None) -> int:
     loop = asyncio.get_running_loop()
     seed = opts.sim["seed"] if opts.sim["seed"] is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
     rate = RateModel(plan, opts.sim["rate"] == "unlimited", rng, float(opts.sim.get("time_scale") or 1.0))
+    if ranks is not None:
+        rate.compute_scale, rate.comm_s = ranks.step_cost()
     engine = Engine(rate, opts.max_num_seqs, plan.kv_tokens, rng, opts.sim["drop_streams"])
     front = Server(opts, plan, log, engine)
     server = await asyncio.start_server(front.handle, opts.host, opts.port, limit=2**20, backlog=512)
@@ -80,6 +88,8 @@ async def serve(opts: Options, plan: Plan, log: VllmLog) -> int:
     ]
     tasks[0].add_done_callback(lambda task: _engine_ended(task, engine, log, stopped))
     _arm_crash_faults(opts, plan, engine, log, stopped, tasks)
+    if ranks is not None:
+        tasks.append(asyncio.ensure_future(rank_lost(ranks, engine, log, stopped)))
     code = await stopped
     if code == 0:
         log.uvicorn("Shutting down")
@@ -145,6 +155,28 @@ async def crash(delay: float, kind: str, engine: Engine, log: VllmLog, stopped: 
         "Traceback (most recent call last):\n"
         '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 1028, in run_engine_core\n'
         "    engine_core.run_busy_loop()\n" + CRASH_LAST_WORDS[kind]
+    )
+    sys.stderr.flush()
+    engine.kill()
+    log.error(API, "async_llm.py:525", "AsyncLLM output_handler failed.")
+    sys.stderr.write(
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.\n"
+    )
+    sys.stderr.flush()
+    await asyncio.sleep(0.5)
+    if not stopped.done():
+        stopped.set_result(1)
+
+
+async def rank_lost(ranks: cluster.Cluster, engine: Engine, log: VllmLog, stopped: asyncio.Future) -> None:
+    """A rank's actor died (its node was lost): the engine core dies as vLLM's does over Ray, and the server exits 1."""
+    while not ranks.dead.is_set():
+        await asyncio.sleep(0.2)
+    log.error(ENGINE, "core.py:1037", "EngineCore encountered a fatal error.")
+    sys.stderr.write(
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/ray_distributed_executor.py", line 377, '
+        "in execute_model\n" + ranks.last_words + "\n"
     )
     sys.stderr.flush()
     engine.kill()

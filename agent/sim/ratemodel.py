@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 from . import calibration
 from .plan import Plan
@@ -44,6 +45,9 @@ class RateModel:
         self.mixed_spread = cal["load_profiles"]["mixed_spread"]
         self.backend_mult = 1.0
         self.mixed_mult = 1.0
+        # multi-node (sim/cluster.py): TP splits the weights read per step; the link adds its all-reduce time
+        self.compute_scale = 1.0
+        self.comm_s: Callable[[int], float] = lambda concurrency: 0.0
         self.new_phase()
 
     def new_phase(self) -> None:
@@ -70,7 +74,7 @@ class RateModel:
         if self.spec_tokens:
             table = self.hw["spec_step_cost"]
             cost = calibration.interpolate(table["c"], table["cost"], concurrency)
-        return cost / per_stream / self.time_scale
+        return (cost / per_stream * self.compute_scale + self.comm_s(concurrency)) / self.time_scale
 
     def ttft_s(self, prompt_tokens: int) -> float:
         if self.unlimited:

@@ -152,8 +152,14 @@ class Startup:
             (
                 f"Initializing a V1 LLM engine (v{plan.version}) with config: model='{opts.model}', speculative_config={spec}, "
                 f"tokenizer='{opts.model}', skip_tokenizer_init=False, tokenizer_mode=auto, trust_remote_code=False, "
-                f"dtype=torch.bfloat16, max_seq_len={opts.max_model_len}, load_format=auto, tensor_parallel_size=1, "
-                f"quantization={quant}, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, seed=0, "
+                f"dtype=torch.bfloat16, max_seq_len={opts.max_model_len}, load_format=auto, "
+                f"tensor_parallel_size={opts.given.get('tensor_parallel_size', 1)}, "
+                + (
+                    f"pipeline_parallel_size={opts.given['pipeline_parallel_size']}, "
+                    if "pipeline_parallel_size" in opts.given
+                    else ""
+                )
+                + f"quantization={quant}, enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, seed=0, "
                 f"served_model_name={opts.served_model_name}, enable_prefix_caching=True{kernel}"
             ),
         )

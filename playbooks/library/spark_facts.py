@@ -20,6 +20,12 @@ options:
     type: str
     default: ~/.cache/huggingface
     aliases: [cache_dir]
+  simulate_link:
+    description:
+      - With O(simulate_gpu), the host's address; its simulated ConnectX-7 reports this address as its link
+        (marked simulated), so multi-node rules run on loopback test hosts.
+    type: str
+    default: ""
   gpu_rules_toml:
     description:
       - Text of agent/rules/gpus.toml, to classify the GPU on the host, e.g.
@@ -91,6 +97,10 @@ spark_facts:
     fingerprint:
       description: Hash of the stable facts.
       type: str
+    interfaces:
+      description: Network interfaces (name, state, IPv4 addresses, speed_mbps, RDMA devices, simulated).
+      type: list
+      elements: dict
     notes:
       description: What could not be found, and what that means.
       type: list
@@ -104,6 +114,7 @@ ARGUMENT_SPEC = {
     "simulate_gpu": {"type": "str", "default": ""},
     "model_cache": {"type": "str", "default": facts.DEFAULT_CACHE_DIR, "aliases": ["cache_dir"]},
     "gpu_rules_toml": {"type": "str", "default": ""},
+    "simulate_link": {"type": "str", "default": ""},
 }
 
 
@@ -116,6 +127,7 @@ def main() -> None:
             simulate_gpu=params["simulate_gpu"] or None,
             cache_dir=params["model_cache"] or facts.DEFAULT_CACHE_DIR,
             gpu_rules=rules,
+            simulate_link=params["simulate_link"],
         )
     except ValueError as exc:  # an arch to simulate that gpus.toml does not know
         module.fail_json(msg=f"{exc} (inventory variable spark_simulate_gpu)")

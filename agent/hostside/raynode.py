@@ -1,0 +1,257 @@
+"""One Ray node of a multi-node cell on this host: start (head or worker), check the cluster, stop. Stdlib only.
+
+`ray start --block` runs in a session of its own with its own temp dir and ports, bound to the node's link address;
+every Ray process it starts stays in its process group, so stop ends the whole node by that group (never
+`ray stop`, which ends every Ray process of the user on the machine). A worker node holds the host lock for as
+long as it lives (the lock's file descriptor passes to `ray start`): one model per machine on every node. The head's
+lock is taken by the cell's server (spark_server) right after. state/ray.json says which group is ours, so a node
+left by a killed controller is stopped by the next start or teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from . import atomic, supervise
+from .contracts import Holder
+from .errors import HostError
+
+STATE_FILE = "ray.json"
+NODE_LOG = "ray-node.log"  # in the cell's run folder on every node
+_STARTED = ("Ray runtime started", "This command will now block forever")
+STOP_GRACE_S = 3.0  # a head drains for up to 30 s on SIGTERM; after this it is killed
+
+
+class RayError(HostError):
+    """The Ray node did not start or the cluster is not complete."""
+
+
+def argv(
+    ray_cmd: list[str],
+    role: str,
+    node_address: str,
+    head_address: str,
+    port_base: int,
+    temp_dir: str,
+    num_gpus: int,
+    resources: Mapping[str, float],
+    object_store_mb: int,
+) -> list[str]:
+    """The `ray start` command of one node: every port from port_base, so nodes sharing a machine never meet."""
+    args = [*ray_cmd, "start", "--block", "--node-ip-address", node_address, "--temp-dir", temp_dir]
+    args += [
+        "--disable-usage-stats",
+        "--node-manager-port",
+        str(port_base),
+        "--object-manager-port",
+        str(port_base + 1),
+    ]
+    args += ["--dashboard-agent-listen-port", str(port_base + 2), "--metrics-export-port", str(port_base + 3)]
+    args += ["--runtime-env-agent-port", str(port_base + 4), "--dashboard-agent-grpc-port", str(port_base + 5)]
+    args += ["--min-worker-port", str(port_base + 10), "--max-worker-port", str(port_base + 99)]
+    if role == "head":
+        port = head_address.rpartition(":")[2]
+        args += ["--head", "--port", port, "--include-dashboard", "false"]
+    else:
+        args += ["--address", head_address]
+    if num_gpus > 0:  # a real Spark's GPU is found by Ray; a simulated one is declared, with its custom resource
+        args += ["--num-gpus", str(num_gpus)]
+    if resources:
+        args += ["--resources", json.dumps(dict(resources), sort_keys=True)]
+    if object_store_mb > 0:
+        args += ["--object-store-memory", str(object_store_mb * 1024 * 1024)]
+    return args
+
+
+def _state(workdir: str) -> Path:
+    return supervise.state_dir(workdir) / STATE_FILE
+
+
+def _read(workdir: str) -> dict[str, Any]:
+    try:
+        data = json.loads(_state(workdir).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def start(
+    *,
+    workdir: str,
+    cell_id: str,
+    role: str,
+    command: list[str],
+    env: Mapping[str, str],
+    holder: Holder,
+    drop_page_cache: str = "",
+    timeout_s: float = 60.0,
+) -> dict[str, Any]:
+    """Start this node (stopping a node of ours left behind first). drop_page_cache: "" (no), "drop" or
+    "simulated" (recorded, nothing dropped). Returns {pid, log, page_cache}."""
+    previous = stop(workdir)
+    rdir = Path(os.path.expanduser(workdir)) / "runs" / cell_id
+    rdir.mkdir(parents=True, exist_ok=True)
+    log_path = rdir / NODE_LOG
+    lock_fd = supervise.acquire_lock(workdir, holder)  # raises HostBusy naming the holder
+    try:
+        page_cache = _drop_page_cache(drop_page_cache)
+        with open(log_path, "wb") as log:
+            log.write(f"spark-agent: ray {role} node for cell {cell_id}; page cache: {page_cache}\n".encode())
+            log.flush()
+            full_env = dict(os.environ, **env)
+            full_env[supervise.CELL_ENV] = cell_id
+            full_env[supervise.WORKDIR_ENV] = str(Path(os.path.expanduser(workdir)))
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                cwd=str(rdir),
+                start_new_session=True,
+                pass_fds=(lock_fd,) if role == "worker" else (),  # a worker holds the lock while it lives
+            )
+    finally:
+        os.close(lock_fd)  # the head's lock is the server's to take next
+    atomic.write_json(_state(workdir), {"pid": proc.pid, "cell_id": cell_id, "role": role, "started": time.time()})
+    _wait_started(proc, log_path, timeout_s)
+    return {"pid": proc.pid, "log": str(log_path), "page_cache": page_cache, "stopped_previous": previous["stopped"]}
+
+
+def _wait_started(proc: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = log_path.read_text(errors="replace")
+        if any(marker in text for marker in _STARTED):
+            return
+        if proc.poll() is not None:
+            raise RayError(f"ray start exited with {proc.returncode}: {_last_line(text)}")
+        time.sleep(0.2)
+    _kill_group(proc.pid)
+    raise RayError(
+        f"ray start did not report a running node within {timeout_s:.0f} s: {_last_line(log_path.read_text(errors='replace'))}"
+    )
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def _drop_page_cache(how: str) -> str:
+    """Page cache left by the last model starves the next load on unified memory: drop it when asked."""
+    if not how:
+        return "kept"
+    if how == "simulated":
+        return "simulated host: not dropped"
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+        return "dropped"
+    except OSError as exc:
+        return f"not dropped ({exc.strerror or exc}; needs root)"
+
+
+def stop(workdir: str, cell_id: str = "") -> dict[str, Any]:
+    """Stop our Ray node on this host (any cell's, or only `cell_id`'s). Idempotent: nothing running, no change."""
+    info = _read(workdir)
+    pid = info.get("pid")
+    if not isinstance(pid, int) or pid <= 1 or (cell_id and info.get("cell_id") != cell_id):
+        return {"stopped": False}
+    if _ours(pid, workdir):
+        _kill_group(pid)
+    _kill_stragglers(workdir)
+    _state(workdir).unlink(missing_ok=True)
+    return {"stopped": True, "pid": pid}
+
+
+def _ours(pid: int, workdir: str) -> bool:
+    """The process is still the node we started (a recycled pid is left alone)."""
+    env = supervise._environ(pid)
+    return env.get(supervise.WORKDIR_ENV) == str(Path(os.path.expanduser(workdir))) and supervise.CELL_ENV in env
+
+
+def _kill_stragglers(workdir: str) -> None:
+    """Ray's worker processes (ray::IDLE, ray::RayWorkerWrapper) leave the node's process group; they carry our
+    markers in their environment (inherited from `ray start`), so each is found and killed by its pid."""
+    mine = str(Path(os.path.expanduser(workdir)))
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        argv = supervise._argv(int(entry))
+        if not argv or not (argv[0].startswith("ray::") or any("/ray/" in a for a in argv[:2])):
+            continue
+        env = supervise._environ(int(entry))
+        if env.get(supervise.WORKDIR_ENV) == mine and supervise.CELL_ENV in env:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry), signal.SIGKILL)
+
+
+def _kill_group(pid: int) -> None:
+    for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not _group_alive(pid):
+                return
+            time.sleep(0.1)
+
+
+def _group_alive(pgid: int) -> bool:
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:  # state, ppid, pgrp
+                return True
+    return False
+
+
+def check(ray_cmd: list[str], head_address: str, nodes: int, gpus: float, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Wait until `ray status` shows `nodes` alive nodes and `gpus` GPUs. Returns {ok, nodes, gpus, status}."""
+    deadline = time.monotonic() + timeout_s
+    seen: dict[str, Any] = {"ok": False, "nodes": 0, "gpus": 0.0, "status": ""}
+    while time.monotonic() < deadline:
+        try:
+            done = subprocess.run(
+                [*ray_cmd, "status", "--address", head_address], capture_output=True, text=True, timeout=30
+            )
+            text = done.stdout + done.stderr
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            text = str(exc)
+        seen = {"ok": False, **parse_status(text), "status": text[-2000:]}
+        if seen["nodes"] >= nodes and seen["gpus"] >= gpus:
+            seen["ok"] = True
+            return seen
+        time.sleep(1.0)
+    return seen
+
+
+def parse_status(text: str) -> dict[str, Any]:
+    """Active node count and total GPUs from `ray status` output."""
+    active, section, total_gpus = 0, "", 0.0
+    for line in text.splitlines():
+        s = line.strip()
+        if s in ("Active:", "Pending:", "Recent failures:"):
+            section = s
+            continue
+        if section == "Active:" and " node_" in f" {s}":
+            count = s.split()[0]
+            active += int(count) if count.isdigit() else 0
+        if s.endswith(" GPU") and "/" in s:
+            with contextlib.suppress(IndexError, ValueError):
+                total_gpus = float(s.split()[0].split("/")[1])
+    return {"nodes": active, "gpus": total_gpus}

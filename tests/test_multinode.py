@@ -1,0 +1,210 @@
+"""Multi-node cells end to end (issue 19): two real sshd hosts, a real Ray cluster (head and worker, each with its
+own temp dir and ports, bound to its own loopback address) started by the playbooks over SSH, the simulated engine
+running TP=2 across it, attested from its log, then everything stopped. One module-wide inventory; three sweeps
+(valid over RDMA, sockets forced -> INVALID, a worker lost mid-cell -> failed, and the sweep goes on)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent.hostside import raynode, supervise
+from agent.planning.inventory import load_inventory
+from agent.planning.spec import load_spec
+from agent.results import tree as results
+from agent.running.sweep import run_sweep
+
+from .sshd_hosts import SIM_HOST_VARS, inventory_for
+
+pytestmark = pytest.mark.integration
+
+RAY = str(Path(sys.executable).parent / "ray")
+SPEC = """
+[sweep]
+name = "{name}"
+[image]
+ref = "nvcr.io/nvidia/vllm@sha256:{digest}"
+vllm_version = "0.24.0"
+[[checkpoints]]
+name = "uns-fast"
+model = "uns-fast"
+quant = "nvfp4"
+[server]
+max_model_len = 8192
+max_num_seqs = 8
+nodes = 2
+tensor_parallel_size = 2
+[matrix]
+moe_backend = {backends}
+concurrency = [1]
+duration_s = {duration}
+warmup = 0
+repeats = {repeats}
+[load]
+prompt_len = 64
+output_len = 32
+{env}
+"""
+
+
+def _free_base() -> int:
+    """A run of 100 ports nobody listens on (Ray binds some of them on every address)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("0.0.0.0", 0))
+            base = s.getsockname()[1] - 50
+        if 20000 < base < 60000 and all(_free(base + i) for i in range(10)):
+            return base
+    raise RuntimeError("no free port range for a Ray node")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def ray_inventory(ssh_fleet, tmp_path_factory):
+    """The SSH test hosts as simulated Sparks whose engine can reach Ray (this venv's python and `ray`)."""
+    inv = inventory_for(ssh_fleet, dict(SIM_HOST_VARS, spark_serve_cmd=[sys.executable, "-m", "agent.sim", "serve"]))
+    temp_dirs = []
+    gcs = _free_base()
+    for _name, host_vars in inv["all"]["children"]["sparks"]["hosts"].items():
+        temp = tempfile.mkdtemp(prefix="sa-ray-", dir="/tmp")  # short: Ray's unix sockets live under it
+        temp_dirs.append(temp)
+        host_vars.update(
+            spark_ray_cmd=[RAY],
+            spark_ray_port=gcs,
+            spark_ray_port_base=_free_base(),
+            spark_ray_temp_dir=temp,
+            spark_ray_object_store_mb=80,
+            spark_health_timeout=120,
+        )
+    path = tmp_path_factory.mktemp("inv") / "ray-fleet.yml"
+    path.write_text(yaml.safe_dump(inv))
+    yield path
+    for _name, host_vars in inv["all"]["children"]["sparks"]["hosts"].items():
+        raynode.stop(host_vars["spark_workdir"])  # a failed test leaves no Ray behind (by our process group only)
+    for temp in temp_dirs:
+        import shutil
+
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _spec(tmp_path: Path, name: str, backends=("marlin",), duration=1.0, repeats=1, env="") -> Path:
+    path = tmp_path / f"{name}.toml"
+    text = SPEC.format(
+        name=name, digest="cd" * 32, backends=list(backends), duration=duration, repeats=repeats, env=env
+    )
+    path.write_text(text.replace("'", '"'))
+    return path
+
+
+def _ray_left(workdir: str) -> list[str]:
+    """Processes of a Ray node or server started from this host's work dir that are still alive."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            env = supervise._environ(int(entry))
+            if env.get(supervise.WORKDIR_ENV) == str(Path(workdir)) and supervise._alive(int(entry)):
+                found.append(f"{entry}: {' '.join(supervise._argv(int(entry)))[:160]}")
+    return found
+
+
+def _hosts(inventory: Path):
+    return load_inventory(inventory)
+
+
+def test_two_node_cell_over_rdma_is_attested_and_torn_down(ray_inventory, tmp_path):
+    hosts = _hosts(ray_inventory)
+    head, worker = hosts[0], hosts[1]
+    spec = load_spec(_spec(tmp_path, "mn"))
+    outcome = run_sweep(spec, ray_inventory, hosts, tmp_path / "results")
+    assert outcome.totals()["measured"] == 1, outcome.hosts
+    assert outcome.hosts[worker.name].planned == []  # the worker serves the head's cell
+    (cell_id,) = outcome.hosts[head.name].measured
+    cell = results.read_toml(results.cell_dir(tmp_path / "results", "mn", head.name, cell_id) / "cell.toml")
+    assert cell["verdict"] == "valid", cell["verdict_reasons"]
+    assert cell["config"]["nodes"] == 2 and cell["config"]["tensor_parallel_size"] == 2
+    assert cell["config"]["distributed_executor_backend"] == "ray" and cell["config"]["transport"] == "rdma"
+    cluster = cell["attestation"]["cluster"]
+    assert cluster["world_size"] == 2 and cluster["ray_nodes"] == 2
+    assert sorted(link["transport"] for link in cluster["links"]) == ["IB", "IB"]
+    assert worker.vars["ansible_host"] in {link["node"] for link in cluster["links"]}
+    assert all("rocep1s0f0:1/RoCE" in link["device"] for link in cluster["links"])
+    rules = {(p["name"], p["rule"]) for p in cell["env_provenance"]}
+    assert ("NCCL_IB_HCA", "multinode-ib-hca") in rules and ("VLLM_HOST_IP", "multinode-host-ip") in rules
+    folder = results.cell_dir(tmp_path / "results", "mn", head.name, cell_id)
+    for h in hosts:  # collect brought every node's Ray log back
+        assert (
+            "ray start" in (folder / f"node-{h.name}.log").read_text()
+            or "Ray runtime" in (folder / f"node-{h.name}.log").read_text()
+        )
+    assert "--tensor-parallel-size 2" in cell["launch"]["command"]
+    for h in hosts:
+        assert _ray_left(h.vars["spark_workdir"]) == [], f"{h.name}: Ray or the server still runs"
+
+
+def test_sockets_where_rules_expect_rdma_is_invalid(ray_inventory, tmp_path):
+    hosts = _hosts(ray_inventory)
+    spec = load_spec(_spec(tmp_path, "mn-sock", env='[env]\nNCCL_IB_DISABLE = "1"'))
+    outcome = run_sweep(spec, ray_inventory, hosts, tmp_path / "results")
+    (cell_id,) = outcome.hosts[hosts[0].name].invalid
+    cell = results.read_toml(results.cell_dir(tmp_path / "results", "mn-sock", hosts[0].name, cell_id) / "cell.toml")
+    assert any("expect RDMA" in r and "Socket" in r for r in cell["verdict_reasons"]), cell["verdict_reasons"]
+    assert any("Using network Socket" in e for e in cell["verdict_evidence"])
+
+
+def test_worker_lost_mid_cell_fails_the_cell_and_the_sweep_goes_on(ray_inventory, tmp_path):
+    hosts = _hosts(ray_inventory)
+    head, worker = hosts[0], hosts[1]
+    spec = load_spec(_spec(tmp_path, "mn-lost", backends=("marlin", "flashinfer_b12x"), duration=2.0, repeats=5))
+    state = Path(worker.vars["spark_workdir"]) / "state" / raynode.STATE_FILE
+    killed: list[int] = []
+    begun = time.time()  # earlier tests' run folders are on the same hosts
+
+    def lose_worker_node() -> None:  # the worker's Ray node dies mid-bench of the first cell (SIGKILL, no goodbye)
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not killed:
+            served = [
+                p for p in Path(head.vars["spark_workdir"]).glob("runs/*/c001-r1.json") if p.stat().st_mtime > begun
+            ]
+            if served and state.exists():
+                pid = int(yaml.safe_load(state.read_text())["pid"])
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                killed.append(pid)
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=lose_worker_node, daemon=True)
+    killer.start()
+    outcome = run_sweep(spec, ray_inventory, hosts, tmp_path / "results")
+    killer.join(timeout=5)
+    assert killed, "the worker's Ray node was never seen running"
+    result = outcome.hosts[head.name]
+    assert len(result.failed) == 1 and len(result.measured) == 1, outcome.hosts  # the next cell still ran
+    cell = results.read_toml(
+        results.cell_dir(tmp_path / "results", "mn-lost", head.name, result.failed[0]) / "cell.toml"
+    )
+    assert cell["failure_class"] == "engine_died"
+    assert cell["died"]["cause"] == "worker_lost", cell["died"]
+    assert any(
+        e.startswith(("ray.exceptions.ActorDiedError", "ray.exceptions.ActorUnavailableError"))
+        for e in cell["died"]["evidence"]
+    )
+    for h in hosts:
+        assert _ray_left(h.vars["spark_workdir"]) == [], f"{h.name}: Ray or the server still runs"
