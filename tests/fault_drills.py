@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 
+from agent.commands.sweep import COLUMNS as SUMMARY_COLUMNS
 from agent.hostside import supervise
 from agent.results import tree as results
 from agent.running import collect
@@ -26,7 +27,7 @@ from .sshd_hosts import REPO, SshFleet
 from .test_sweep import write_spec
 
 CLI = [sys.executable, "-m", "agent.cli"]
-COLUMNS = ("planned", "measured", "invalid", "failed", "lost", "skipped")
+COLUMNS = SUMMARY_COLUMNS  # the summary the CLI prints, one definition
 BACKENDS = ("marlin", "flashinfer_b12x")
 
 
@@ -36,7 +37,9 @@ def fault_spec(tmp: Path, name: str, backends: tuple[str, ...] = BACKENDS, durat
 
 
 def sweep_cmd(spec: Path, inventory: Path, out: Path, *extra: str) -> list[str]:
-    return CLI + ["sweep", str(spec), "-i", str(inventory), "--results", str(out), "--no-progress", *extra]
+    """The drills count per host on the two-host test fleet: both hosts measure every cell (--replicas 2)."""
+    every_host = [] if "--limit" in extra else ["--replicas", "2"]
+    return CLI + ["sweep", str(spec), "-i", str(inventory), "--results", str(out), "--no-progress", *every_host, *extra]
 
 
 def run_cli(cmd: list[str], timeout: float = 300) -> subprocess.CompletedProcess:

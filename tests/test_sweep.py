@@ -91,7 +91,7 @@ def engines_running(ssh_fleet) -> list[dict]:
 def test_two_host_sweep_over_ssh(tmp_path, sim_inventory, ssh_fleet):
     spec = load_spec(write_spec(tmp_path, "two-hosts"))
     hosts = load_inventory(sim_inventory)
-    outcome = run_sweep(spec, sim_inventory, hosts, tmp_path / "results")
+    outcome = run_sweep(spec, sim_inventory, hosts, tmp_path / "results", replicas=2)  # each cell on both hosts
     assert sorted(outcome.hosts) == ["spark-a", "spark-b"]
     for host in ("spark-a", "spark-b"):
         assert len(outcome.hosts[host].done) == 2 and not outcome.hosts[host].lost
@@ -128,7 +128,7 @@ def test_two_host_sweep_over_ssh(tmp_path, sim_inventory, ssh_fleet):
 
     # resume is the default: nothing is measured again, no file changes
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.toml")}
-    again = run_sweep(spec, sim_inventory, hosts, tmp_path / "results")
+    again = run_sweep(spec, sim_inventory, hosts, tmp_path / "results", replicas=2)
     assert all(len(o.skipped) == 2 and not o.done for o in again.hosts.values())
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.toml")} == before
 
@@ -322,7 +322,8 @@ def test_a_second_controller_is_refused_with_the_holder_named(tmp_path, sim_inve
     try:
         assert other.stdout.readline().strip() == "locked"
         spec = load_spec(write_spec(tmp_path, "contended", backends=("marlin",)))
-        outcome = run_sweep(spec, sim_inventory, load_inventory(sim_inventory), tmp_path / "results")
+        # replicas=2: both hosts are asked for the cell, so spark-a meets the lock rather than spark-b taking it first
+        outcome = run_sweep(spec, sim_inventory, load_inventory(sim_inventory), tmp_path / "results", replicas=2)
         a, b = outcome.hosts["spark-a"], outcome.hosts["spark-b"]
         assert "alice@alice-laptop pid 4242 since 2026-11-29T18:00:00Z" in a.error
         assert a.lost and not a.done

@@ -12,7 +12,7 @@ from rich.table import Table
 from agent.errors import UserError
 from agent.hostside.contracts import Facts
 from agent.paths import DEFAULT_INVENTORY
-from agent.planning import envrules
+from agent.planning import envrules, groups
 from agent.planning.inventory import check_reachable, load_inventory
 from agent.reporting.escape import rich
 from agent.running import hostdata, tasks
@@ -109,5 +109,9 @@ def run(args: argparse.Namespace) -> int:
         issues = blockers(h.vars, f, st)
         problems += bool(issues)
         table.add_row(*row(h.name, f, issues))
-    Console(width=max(Console().width, 140)).print(table)
+    console = Console(width=max(Console().width, 140))
+    console.print(table)
+    found = groups.group_facts(facts)
+    for line in [*groups.describe(found), *groups.explain(found)]:  # hosts that are never ranked together
+        console.print(rich(line), highlight=False)
     return 1 if problems else 0

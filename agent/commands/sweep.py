@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import threading
@@ -18,6 +19,7 @@ from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
+from agent.running import detach
 from agent.running.progress import Progress
 from agent.running.sweep import SweepOutcome, run_sweep
 
@@ -44,6 +46,17 @@ def register(sub) -> None:
     )
     p.add_argument("--fresh", action="store_true", help="measure finished cells again (default: resume)")
     p.add_argument("--evict", action="store_true", help="stop a vLLM server we did not start (default: refuse)")
+    p.add_argument(
+        "--replicas",
+        type=_replicas,
+        default=1,
+        help="measure each cell on K different hosts of its fingerprint group (default 1: once per group)",
+    )
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="hand each host its share and return; the hosts run it alone (then: status, collect)",
+    )
     p.add_argument("--log-format", choices=["console", "json"], default="console")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.set_defaults(func=run)
@@ -57,6 +70,8 @@ def run(args) -> int:
     if args.duration is not None:
         spec = spec.with_duration(args.duration)
     hosts = load_inventory(args.inventory, args.limit)
+    if args.detach:
+        return _detach(args, spec, hosts)
     show = not args.no_progress and args.log_format == "console" and sys.stderr.isatty()
     with _sigterm_as_interrupt():
         outcome = run_sweep(
@@ -67,6 +82,7 @@ def run(args) -> int:
             fresh=args.fresh,
             evict=args.evict,
             progress=Progress(enabled=show),
+            replicas=args.replicas,
         )
     cells = results.load_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
     _print_table(cells, args.log_format)
@@ -81,11 +97,45 @@ def run(args) -> int:
     return 0 if all_valid(outcome) else 1
 
 
+def _detach(args, spec, hosts) -> int:
+    """Hand out and return: each host runs its share under its own runner, whatever happens to this process."""
+    state = detach.hand_out(
+        spec,
+        Path(args.spec),
+        Path(args.inventory),
+        hosts,
+        Path(args.results),
+        replicas=args.replicas,
+        fresh=args.fresh,
+        evict=args.evict,
+    )
+    for host in state.hosts():
+        lost = f" (refused: {state.lost[host]})" if host in state.lost else ""
+        print(f"{host}: {len(state.assignment[host])} cell(s){lost}", file=sys.stderr)
+    print(
+        f"detached sweep {state.sweep}: `spark-agent status {state.sweep}` shows progress, "
+        f"`spark-agent collect {state.sweep}` brings the results back (--results {args.results})",
+        file=sys.stderr,
+    )
+    return 1 if state.lost else 0
+
+
+def _replicas(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--replicas {text!r}: give a whole number of hosts, 1 or more")
+    return value
+
+
 def all_valid(outcome: SweepOutcome) -> bool:
-    """Every planned cell has a valid measurement: from this run, or from an earlier one (resume)."""
+    """Every planned cell has a valid measurement: from this run, or from an earlier one (resume). A cell handed
+    back by a lost host (requeued) counts through the host that measured it instead."""
     t = outcome.totals()
     earlier_ok = all(v == "valid" for o in outcome.hosts.values() for v in o.skipped.values())
-    return t["measured"] + t["skipped"] == t["planned"] and earlier_ok
+    return t["measured"] + t["skipped"] + t["requeued"] == t["planned"] and earlier_ok
 
 
 @contextmanager
@@ -105,7 +155,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-COLUMNS = ("planned", "measured", "invalid", "failed", "lost", "skipped")
+COLUMNS = ("planned", "measured", "invalid", "failed", "lost", "skipped", "requeued")
 
 
 def _print_summary(outcome: SweepOutcome, fmt: str) -> None:
@@ -116,7 +166,11 @@ def _print_summary(outcome: SweepOutcome, fmt: str) -> None:
         log.info("sweep_summary", hosts=rows, total=total, lost_hosts=outcome.lost_hosts or None)
         return
     out = sys.stderr
-    print("summary (planned = measured + invalid + failed + lost + skipped; skipped = finished earlier)", file=out)
+    print(
+        "summary (planned = measured + invalid + failed + lost + skipped + requeued; skipped = finished earlier; "
+        "requeued = its host was lost, another host of the group took it)",
+        file=out,
+    )
     width = max([len("total"), *map(len, rows)])
     print(f"  {'host':<{width}}  " + "  ".join(f"{c:>8}" for c in COLUMNS), file=out)
     for name, counts in [*rows.items(), ("total", total)]:

@@ -352,3 +352,27 @@ class StartupBreakdown(TypedDict):
     engine_init_s: float  # "init engine (profile, create kv cache, warmup model) took X seconds"
     kv_cache_s: float  # engine init minus compile and capture: profiling, KV cache, warmup (>= 0)
     ready_s: float  # first log line to "Application startup complete." (from the log's timestamps)
+
+
+# --- a detached sweep's runner: hostside.runner -> <workdir>/sweeps/<sweep>/progress.json ------------------------
+
+
+class CellDone(TypedDict):
+    outcome: str  # "sealed" (a result waits in runs/<id>.tar) | "host_error" (the host could not take the cell)
+    error: str  # why, for host_error; "" otherwise
+    started: float  # epoch s, on the host's clock
+    finished: float
+    measure_s: float  # the load driver's time
+
+
+class RunnerProgress(TypedDict, total=False):
+    sweep: str
+    state: str  # running | finished | stopped
+    pid: int
+    started: str  # ISO UTC
+    updated: str
+    current: str  # the cell running now ("" between cells)
+    current_since: str
+    done: dict[str, CellDone]  # cell id -> how it ended
+    alive: bool  # read_progress: the runner process still holds the host
+    sealed: list[str]  # read_progress: done cells whose tar is there to collect

@@ -5,17 +5,19 @@ The Ansible module spark_server is a thin shell over serve_cell(). Standard libr
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
 import shutil
 import tarfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import atomic, docker, redact, supervise, warmcache
-from .contracts import Holder
+from . import atomic, docker, loadgen, redact, supervise, telemetry, warmcache
+from .contracts import Holder, Measurement
 from .errors import HostError
 
 DIED_FILE = "died.json"  # in the run folder when the server died mid-cell: when, how, in which window
@@ -160,3 +162,103 @@ def seal(workdir: str, cell_id: str) -> str:
         for path in sorted(rdir.iterdir()):
             tar.add(str(path), arcname=path.name)
     return tar_path
+
+
+def bench_level(
+    *,
+    url: str,
+    model: str,
+    level: int,
+    duration: float,
+    warmup: int,
+    repeats: int,
+    prompt_len: int,
+    output_len: int,
+    profile: str,
+    seed: int,
+    out_dir: str,
+    workdir: str = "",
+    cell_id: str = "",
+    time_scale: float = 1.0,
+    shape: Mapping[str, Any] | None = None,
+    telemetry_opts: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One concurrency level: warmups, then measured windows, each saved as cNNN-rK.json as soon as it is over.
+    A server that dies ends the bench at once (died.json says when and where). The one implementation behind the
+    spark_bench module and the detached runner. Raises HostError/ValueError/OSError on bad input."""
+    os.makedirs(out_dir, exist_ok=True)
+
+    def save(result: Measurement) -> None:
+        atomic.write_json(
+            os.path.join(out_dir, loadgen.result_filename(concurrency=level, repeat=result["repeat"])), result
+        )
+
+    watched = workdir and cell_id
+    gone = functools.partial(supervise.gone, workdir=workdir, cell_id=cell_id) if watched else None
+    watch = loadgen.EngineWatch(url=url, gone=gone)
+    started = time.monotonic()
+    opts = dict(shape or {})  # spark_bench's load-shape options (loadgen.make_shape), request_rate among them
+    load_shape = loadgen.make_shape(
+        prompt_len=prompt_len, output_len=output_len, profile=profile, rate=float(opts.pop("request_rate", 0.0)), **opts
+    )
+    t = dict(telemetry_opts or {})
+    sampler = telemetry.Sampler(
+        interval_s=float(t.get("interval_s", 1.0)),
+        command=[str(a) for a in t.get("nvidia_smi") or ["nvidia-smi"]],
+        metrics_url=url,
+        throttle_share=float(t.get("throttle_threshold", 5.0)),
+    )
+    with sampler:
+        if sampler.note and t.get("required"):
+            raise HostError(f"telemetry is required ([telemetry] required = true): {sampler.note}")
+        if float(t.get("cooldown_s", 0)) > 0 or float(t.get("cool_to_c", 0)) > 0:
+            sampler.cool_down(
+                float(t.get("cooldown_s", 0)), float(t.get("cool_to_c", 0)), float(t.get("cool_timeout_s", 600))
+            )
+        runs = loadgen.run_levels(
+            url=url,
+            model=model,
+            levels=[level],
+            duration_s=duration,
+            warmup_s=warmup * duration,
+            repeats=repeats,
+            prompt_len=prompt_len,
+            output_len=output_len,
+            profile=profile,
+            seed=seed,
+            on_result=save,
+            watch=watch,
+            shape=load_shape,
+            clock=loadgen.scaled_clock(time_scale),
+            sampler=sampler,
+        )
+    if watch.died:
+        record_death(rdir=out_dir, died=watch.died)
+    summary = [
+        {
+            "repeat": r.get("repeat"),
+            "ok": r.get("ok"),
+            "output_throughput": r.get("output_throughput"),
+            "error": r.get("error", ""),
+        }
+        for r in runs
+    ]
+    return {
+        "level": level,
+        "runs": summary,
+        "engine_died": bool(watch.died),
+        "died": watch.died,
+        "elapsed_s": round(time.monotonic() - started, 3),
+    }
+
+
+def teardown_cell(workdir: str, cell_id: str, holder: Mapping[str, Any] | None, seal_it: bool) -> dict[str, Any]:
+    """Stop the cell's server (idempotent), record a death seen only now, and pack the run folder when asked.
+    The one implementation behind spark_server state=stopped and the detached runner."""
+    result = supervise.stop(workdir=workdir, cell_id=cell_id, holder=holder)
+    if result.get("ended") and cell_id:  # it died after the load driver last looked: still a death
+        died = dict(result["ended"], detected_at=time.time(), window="at teardown")
+        record_death(rdir=str(run_dir(workdir, cell_id)), died=died)
+    if seal_it and cell_id:  # the log is final now: pack the run folder for collect
+        result["sealed"] = seal(workdir=workdir, cell_id=cell_id)
+    return result

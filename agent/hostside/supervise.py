@@ -62,7 +62,11 @@ def _read_json(path: Path) -> dict:
 
 # ---------------------------------------------------------------------------------------------- the lock
 def acquire_lock(workdir: str, holder: Holder) -> int:
-    """Take the host lock without waiting; returns the fd (keep it open). Raises HostBusy naming the holder."""
+    """Take the host lock without waiting; returns the fd (keep it open). Raises HostBusy naming the holder: the
+    controller whose server runs, or the detached sweep's runner that has the host between its cells too."""
+    runner = runner_holder(workdir)
+    if runner and runner.get("runner_pid") != os.getpid():
+        raise HostBusy("host is in use by " + describe_holder(runner), runner)
     sdir = state_dir(workdir)
     fd = os.open(str(sdir / "host.lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -80,10 +84,59 @@ def acquire_lock(workdir: str, holder: Holder) -> int:
 def describe_holder(holder: Mapping[str, Any]) -> str:
     if not holder:
         return "another process (no holder record)"
+    who = f"{holder.get('user', '?')}@{holder.get('controller_host', '?')} pid {holder.get('controller_pid', '?')}"
+    if holder.get("runner_pid"):
+        return (
+            f"{who} since {holder.get('since', '?')} (detached sweep {holder.get('sweep', '?')}, runner pid "
+            f"{holder['runner_pid']} on this host; `spark-agent status {holder.get('sweep', '?')}` shows it)"
+        )
     return (
-        f"{holder.get('user', '?')}@{holder.get('controller_host', '?')} pid {holder.get('controller_pid', '?')} "
-        f"since {holder.get('since', '?')} (cell {holder.get('cell_id', '?')}, sweep {holder.get('sweep', '?')})"
+        f"{who} since {holder.get('since', '?')} (cell {holder.get('cell_id', '?')}, sweep {holder.get('sweep', '?')})"
     )
+
+
+# ---------------------------------------------------------------------------------------------- the runner's lock
+# A detached sweep's runner (hostside/runner.py) holds the host for the whole sweep, between cells too. It is a
+# POSIX record lock (lockf): owned by the runner process alone, so the servers it forks do not inherit it, and gone
+# the moment the runner dies. Testing it from another process never disturbs it.
+RUNNER_LOCK = "runner.lock"
+RUNNER_FILE = "runner.json"
+
+
+def runner_holder(workdir: str) -> dict[str, Any]:
+    """The holder record of the live detached-sweep runner on this host ({} when none runs)."""
+    path = _state_path(workdir) / RUNNER_LOCK
+    if not path.exists():
+        return {}
+    record = _read_json(_state_path(workdir) / RUNNER_FILE)
+    if record.get("runner_pid") == os.getpid():
+        return record  # we are the runner: opening and closing the lock file here would release our own lock
+    fd = os.open(str(path), os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        return record or {"runner_pid": -1, "sweep": "?"}
+    finally:
+        os.close(fd)  # closing releases the test lock we may have taken
+    return {}
+
+
+def acquire_runner_lock(workdir: str, holder: Holder, sweep: str) -> int:
+    """Take the runner lock for this process without waiting (keep the fd open). Raises HostBusy naming the holder."""
+    sdir = state_dir(workdir)
+    fd = os.open(str(sdir / RUNNER_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        held = _read_json(sdir / RUNNER_FILE)
+        raise HostBusy("host is in use by " + describe_holder(held), held) from None
+    atomic.write_json(sdir / RUNNER_FILE, {**holder, "sweep": sweep, "runner_pid": os.getpid()})
+    return fd
 
 
 # ---------------------------------------------------------------------------------------------- one model per machine

@@ -16,7 +16,7 @@ from typing import Any
 from agent.errors import UserError
 from agent.hostside import atomic
 from agent.hostside.serving import launch_command
-from agent.judging import bandwidth, stats
+from agent.judging import bandwidth, replicas, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
 from agent.reporting import startup
@@ -243,7 +243,26 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out += startup.startup_lines(data.summaries) + [""]
     if data.tune:
         out += ["## Adaptive tuning: skipped, stopped, undecided", ""] + startup.tune_lines(data.tune) + [""]
+    out += replica_section(data.summaries, data.threshold)
     return "\n".join(out)
+
+
+def replica_section(summaries: Sequence[CellSummary], threshold: float) -> list[str]:
+    """Cells measured on several hosts (--replicas): spread across hosts next to spread across repeats; a cell
+    whose hosts disagree beyond the noise is flagged. Absent when no cell has replicas."""
+    points = replicas.replica_points(summaries, threshold)
+    if not points:
+        return []
+    out = ["## Replicas across hosts", "", "| cell | c | hosts | medians tok/s | across hosts | across repeats | |"]
+    out.append("|---|---|---|---|---|---|---|")
+    for p in points:
+        flag = "**hosts disagree**" if p.disagree else ""
+        medians = ", ".join(num(m) for m in p.medians)
+        out.append(
+            f"| {md(p.cell_id)} | {p.concurrency} | {md(', '.join(p.hosts))} | {medians} | {pct(p.across_hosts)} | "
+            f"{pct(p.across_repeats)} | {flag} |"
+        )
+    return [*out, ""]
 
 
 def problem_lines(data: ReportData) -> list[str]:

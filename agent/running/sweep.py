@@ -20,6 +20,7 @@ import structlog
 
 from agent.errors import UserError
 from agent.hostside.contracts import Facts
+from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
 from agent.planning import multinode
 from agent.planning.inventory import Host, check_reachable
@@ -31,6 +32,7 @@ from agent.running import collect, fleetcopy, hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
 from agent.running.progress import Progress
+from agent.running.queue import GroupQueue, longest_first
 
 log = structlog.get_logger("spark_agent.sweep")
 
@@ -56,6 +58,9 @@ class HostOutcome:
     failed: list[str] = field(default_factory=list)  # the server failed (startup, died): recorded as failed
     lost: dict[str, str] = field(default_factory=dict)  # cell id -> why nothing usable came back, or why never run
     skipped: dict[str, str] = field(default_factory=dict)  # finished by an earlier run (resume): id -> its verdict
+    requeued: dict[str, str] = field(
+        default_factory=dict
+    )  # its host was lost mid-cell; another host took it: id -> why
     error: str = ""  # why this host stopped taking cells
     host_lost: bool = False  # it became unreachable
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -66,7 +71,7 @@ class HostOutcome:
         return self.measured + self.invalid + self.failed
 
     def accounted(self, cell_id: str) -> bool:
-        return cell_id in self.lost or cell_id in self.skipped or cell_id in self.done
+        return cell_id in self.lost or cell_id in self.skipped or cell_id in self.requeued or cell_id in self.done
 
     def add(self, bucket: str, cell_id: str, why: str = "") -> None:
         """First word wins: a cell settled as lost (e.g. by Ctrl-C) is not counted again by a late worker."""
@@ -75,6 +80,8 @@ class HostOutcome:
                 return
             if bucket == "lost":
                 self.lost[cell_id] = why
+            elif bucket == "requeued":
+                self.requeued[cell_id] = why
             else:
                 getattr(self, bucket).append(cell_id)
 
@@ -92,6 +99,7 @@ class HostOutcome:
                 "failed": len(self.failed),
                 "lost": len(self.lost),
                 "skipped": len(self.skipped),
+                "requeued": len(self.requeued),
             }
 
 
@@ -102,9 +110,11 @@ class SweepOutcome:
     interrupted: bool = False
     fatal: str = ""  # a controller-side problem that stopped the sweep (the results folder is full)
     warnings: list[str] = field(default_factory=list)
+    groups: list[fleet_groups.HostGroup] = field(default_factory=list)  # the fleet's fingerprint groups
+    replicas: int = 1  # each cell was asked of this many hosts of its group
 
     def totals(self) -> dict[str, int]:
-        out = {k: 0 for k in ("planned", "measured", "invalid", "failed", "lost", "skipped")}
+        out = {k: 0 for k in ("planned", "measured", "invalid", "failed", "lost", "skipped", "requeued")}
         for o in self.hosts.values():
             for k, v in o.counts().items():
                 out[k] += v
@@ -208,57 +218,43 @@ def run_sweep(
     evict: bool = False,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    replicas: int = 1,
     select: Callable[[dict[str, list[Cell]]], dict[str, list[Cell]]] | None = None,
 ) -> SweepOutcome:
-    """Run every cell of the spec on every host. Returns what happened; the results tree holds the numbers.
-    `select` (agent/running/tune.py) picks, from every planned cell per host, the ones to run now and their schedule
-    (a cell keeps its planned id when only its concurrency levels or repeats are changed)."""
+    """Measure every cell of the spec once per fingerprint group (on `replicas` different hosts of it): the hosts
+    of a group take cells from the group's queue, longest first. Returns what happened; the results tree holds the
+    numbers. `select` (agent/running/tune.py) picks, from every planned cell per host, the ones to run now and their
+    schedule (a cell keeps its planned id when only its concurrency levels or repeats are changed)."""
     cancel = cancel or threading.Event()
     progress = progress or Progress(enabled=False)
-    for h in hosts:  # a host name becomes a folder of the results tree
-        try:
-            results.path_part(h.name, "host")
-        except ValueError as exc:
-            raise UserError(f"{inventory}: {exc}") from None
-    warnings = plan.spec_warnings(spec)
-    for w in warnings:
-        log.warning("spec_warning", warning=w)
-    check_reachable(hosts)
-    try:
-        facts = gather_facts(inventory, hosts)
-        cells = plan_fleet(spec, hosts, facts)
-        if select is not None:
-            cells = select(cells)
-        for host, cs in cells.items():
-            for note in sorted({n for c in cs for n in c.notes}):
-                log.warning("plan_note", host=host, note=note)
-        collect.clear_incoming(results_root, spec.name)
-        results.clear_temp_files(results_root, spec.name)
-        todo = {
-            h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
-            for h, cs in cells.items()
-        }
-        provision(inventory, spec, hosts, todo)
-    except KeyboardInterrupt:
-        _stop_our_playbooks()  # facts and provisioning start no server: nothing to tear down
-        raise
-    outcome = SweepOutcome(sweep_dir=Path(results_root) / spec.name, hosts={}, warnings=warnings)
+    prepared = prepare(spec, inventory, hosts, results_root, fresh, replicas, select)
+    facts, groups, cells, todo, warnings = (
+        prepared.facts,
+        prepared.groups,
+        prepared.cells,
+        prepared.todo,
+        prepared.warnings,
+    )
+    outcome = SweepOutcome(
+        sweep_dir=Path(results_root) / spec.name, hosts={}, warnings=warnings, groups=groups, replicas=replicas
+    )
     for h in hosts:
-        outcome.hosts[h.name] = HostOutcome(
-            host=h.name,
-            planned=[c.id for c in cells[h.name]],
-            skipped={c.id: _stored_verdict(results_root, c) for c in cells[h.name] if c not in todo[h.name]},
-        )
+        skipped = {c.id: _stored_verdict(results_root, c) for c in cells[h.name] if c not in todo[h.name]}
+        outcome.hosts[h.name] = HostOutcome(host=h.name, planned=list(skipped), skipped=skipped)
+    queues = {g.name: group_queue(g, cells, todo, replicas) for g in groups}
     stop = threading.Event()  # set by a controller-side fault: no new cells, the running ones finish
-    progress.start({h: [c for c in todo[h]] for h in todo})
+    progress.start(expected_shares(groups, todo, replicas))
+    by_name = {h.name: h for h in hosts}
     runners = [
         threading.Thread(
             target=_host_worker,
-            name=f"host-{h.name}",
-            args=(inventory, h, todo[h.name], facts[h.name], results_root, evict, progress, cancel, stop, outcome),
+            name=f"host-{name}",
+            args=(inventory, by_name[name], queues[g.name], cells[name], facts[name], results_root, evict),
+            kwargs={"progress": progress, "cancel": cancel, "stop": stop, "outcome": outcome},
             daemon=True,
         )
-        for h in hosts
+        for g in groups
+        for name in g.hosts
     ]
     try:
         for t in runners:
@@ -275,9 +271,123 @@ def run_sweep(
     finally:
         progress.stop()
     why = "interrupted" if outcome.interrupted else outcome.fatal or "the host stopped"
+    for g in groups:
+        _settle_unserved(outcome, g, queues[g.name], why)
     for o in outcome.hosts.values():
         o.settle(o.error or why)
     return outcome
+
+
+@dataclass
+class Prepared:
+    """A sweep ready to hand out: facts, groups, every host's cells, and those still to measure (env files in place)."""
+
+    facts: dict[str, Facts]
+    groups: list[fleet_groups.HostGroup]
+    cells: dict[str, list[Cell]]
+    todo: dict[str, list[Cell]]
+    warnings: list[str]
+
+
+def prepare(
+    spec: Spec,
+    inventory: Path,
+    hosts: list[Host],
+    results_root: Path,
+    fresh: bool,
+    replicas: int,
+    select: Callable[[dict[str, list[Cell]]], dict[str, list[Cell]]] | None = None,
+) -> Prepared:
+    """Validate, gather facts, group, plan, provision: everything before the first cell, attached or detached."""
+    for h in hosts:  # a host name becomes a folder of the results tree
+        try:
+            results.path_part(h.name, "host")
+        except ValueError as exc:
+            raise UserError(f"{inventory}: {exc}") from None
+    if replicas > len(hosts):
+        raise UserError(f"--replicas {replicas}: only {len(hosts)} host(s) selected; give at most {len(hosts)}")
+    warnings = plan.spec_warnings(spec)
+    for w in warnings:
+        log.warning("spec_warning", warning=w)
+    check_reachable(hosts)
+    try:
+        facts = gather_facts(inventory, hosts)
+        groups = fleet_groups.group_facts(facts)
+        show_groups(groups)
+        check_replicas(replicas, groups)
+        cells = plan_fleet(spec, hosts, facts)
+        if select is not None:
+            cells = select(cells)
+        for host, cs in cells.items():
+            for note in sorted({n for c in cs for n in c.notes}):
+                log.warning("plan_note", host=host, note=note)
+        collect.clear_incoming(results_root, spec.name)
+        results.clear_temp_files(results_root, spec.name)
+        todo = {
+            h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
+            for h, cs in cells.items()
+        }
+        provision(inventory, spec, hosts, todo)  # every host of a group can take any of its cells: env files for all
+    except KeyboardInterrupt:
+        _stop_our_playbooks()  # facts and provisioning start no server: nothing to tear down
+        raise
+    return Prepared(facts=facts, groups=groups, cells=cells, todo=todo, warnings=warnings)
+
+
+def show_groups(groups: list[fleet_groups.HostGroup]) -> None:
+    """The sweep's start says which hosts are measured together, and what separates those that are not."""
+    for line in fleet_groups.describe(groups):
+        log.info("fingerprint_group", group=line)
+    for line in fleet_groups.explain(groups):
+        log.warning("fingerprint_differs", host=line)
+
+
+def check_replicas(replicas: int, groups: list[fleet_groups.HostGroup]) -> None:
+    small = [g for g in groups if len(g) < replicas]
+    if small:
+        g = small[0]
+        raise UserError(
+            f"--replicas {replicas}: group {g.name} ({', '.join(g.hosts)}: {g.fingerprint.label()}) has only "
+            f"{len(g)} host(s); give at most {min(len(x) for x in groups)} or add equal hosts"
+        )
+
+
+def group_queue(
+    group: fleet_groups.HostGroup, cells: dict[str, list[Cell]], todo: dict[str, list[Cell]], replicas: int
+) -> GroupQueue:
+    """The group's cells, longest first; each owes `replicas` minus the hosts that finished it earlier (resume).
+    Hosts of one group plan the same cell ids (the fingerprint holds what the env depends on)."""
+    first = cells[group.hosts[0]]
+    have = {c.id: {h for h in group.hosts if c.id not in {t.id for t in todo[h]}} for c in first}
+    need = {cid: replicas - len(hs) for cid, hs in have.items()}
+    return GroupQueue(longest_first(first), need, have, group.hosts)
+
+
+def expected_shares(
+    groups: list[fleet_groups.HostGroup], todo: dict[str, list[Cell]], replicas: int
+) -> dict[str, list[Cell]]:
+    """What the progress bar expects of each host: its even share of the group's cells (the queue decides)."""
+    out: dict[str, list[Cell]] = {}
+    for g in groups:
+        for host in g.hosts:
+            mine = todo[host]
+            share = max(1, round(len(mine) * replicas / len(g))) if mine else 0
+            out[host] = mine[:share]
+    return out
+
+
+def _settle_unserved(outcome: SweepOutcome, group: fleet_groups.HostGroup, queue: GroupQueue, why: str) -> None:
+    """Cells no host of the group could take any more (every host stopped): counted as lost on the group's first
+    host that has not got them, so the summary still adds up."""
+    for cid, owed in queue.unserved().items():
+        for host in group.hosts:
+            o = outcome.hosts[host]
+            if owed <= 0:
+                break
+            if cid not in o.planned:
+                o.planned.append(cid)
+                o.add("lost", cid, f"not run: {why}")
+                owed -= 1
 
 
 def _stored_verdict(root: Path, cell: Cell) -> str:
@@ -310,34 +420,50 @@ def _stop_our_playbooks() -> None:
 def _host_worker(
     inventory: Path,
     host: Host,
-    todo: list[Cell],
+    queue: GroupQueue,
+    planned: list[Cell],
     facts: Facts,
     results_root: Path,
     evict: bool,
+    *,
     progress: Progress,
     cancel: threading.Event,
     stop: threading.Event,
     outcome: SweepOutcome,
 ) -> None:
-    """Run the host's queue. Whatever goes wrong with one cell is recorded on that cell; the queue goes on unless
-    the host (unreachable, refuses cells) or the controller (results folder full) can't."""
+    """Take cells from the group's queue until it is empty. Whatever goes wrong with one cell is recorded on that
+    cell; the host goes on unless it (unreachable, refuses cells) or the controller (results folder full) can't.
+    A host that stops hands its cell back to the queue: another host of the group measures it."""
     result = outcome.hosts[host.name]
+    mine = {c.id: c for c in planned}
     try:
-        for cell in todo:
-            if cancel.is_set() or stop.is_set():
-                break
+        while not (cancel.is_set() or stop.is_set()):
+            cell_id = queue.take(host.name)
+            if cell_id is None:
+                if not queue.may_get_more(host.name):
+                    break
+                time.sleep(0.2)  # another host is on a cell that may come back to the queue
+                continue
+            cell = mine.get(cell_id)
+            if cell is None:  # not selected for this host (tune): leave it to the group's other hosts
+                queue.give_back(host.name, cell_id)
+                continue
+            with result.lock:
+                result.planned.append(cell_id)
             try:
                 record = run_cell(inventory, host, cell, facts, results_root, evict, progress, cancel)
             except UserError as exc:  # the host can't take cells (busy, no docker): say so, keep other hosts going
                 _host_stopped(result, progress, exc.message)
-                _lose(results_root, result, progress, cell, "host_failed", exc.message)
+                _hand_back(results_root, queue, result, progress, cell, "host_failed", exc.message)
                 break
             except CellLost as exc:
-                _lose(results_root, result, progress, cell, exc.reason, exc.error)
                 if exc.reason == "host_lost":
                     result.host_lost = True
                     _host_stopped(result, progress, exc.error)
+                    _hand_back(results_root, queue, result, progress, cell, exc.reason, exc.error)
                     break
+                _lose(results_root, result, progress, cell, exc.reason, exc.error)
+                queue.finish(host.name, cell_id)
                 if exc.reason == "controller":
                     outcome.fatal = outcome.fatal or exc.error
                     stop.set()
@@ -345,16 +471,31 @@ def _host_worker(
             except Exception as exc:  # a bug or a surprise: this cell is lost, not the host's queue
                 log.error("cell_error", host=host.name, cell=cell.id, error=_described(exc), at=_where(exc))
                 _lose(results_root, result, progress, cell, "lost", _described(exc))
+                queue.finish(host.name, cell_id)
                 _teardown_quietly(inventory, host, cell)
             else:
                 result.add({"valid": "measured", "invalid": "invalid"}.get(record.verdict, "failed"), cell.id)
                 results.clear_lost(results_root, cell.sweep, cell.host, cell.id)
+                queue.finish(host.name, cell_id)
     except Exception as exc:  # never end a host's work silently
         log.error("host_worker_error", host=host.name, error=_described(exc), at=_where(exc))
         _host_stopped(result, progress, f"internal error: {_described(exc)}")
     finally:
+        queue.retire(host.name)
         why = "interrupted" if cancel.is_set() else result.error or outcome.fatal or "stopped"
         result.settle(why)
+
+
+def _hand_back(
+    root: Path, queue: GroupQueue, result: HostOutcome, progress: Progress, cell: Cell, reason: str, error: str
+) -> None:
+    """The host stopped mid-cell: lost.toml records why on that host (host_lost, never a backend failure), and the
+    cell goes back to the group's queue. Counted `requeued` on this host (another host measures it), or lost when
+    no host of the group is left to take it."""
+    queue.retire(result.host)
+    queue.give_back(result.host, cell.id)
+    bucket = "requeued" if queue.can_still_run(cell.id) else "lost"
+    _lose(root, result, progress, cell, reason, error, bucket=bucket)
 
 
 def _host_stopped(result: HostOutcome, progress: Progress, message: str) -> None:
@@ -363,9 +504,11 @@ def _host_stopped(result: HostOutcome, progress: Progress, message: str) -> None
     progress.host_failed(result.host, message)
 
 
-def _lose(root: Path, result: HostOutcome, progress: Progress, cell: Cell, reason: str, error: str) -> None:
+def _lose(
+    root: Path, result: HostOutcome, progress: Progress, cell: Cell, reason: str, error: str, bucket: str = "lost"
+) -> None:
     """Count the cell as lost and leave lost.toml saying why; resume measures it again (it has no cell.toml)."""
-    result.add("lost", cell.id, f"{reason}: {error}")
+    result.add(bucket, cell.id, f"{reason}: {error}")
     progress.cell_finished(cell.host, cell, None)
     log.error("cell_lost", host=cell.host, cell=cell.id, reason=reason, error=error)
     collect.incoming_tar(root, cell.sweep, cell.host, cell.id).unlink(missing_ok=True)

@@ -32,5 +32,25 @@ STATUS = TaskRef("status", "Server status", "spark_server")
 RESOLVE = TaskRef("pin", "Resolve the tag", "spark_image")
 INSPECT = TaskRef("inspect", "Inspect checkpoint", "spark_inspect")
 CACHE = TaskRef("cache", "Cache folders", "spark_cache")
+RUNNER_START = TaskRef("fleet", "Start the runner", "spark_runner")
+RUNNER_STATUS = TaskRef("fleet_status", "Runner progress", "spark_runner")
+FETCH_SEALED = TaskRef("fleet_collect", "Fetch sealed cells", "ansible.builtin.fetch", loop=True)
 
-ALL = (FACTS, MIRROR, IMAGE, CHECKPOINTS, SHARE, COPY, SERVE, BENCH, FETCH, STATUS, RESOLVE, INSPECT, CACHE)
+ALL = (
+    FACTS,
+    MIRROR,
+    IMAGE,
+    CHECKPOINTS,
+    SHARE,
+    COPY,
+    SERVE,
+    BENCH,
+    FETCH,
+    STATUS,
+    RESOLVE,
+    INSPECT,
+    RUNNER_START,
+    RUNNER_STATUS,
+    FETCH_SEALED,
+    CACHE,
+)

@@ -213,12 +213,8 @@ elapsed_s:
   returned: always
 """
 
-import functools
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_hostside import atomic, loadgen, serving, supervise, telemetry
+from ansible.module_utils.spark_hostside import serving
 from ansible.module_utils.spark_hostside.errors import HostError
 
 ARGUMENT_SPEC = {
@@ -274,83 +270,36 @@ def main() -> None:
     p = module.params
     if module.check_mode:
         module.exit_json(changed=True, level=p["level"], runs=[], engine_died=False, died={}, elapsed_s=0.0)
-    out_dir = p["out_dir"]  # type path: a spark_workdir of ~/... is expanded on the host
     try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as exc:
-        module.fail_json(msg=f"cannot create {out_dir}: {exc.strerror}", level=p["level"])
-
-    def save(result: dict) -> None:  # each window's file exists as soon as the window is over
-        name = loadgen.result_filename(concurrency=p["level"], repeat=result["repeat"])
-        atomic.write_json(path=os.path.join(out_dir, name), data=result)
-
-    # A server that dies ends the bench at once: no window of this or any later level runs against a dead port.
-    watched = p["workdir"] and p["cell_id"]
-    gone = functools.partial(supervise.gone, workdir=p["workdir"], cell_id=p["cell_id"]) if watched else None
-    watch = loadgen.EngineWatch(url=p["url"], gone=gone)
-    started = time.monotonic()
-    try:
-        shape = loadgen.make_shape(
+        result = serving.bench_level(
+            url=p["url"],
+            model=p["model"],
+            level=p["level"],
+            duration=p["duration"],
+            warmup=p["warmup"],
+            repeats=p["repeats"],
             prompt_len=p["prompt_len"],
             output_len=p["output_len"],
             profile=p["profile"],
-            rate=p["request_rate"],
-            **{k: p[k] for k in SHAPE_OPTIONS},
+            seed=p["seed"],
+            out_dir=p["out_dir"],  # type path: a spark_workdir of ~/... is expanded on the host
+            workdir=p["workdir"],
+            cell_id=p["cell_id"],
+            time_scale=p["time_scale"],
+            shape={"request_rate": p["request_rate"], **{k: p[k] for k in SHAPE_OPTIONS}},
+            telemetry_opts={
+                "nvidia_smi": p["nvidia_smi"],
+                "interval_s": p["telemetry_interval"],
+                "throttle_threshold": p["throttle_threshold"],
+                "required": p["telemetry_required"],
+                "cooldown_s": p["cooldown_s"],
+                "cool_to_c": p["cool_to_c"],
+                "cool_timeout_s": p["cool_timeout_s"],
+            },
         )
-        sampler = telemetry.Sampler(
-            interval_s=p["telemetry_interval"],
-            command=p["nvidia_smi"],
-            metrics_url=p["url"],
-            throttle_share=p["throttle_threshold"],
-        )
-    except (HostError, ValueError) as exc:  # a bad profile, dataset, SLO or telemetry setting
+    except (HostError, ValueError, OSError) as exc:  # a bad URL, profile, dataset, SLO or telemetry setting
         module.fail_json(msg=str(exc), level=p["level"])
-    with sampler:
-        if sampler.note and p["telemetry_required"]:
-            module.fail_json(
-                msg=f"telemetry is required ([telemetry] required = true): {sampler.note}", level=p["level"]
-            )
-        if p["cooldown_s"] > 0 or p["cool_to_c"] > 0:
-            sampler.cool_down(p["cooldown_s"], p["cool_to_c"], p["cool_timeout_s"])
-        try:
-            runs = loadgen.run_levels(
-                url=p["url"],
-                model=p["model"],
-                levels=[p["level"]],
-                duration_s=p["duration"],
-                warmup_s=p["warmup"] * p["duration"],
-                repeats=p["repeats"],
-                prompt_len=p["prompt_len"],
-                output_len=p["output_len"],
-                profile=p["profile"],
-                seed=p["seed"],
-                on_result=save,
-                watch=watch,
-                shape=shape,
-                clock=loadgen.scaled_clock(p["time_scale"]),
-                sampler=sampler,
-            )
-        except (HostError, ValueError, OSError) as exc:  # a bad URL, dataset or SLO, an unwritable window file
-            module.fail_json(msg=str(exc), level=p["level"])
-    if watch.died:
-        serving.record_death(rdir=p["out_dir"], died=watch.died)
-    summary = [
-        {
-            "repeat": r.get("repeat"),
-            "ok": r.get("ok"),
-            "output_throughput": r.get("output_throughput"),
-            "error": r.get("error", ""),
-        }
-        for r in runs
-    ]
-    module.exit_json(
-        changed=True,
-        level=p["level"],
-        runs=summary,
-        engine_died=bool(watch.died),
-        died=watch.died,
-        elapsed_s=round(time.monotonic() - started, 3),
-    )
+    module.exit_json(changed=True, **result)
 
 
 if __name__ == "__main__":

@@ -177,8 +177,6 @@ server:
   returned: state=status
 """
 
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.spark_hostside import docker, logparse, serving, supervise  # noqa: F401 (loaded for the fork)
 
@@ -209,12 +207,7 @@ def main() -> None:
     if p["state"] == "stopped":
         if module.check_mode:
             module.exit_json(changed=supervise.would_stop(workdir=workdir, cell_id=cell_id, holder=holder))
-        result = supervise.stop(workdir=workdir, cell_id=cell_id, holder=holder)
-        if result.get("ended") and cell_id:  # it died after the load driver last looked: still a death
-            died = dict(result["ended"], detected_at=time.time(), window="at teardown")
-            serving.record_death(rdir=str(serving.run_dir(workdir, cell_id)), died=died)
-        if p["seal"] and cell_id:  # the log is final now: pack the run folder for collect
-            result["sealed"] = serving.seal(workdir=workdir, cell_id=cell_id)
+        result = serving.teardown_cell(workdir=workdir, cell_id=cell_id, holder=holder, seal_it=p["seal"])
         module.exit_json(changed=result["stopped"], **result)
     if module.check_mode:
         module.exit_json(changed=True)

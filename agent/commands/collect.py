@@ -1,0 +1,62 @@
+"""spark-agent collect [SWEEP] [--results DIR] [--wait] [--lost-after S]: bring back a detached sweep's sealed cells.
+
+Incremental and idempotent: a cell already in the results tree is not fetched again; safe while the hosts run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from agent import logs
+from agent.commands import flags
+from agent.commands.status import pick_sweep
+from agent.planning.inventory import load_inventory
+from agent.planning.spec import load_spec
+from agent.reporting.escape import plain as line
+from agent.running import detach
+
+
+def register(sub) -> None:
+    p = sub.add_parser("collect", help="bring back every sealed cell of a detached sweep (safe while it runs)")
+    p.add_argument("sweep", nargs="?", help="the sweep's name (default: the only detached sweep in --results)")
+    p.add_argument("--results", default="results", help="results folder the sweep was started with (default ./results)")
+    p.add_argument("--wait", action="store_true", help="follow the sweep: collect until every host is done")
+    p.add_argument(
+        "--lost-after",
+        type=flags.number(0, 86_400, low_open=False),
+        default=detach.LOST_AFTER_S,
+        help=f"declare a host lost after this many seconds without an answer (default {detach.LOST_AFTER_S:.0f})",
+    )
+    p.add_argument("--interval", type=flags.number(0, 3600), default=5.0, help="--wait: seconds between looks")
+    p.add_argument("--log-format", choices=["console", "json"], default="console")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    logs.configure(args.log_format)
+    root = Path(args.results)
+    state = detach.load_state(root, pick_sweep(args.sweep, root))
+    spec = load_spec(state.spec)
+    hosts = load_inventory(state.inventory, ",".join(state.hosts()))
+    total = 0
+    while True:
+        got = detach.collect_sweep(state, spec, hosts, root, lost_after=args.lost_after)
+        total += sum(len(ids) for ids in got.new.values())
+        if got.finished or not args.wait:
+            break
+        time.sleep(args.interval)
+    out = sys.stderr
+    print(f"collected {total} new cell(s) ({got.already} already here) into {root / state.sweep}", file=out)
+    for host, cid in sorted(got.still_running.items()):
+        print(line(f"still running: {host}" + (f" (cell {cid})" if cid else " (between cells)")), file=out)
+    for host, why in sorted(got.unanswered.items()):
+        print(line(f"no answer from {host} (not lost yet): {why}"), file=out)
+    for host, why in sorted(state.lost.items()):
+        print(line(f"lost host {host}: {why}"), file=out)
+    for key, why in sorted(got.failed.items()):
+        print(line(f"failed {key}: the host could not take it: {why}"), file=out)
+    for key, taker in sorted(state.requeued.items()):
+        print(line(f"requeued {key} -> {taker}"), file=out)
+    return 1 if got.failed else 0

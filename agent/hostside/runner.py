@@ -1,0 +1,266 @@
+"""The host's share of a detached sweep, run back to back with no controller connected. Standard library only.
+
+The controller hands each host a plan file (`<workdir>/sweeps/<sweep>/plan.json`, written by the fleet playbook,
+mode 0600: it carries the server's environment) and starts this runner through the spark_runner module, which forks
+it off like the cell supervisor (supervise.py). The runner re-reads the plan before each cell, so the controller can
+append cells (those of a lost host) while it runs. Each cell is the same serve → bench → teardown + seal as
+playbooks/cell.yml, through the same functions (serving.serve_cell, bench_level, teardown_cell); the sealed tar
+waits in `runs/<cell>.tar` until a controller collects it.
+
+While it runs, the runner holds `state/runner.lock` (a POSIX record lock: held by this process only, not inherited
+by the servers it forks, released when it dies however it dies) and `state/runner.json` names the holder; any other
+caller of supervise.acquire_lock is refused with that name. progress.json says what is done, failed and running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import atomic, serving, supervise, utc
+from .contracts import CellDone, Holder, RunnerProgress
+from .errors import HostError
+
+PLAN = "plan.json"
+PROGRESS = "progress.json"
+LOG = "runner.log"
+
+
+def sweep_dir(workdir: str, sweep: str) -> Path:
+    return Path(os.path.expanduser(workdir)) / "sweeps" / sweep
+
+
+def read_progress(workdir: str, sweep: str) -> RunnerProgress:
+    """What the runner wrote last: {state, pid, current, current_since, done: {id: outcome}, updated, ...};
+    {} when no runner ever started for this sweep here. `alive` says whether the runner process still runs."""
+    path = sweep_dir(workdir, sweep) / PROGRESS
+    try:
+        progress = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(progress, dict):
+        return {}
+    progress = RunnerProgress(**progress)  # type: ignore[typeddict-item]
+    holder = supervise.runner_holder(workdir)
+    progress["alive"] = bool(holder) and holder.get("sweep") == sweep
+    sealed = {p.stem for p in (Path(os.path.expanduser(workdir)) / "runs").glob("*.tar")}
+    progress["sealed"] = sorted(c for c in progress.get("done", {}) if c in sealed)
+    return progress
+
+
+def start(workdir: str, sweep: str) -> dict[str, Any]:
+    """Fork the runner unless one already runs this sweep here; returns {"started": bool, "pid": int}. Refuses
+    (HostBusy, naming the holder) while another sweep's runner or a server of anyone else holds the host."""
+    holder = supervise.runner_holder(workdir)
+    if holder:
+        if holder.get("sweep") == sweep:
+            return {"started": False, "pid": holder.get("runner_pid", 0)}
+        raise supervise.HostBusy("host is in use by " + supervise.describe_holder(holder), holder)
+    plan = _read_plan(workdir, sweep)
+    busy = supervise.status(workdir)
+    if busy["running"]:
+        raise supervise.HostBusy("host is in use by " + supervise.describe_holder(busy["holder"]), busy["holder"])
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the runner: detach from Ansible's session, never return
+        os.close(read_fd)
+        _daemon(workdir, sweep, plan, write_fd)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as ready:  # the runner says when it holds the lock (or why it could not)
+        word = ready.read()
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)  # the intermediate child exits at once; the runner itself is its child
+    if not word.startswith("ok "):
+        raise HostError(f"the runner did not start: {word or 'no word from it'}")
+    return {"started": True, "pid": int(word.split()[1])}
+
+
+def stop(workdir: str, sweep: str, grace: float = 60.0) -> bool:
+    """SIGTERM this sweep's runner: it stops its current server and exits (that cell stays unsealed)."""
+    holder = supervise.runner_holder(workdir)
+    pid = int(holder.get("runner_pid", 0) or 0)
+    if not pid or holder.get("sweep") != sweep:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while supervise.runner_holder(workdir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return True
+
+
+def _read_plan(workdir: str, sweep: str) -> dict[str, Any]:
+    path = sweep_dir(workdir, sweep) / PLAN
+    try:
+        plan = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise HostError(f"no readable plan for sweep {sweep} at {path}: {exc}") from None
+    if not isinstance(plan, dict) or not isinstance(plan.get("cells"), list):
+        raise HostError(f"{path}: not a plan (no cells)")
+    return plan
+
+
+def _daemon(workdir: str, sweep: str, plan: dict[str, Any], ready_fd: int) -> None:
+    """Double fork: the runner is no child of Ansible's module process, and has no terminal and no session."""
+    code = 0
+    try:
+        os.setsid()
+        if os.fork() > 0:
+            os._exit(0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        log = os.open(str(sweep_dir(workdir, sweep) / LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        holder = Holder(**{**plan.get("holder", {}), "cell_id": ""})  # type: ignore[typeddict-item]
+        try:
+            lock_fd = supervise.acquire_runner_lock(workdir, holder, sweep)
+        except supervise.HostBusy as exc:
+            os.write(ready_fd, f"busy: {exc}".encode())
+            os._exit(3)
+        os.write(ready_fd, f"ok {os.getpid()}".encode())
+        os.close(ready_fd)
+        code = run(workdir, sweep)
+        os.close(lock_fd)
+    except BaseException as exc:
+        print(f"{utc.iso()} runner error: {exc!r}", flush=True)
+        code = 1
+    finally:
+        os._exit(code)
+
+
+class _Stopped(Exception):
+    pass
+
+
+def run(workdir: str, sweep: str) -> int:
+    """Run the plan's cells that are not done yet, one after another; re-read the plan before each cell."""
+    progress_path = sweep_dir(workdir, sweep) / PROGRESS
+    try:
+        progress = json.loads(progress_path.read_text())
+    except (OSError, ValueError):
+        progress = {}
+    progress.update(sweep=sweep, state="running", pid=os.getpid(), current="", current_since="")
+    progress.setdefault("done", {})
+    progress.setdefault("started", utc.iso())
+
+    def save() -> None:
+        progress["updated"] = utc.iso()
+        atomic.write_json(progress_path, progress)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise _Stopped
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    save()
+    try:
+        while True:
+            plan = _read_plan(workdir, sweep)
+            todo = [c for c in plan["cells"] if isinstance(c, dict) and c.get("id") not in progress["done"]]
+            if not todo:
+                break
+            cell = todo[0]
+            progress.update(current=cell["id"], current_since=utc.iso())
+            save()
+            progress["done"][cell["id"]] = run_cell(workdir, plan, cell)
+            print(f"{utc.iso()} cell {cell['id']}: {progress['done'][cell['id']]['outcome']}", flush=True)
+            progress.update(current="", current_since="")
+            save()
+    except _Stopped:
+        if progress.get("current"):
+            serving.teardown_cell(workdir, progress["current"], None, seal_it=False)
+        progress.update(state="stopped", current="", current_since="")
+        save()
+        return 130
+    progress["state"] = "finished"
+    save()
+    return 0
+
+
+def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDone:
+    """serve → bench every level → teardown + seal, as cell.yml does. outcome "sealed": a result to collect,
+    whatever the server did; "host_error": the host could not take the cell (nothing to collect; lost)."""
+    started = time.time()
+    measure_s = 0.0
+    host = plan.get("host", {})
+    holder = Holder(**{**plan.get("holder", {}), "cell_id": cell["id"]})  # type: ignore[typeddict-item]
+    print(f"{utc.iso()} cell {cell['id']} starts", flush=True)
+    try:
+        served = serving.serve_cell(
+            workdir=workdir,
+            cell_id=cell["id"],
+            runtime=host.get("runtime", "process"),
+            argv=[str(a) for a in cell["argv"]],
+            env_file=str(Path(os.path.expanduser(workdir)) / "env" / f"{cell['id']}.env"),  # written by provision
+            extra_env={**host.get("serve_env", {}), **cell.get("host_env", {})},
+            image=cell.get("image", ""),
+            url=host["url"],
+            health_timeout=float(host.get("health_timeout", 1800)),
+            scope=host.get("scope", "machine"),
+            evict=bool(host.get("evict", False)),
+            holder=holder,
+        )
+    except (HostError, OSError) as exc:
+        return CellDone(
+            outcome="host_error", error=str(exc)[:300], started=started, finished=time.time(), measure_s=0.0
+        )
+    try:
+        if served["ready"]:
+            for level in cell["concurrency"]:
+                result = serving.bench_level(
+                    url=host["url"],
+                    model=cell["model"],
+                    level=int(level),
+                    duration=float(cell["duration_s"]),
+                    warmup=int(cell["warmup"]),
+                    repeats=int(cell["repeats"]),
+                    prompt_len=int(cell["prompt_len"]),
+                    output_len=int(cell["output_len"]),
+                    profile=cell["profile"],
+                    seed=int(cell.get("seed", 0)),
+                    out_dir=str(serving.run_dir(workdir, cell["id"])),
+                    workdir=workdir,
+                    cell_id=cell["id"],
+                    shape=_shape_options(cell.get("shape"), workdir),
+                    telemetry_opts={**(cell.get("telemetry") or {}), "nvidia_smi": host.get("nvidia_smi")},
+                )
+                measure_s += result["elapsed_s"]
+                if result["engine_died"]:
+                    break
+    except (HostError, ValueError, OSError) as exc:  # the load driver itself failed: the log says the rest
+        print(f"{utc.iso()} cell {cell['id']}: bench error: {exc}", flush=True)
+    finally:
+        # A stop (SIGTERM) lands here too: the server goes, and an interrupted cell is sealed only if it got here.
+        serving.teardown_cell(workdir, cell["id"], None, seal_it=True)
+    return CellDone(outcome="sealed", error="", started=started, finished=time.time(), measure_s=round(measure_s, 3))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python3 -m agent.hostside.runner WORKDIR SWEEP: run the plan in the foreground (debugging on a host)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python3 -m agent.hostside.runner WORKDIR SWEEP", file=sys.stderr)
+        return 2
+    return run(args[0], args[1])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+def _shape_options(shape: dict[str, Any] | None, workdir: str) -> dict[str, Any]:
+    """spark_bench's shape options from a plan's `cell.shape` (matrix.shape_vars), as playbooks/tasks/bench.yml
+    maps them: a ShareGPT file is the copy named by its hash under the work dir."""
+    if not shape:
+        return {}
+    opts = {k: v for k, v in shape.items() if k not in ("dataset_src", "dataset_sha256")}
+    if shape.get("dataset_src"):
+        opts["dataset_path"] = str(Path(os.path.expanduser(workdir)) / "datasets" / f"{shape['dataset_sha256']}.json")
+    return opts

@@ -1,0 +1,414 @@
+"""Detached sweeps: each host gets its share as a plan file and runs it alone; the controller comes and goes.
+
+hand_out() prepares the sweep exactly as an attached one (running/sweep.prepare: facts, groups, plan, provision),
+splits each group's cells over its hosts (longest first, to the least-loaded host, `replicas` different hosts
+per cell), and starts every host's runner (playbooks/fleet.yml → hostside/runner.py). What it handed out is kept
+in results/.fleet/<sweep>.json, so any later `status` or `collect` knows the sweep without the laptop that started
+it having stayed awake. collect() brings back every sealed cell not yet in the results tree (idempotent, safe while
+the hosts run), declares a host lost after `lost_after` seconds without an answer, and hands its unfinished cells
+to the other hosts of its group. Nothing a host says is trusted (progress is validated here, tars by archive.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import structlog
+
+from agent.errors import UserError
+from agent.hostside import utc
+from agent.hostside.contracts import Facts
+from agent.planning import groups as fleet_groups
+from agent.planning import matrix as plan
+from agent.planning.inventory import Host
+from agent.planning.matrix import Cell
+from agent.planning.spec import Spec
+from agent.results import tree as results
+from agent.running import collect as collecting
+from agent.running import hostdata, tasks
+from agent.running import playbooks as fleet
+from agent.running.identity import controller_identity
+from agent.running.queue import estimated_seconds, longest_first
+from agent.running.sweep import prepare
+
+log = structlog.get_logger("spark_agent.detach")
+
+STATE_DIR = ".fleet"  # results/.fleet/<sweep>.json
+LOST_AFTER_S = 120.0  # a host that has not answered for this long is lost: its unfinished cells go to the others
+
+
+@dataclass
+class FleetState:
+    """What the controller handed out: the one record status and collect read (results/.fleet/<sweep>.json)."""
+
+    sweep: str
+    spec: str  # the spec file, absolute: collect re-plans the cells from it (same spec, same ids)
+    inventory: str
+    replicas: int
+    started: str
+    groups: dict[str, list[str]]  # group name -> hosts
+    assignment: dict[str, list[str]]  # host -> cell ids, in the order handed out (a requeued cell is appended)
+    facts: dict[str, dict[str, Any]]  # host -> its facts at hand-out (validated)
+    last_seen: dict[str, float] = field(default_factory=dict)  # host -> epoch s of its last answer
+    lost: dict[str, str] = field(default_factory=dict)  # host -> why it was declared lost
+    requeued: dict[str, str] = field(default_factory=dict)  # "host/cell" -> the host that took it over
+
+    def hosts(self) -> list[str]:
+        return sorted(self.assignment)
+
+    def group_of(self, host: str) -> list[str]:
+        return next(hs for hs in self.groups.values() if host in hs)
+
+
+def state_path(results_root: Path, sweep: str) -> Path:
+    return Path(results_root) / STATE_DIR / f"{results.path_part(sweep, 'sweep')}.json"
+
+
+def save_state(results_root: Path, state: FleetState) -> None:
+    path = state_path(results_root, state.sweep)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=1, sort_keys=True))
+    tmp.replace(path)  # whole or not at all: a killed controller never leaves half a record
+
+
+def load_state(results_root: Path, sweep: str) -> FleetState:
+    """The record of a detached sweep; a name we do not know is one line naming what we do know."""
+    try:
+        path = state_path(results_root, sweep)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if not path.is_file():
+        known = sorted(p.stem for p in (Path(results_root) / STATE_DIR).glob("*.json"))
+        hint = f"known here: {', '.join(known)}" if known else "none was started with --detach here"
+        raise UserError(f"no detached sweep {sweep!r} under {results_root} ({hint}; pass --results DIR if elsewhere)")
+    try:
+        return FleetState(**json.loads(path.read_text()))
+    except (ValueError, TypeError) as exc:
+        raise UserError(
+            f"{path}: not a detached sweep record ({exc.__class__.__name__}); start the sweep again"
+        ) from None
+
+
+def known_sweeps(results_root: Path) -> list[str]:
+    return sorted(p.stem for p in (Path(results_root) / STATE_DIR).glob("*.json"))
+
+
+# ---------------------------------------------------------------------------------------------- hand out
+def assign(
+    groups: list[fleet_groups.HostGroup], cells: dict[str, list[Cell]], todo: dict[str, list[Cell]], replicas: int
+) -> dict[str, list[str]]:
+    """Each group's unfinished cells over its hosts: longest first, each to the least-loaded host that has not got
+    it (so equal hosts end together), on `replicas` different hosts minus those that finished it earlier."""
+    out: dict[str, list[str]] = {h: [] for g in groups for h in g.hosts}
+    for g in groups:
+        by_id = {c.id: c for c in cells[g.hosts[0]]}
+        load = dict.fromkeys(g.hosts, 0.0)
+        for cid in longest_first(by_id.values()):
+            have = [h for h in g.hosts if cid not in {c.id for c in todo[h]}]
+            free = [h for h in g.hosts if h not in have]
+            for _ in range(max(0, replicas - len(have))):
+                host = min(free, key=lambda h: (load[h], g.hosts.index(h)))
+                free.remove(host)
+                out[host].append(cid)
+                load[host] += estimated_seconds(by_id[cid])
+    return out
+
+
+def host_plan(spec: Spec, cells: list[Cell], sweep: str) -> dict[str, Any]:
+    """One host's plan file: who handed it out and the cells, as cell.yml's `cell` (the runner reads the same)."""
+    return {"sweep": sweep, "holder": controller_identity(spec.name, ""), "cells": [c.playbook_vars() for c in cells]}
+
+
+def hand_out(
+    spec: Spec,
+    spec_path: Path,
+    inventory: Path,
+    hosts: list[Host],
+    results_root: Path,
+    replicas: int = 1,
+    fresh: bool = False,
+    evict: bool = False,
+) -> FleetState:
+    """Prepare the sweep, give each host its share and start its runner; return at once (the hosts go on)."""
+    prepared = prepare(spec, inventory, hosts, results_root, fresh, replicas)
+    assignment = assign(prepared.groups, prepared.cells, prepared.todo, replicas)
+    state = FleetState(
+        sweep=spec.name,
+        spec=str(Path(spec_path).resolve()),
+        inventory=str(Path(inventory).resolve()),
+        replicas=replicas,
+        started=utc.iso(),
+        groups={g.name: list(g.hosts) for g in prepared.groups},
+        assignment=assignment,
+        facts={h: dict(f) for h, f in prepared.facts.items()},
+        last_seen=dict.fromkeys(assignment, time.time()),
+    )
+    save_state(results_root, state)  # before any runner starts: a controller killed now still knows its sweep
+    refused = start_runners(state, spec, prepared.cells, inventory, evict, [h for h in assignment if assignment[h]])
+    for host, why in refused.items():
+        log.error("host_refused", host=host, error=why)
+        declare_lost(state, spec, prepared.cells, inventory, results_root, host, f"refused: {why}", evict)
+    save_state(results_root, state)
+    return state
+
+
+def start_runners(
+    state: FleetState, spec: Spec, cells: dict[str, list[Cell]], inventory: Path, evict: bool, hosts: list[str]
+) -> dict[str, str]:
+    """Write each host's plan (its whole assignment) and start its runner; a live runner re-reads the plan.
+    Returns the hosts that refused or did not answer: host -> why (the holder named when busy)."""
+    if not hosts:
+        return {}
+    plans = {}
+    for host in hosts:
+        mine = {c.id: c for c in cells[host]}
+        plans[host] = host_plan(spec, [mine[cid] for cid in state.assignment[host]], state.sweep)
+    extravars = {"sweep": state.sweep, "plans": hostdata.unsafe(plans)}  # facts reach the cells: never a template
+    if evict:
+        extravars["spark_evict"] = True
+    run = fleet.run_playbook("fleet", inventory, extravars, limit=",".join(hosts))
+    problems = {h: hostdata.one_line(msg) for h, msg in {**run.unreachable, **run.failures}.items() if h in hosts}
+    for host in hosts:
+        if host not in problems:
+            state.last_seen[host] = time.time()
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- progress
+@dataclass
+class HostProgress:
+    host: str
+    answered: bool
+    error: str = ""  # why it did not answer
+    state: str = ""  # running | finished | stopped | "" (no runner yet)
+    alive: bool = False
+    current: str = ""
+    current_since: str = ""
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell id -> CellDone
+    sealed: list[str] = field(default_factory=list)
+
+
+_STATES = ("", "running", "finished", "stopped")
+
+
+def checked_progress(value: Any, host: str) -> HostProgress:
+    """The runner's progress as the host sent it, checked (hostdata): ids 12 hex, bounded texts and numbers."""
+    where = f"host {host}: runner progress"
+    obj = hostdata.mapping(value, where)
+    state = hostdata.text(obj.get("state", ""), f"{where}.state", 16)
+    if state not in _STATES:
+        raise hostdata.BadHostData(f"{where}.state: {state!r} is not one of {_STATES}")
+    current = obj.get("current", "")
+    done_in = hostdata.mapping(obj.get("done", {}), f"{where}.done")
+    if len(done_in) > 100_000:
+        raise hostdata.BadHostData(f"{where}.done: too many cells")
+    done = {}
+    for cid, rec in done_in.items():
+        r = hostdata.mapping(rec, f"{where}.done")
+        outcome = hostdata.text(r.get("outcome", ""), f"{where}.outcome", 16)
+        if outcome not in ("sealed", "host_error"):
+            raise hostdata.BadHostData(f"{where}.outcome: {outcome!r}")
+        done[hostdata.cell_id(cid, f"{where}.done")] = {
+            "outcome": outcome,
+            "error": hostdata.one_line(hostdata.text(r.get("error", ""), f"{where}.error")),
+            "started": hostdata.number(r.get("started", 0.0), f"{where}.started", 0, 1e11),
+            "finished": hostdata.number(r.get("finished", 0.0), f"{where}.finished", 0, 1e11),
+            "measure_s": hostdata.number(r.get("measure_s", 0.0), f"{where}.measure_s", 0, 1e9),
+        }
+    return HostProgress(
+        host=host,
+        answered=True,
+        state=state,
+        alive=hostdata.flag(obj.get("alive", False), f"{where}.alive"),
+        current=hostdata.cell_id(current, f"{where}.current") if current else "",
+        current_since=hostdata.text(obj.get("current_since", ""), f"{where}.current_since", 40),
+        done=done,
+        sealed=[hostdata.cell_id(c, f"{where}.sealed") for c in obj.get("sealed", []) or []],
+    )
+
+
+def poll(state: FleetState, inventory: Path) -> dict[str, HostProgress]:
+    """Every host's runner progress (fleet_status.yml: read-only). A host that does not answer is reported, and
+    keeps its last_seen time (lost after LOST_AFTER_S)."""
+    hosts = state.hosts()
+    run = fleet.run_playbook(tasks.RUNNER_STATUS.playbook, inventory, {"sweep": state.sweep}, limit=",".join(hosts))
+    out = {}
+    for host in hosts:
+        problem = run.unreachable.get(host) or run.failures.get(host)
+        if problem:
+            out[host] = HostProgress(host=host, answered=False, error=hostdata.one_line(problem))
+            continue
+        answer = run.results.get(host, {}).get(tasks.RUNNER_STATUS.name, {})
+        try:
+            out[host] = checked_progress(answer.get("progress", {}) if isinstance(answer, dict) else None, host)
+        except hostdata.BadHostData as exc:
+            out[host] = HostProgress(host=host, answered=False, error=exc.reason)
+            continue
+        state.last_seen[host] = time.time()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- collect
+@dataclass
+class Collected:
+    """What one collect did and saw. still_running: host -> the cell it is on now."""
+
+    new: dict[str, list[str]] = field(default_factory=dict)  # host -> cells brought back now
+    already: int = 0  # sealed cells that were in the results tree before (idempotent)
+    failed: dict[str, str] = field(default_factory=dict)  # "host/cell" -> why the host could not take it
+    still_running: dict[str, str] = field(default_factory=dict)
+    unanswered: dict[str, str] = field(default_factory=dict)  # host -> why (not lost yet)
+    lost_now: dict[str, str] = field(default_factory=dict)  # hosts declared lost by this collect
+    progress: dict[str, HostProgress] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        """Nothing runs any more on any host that still counts (and no cell was just handed on to another host)."""
+        return not self.still_running and not self.unanswered and not self.lost_now
+
+
+def replan(state: FleetState, spec: Spec, hosts: list[Host]) -> dict[str, list[Cell]]:
+    """The cells as handed out, from the same spec and the facts kept at hand-out (the ids must match)."""
+    by_name = {h.name: h for h in hosts}
+    missing = [h for h in state.hosts() if h not in by_name]
+    if missing:
+        raise UserError(f"{state.inventory}: host {missing[0]} of sweep {state.sweep} is no longer in the inventory")
+    cells = {h: plan.plan_cells(spec, h, cast(Facts, state.facts[h]), by_name[h].vars) for h in state.hosts()}
+    for host, ids in state.assignment.items():
+        known = {c.id for c in cells[host]}
+        if any(cid not in known for cid in ids):
+            raise UserError(
+                f"{state.spec}: the spec changed since sweep {state.sweep} was handed out (its cells have other ids); "
+                "restore it, or start a new sweep"
+            )
+    return cells
+
+
+def collect_sweep(
+    state: FleetState,
+    spec: Spec,
+    hosts: list[Host],
+    results_root: Path,
+    lost_after: float = LOST_AFTER_S,
+    evict: bool = False,
+) -> Collected:
+    """Bring back every sealed cell not yet in the results tree; declare silent hosts lost and hand their cells
+    on. Safe while the hosts run and safe to repeat: a cell already in the tree is not fetched again."""
+    inventory = Path(state.inventory)
+    cells = replan(state, spec, hosts)
+    progress = poll(state, inventory)
+    out = Collected(progress=progress)
+    fetch: dict[str, list[str]] = {}
+    for host, p in progress.items():
+        if not p.answered:
+            if host not in state.lost:
+                out.unanswered[host] = p.error
+            continue
+        for cid in p.sealed:
+            if results.is_finished(results_root, state.sweep, host, cid):
+                out.already += 1
+            else:
+                fetch.setdefault(host, []).append(cid)
+        for cid, rec in p.done.items():
+            if rec["outcome"] == "host_error" and not results.is_finished(results_root, state.sweep, host, cid):
+                out.failed[f"{host}/{cid}"] = rec["error"]
+                results.record_lost(results_root, state.sweep, host, cid, "host_failed", rec["error"], utc.iso())
+        if p.alive and p.current:
+            out.still_running[host] = p.current
+        elif p.alive:
+            out.still_running[host] = ""
+        elif p.state in ("running", "stopped") and host not in state.lost:
+            # its runner is gone with cells left (stopped or killed on the host): known dead, no need to wait
+            left = [c for c in state.assignment[host] if c not in p.done]
+            if left:
+                out.lost_now[host] = f"its runner is gone ({p.state}, {len(left)} cell(s) not run)"
+    if fetch:
+        out.new = fetch_and_store(state, cells, fetch, progress, results_root)
+    for host, why in out.lost_now.items():  # after the fetch: what it sealed is in the tree, not handed on
+        declare_lost(state, spec, cells, inventory, results_root, host, why, evict)
+    now = time.time()
+    for host, why in list(out.unanswered.items()):
+        silent = now - state.last_seen.get(host, now)
+        if silent >= lost_after:
+            del out.unanswered[host]
+            reason = f"no answer for {silent:.0f} s (lost after {lost_after:.0f} s): {why}"
+            out.lost_now[host] = reason
+            declare_lost(state, spec, cells, inventory, results_root, host, reason, evict)
+    save_state(results_root, state)
+    return out
+
+
+def fetch_and_store(
+    state: FleetState,
+    cells: dict[str, list[Cell]],
+    fetch: dict[str, list[str]],
+    progress: dict[str, HostProgress],
+    results_root: Path,
+) -> dict[str, list[str]]:
+    """fleet_collect.yml fetches the tars into results/.incoming; each is then checked and stored (collect.py)."""
+    run = fleet.run_playbook(
+        tasks.FETCH_SEALED.playbook,
+        Path(state.inventory),
+        {"sweep": state.sweep, "fetch": fetch, "spark_results_dir": str(Path(results_root).resolve())},
+        limit=",".join(fetch),
+    )
+    stored: dict[str, list[str]] = {}
+    for host, ids in fetch.items():
+        mine = {c.id: c for c in cells[host]}
+        facts = cast(Facts, state.facts[host])
+        for cid in ids:
+            done = progress[host].done.get(cid, {})
+            started, finished = done.get("started", 0.0), done.get("finished", 0.0)
+            record = collecting.finalize_cell(
+                results_root, mine[cid], facts, started, finished, done.get("measure_s", 0.0)
+            )
+            if record is None:
+                log.warning("not_fetched", host=host, cell=cid, error=run.failures.get(host, "no archive"))
+                continue
+            results.clear_lost(results_root, state.sweep, host, cid)
+            stored.setdefault(host, []).append(cid)
+            log.info("cell_collected", host=host, cell=cid, verdict=record.verdict)
+    return stored
+
+
+def declare_lost(
+    state: FleetState,
+    spec: Spec,
+    cells: dict[str, list[Cell]],
+    inventory: Path,
+    results_root: Path,
+    host: str,
+    why: str,
+    evict: bool,
+) -> None:
+    """The host is lost: the cell it was on is recorded host_lost (never a backend failure), and every cell it has
+    not sealed goes to the least-loaded other live host of its group that has not got it. If the host comes back,
+    what it sealed is still collected: a replica, in its own folder."""
+    state.lost[host] = why
+    log.error("host_lost", host=host, error=why)
+    sealed_or_done = {
+        cid for cid in state.assignment[host] if results.is_finished(results_root, state.sweep, host, cid)
+    }
+    unfinished = [cid for cid in state.assignment[host] if cid not in sealed_or_done]
+    if unfinished:  # the first unfinished one is the one it was on (the runner takes them in order)
+        results.record_lost(results_root, state.sweep, host, unfinished[0], "host_lost", why, utc.iso())
+    others = [h for h in state.group_of(host) if h != host and h not in state.lost]
+    by_id = {c.id: c for c in cells[host]}
+    touched: set[str] = set()
+    for cid in unfinished:
+        free = [h for h in others if cid not in state.assignment[h]]
+        if not free:
+            log.error("cell_unserved", host=host, cell=cid, error="no other host of the group can take it")
+            continue
+        taker = min(free, key=lambda h: (sum(estimated_seconds(by_id[c]) for c in state.assignment[h]), h))
+        state.assignment[taker].append(cid)
+        state.requeued[f"{host}/{cid}"] = taker
+        touched.add(taker)
+    refused = start_runners(state, spec, cells, inventory, evict, sorted(touched))
+    for taker, reason in refused.items():  # a host that cannot take them now is found again by the next collect
+        log.error("requeue_refused", host=taker, error=reason)

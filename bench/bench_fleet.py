@@ -1,0 +1,127 @@
+"""The fleet's speed-up and the host's idle time, on sshd test hosts with the simulated Spark (calibrated rate).
+
+1. A 12-cell matrix on 1 host, then on 4 equal hosts (attached sweep, the group's queue): wall time each, and the
+   ratio (issue 13 asks for at most 0.35).
+2. Host idle time between cells, attached (one Ansible run per cell) and detached (the host's runner runs its plan
+   back to back): from each cell.toml, per host in cell order, the gap between one cell's end and the next one's
+   start, and the time of each cell that is neither server startup nor measuring (per-cell overhead).
+
+Wall times include facts and provisioning (what a user waits for). The machine is shared: say its load average
+(printed) next to any figure.
+
+    SPARK_TEST_NET=127.0.1 python bench/bench_fleet.py [--cells 12] [--hosts 4] [--duration 2.0] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from agent.results import tree as results  # noqa: E402
+from tests.sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet  # noqa: E402
+from tests.test_sweep import write_spec  # noqa: E402
+
+CLI = [sys.executable, "-m", "agent.cli"]
+ATTENTION = ["auto", "flash_attn", "triton_attn", "flashinfer", "flex_attention", "auto"]
+
+
+def spec_for(tmp: Path, name: str, cells: int, duration: float) -> Path:
+    """cells = 2 MoE backends x cells/2 attention backends (at most 10 distinct), one window per cell."""
+    attention = ["auto", "flash_attn", "triton_attn", "flashinfer", "flex_attention"][: max(1, cells // 2)]
+    path = write_spec(tmp, name, backends=("marlin", "flashinfer_b12x"), duration=duration, concurrency=(1,), warmup=0)
+    text = path.read_text().replace(
+        "[matrix]\n", "[matrix]\nattention_backend = " + str(attention).replace("'", '"') + "\n"
+    )
+    path.write_text(text)
+    return path
+
+
+def stamp(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").timestamp()
+
+
+def idle(out: Path, sweep: str) -> tuple[list[float], list[float]]:
+    """Gaps between consecutive cells of each host, and each cell's overhead (elapsed - startup - measure)."""
+    gaps, overhead = [], []
+    for host_dir in sorted((out / sweep).iterdir()):
+        cells = sorted(
+            (results.read_toml(f) for f in host_dir.glob(f"*/{results.CELL_FILE}")), key=lambda c: c["started_at"]
+        )
+        for prev, nxt in itertools.pairwise(cells):
+            gaps.append(stamp(nxt["started_at"]) - stamp(prev["finished_at"]))
+        overhead += [c["elapsed_s"] - c.get("startup_s", 0.0) - c.get("measure_s", 0.0) for c in cells]
+    return gaps, overhead
+
+
+def run(cmd: list[str]) -> float:
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(proc.stderr[-3000:])
+    return time.monotonic() - t0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--cells", type=int, default=12)
+    parser.add_argument("--hosts", type=int, default=4)
+    parser.add_argument("--duration", type=float, default=2.0, help="the measurement window of each cell, s")
+    parser.add_argument("--keep", help="keep the hosts' and results' folders here")
+    args = parser.parse_args()
+    tmp = Path(args.keep or tempfile.mkdtemp(prefix="bench-fleet-"))
+    fleet = start_fleet(tmp / "fleet", count=args.hosts)
+    try:
+        inv = inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8200})
+        assert fleet.inventory is not None
+        fleet.inventory.write_text(yaml.safe_dump(inv))
+        inventory, first = str(fleet.inventory), fleet.hosts[0].name
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores")
+        spec = spec_for(tmp, "one", args.cells, args.duration)
+        one = run(
+            [*CLI, "sweep", str(spec), "-i", inventory, "--limit", first, "--results", str(tmp / "r1"), "--no-progress"]
+        )
+        spec = spec_for(tmp, "many", args.cells, args.duration)
+        many = run([*CLI, "sweep", str(spec), "-i", inventory, "--results", str(tmp / "rn"), "--no-progress"])
+        spread = sorted(len(list(d.glob(f"*/{results.CELL_FILE}"))) for d in (tmp / "rn" / "many").iterdir())
+        print(
+            f"{args.cells} cells, 1 host: {one:.1f} s; {args.hosts} hosts: {many:.1f} s; ratio {many / one:.2f} "
+            f"(cells per host {spread})"
+        )
+        gaps_a, over_a = idle(tmp / "r1", "one")
+        spec = spec_for(tmp, "detached", args.cells, args.duration)
+        t0 = time.monotonic()
+        run([*CLI, "sweep", str(spec), "-i", inventory, "--limit", first, "--results", str(tmp / "rd"), "--detach"])
+        run([*CLI, "collect", "detached", "--results", str(tmp / "rd"), "--wait", "--interval", "2"])
+        detached = time.monotonic() - t0
+        gaps_d, over_d = idle(tmp / "rd", "detached")
+        for label, gaps, over in (("attached", gaps_a, over_a), ("detached", gaps_d, over_d)):
+            mean_gap = sum(gaps) / len(gaps) if gaps else 0.0
+            mean_over = sum(over) / len(over) if over else 0.0
+            print(
+                f"1 host, {label}: mean gap between cells {mean_gap:.1f} s (max {max(gaps, default=0):.1f}), "
+                f"mean per-cell overhead {mean_over:.1f} s (not startup, not measuring)"
+            )
+        print(f"1 host, detached incl. collect --wait: {detached:.1f} s (attached: {one:.1f} s)")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    finally:
+        stop_fleet(fleet)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
