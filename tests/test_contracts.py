@@ -196,6 +196,9 @@ def test_the_spec_schema_comes_from_the_settings():
         "max_model_len": ((int,), 8192),
         "max_num_seqs": ((int,), 16),
         "extra_args": ((list,), []),
+        # added with the [matrix] axes: keep_default=False, so cells at these defaults keep their ids
+        "kv_cache_dtype": ((str,), ""),
+        "enable_prefix_caching": ((bool,), True),
     }
     assert {k: v[2] for k, v in toml_schema(LoadSettings).items()} == {
         "prompt_len": 1024,

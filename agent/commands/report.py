@@ -21,11 +21,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=stats.DEFAULT_THRESHOLD,
         help="spread above which a point is unstable (default %(default)s)",
     )
+    p.add_argument(
+        "--rank-by",
+        choices=sorted(stats.RANK_BY),
+        default="throughput",
+        help="what 'what to run' ranks: output throughput, or goodput under the sweep's SLOs "
+        "(vLLM bench serve's request_goodput; default %(default)s)",
+    )
     p.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap RNG seed (default %(default)s)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    for path in write_report(args.results_dir, args.out, threshold=args.threshold, seed=args.seed):
+    for path in write_report(
+        args.results_dir, args.out, threshold=args.threshold, seed=args.seed, rank_by=args.rank_by
+    ):
         print(path)
     return 0

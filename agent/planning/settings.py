@@ -50,6 +50,10 @@ class ServerSettings:
     max_model_len: int = setting(8192, toml=(int,), flag="--max-model-len", always=True)
     max_num_seqs: int = setting(16, toml=(int,), flag="--max-num-seqs", always=True)
     extra_args: list[Any] = field(default_factory=list, metadata=meta(toml=(list,)))  # passed last, each str()
+    # Added with the [matrix] axes: left out of [config] (and the id) at their default, vLLM's own.
+    kv_cache_dtype: str = setting("", toml=(str,), flag="--kv-cache-dtype", keep_default=False)  # "" = auto
+    # True = vLLM's default (flag not passed); False passes --no-enable-prefix-caching
+    enable_prefix_caching: bool = setting(True, toml=(bool,), flag="--enable-prefix-caching", keep_default=False)
 
 
 @dataclass(frozen=True)

@@ -155,10 +155,11 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
     """The image present by digest and each cell's env file on its host. Idempotent."""
     by_host = {h: [{"id": c.id, "env": c.env} for c in cs] for h, cs in cells.items()}
     checkpoints = [{"name": c.name, "model": c.model} for c in spec.checkpoints]
+    more_images = [i for i in spec.design.images if i != spec.image]  # [matrix] image: every digest present
     run = fleet.run_playbook(
         "provision",
         inventory,
-        {"image": spec.image, "cells_by_host": by_host, "checkpoints": checkpoints},
+        {"image": spec.image, "more_images": more_images, "cells_by_host": by_host, "checkpoints": checkpoints},
         limit=_limit(hosts),
     )
     _raise_host_errors(run, "provisioning")
