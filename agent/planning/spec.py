@@ -593,24 +593,25 @@ def _checkpoint_axis(path: Path, line: int, names: list[Any], checkpoints: list[
 
 def _env_variants(path: Path, lines: _Lines, table: dict[str, Any]) -> dict[str, dict[str, str]]:
     """[matrix.env]: variant name -> NAME = value overrides (applied on top of [env]); {} is a valid variant."""
+    own = lines.of("matrix.env")
+    line = own if own > 1 else lines.of("matrix", "env")  # [matrix.env], or env = {...} in [matrix]
     if not table:
-        raise _err(path, lines.of("matrix.env"), "the 'env' axis in [matrix] is empty; name at least one variant")
+        raise _err(path, line, "the 'env' axis in [matrix] is empty; name at least one variant")
     if len(table) > _MAX_LIST:
-        raise _err(path, lines.of("matrix.env"), f"{len(table)} env variants; the limit is {_MAX_LIST}")
+        raise _err(path, line, f"{len(table)} env variants; the limit is {_MAX_LIST}")
     out = {}
     for name, overrides in table.items():
-        line = _variant_line(lines, name)
+        line = _variant_line(lines, name, line)
         if not SWEEP_NAME.match(name):
             raise _err(path, line, "env variant names must be 1-64 letters, digits, . _ - (starting with one)")
         out[name] = _env(path, overrides, lambda key=None, line=line: line, f"env variant '{name}'")
     return out
 
 
-def _variant_line(lines: _Lines, name: str) -> int:
-    """`name = {...}` under [matrix.env], or a [matrix.env.name] table of its own."""
-    inline = lines.of("matrix.env", name)
-    own = lines.of(f"matrix.env.{name}")
-    return own if own > 1 or inline <= 1 else inline
+def _variant_line(lines: _Lines, name: str, table_line: int) -> int:
+    """`name = {...}` under [matrix.env], a [matrix.env.name] table of its own, or else the env axis's line."""
+    own, inline = lines.of(f"matrix.env.{name}"), lines.of("matrix.env", name)
+    return own if own > 1 else inline if inline > 1 else table_line
 
 
 def _with_combinations(path: Path, lines: _Lines, spec: Spec, matrix: dict[str, Any]) -> Spec:
