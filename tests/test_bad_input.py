@@ -259,7 +259,7 @@ SPEC_CASES = [
         "axis-unknown",
         'attention_backend = ["auto"]',
         'attention_backend = ["auto"]\nmax_num_seq = [8]',
-        names="@max_num_seq",
+        names="@max_num_seq = [8]",
     ),
     spec_case(
         "axis-empty",
