@@ -315,3 +315,22 @@ def test_rank_by_goodput_without_slos_says_why_it_cannot_rank(tmp_path):
     summaries = stats.summarize_cells(load_cells(tmp_path), metric="request_goodput")
     [rec] = stats.recommend(summaries, metric="request_goodput")
     assert rec.winner is None and "no measurement carries request_goodput" in rec.reason
+
+
+def test_a_sparse_design_that_left_the_winning_combination_out_says_so(tmp_path):
+    """nv wins the checkpoint at MTP off, MTP wins on uns-fast; nv with MTP was never measured."""
+    write_cell(tmp_path, checkpoint="nv", backend="marlin", values={c: [108.0 * c, 109.0 * c, 107.0 * c] for c in C})
+    write_cell(
+        tmp_path, checkpoint="uns-fast", backend="marlin", values={c: [100.0 * c, 101.0 * c, 99.0 * c] for c in C}
+    )
+    write_cell(
+        tmp_path,
+        checkpoint="uns-fast",
+        backend="marlin",
+        config={"speculative": MTP},
+        values={c: [130.0 * c, 131.0 * c, 129.0 * c] for c in C},
+    )
+    [rec] = stats.recommend(stats.summarize_cells(load_cells(tmp_path)))
+    assert rec.choice == {"checkpoint": "nv", "speculative": "mtp"} and rec.winner_cells == []
+    text = report.render_markdown(report.build(load_cells(tmp_path)))
+    assert "No cell measured nv · speculative=mtp together" in text

@@ -181,6 +181,8 @@ def verdict_lines(rec: Recommendation) -> list[str]:
             lines += _question_lines(q, heading=True)
     if rec.effects:
         lines += ["", "Effect on startup (all else held equal):", ""] + [f"- {md(e)}" for e in rec.effects]
+    if rec.choice and not rec.winner_cells:  # a sparse design may leave the winning combination out
+        lines += ["", f"No cell measured {md(rec.winner)} together: add that combination to the matrix to confirm it."]
     for s in rec.winner_cells:
         what = md(s.checkpoint) + (f", {md(s.variant)}" if s.variant else "")
         lines += [
