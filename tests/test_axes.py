@@ -17,6 +17,7 @@ from agent.hostside import facts
 from agent.judging import stats
 from agent.planning import matrix
 from agent.planning.spec import load_spec
+from agent.reporting import compare
 from agent.reporting import markdown as report
 from agent.results.tree import load_cells
 from tests.test_report_fixtures import write_cell
@@ -334,3 +335,14 @@ def test_a_sparse_design_that_left_the_winning_combination_out_says_so(tmp_path)
     assert rec.choice == {"checkpoint": "nv", "speculative": "mtp"} and rec.winner_cells == []
     text = report.render_markdown(report.build(load_cells(tmp_path)))
     assert "No cell measured nv · speculative=mtp together" in text
+
+
+def test_compare_keeps_an_image_axis_apart(tmp_path):
+    """Two trees that each swept an image axis: every (image, backend) is compared with its own twin, none lost."""
+    for side, k in (("a", 1.0), ("b", 0.8)):
+        for image in (DIGEST_A, DIGEST_B):
+            write_cell(tmp_path / side, backend="marlin", image=image, values={1: [100.0 * k, 101.0 * k, 99.0 * k]})
+    cmp = compare.compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    assert len(cmp.diffs) == 2 and not cmp.only_a and not cmp.only_b
+    assert {d.status for d in cmp.diffs} == {compare.REGRESSION}
+    assert len({d.label for d in cmp.diffs}) == 2  # the labels name the image
