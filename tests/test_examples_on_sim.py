@@ -1,4 +1,4 @@
-"""The article's two sweeps (examples/gb10-*.toml) on the simulated Spark with --duration 2, through the
+"""The article's two sweeps (examples/gb10-*.toml) on the simulated Spark with --duration 1, through the
 real CLI over real SSH, and what the report must then say: marlin for NVFP4, and its MTP round ranked with the
 other axes held; triton with VLLM_USE_DEEP_GEMM=0 for FP8; the four FP8 backends that failed to start, with their
 classes; the FP8 default dying without the DeepGEMM rule and running with it; b12x unstable. (About 8 minutes:
@@ -34,7 +34,7 @@ def example_reports(sim_inventory, tmp_path_factory) -> dict[str, str]:
                 "--limit",
                 host,
                 "--duration",
-                "2",
+                "1",
                 "--results",
                 str(out),
                 "--no-progress",
