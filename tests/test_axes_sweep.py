@@ -12,6 +12,8 @@ import pytest
 
 from agent.results import tree as results
 
+from .test_examples_on_sim import stop_all
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,7 +93,10 @@ def test_axes_sweep_ranks_each_axis_shows_the_rule_and_resumes(tmp_path, sim_inv
         "axes-nvfp4": _sweep(specs["axes-nvfp4"], sim_inventory, "spark-a", out),
         "axes-fp8": _sweep(specs["axes-fp8"], sim_inventory, "spark-b", out),
     }
-    outputs = {name: p.communicate(timeout=600)[0] for name, p in procs.items()}
+    try:
+        outputs = {name: p.communicate(timeout=600)[0] for name, p in procs.items()}
+    finally:
+        stop_all(procs.values())  # a test that gives up leaves no sweep (and so no server) running
     assert procs["axes-nvfp4"].returncode == 0, outputs["axes-nvfp4"][-3000:]
     assert procs["axes-fp8"].returncode == 1, outputs["axes-fp8"][-3000:]  # the cell without the rule fails
 

@@ -7,6 +7,7 @@ both sweeps run at once, one per test host.)"""
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -46,14 +47,30 @@ def example_reports(sim_inventory, tmp_path_factory) -> dict[str, str]:
             stderr=subprocess.STDOUT,
             text=True,
         )
+    try:  # both sweeps end before anything is asserted, and a test that gives up leaves no sweep running
+        outputs = {name: proc.communicate(timeout=1800)[0] for name, proc in procs.items()}
+    finally:
+        stop_all(procs.values())
     reports = {}
     for name, proc in procs.items():
-        output, _ = proc.communicate(timeout=1800)
-        assert proc.returncode in (0, 1), output[-3000:]  # 1: some cells failed to start, as they should
+        assert proc.returncode in (0, 1), outputs[name][-3000:]  # 1: some cells failed to start, as they should
         report = subprocess.run(CLI + ["report", str(out / name)], cwd=REPO, capture_output=True, text=True)
         assert report.returncode == 0, report.stderr
         reports[name] = (out / name / "report.md").read_text()
     return reports
+
+
+def stop_all(procs) -> None:
+    """SIGINT to a sweep still running (timeout, interrupt): it stops its servers and exits 130, as on Ctrl-C."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    for proc in procs:
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def test_nvfp4_report_names_marlin_and_shows_b12x_unstable(example_reports):
