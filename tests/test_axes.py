@@ -346,3 +346,44 @@ def test_compare_keeps_an_image_axis_apart(tmp_path):
     assert len(cmp.diffs) == 2 and not cmp.only_a and not cmp.only_b
     assert {d.status for d in cmp.diffs} == {compare.REGRESSION}
     assert len({d.label for d in cmp.diffs}) == 2  # the labels name the image
+
+
+def _reference_ci(a, b, seed, resamples=2000, confidence=0.95):
+    """The bootstrap as first written (rng.choices + statistics.median): the fast one must give the same numbers."""
+    import math
+    import random
+    import statistics
+
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        mb = statistics.median(rng.choices(b, k=len(b)))
+        ma = statistics.median(rng.choices(a, k=len(a)))
+        ratios.append(ma / mb if mb else math.inf)
+    ratios.sort()
+    tail = (1.0 - confidence) / 2.0
+    return ratios[int(tail * (resamples - 1))], ratios[math.ceil((1.0 - tail) * (resamples - 1))]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_fast_bootstrap_gives_the_reference_numbers(seed):
+    import random
+
+    rng = random.Random(1000 + seed)
+    a = [rng.uniform(0, 100) for _ in range(rng.randint(1, 7))]
+    b = [rng.uniform(0, 100) for _ in range(rng.randint(1, 7))]
+    if seed % 4 == 0:
+        b[0] = 0.0  # a zero median somewhere: the ratio is inf, as before
+        b = [0.0] * len(b)
+    assert stats.bootstrap_ratio_ci(a, b, seed=seed) == _reference_ci(a, b, seed)
+    assert stats.bootstrap_ratio_ci(a, b, seed=seed, resamples=501, confidence=0.9) == _reference_ci(
+        a, b, seed, 501, 0.9
+    )
+
+
+def test_the_fast_random_stream_is_randoms_own():
+    import random
+
+    fast = stats._randoms(random.Random(42), 1000).tolist()
+    slow_rng = random.Random(42)
+    assert fast == [slow_rng.random() for _ in range(1000)]
