@@ -20,7 +20,18 @@ def load(name: str) -> ModuleType:
     """Import playbooks/library/<name>.py; its `ansible.module_utils.spark_hostside` is agent.hostside, as the
     module_utils symlink makes it on a host."""
     sys.modules.setdefault("ansible.module_utils.spark_hostside", agent.hostside)
-    for sub in ("docker", "errors", "facts", "loadgen", "logparse", "metrics", "safetensors", "serving", "supervise"):
+    for sub in (
+        "docker",
+        "errors",
+        "facts",
+        "loadgen",
+        "logparse",
+        "metrics",
+        "safetensors",
+        "serving",
+        "share",
+        "supervise",
+    ):
         sys.modules.setdefault(
             f"ansible.module_utils.spark_hostside.{sub}", importlib.import_module(f"agent.hostside.{sub}")
         )

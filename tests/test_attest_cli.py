@@ -84,3 +84,21 @@ def test_the_installed_command_in_a_real_process(tmp_path):
     )
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["facts"]["moe_backend_raw"] == "MARLIN"
+
+
+FRAGMENTS = Path(__file__).parent / "data" / "logs" / "public-fragments"
+
+
+def test_a_pasted_fragment_is_attested_with_low_confidence(capsys):
+    rc, out = run_json(capsys, str(FRAGMENTS / "v0.24-rtx5090-prefixless-marlin.log"), "--expect", "moe=marlin")
+    assert rc == 0 and out["facts"]["confidence"] == "low" and out["facts"]["moe_backend"] == "marlin"
+    assert any("lower confidence" in note for note in out["verdict"]["notes"])
+
+
+def test_a_fragment_from_stdin_in_a_real_process():
+    text = (FRAGMENTS / "v0.9-bare-traceback-root-cause-missing.log").read_text()
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "attest", "-", "--json"], input=text, capture_output=True, text=True
+    )
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 3 and out["facts"]["failure"]["class"] == "root_cause_not_in_excerpt"

@@ -151,8 +151,9 @@ def test_non_default_args_are_literals_never_code(tmp_path):
     hostile = f"{{'model': __import__('os').system('touch {marker}')}}"
     assert parse(line("non-default args: " + hostile))["non_default_args"] == {}
     assert not marker.exists()
-    cut = parse(line("non-default args: {'model': '/m', 'max_num_s"))  # cut off mid-line
-    assert cut["non_default_args"] == {}
+    cut = parse(line("non-default args: {'model': '/m', 'max_num_s"))  # cut off mid-line: the whole pairs count
+    assert cut["non_default_args"] == {"model": "/m"} and cut["confidence"] == "low"
+    assert any("pair by pair" in r for r in cut["repairs"])
 
 
 def test_speculative_from_engine_config_and_json_string():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from agent.errors import UserError
@@ -26,7 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("logfile", metavar="LOGFILE", help="the server log (docker/journald/kubernetes wrapping is fine)")
+    p.add_argument(
+        "logfile",
+        metavar="LOGFILE",
+        help="the server log, or a pasted excerpt of it ('-' reads stdin); docker/journald/kubernetes wrapping, "
+        "stripped prefixes, lost first characters and wrapped lines are fine (read with lower confidence)",
+    )
     p.add_argument(
         "--expect",
         action="append",
@@ -86,6 +92,13 @@ def _env_names(items: list[str]) -> list[str]:
 
 def _follow(path: str) -> logparse.Follower:
     """The log read as a stream: a log of any size costs bounded memory."""
+    if path == "-":
+        follower = logparse.Follower()
+        for block in iter(lambda: sys.stdin.read(1 << 20), ""):
+            follower.bytes_read += len(block)
+            follower.feed_chunk(block)
+        follower.flush()
+        return follower
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{path}: is a folder; pass the path of a vLLM server log file")
@@ -112,6 +125,7 @@ def _print_limits(limits: dict) -> None:
 def _looks_like_vllm(facts: dict) -> bool:
     return bool(
         facts["vllm_log_lines"]
+        or facts["confidence"]
         or facts["vllm_version"]
         or facts["failure"].get("class") not in (None, "other")
         or facts["failure"].get("evidence")
@@ -152,6 +166,8 @@ def _print_tables(result: dict) -> None:
     if facts["kv_cache_tokens"] >= 0:
         table.add_row("KV cache", "", f"{facts['kv_cache_tokens']:,} tokens")
     table.add_row("ready", "", "yes" if facts["startup_complete"] else "no")
+    if facts["confidence"] == "low":
+        table.add_row("confidence", "", "low: " + ("; ".join(facts["repairs"]) or "lines without vLLM's prefix"))
     console.print(table)
     colour = {"valid": "green", "invalid": "yellow", "failed": "red"}[v["verdict"]]
     console.print(f"[bold {colour}]{v['verdict'].upper()}[/]")

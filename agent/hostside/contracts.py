@@ -104,6 +104,11 @@ class Attestation(TypedDict):
     failure: Failure
     evidence: dict[str, str]  # axis (moe, attention, linear, version, unknown_env:VAR, ...) -> first line
     vllm_log_lines: int
+    # Pasted fragments: "high" when every fact came from lines in vLLM's own form, "low" when some rest on
+    # lines matched by their message body alone (prefix stripped) or repaired (lost first characters, wrapped or
+    # '...'-cut lists); "" when no vLLM line was recognised. `repairs` says what was assumed.
+    confidence: str
+    repairs: list[str]
 
 
 # --- serve status: supervise.wait_ready() -> serve.json in a cell's run folder ------------------------------------

@@ -29,6 +29,7 @@ _NAME = (
 _NAME_RE = re.compile(rf"^{_NAME}$")
 _TAG_RE = re.compile(rf"^(?P<name>{_NAME}):(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})$")
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+MIRROR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$")
 
 
 class DockerError(HostError, RuntimeError):
@@ -123,13 +124,76 @@ def image_present(ref: str, docker_env: dict | None = None) -> bool:
     return True
 
 
-def pull(ref: str, docker_env: dict | None = None, dry_run: bool = False) -> bool:
-    """Make sure `name@sha256:…` is present; pull only if missing. Returns changed (would change, if dry_run)."""
-    parse_ref(ref)
-    if image_present(ref, docker_env):
+def pull(ref: str, docker_env: dict | None = None, dry_run: bool = False, mirror: str = "") -> bool:
+    """Make sure `name@sha256:…` is present; pull only if missing, from `mirror` (a registry host:port) when one is
+    given. The digest is the image: the same digest pulled through a mirror counts as present. Returns changed."""
+    _, digest = parse_ref(ref)
+    if local_ref(ref, docker_env):
         return False
-    if not dry_run:
+    if dry_run:
+        return True
+    if not mirror:
         _docker(["pull", "--quiet", ref], docker_env)
+        return True
+    try:
+        _docker(["pull", "--quiet", mirror_ref(ref, mirror)], docker_env)
+    except DockerError as exc:
+        raise DockerError(
+            f"the mirror {mirror} does not serve {digest} ({_first_line(str(exc))}); seed it first "
+            "(playbooks/provision.yml does, from one host) or make it a pull-through cache of the image's registry"
+        ) from None
+    return True
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[0][:300]
+
+
+def mirror_ref(ref: str, mirror: str) -> str:
+    """The same image by digest on a mirror registry: nvcr.io/nvidia/vllm@sha256:D on 10.0.0.1:5000 is
+    10.0.0.1:5000/nvidia/vllm@sha256:D (the repository path without its registry)."""
+    name, digest = parse_ref(ref)
+    if not MIRROR_RE.match(mirror):
+        raise ValueError(f"image mirror {mirror!r} is not a registry address (host:port, e.g. 10.0.0.1:5000)")
+    first, _, rest = name.partition("/")
+    path = rest if rest and ("." in first or ":" in first or first == "localhost") else name
+    return f"{mirror}/{path}@{digest}"
+
+
+def local_ref(ref: str, docker_env: dict | None = None) -> str:
+    """A reference to the pinned image in the local store: `ref` itself, or the same digest under another repository
+    (pulled through a mirror). '' when the digest is not here."""
+    if image_present(ref, docker_env):
+        return ref
+    _, digest = parse_ref(ref)
+    out = _docker(["image", "ls", "--digests", "--format", "{{.Repository}}@{{.Digest}}"], docker_env)
+    for line in out.split():
+        if line.endswith("@" + digest) and not line.startswith("<none>"):
+            return line
+    return ""
+
+
+def seed_mirror(ref: str, mirror: str, docker_env: dict | None = None) -> bool:
+    """Make the mirror serve the pinned image: already there (or proxied) → False; else pull it here from its own
+    registry and push it to the mirror → True. A push that changes the digest is refused: the mirror would then serve
+    a different image under the same name."""
+    _, digest = parse_ref(ref)
+    target = mirror_ref(ref, mirror)
+    try:
+        _docker(["pull", "--quiet", target], docker_env)
+        return False
+    except DockerError:
+        pass
+    if not image_present(ref, docker_env):
+        _docker(["pull", "--quiet", ref], docker_env)
+    tagged = f"{target.split('@', 1)[0]}:spark-agent-{digest[7:19]}"
+    tag(ref, tagged, docker_env)
+    pushed = push(tagged, docker_env).split("@", 1)[1]
+    if pushed != digest:
+        raise DockerError(
+            f"pushing {ref} to the mirror {mirror} gave {pushed}, not {digest} (docker rewrote the manifest); "
+            "use a registry in pull-through (proxy) mode as the mirror instead"
+        )
     return True
 
 

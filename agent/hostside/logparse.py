@@ -35,10 +35,20 @@ _WRAPPER = re.compile(
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: "
     r"|[\w.-]+\s*\| )"
 )
-_PROC_TAGS = re.compile(r"^(?:\s*\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\))+\s*")
+# "(" optional: a pasted line that lost its first characters still has "Worker_TP3 pid=7)" (or "orker_TP3 pid=7)").
+_PROC_TAGS = re.compile(r"^(?:\s*\(?[\w.-]+ pid=\d+(?:, ip=[\d.]+)?\))+\s*")
 _HEADER = re.compile(
     r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./<>-]+:\d+\]\s?"
 )
+_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
+# A header whose first characters were lost in copying ("NFO 11-29 ...", "RROR ...", "1-29 18:31:07 [x.py:9]"):
+# still vLLM's, recognised by its clock and [file:line]. A level cut to 3+ characters still names one level.
+_LEVEL_OF = {level[i:]: level for level in _LEVELS for i in range(len(level) - 2)}
+_DAMAGED_HEADER = re.compile(r"^([A-Z]{0,8})\s*[\d-]{0,5} ?\d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./<>-]+:\d+\]\s?")
+# Two log lines pasted onto one: a second header inside a line starts a new line.
+_EMBEDDED_HEADER = re.compile(
+    r"\s(?=\([\w.-]+ pid=\d+\)\s|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d|INFO:\s{4})"
+)  # uvicorn's own lines start "INFO:     "
 
 
 def clean(raw: str) -> str:
@@ -54,13 +64,71 @@ def clean(raw: str) -> str:
 
 def split_header(line: str) -> tuple[str, str]:
     """(level, message) of a cleaned line; level is "" for lines not from vLLM's logger."""
+    level, msg, _ = split_header_damaged(line)
+    return level, msg
+
+
+def split_header_damaged(line: str) -> tuple[str, str, bool]:
+    """(level, message, damaged): damaged when the prefix lost its first characters in copying (a process tag
+    without "(", a cut level or date); the level is then the one the rest names, "?" when none is left."""
+    damaged = False
     m = _PROC_TAGS.match(line)
     if m:
+        damaged = not line.lstrip().startswith("(")
         line = line[m.end() :]
     m = _HEADER.match(line)
-    if not m:
-        return "", line
-    return m.group(1), line[m.end() :]
+    if m:
+        return m.group(1), line[m.end() :], damaged
+    if "]" in line and ":" in line:
+        m = _DAMAGED_HEADER.match(line)
+        if m:
+            return _LEVEL_OF.get(m.group(1), "?"), line[m.end() :], True
+    return "", line, damaged
+
+
+# Known message starts. A pasted body that lost up to 4 first characters ("untimeError: ...", "sing 'MARLIN' ...")
+# gets them back when what is left (4+ characters) is the rest of one of these.
+_KNOWN_STARTS = (
+    "Using ",
+    "Selected ",
+    "Initializing a",
+    "non-default args",
+    "Unknown vLLM environment variable",
+    "Model loading took",
+    "Loading model weights took",
+    "Application startup complete",
+    "Your GPU does not have native support",
+    "Engine core initialization failed",
+    "EngineCore failed to start",
+    "RuntimeError",
+    "ValueError",
+    "AssertionError",
+    "NotImplementedError",
+    "AttributeError",
+    "TypeError",
+    "ImportError",
+    "KeyError",
+    "Assertion error",
+    "torch.OutOfMemoryError",
+    "flashinfer-cubin",
+    "flashinfer-jit-cache",
+)
+
+
+# What is left of each start after losing 1-4 characters, by its first 4 characters: one dict lookup per line.
+_RESTS: dict[str, list[tuple[str, str]]] = {}
+for _start in _KNOWN_STARTS:
+    for _lost in range(1, 5):
+        if len(_start) - _lost >= 4:
+            _RESTS.setdefault(_start[_lost : _lost + 4], []).append((_start[_lost:], _start[:_lost]))
+
+
+def restore_start(msg: str) -> str:
+    """`msg` with lost first characters of a known message start put back ("" when nothing fits)."""
+    for rest, lost in _RESTS.get(msg[:4], ()):
+        if msg.startswith(rest):
+            return lost + msg
+    return ""
 
 
 # --- names ---------------------------------------------------------------------------------------
@@ -187,6 +255,25 @@ _NEEDLES = (
     "Out of memory",
     "Fatal Python error",
     "spark-agent supervisor:",
+    "Got fatal signal",
+    # capability gates, FlashInfer's version check and DeepGEMM's C++ asserts, as pasted without their exception
+    "requires SM",
+    "requires sm_",
+    "requires Blackwell",
+    "supported on",
+    "current device",
+    "for CUDA device capability",
+    "unavailable for",
+    "No supported CUDA",
+    "cubin version",
+    "jit-cache version",
+    "jit_cache version",
+    "exit_code == 0",
+    "is not defined for option",
+    "No valid attention backend",
+    "ssertion error",
+    "untimeError",
+    "alueError",
 )
 
 
@@ -287,6 +374,11 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
             ),
             _Then(r"layout\.hpp", "Unknown recipe"),
             _Then("deep_gemm", "Assertion"),
+            # DeepGEMM's JIT/runtime asserts, whatever kernel they came from: "Assertion error (<path>.hpp:N): cond"
+            # (DG_HOST_ASSERT's form) or its kernel_runtime "exit_code == 0" (the JIT compile failed).
+            _Then(r"kernel_runtime\.hpp", r"Assert|exit_code == 0|!= nullptr"),
+            _Then("jit_kernels/", r"Assert|exit_code == 0|!= nullptr"),
+            _Then("ssertion error", r"\.(?:hpp|cuh):\d+"),
         ),
     ),
     (
@@ -296,10 +388,28 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
     ("unsupported_moe_backend", (re.compile(r"moe_backend='[^']*' is not supported for"),)),
     ("backend_unsupported_config", (re.compile(r"does not support the deployment configuration since"),)),
     ("attention_backend_invalid", (re.compile(r"Selected backend \S+ is not valid for this configuration"),)),
+    # A backend that gates on compute capability: the hard requirement, said in any of vLLM's and its kernels' words.
+    (
+        "unsupported_backend",  # each form tried only on text that holds its literal: near misses stay cheap
+        (
+            _Guarded(
+                "requires ", r"requires (?:SM ?1\d\d|sm_?1\d\da?|Blackwell datacenter|datacenter Blackwell|Hopper)"
+            ),
+            _Guarded("upported ", r"supported (?:only )?on (?:[\w-]{1,20} ){0,4}\(?(?:SM ?\d{2,3}|sm_\d{2,3}a?)\b"),
+            _Guarded("current device", r"does not support current device(?! since)"),
+            _Guarded(" for CUDA device capability", r"compiled \w{1,80} for CUDA device capability"),
+            _Guarded(" on current platform", r"unavailable for \w{1,80} on current platform"),
+            _Guarded("No supported CUDA architectures found", "No supported CUDA architectures found"),
+        ),
+    ),
+    ("no_attention_backend", (re.compile(r"No valid attention backend found"),)),
     ("free_memory_check", (_Then("Free memory on device", "is less than desired GPU memory utilization"),)),
     ("oom", (re.compile(r"CUDA out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY"),)),
     ("ptxas_arch", (_Then("ptxas", r"sm_12\d"), re.compile(r"sm_12\da?'? is not defined for option"))),
-    ("flashinfer_version", (_Then(r"flashinfer-(?:cubin|jit-cache) version ", " does not match"),)),
+    (
+        "flashinfer_version",
+        (_Then("cubin version ", " does not match"), _Then(r"jit[-_]cache version ", " does not match")),
+    ),
     (
         "cute_dsl_arch",
         (re.compile(r"expects arch to be one of|CUTE_DSL_ARCH matches"), _Then("[Ee]rror", "CUTE_DSL_ARCH")),
@@ -311,7 +421,10 @@ _ENGINE_DYING = re.compile(
     r"EngineCore failed to start|WorkerProc failed to start|Worker failed with error"
     r"|EngineCore encountered a fatal error"
 )
-_ENGINE_DIED = re.compile(r"Engine core initialization failed|Engine process failed to start|EngineDeadError")
+_ENGINE_DIED = re.compile(
+    r"Engine core initialization failed|Engine process failed to start|EngineDeadError"
+    r"|Got fatal signal from worker processes"  # 0.7's V1 wording
+)
 # After readiness, the root cause of an engine that died mid-run: checked before the startup signatures. The OOM
 # killer and signals leave no line of vLLM's own; the supervisor adds one when the server ends (SUPERVISOR_PREFIX).
 _DEATH_CAUSES = (
@@ -327,6 +440,8 @@ _DEATH_CAUSES = (
 )
 SUPERVISOR_PREFIX = "spark-agent supervisor: "  # lines the host-side supervisor appends to a server's log
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::|$)")
+# A traceback's frame and caret lines: never the root cause, even when logged at ERROR level.
+_FRAME_LINE = re.compile(r"^(?:\s|Traceback|File \"|\^)")
 _MOE_CLASSES = ("no_moe_backend", "unsupported_moe_backend", "backend_unsupported_config")
 _MOE_ERROR_QUANT = re.compile(r"\b(\w{1,40}) MoE\b")
 _MAX_EVIDENCE = 12
@@ -338,6 +453,21 @@ MAX_LINE = 64 * 1024  # characters of a line that are looked at; the rest is dro
 MAX_ITEMS = 64  # entries of each list of names or lines in the facts
 MAX_RATES = 10_000  # acceptance-rate intervals kept (27 h of 10 s intervals)
 MAX_LOG_BYTES = 8 * 1024**3  # parse_file stops here and says so
+
+# Pasted fragments (see Attestation.confidence): what the parser repaired, and how it says so.
+ROOT_CAUSE_MISSING = "root_cause_not_in_excerpt"  # only "Engine core initialization failed. See root cause above"
+_REPAIRS = {
+    "damaged": "line(s) whose vLLM prefix lost its first characters",
+    "restored": "message(s) whose lost first characters were put back",
+    "joined": "line(s) holding two log lines, split",
+    "wrapped": "wrapped line(s) joined to the line they continue",
+    "ellipsis": "list(s) cut with '...'",
+    "lenient_args": "non-default args read pair by pair (the dict was cut or damaged)",
+}
+_MAX_WRAPPED = 16  # continuation lines joined to one open line
+_CONTINUATION = "[]{}()'\",.=:0123456789"  # how a wrapped list or call carries on (or a lower-case word)
+_ELLIPSIS = re.compile(r",\s?(?:\.\.\.|\u2026)\s*[\]})]*\.?\s*$")  # a list that ends "'A', ..."
+_FRAME_SOURCE = re.compile(r"^(?:\s|File \")")  # a traceback's source line: its brackets never close below
 
 
 def _new_facts() -> Attestation:
@@ -379,6 +509,8 @@ def _new_facts() -> Attestation:
         "runtime_failure": {},  # after readiness: {class, root_cause, evidence} of an engine that died mid-run
         "evidence": {},
         "vllm_log_lines": 0,
+        "confidence": "",
+        "repairs": [],
     }
 
 
@@ -412,6 +544,9 @@ class Follower:
         self._death: dict[str, Any] = {"class": "", "root_cause": "", "evidence": []}  # dying after readiness
         self._death_dying = False
         self._partial = ""
+        self._open = ""  # a line whose brackets are not closed yet: wrapped lines that continue it are joined
+        self._open_lines = 0
+        self._repairs = dict.fromkeys(_REPAIRS, 0)
 
     # -- input --
     def feed(self, text: str) -> None:
@@ -420,14 +555,22 @@ class Follower:
             if len(line) > MAX_LINE:
                 line = line[:MAX_LINE]
                 self.lines_cut += 1
+            if self._open:
+                if self._continues(line):
+                    continue
+                self._close_open()
             if (
-                "HTTP/1." in line
-                or "Avg prompt throughput" in line
-                or "Received request" in line  # = _NOISE,
-                or "Generated response" in line
-                or "Finished request" in line  # spelled out: any() is 4x slower
-                or "Added request" in line
-                or "Aborted request" in line
+                (
+                    "HTTP/1." in line
+                    or "Avg prompt throughput" in line
+                    or "Received request" in line  # = _NOISE,
+                    or "Generated response" in line
+                    or "Finished request" in line  # spelled out: any() is 4x slower
+                    or "Added request" in line
+                    or "Aborted request" in line
+                )
+                and line.count(" pid=") < 2  # unless another line was pasted onto it
+                and "startup complete" not in line
             ):
                 continue
             if "SpecDecoding metrics" in line:  # periodic, and wanted: the cheap path
@@ -460,6 +603,31 @@ class Follower:
         """Feed what `feed_chunk` held back (a last line without newline: a log cut off mid-line)."""
         if self._partial or self._partial_cut:
             self._feed_held()
+        self._close_open()
+
+    # -- wrapped lines: a list or call whose brackets close on a later line (pasted, or wrapped by a terminal) --
+    def _continues(self, line: str) -> bool:
+        """Join `line` to the open one if it carries on its brackets; True when it was taken."""
+        piece = clean(line)
+        if not piece or self._open_lines >= _MAX_WRAPPED or len(self._open) + len(piece) > MAX_LINE:
+            return False
+        carries_on = piece[0] in _CONTINUATION or piece[0].islower() or self._open.rstrip().endswith(",")
+        if not carries_on or _PROC_TAGS.match(piece):
+            return False
+        if split_header(piece)[0]:  # a line of its own
+            return False
+        self._open += " " + piece
+        self._open_lines += 1
+        if _balance(self._open) <= 0 or _ELLIPSIS.search(piece):
+            self._close_open()
+        return True
+
+    def _close_open(self) -> None:
+        if self._open:
+            if self._open_lines:
+                self._repairs["wrapped"] += 1
+            line, self._open, self._open_lines = self._open, "", 0
+            self._handle(line, joined=True)
 
     def _hold(self, piece: str) -> None:
         room = MAX_LINE - len(self._partial)
@@ -487,20 +655,57 @@ class Follower:
 
     # -- output --
     def facts(self) -> Attestation:
+        self._close_open()  # a wrapped line still open at the end of what was read counts as it is
         f = copy.deepcopy(self._f)  # the caller's to keep: later lines must not change it
         f["startup_complete"] = self.ready or (f["engine_ready"] and not self._server_seen)
         backends = sorted({linear_backend_of(k) for k in f["linear_kernels"]} - {""})
         f["linear_backend"] = backends[0] if len(backends) == 1 else ("mixed" if backends else "")
         f["failure"] = {} if f["startup_complete"] else self._failure()
         f["runtime_failure"] = self._runtime_failure()
+        f["repairs"] = [f"{n} {_REPAIRS[key]}" for key, n in self._repairs.items() if n]
+        f["confidence"] = self._confidence(f)
         return f
 
+    def _confidence(self, f: Attestation) -> str:
+        damaged = self._repairs["damaged"] or self._repairs["restored"] or self._repairs["lenient_args"]
+        if f["vllm_log_lines"] == 0 and not _recognised(f):
+            return ""
+        if damaged or f["vllm_log_lines"] == 0:  # beside prefixed lines, bare ones (uvicorn, print) are normal
+            return "low"
+        return "high"
+
     # -- one line --
-    def _handle(self, raw: str) -> None:
+    def _handle(self, raw: str, joined: bool = False, piece: bool = False) -> None:
         line = clean(raw)
-        level, msg = split_header(line)
+        level, msg, damaged = split_header_damaged(line)
+        if not piece and (
+            " pid=" in msg
+            or msg.find("INFO:    ", 1) > 0
+            or (level and ("INFO " in msg or "WARNING " in msg or "ERROR " in msg))
+        ):
+            pieces = self._pieces(msg)
+            if len(pieces) > 1:  # lines pasted as one
+                self._repairs["joined"] += 1
+                self._handle(line[: len(line) - len(msg)] + pieces[0], joined, piece=True)
+                for rest in pieces[1:]:
+                    self._handle(rest, joined, piece=True)
+                return
+        if not joined and _balance(msg) > 0 and not _FRAME_SOURCE.match(msg):
+            self._open, self._open_lines = raw, 0  # wait for the lines that close it
+            if not self.ready and _signature_of(msg):  # but a fatal line stops a start now; the whole one follows
+                self._watch_failure(level, msg, line)
+            return
+        if (not level or damaged) and msg and not msg[0].isupper() and msg[0] not in "([-'\"{ ":
+            restored = restore_start(msg)
+            if restored:
+                msg, damaged = restored, True
+                self._repairs["restored"] += 1
+        if damaged:
+            self._repairs["damaged"] += 1
         if level:
             self._f["vllm_log_lines"] += 1
+        if ("..." in msg or "\u2026" in msg) and _ELLIPSIS.search(msg):
+            self._repairs["ellipsis"] += 1
         if not self.ready:
             self._watch_failure(level, msg, line)
         else:
@@ -509,6 +714,19 @@ class Follower:
             self._using(msg, line)
         else:
             self._other(msg, line)
+
+    @staticmethod
+    def _pieces(msg: str) -> list[str]:
+        """A message split where another log line starts inside it (at most MAX_ITEMS pieces)."""
+        pieces: list[str] = []
+        start = 0
+        while len(pieces) < MAX_ITEMS:
+            m = _EMBEDDED_HEADER.search(msg, start)
+            if not m:
+                break
+            pieces.append(msg[start : m.start()])
+            start = m.end()
+        return [*pieces, msg[start:]]
 
     def _acceptance(self, raw: str) -> None:
         m = _ACCEPT_PCT.search(raw)
@@ -648,6 +866,9 @@ class Follower:
             if not f["non_default_args"] and self._args_tries < 4:  # a log of bad reprs costs 4 evals, not one each
                 self._args_tries += 1
                 f["non_default_args"] = _literal_dict(m.group(1))
+                if not f["non_default_args"]:  # cut ("...") or damaged: the pairs that are whole
+                    f["non_default_args"] = _lenient_dict(m.group(1))
+                    self._repairs["lenient_args"] += bool(f["non_default_args"])
                 self._args_speculative(f["non_default_args"])
                 model = f["non_default_args"].get("model_tag") or f["non_default_args"].get("model")
                 if isinstance(model, str) and not f["served_model"]:
@@ -708,7 +929,7 @@ class Follower:
             cls = _death_cause_of(msg)
         if cls:
             self._keep(line)
-            if self.fatal is None or self.fatal["class"] == "engine_init_failed":
+            if self.fatal is None or self.fatal["class"] in ("engine_init_failed", ROOT_CAUSE_MISSING):
                 self._declare(cls, msg)  # the first decisive line wins; "engine died" gives way to its cause
             elif self.fatal["class"] == cls and _EXCEPTION_LINE.match(msg):
                 self._declare(cls, msg)  # the exception line says it better than the traceback's source line
@@ -716,16 +937,20 @@ class Follower:
         final = bool(_ENGINE_DIED.search(msg))
         if final or _ENGINE_DYING.search(msg):
             self._keep(line)
+            if final and self.fatal and self.fatal["class"] == ROOT_CAUSE_MISSING and _EXCEPTION_LINE.match(msg):
+                self.fatal["root_cause"] = msg  # the wrapper's exception line says it better than its source line
             self._dying = True  # a traceback follows; its exception line is the decisive one
             if final and self.fatal is None:
-                self._declare("engine_init_failed", self._last_exception or self._last_error or msg)
+                cause = self._last_exception or self._last_error
+                # Only the generic wrapper survived (a pasted excerpt, a cut log): say so, never guess.
+                self._declare("engine_init_failed" if cause else ROOT_CAUSE_MISSING, cause or msg)
             return
         if _EXCEPTION_LINE.match(msg):
             self._last_exception = msg
-            if self._dying and self.fatal is None:
+            if self._dying and (self.fatal is None or self.fatal["class"] == ROOT_CAUSE_MISSING):
                 self._keep(line)
                 self._declare("engine_init_failed", msg)
-        elif level in ("ERROR", "CRITICAL"):
+        elif level in ("ERROR", "CRITICAL") and not _FRAME_LINE.match(msg):
             self._last_error = msg
 
     def _watch_death(self, level: str, msg: str, line: str) -> None:
@@ -821,6 +1046,33 @@ class Follower:
         )
 
 
+def _balance(text: str) -> int:
+    """Open brackets minus closed ones (a wrapped list or call is still open when > 0)."""
+    return text.count("[") + text.count("{") + text.count("(") - text.count("]") - text.count("}") - text.count(")")
+
+
+def _recognised(f: Attestation) -> bool:
+    """Whether lines without vLLM's prefix still said something only vLLM says (a fact, or a failure class)."""
+    failure = f["failure"]
+    return bool(
+        f["vllm_version"]
+        or f["moe_backend"]
+        or f["attention_backend"]
+        or f["linear_kernels"]
+        or f["linear_fallbacks"]
+        or f["marlin_fp4_weight_only"]
+        or f["unknown_env"]
+        or f["non_default_args"]
+        or f["speculative"]["method"]
+        or f["model_load_gib"] >= 0
+        or f["kv_cache_tokens"] >= 0
+        or f["engine_ready"]
+        or f["startup_complete"]
+        or (failure and failure.get("class") != "other")
+        or f["runtime_failure"]
+    )
+
+
 def _death_cause_of(msg: str) -> str:
     for cls, rx in _DEATH_CAUSES:
         if msg and rx.search(msg):
@@ -845,6 +1097,24 @@ def _literal_dict(text: str) -> dict:
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return {}
     return _plain(value) if isinstance(value, dict) else {}
+
+
+_PAIR = re.compile(
+    r"'(\w{1,80})': ('(?:[^'\\]|\\.){0,4000}'|-?[\d.]{1,40}(?:e-?\d{1,3})?|True|False)(?=\s?[,}])"
+)  # a value counts only when it ends where the dict says it does: a cut number is no number
+
+
+def _lenient_dict(text: str) -> dict:
+    """The whole `'key': value` pairs of a dict repr that was cut ("...") or damaged; nested values are skipped."""
+    out: dict[str, Any] = {}
+    for m in _PAIR.finditer(text):
+        if len(out) >= MAX_ITEMS:
+            break
+        try:
+            out[m.group(1)] = ast.literal_eval(m.group(2))
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+    return _plain(out)
 
 
 def _plain(value: Any) -> Any:

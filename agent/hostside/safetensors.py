@@ -399,7 +399,7 @@ def inspect_checkpoint(path: str) -> CheckpointSummary:
     unquantized weights of two or more dimensions outside the MTP module and the vision tower.
     Activation scales are static when a quantized module carries input_scale, else dynamic.
     """
-    path = os.path.abspath(path)
+    path = os.path.abspath(os.path.expanduser(path))  # ~ is the host user's home, as in the spec
     shards, weight_map, warnings = _shards(path)
     config, quant_configs = _configs(path)
     layers = _config_value(config, "num_hidden_layers", "n_layer", "num_layers")

@@ -85,6 +85,11 @@ def serve_cell(
             "install docker (and the NVIDIA container toolkit) or set spark_runtime=process"
         )
     full_env = dict(env, **{k: str(v) for k, v in (extra_env or {}).items()})
+    pinned = image
+    if (
+        runtime == "docker" and image
+    ):  # the pinned digest may be here under a mirror's name: run that, verify the digest
+        image = docker.local_ref(pinned) or pinned
     container = supervise.container_prefix(workdir) + cell_id
     shown = launch_command(runtime, redact.redact_argv(argv), redact.redact_env(full_env), image, container, cell_id)
     (rdir / "launch.txt").write_text(shown + "\n")  # redacted; the server below gets full_env as it is
@@ -107,7 +112,7 @@ def serve_cell(
     if outcome["ready"] and runtime == "docker":
         info = supervise.status(workdir)["server"]
         try:
-            docker.verify_running_digest(info["container"], image)
+            docker.verify_running_digest(info["container"], pinned)
         except (HostError, ValueError) as exc:  # a mismatch aborts the cell with both digests shown
             supervise.stop(workdir)
             raise ServeError(str(exc)) from None

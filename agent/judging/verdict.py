@@ -41,6 +41,8 @@ def judge(requested: Mapping[str, str], facts: Mapping[str, Any], env_set: Seque
     """{verdict, reasons, evidence, notes}. `requested` has the AXES ("" = auto, no claim); `facts` is
     logparse.parse()'s; `env_set` the variables the spec set for the server."""
     failure = facts.get("failure") or {}
+    if failure and _excerpt_without_failure(facts):
+        failure = {}  # a pasted excerpt that stops before readiness shows no failure: judge what it shows
     if failure:
         reason = f"failed: {failure.get('class', 'other')}: {failure.get('root_cause', '')}".rstrip(": ")
         return Verdict(
@@ -71,6 +73,12 @@ def judge(requested: Mapping[str, str], facts: Mapping[str, Any], env_set: Seque
     )
 
 
+def _excerpt_without_failure(facts: Mapping[str, Any]) -> bool:
+    """A low-confidence excerpt (a paste) whose only "failure" is that it ends before the server was ready."""
+    failure = facts.get("failure") or {}
+    return facts.get("confidence") == "low" and failure.get("class") == "other" and not failure.get("evidence")
+
+
 def requested_from_args(facts: Mapping[str, Any]) -> dict[str, str]:
     """What the server was asked for, read from its own `non-default args` line (for logs without a spec)."""
     args = facts.get("non_default_args") or {}
@@ -86,6 +94,8 @@ def requested_from_args(facts: Mapping[str, Any]) -> dict[str, str]:
 def notes(facts: Mapping[str, Any], env_set: Sequence[str] = ()) -> list[str]:
     """Things worth knowing that do not invalidate a cell."""
     out = []
+    if facts.get("confidence") == "low":
+        out.append("an excerpt, read with lower confidence: " + "; ".join(facts.get("repairs") or ["no vLLM prefix"]))
     if any("emulation" in line for line in facts.get("linear_fallbacks", [])):
         out.append("NVFP4 linear layers run on the slow emulation backend")
     if facts.get("autotuner_cliff_count", 0) > 0:

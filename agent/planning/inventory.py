@@ -21,6 +21,7 @@ from typing import Any
 
 from agent.errors import UserError
 from agent.hostside import redact
+from agent.hostside.docker import MIRROR_RE
 from agent.paths import DEFAULT_INVENTORY, PLAYBOOKS
 from agent.planning import vault
 
@@ -180,9 +181,12 @@ def check_host(path: Path, host: Host) -> None:
     for var in ("ansible_port", "spark_port"):
         if var in v and _port(v[var]) is None:
             raise bad(var, "must be a port number from 1 to 65535")
-    for var in ("ansible_host", "spark_bind_host"):
+    for var in ("ansible_host", "spark_bind_host", "spark_fleet_address"):
         if var in v and not (isinstance(v[var], str) and ADDRESS.match(v[var])):
             raise bad(var, "must be a plain host name or IP address")
+    mirror = v.get("spark_image_mirror", "")
+    if mirror and not (isinstance(mirror, str) and MIRROR_RE.match(mirror)):
+        raise bad("spark_image_mirror", "must be a registry address host:port (e.g. 10.0.0.1:5000), or empty")
     if "ansible_user" in v and not (isinstance(v["ansible_user"], str) and USER.match(v["ansible_user"])):
         raise bad("ansible_user", "must be a plain user name")
     for var in ("spark_workdir", "spark_model_cache"):

@@ -25,7 +25,7 @@ from agent.planning.matrix import Cell, CheckpointInfo
 from agent.planning.spec import Spec
 from agent.results import tree as results
 from agent.results.records import CellRecord
-from agent.running import collect, hostdata, tasks
+from agent.running import collect, fleetcopy, hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
 from agent.running.progress import Progress
@@ -154,7 +154,7 @@ def plan_fleet(spec: Spec, hosts: list[Host], facts: dict[str, Facts]) -> dict[s
 def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, list[Cell]]) -> fleet.FleetRun:
     """The image present by digest and each cell's env file on its host. Idempotent."""
     by_host = {h: [{"id": c.id, "env": c.env} for c in cs] for h, cs in cells.items()}
-    checkpoints = [{"name": c.name, "model": c.model} for c in spec.checkpoints]
+    checkpoints = fleetcopy.checkpoint_vars(spec)
     more_images = [i for i in spec.design.images if i != spec.image]  # [matrix] image: every digest present
     run = fleet.run_playbook(
         "provision",
@@ -163,6 +163,8 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
         limit=_limit(hosts),
     )
     _raise_host_errors(run, "provisioning")
+    fleetcopy.check_image_digests(run, hosts, spec.image)  # one image on every host, mirror or not
+    run = fleetcopy.fill_missing_checkpoints(inventory, spec, hosts, run)  # copied over the fleet, not downloaded
     for host, cs in cells.items():
         infos = checkpoint_infos(run, host)
         for cell in cs:

@@ -20,8 +20,11 @@ class TaskRef:
 
 
 FACTS = TaskRef("provision", "Gather host facts", "spark_facts", tag="facts")
+MIRROR = TaskRef("provision", "Seed the image mirror", "spark_image")
 IMAGE = TaskRef("provision", "Pull the image by digest", "spark_image")  # read by the tests (changed or not)
-CHECKPOINTS = TaskRef("provision", "Inspect the checkpoints on the host", "spark_inspect", loop=True)
+CHECKPOINTS = TaskRef("provision", "Inspect the checkpoints on the host", "spark_inspect", loop=True, tag="checkpoints")
+SHARE = TaskRef("copy_checkpoint", "Serve the checkpoint", "spark_share")
+COPY = TaskRef("copy_checkpoint", "Fetch the checkpoint", "spark_fetch")
 SERVE = TaskRef("cell", "Serve", "spark_server")
 BENCH = TaskRef("cell", "Bench", "spark_bench", loop=True)
 FETCH = TaskRef("cell", "Fetch the run folder", "ansible.builtin.fetch")  # failed: a partial archive, never read
@@ -29,4 +32,4 @@ STATUS = TaskRef("status", "Server status", "spark_server")
 RESOLVE = TaskRef("pin", "Resolve the tag", "spark_image")
 INSPECT = TaskRef("inspect", "Inspect checkpoint", "spark_inspect")
 
-ALL = (FACTS, IMAGE, CHECKPOINTS, SERVE, BENCH, FETCH, STATUS, RESOLVE, INSPECT)
+ALL = (FACTS, MIRROR, IMAGE, CHECKPOINTS, SHARE, COPY, SERVE, BENCH, FETCH, STATUS, RESOLVE, INSPECT)

@@ -10,6 +10,9 @@ description:
   - C(present) makes sure C(name@sha256:<64 hex>) is in the host's image store, pulling it only when missing.
   - C(resolved) pulls C(name:tag) on the host and returns the C(name@sha256:...) it resolves to there
     (multi-arch manifests included), for C(spark-agent pin).
+  - With I(mirror), C(present) pulls the same digest from that registry instead of the image's own (the fleet's
+    link instead of the office's), and C(mirrored) makes the mirror serve it (run once, on one host), pushing it
+    there unless the mirror already has it or proxies it. The digest is checked either way.
   - The logic is agent/hostside/docker.py (standard library only; it runs the docker CLI).
 options:
   ref:
@@ -19,8 +22,11 @@ options:
   state:
     description: "present: pull unless `docker image inspect` already has it. resolved: pull the tag, return `pinned`."
     type: str
-    choices: [present, resolved]
+    choices: [present, resolved, mirrored]
     default: present
+  mirror:
+    description: A registry (host:port) that serves the image by digest to the fleet, e.g. one Spark's registry.
+    type: str
   docker_host:
     description: DOCKER_HOST for the docker CLI (default, the host's own environment).
     type: str
@@ -54,6 +60,10 @@ digest:
   description: "sha256:<64 hex> (state=present)."
   type: str
   returned: success and state=present
+local_ref:
+  description: The local reference that carries the digest (the pinned name, or the mirror's name for it).
+  type: str
+  returned: success and state=present, not in check mode
 pinned:
   description: "name@sha256:<64 hex> the tag resolves to (state=resolved)."
   type: str
@@ -66,7 +76,8 @@ from ansible.module_utils.spark_hostside.errors import HostError
 
 ARGUMENT_SPEC = {
     "ref": {"type": "str", "required": True},
-    "state": {"type": "str", "default": "present", "choices": ["present", "resolved"]},
+    "state": {"type": "str", "default": "present", "choices": ["present", "resolved", "mirrored"]},
+    "mirror": {"type": "str", "default": ""},
     "docker_host": {"type": "str", "default": None},
 }
 
@@ -81,8 +92,15 @@ def main() -> None:
             # A lookup: the pulled tag is only a by-product, so it does not count as a change.
             pinned = sdocker.resolve_tag(tag=ref, docker_env=env, pull=not module.check_mode)
             module.exit_json(changed=False, ref=ref, pinned=pinned)
-        changed = sdocker.pull(ref=ref, docker_env=env, dry_run=module.check_mode)
-        module.exit_json(changed=changed, ref=ref, digest=sdocker.parse_ref(ref=ref)[1])
+        mirror = module.params["mirror"] or ""
+        if module.params["state"] == "mirrored":
+            if module.check_mode:
+                module.exit_json(changed=False, ref=ref, msg="check mode: the mirror is not seeded")
+            seeded = sdocker.seed_mirror(ref=ref, mirror=mirror, docker_env=env)
+            module.exit_json(changed=seeded, ref=ref, mirror_ref=sdocker.mirror_ref(ref=ref, mirror=mirror))
+        changed = sdocker.pull(ref=ref, docker_env=env, dry_run=module.check_mode, mirror=mirror)
+        local = "" if module.check_mode else sdocker.local_ref(ref=ref, docker_env=env)
+        module.exit_json(changed=changed, ref=ref, digest=sdocker.parse_ref(ref=ref)[1], local_ref=local)
     except (ValueError, HostError) as exc:  # ValueError: not a reference by digest
         module.fail_json(msg=str(exc), ref=ref)
 

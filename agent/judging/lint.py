@@ -1,0 +1,336 @@
+"""A launch checked before it runs: findings, each naming its rule and reason, and the corrected launch.
+
+The knowledge is the rules files' (agent/rules/env.toml through planning/envrules, the one loader): the same
+rules `spark-agent env` shows and the sweep's planner applies. Lint adds no fact of its own beyond two about the
+launch's form: an image by tag instead of digest, and weights that cannot fit the chip's memory.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.errors import UserError
+from agent.hostside import facts as hostfacts
+from agent.hostside.contracts import Facts
+from agent.hostside.logparse import normalise_backend
+from agent.planning import envrules
+from agent.planning.launch import Launch
+
+SEVERITIES = ("note", "warning", "error")
+_QUANT_WORDS = (("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("fp4", "nvfp4"), ("fp8", "fp8"), ("bf16", "bf16"))
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str  # the rules file entry (or lint's own rule: image-digest, checkpoint-memory)
+    severity: str  # note | warning | error
+    message: str
+    source: str
+    line: int
+    fix: str = ""  # what --fix changes, in words; "" when no rule knows the fix
+
+
+@dataclass
+class Target:
+    """What the launch will run on: a chip (its gpus.toml entry) and a vLLM version ("" = unknown)."""
+
+    arch: str
+    gpu: dict[str, Any]
+    vllm_version: str
+    quant: str = ""  # "" = read from the launch (--quantization, the model's name, its weights)
+
+
+@dataclass
+class Result:
+    launch: Launch
+    quant: str
+    vllm_version: str
+    findings: list[Finding] = field(default_factory=list)
+    fixed: Launch | None = None  # the launch with every known fix applied (None: nothing to fix)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.launch.source,
+            "line": self.launch.line,
+            "kind": self.launch.kind,
+            "image": self.launch.image,
+            "model": self.launch.model,
+            "quant": self.quant,
+            "vllm_version": self.vllm_version,
+            "command": self.launch.command(),
+            "findings": [asdict(f) for f in self.findings],
+            "fixed_command": self.fixed.command() if self.fixed else "",
+        }
+
+
+def target_for(arch: str, vllm_version: str, quant: str = "") -> Target:
+    gpus = hostfacts.load_gpu_rules()
+    return Target(arch=arch, gpu=gpus.get(arch, {}), vllm_version=vllm_version, quant=quant)
+
+
+def image_version(image: str) -> str:
+    """The vLLM version an image's tag names (`vllm/vllm-openai:v0.12.0` -> 0.12.0); "" when it names none."""
+    tag = image.split("@")[0].rsplit(":", 1)[1] if ":" in image.split("@")[0].rsplit("/", 1)[-1] else ""
+    version = envrules.parse_version(tag) if tag.startswith(("v0.", "0.", "v1.", "1.")) else None
+    return ".".join(map(str, version)) if version else ""
+
+
+def quant_of(launch: Launch, checkpoint: dict[str, Any] | None) -> str:
+    explicit = (launch.flag("--quantization") or launch.flag("-q") or "").lower()
+    for word, quant in _QUANT_WORDS:
+        if word in explicit:
+            return quant
+    for conf in (checkpoint or {}).get("quant_configs", []):
+        text = json.dumps(conf).lower()
+        for word, quant in _QUANT_WORDS:
+            if word in text:
+                return quant
+    name = launch.model.lower().replace("-", "").replace("_", "")
+    for word, quant in _QUANT_WORDS:
+        if word in name:
+            return quant
+    return ""
+
+
+def lint(launch: Launch, target: Target) -> Result:
+    checkpoint = _checkpoint(launch.model)
+    version = target.vllm_version or image_version(launch.image)
+    quant = target.quant or quant_of(launch, checkpoint)
+    result = Result(launch=launch, quant=quant, vllm_version=version)
+    fixed = Launch(**{**asdict(launch), "args": list(launch.args), "env": dict(launch.env)})
+    rules = envrules.env_rules()
+    parsed = envrules.parse_version(version)
+    _env_rules(result, fixed, target, quant, version)
+    _dead(result, fixed, rules, parsed)
+    _fails(result, fixed, rules, target.arch, quant, parsed)
+    _speculative(result, fixed, quant)
+    _conflicts(result, rules)
+    _flags(result, rules, parsed, version)
+    _limits(result, fixed, rules, target.arch, parsed)
+    _image(result)
+    _memory(result, checkpoint, target)
+    order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+    result.findings.sort(key=lambda f: (order[f.severity], f.line, f.rule))
+    if fixed.args != launch.args or fixed.env != launch.env:
+        result.fixed = fixed
+    return result
+
+
+def _add(result: Result, rule: str, severity: str, message: str, line: int = 0, fix: str = "") -> None:
+    result.findings.append(Finding(rule, severity, message, result.launch.source, line or result.launch.line, fix))
+
+
+def _facts(target: Target) -> Facts:
+    gpu = target.gpu
+    return Facts(
+        gpu_name=str(gpu.get("name", "")),
+        compute_capability=str(gpu.get("compute_capability", "")),
+        arch=target.arch if gpu else "",
+        sm=str(gpu.get("sm", "")),
+    )
+
+
+def _env_rules(result: Result, fixed: Launch, target: Target, quant: str, version: str) -> None:
+    """Variables the rules set for this chip × quant × version that the launch lacks or sets otherwise."""
+    rules = {r["id"]: r for r in envrules.env_rules().get("rule", [])}
+    env = envrules.resolve_env(_facts(target), quant, version, {})
+    for row in env.provenance:
+        rule = rules.get(row["rule"], {})
+        name, want = row["name"], row["value"]
+        have = result.launch.env.get(name)
+        if have is None:
+            severity = rule.get("lint", "warning")
+            _add(result, row["rule"], severity, f"missing {name}={want}: {row['reason']}", fix=f"set {name}={want}")
+            fixed.env[name] = want
+        elif have != want:
+            line = result.launch.env_lines.get(name, 0)
+            _add(result, row["rule"], "warning", f"{name}={have}, the rule sets {want}: {row['reason']}", line)
+
+
+def _dead(result: Result, fixed: Launch, rules: dict, version: envrules.Version | None) -> None:
+    for entry in rules.get("dead", []):
+        name = entry["name"]
+        if name not in result.launch.env:
+            continue
+        line = result.launch.env_lines.get(name, 0)
+        use = f"use {entry['replacement']} instead"
+        if not entry.get("vllm") or (version is not None and envrules.in_range(version, entry["vllm"])):
+            _add(result, entry["id"], "error", f"{name} is dead: {entry['reason']}; {use}", line, f"drop {name}")
+            fixed.env.pop(name, None)
+        elif version is None:
+            why = f"{name} is dead in vLLM {entry['vllm']} and the version is unknown (pass --vllm-version)"
+            _add(result, entry["id"], "warning", f"{why}: {entry['reason']}; {use}", line)
+        elif entry.get("deprecated") and envrules.in_range(version, entry["deprecated"]):
+            _add(result, entry["id"], "warning", f"{name} is deprecated: {entry['reason']}; {use}", line)
+
+
+def _backend(launch: Launch, flag: str) -> str:
+    return normalise_backend(launch.flag(flag) or "")
+
+
+def _applies(entry: dict[str, Any], arch: str, quant: str, version: envrules.Version | None) -> bool:
+    if "arch" in entry and arch not in entry["arch"]:
+        return False
+    if "quant" in entry and quant not in entry["quant"]:
+        return False
+    return not entry.get("vllm") or (version is not None and envrules.in_range(version, entry["vllm"]))
+
+
+def _fails(result: Result, fixed: Launch, rules: dict, arch: str, quant: str, version: envrules.Version | None) -> None:
+    for entry in rules.get("fails", []):
+        if _applies(entry, arch, quant, version) and _backend(result.launch, entry["axis"]) == entry["backend"]:
+            fix = ""
+            if entry.get("fix"):
+                fix = f"{entry['axis']} {entry['fix']}"
+                _set_flag(fixed, entry["axis"], entry["fix"])
+            message = (
+                f"{entry['axis']} {entry['backend']} does not start on {arch}"
+                f"{' with ' + quant if quant else ''} (a {entry['class']} failure): {entry['reason']}"
+            )
+            _add(result, entry["id"], "error", message, fix=fix)
+
+
+def _speculative(result: Result, fixed: Launch, quant: str) -> None:
+    """MTP on a checkpoint whose draft head needs its own moe_backend (the same rule the planner applies)."""
+    config = result.launch.flag("--speculative-config")
+    if config is None:
+        dotted = result.launch.dotted("--speculative-config")
+        if not dotted:
+            return
+        config = json.dumps({k: _number(v) for k, v in dotted.items()})
+    try:
+        warnings = envrules.speculative_warnings(quant, config)
+        completed, notes = envrules.speculative_defaults(quant, config)
+    except UserError as exc:  # bad JSON in a pasted launch: a finding, not a stop
+        _add(result, "speculative-config", "error", exc.message)
+        return
+    rule_ids = [r["id"] for r in envrules.env_rules().get("speculative", [])]
+    for warning in warnings:
+        rule = next((r for r in rule_ids if r in warning), "speculative")
+        _add(result, rule, "error", warning, fix="add the draft moe_backend" if notes else "")
+    if notes and result.launch.flag("--speculative-config") is not None:
+        _set_flag(fixed, "--speculative-config", completed)
+
+
+def _number(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _conflicts(result: Result, rules: dict) -> None:
+    for entry in rules.get("conflict", []):
+        env_value = result.launch.env.get(entry["env"])
+        if env_value == entry["value"] and _backend(result.launch, entry["flag"]) == entry["flag_value"]:
+            line = result.launch.env_lines.get(entry["env"], 0)
+            what = f"{entry['env']}={env_value} with {entry['flag']} {entry['flag_value']}"
+            _add(result, entry["id"], "error", f"{what}: {entry['reason']}", line)
+
+
+def _flags(result: Result, rules: dict, version: envrules.Version | None, version_text: str) -> None:
+    for entry in rules.get("flag", []):
+        value = result.launch.flag(entry["name"])
+        if value is None or ("value" in entry and normalise_backend(value) != entry["value"]):
+            continue
+        shown = entry["name"] + (f" {entry['value']}" if "value" in entry else "")
+        if version is None:
+            continue  # said once below
+        if not envrules.in_range(version, entry["vllm"]):
+            _add(result, entry["id"], "error", f"vLLM {version_text} does not know {shown}: {entry['reason']}")
+    if version is None and any(result.launch.flag(e["name"]) is not None for e in rules.get("flag", [])):
+        _add(
+            result,
+            "vllm-version-unknown",
+            "note",
+            "the vLLM version is unknown (the image names none): flags were not checked against it; "
+            "pass --vllm-version",
+        )
+
+
+def _limits(result: Result, fixed: Launch, rules: dict, arch: str, version: envrules.Version | None) -> None:
+    for entry in rules.get("limit", []):
+        if "arch" in entry and arch not in entry["arch"]:
+            continue
+        given = result.launch.flag(entry["flag"])
+        value = _float(given) if given else _default(entry, version)
+        if value is None or value <= entry["max"]:
+            continue
+        said = f"{entry['flag']} {value:g}" + ("" if given else " (vLLM's default)")
+        _add(result, entry["id"], "error" if given else "warning", f"{said} > {entry['max']:g}: {entry['reason']}",
+             fix=f"{entry['flag']} {entry['max']:g}")  # fmt: skip
+        _set_flag(fixed, entry["flag"], f"{entry['max']:g}")
+
+
+def _default(entry: dict[str, Any], version: envrules.Version | None) -> float | None:
+    defaults = entry.get("defaults", {})
+    if version is None:
+        return max(defaults.values()) if defaults else None  # unknown version: the highest default may apply
+    return next((float(v) for r, v in defaults.items() if envrules.in_range(version, r)), None)
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _image(result: Result) -> None:
+    image = result.launch.image
+    if image and "@sha256:" not in image:
+        _add(
+            result,
+            "image-digest",
+            "warning",
+            f"image {image} is named by tag: the tag can move to another build; pin it by digest "
+            f"(spark-agent pin {image} --host H)",
+        )
+
+
+def _checkpoint(model: str) -> dict[str, Any] | None:
+    """The safetensors summary of a checkpoint folder on this machine; None for a hub id or an unreadable one."""
+    if not model or not Path(model).is_dir():
+        return None
+    from agent.hostside.safetensors import inspect_checkpoint
+
+    try:
+        return dict(inspect_checkpoint(model))
+    except (OSError, ValueError):
+        return None
+
+
+def _memory(result: Result, checkpoint: dict[str, Any] | None, target: Target) -> None:
+    memory_gb = target.gpu.get("memory_gb")
+    if not checkpoint or not memory_gb:
+        return
+    util = _float(result.launch.flag("--gpu-memory-utilization") or "") or 0.9
+    budget_gib = memory_gb * 1e9 / 1024**3 * util
+    weights_gib = checkpoint["total_bytes"] / 1024**3
+    if weights_gib >= budget_gib:
+        _add(
+            result,
+            "checkpoint-memory",
+            "error",
+            f"{result.launch.model}: the weights alone are {weights_gib:.1f} GiB, more than {util:g} of one "
+            f"{target.gpu.get('name', target.arch)}'s {memory_gb} GB ({budget_gib:.1f} GiB): it cannot load",
+        )
+
+
+def _set_flag(launch: Launch, flag: str, value: str) -> None:
+    """Set `flag value` in a launch's args (replacing every form of it already there)."""
+    forms = {flag, flag.replace("-", "_").replace("__", "--")}
+    args, out, skip = launch.args, [], False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        key, eq, _ = arg.partition("=")
+        if key in forms:
+            skip = not eq and i + 1 < len(args) and not args[i + 1].startswith("--")
+            continue
+        out.append(arg)
+    launch.args = [*out, flag, value]

@@ -1,0 +1,427 @@
+"""Launches people are about to run -> every `vllm serve` invocation and the environment it gets.
+
+Read from what people copy: a command line, a shell script, `docker run`, a docker compose file, a Kubernetes
+manifest, or a model card's Markdown (its fenced blocks). Nothing is executed or expanded beyond the script's own
+assignments (`MODEL=x` then `$MODEL`). Input is text a user pasted: it is bounded (MAX_BYTES, MAX_LAUNCHES,
+MAX_YAML_NODES) and a bad one is one line naming the file (UserError, exit 2).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from agent.errors import UserError
+
+MAX_BYTES = 4 * 1024 * 1024  # a script, a compose file or a model card; anything bigger is not one
+MAX_LAUNCHES = 256
+MAX_YAML_NODES = 100_000  # YAML aliases can make a small file a huge tree: walk at most this many nodes
+
+# `docker run` options that take a value as the next word (the rest are switches, or `--opt=value`).
+_DOCKER_VALUE_OPTS = {
+    "-e", "--env", "--env-file", "-v", "--volume", "-p", "--publish", "--name", "--gpus", "--ipc", "--shm-size",
+    "--network", "--net", "--runtime", "-w", "--workdir", "--entrypoint", "--ulimit", "--device", "--mount", "-u",
+    "--user", "-l", "--label", "--restart", "--platform", "--cpus", "-m", "--memory", "-h", "--hostname",
+    "--add-host", "--cap-add", "--security-opt", "--pull", "--log-driver", "--log-opt", "--cpuset-cpus",
+}  # fmt: skip
+_STOP = {";", "&&", "||", "|", "&", ")", "(", ">", ">>", "<", ">&", "&>", "<<", "|&"}
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_VAR = re.compile(r"\$(?:\{([A-Za-z_]\w*|\d)(?::?-([^}]*))?\}|([A-Za-z_]\w*))")  # ${1:-default} too
+_FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)")
+_INLINE_CODE = re.compile(r"`([^`\n]{1,2000})`")
+_FENCED = re.compile(r"^\s*(?:```|~~~)", re.M)  # a Markdown text with code blocks: only they are read
+_YAML_HINT = re.compile(r"^(?:services|apiVersion|kind|spec|containers|command|args)\s*:", re.M)
+
+
+@dataclass
+class Launch:
+    """One `vllm serve` invocation: its arguments (model first when given positionally), its environment and the
+    image it runs in. `line` is where it starts in `source`; `env_lines` where each variable was set."""
+
+    source: str
+    line: int
+    kind: str  # shell | docker | compose | kubernetes (inside a Markdown file: the same, from its fenced block)
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    env_lines: dict[str, int] = field(default_factory=dict)
+    image: str = ""
+
+    def flag(self, name: str) -> str | None:
+        """The value of `--name` (`--name V`, `--name=V`, or `--name_with_underscores`); the last one wins;
+        "" for a switch; None when absent."""
+        want = {name, name.replace("-", "_").replace("__", "--")}
+        value = None
+        for i, arg in enumerate(self.args):
+            key, eq, val = arg.partition("=")
+            if key in want:
+                if eq:
+                    value = val
+                elif i + 1 < len(self.args) and not self.args[i + 1].startswith("--"):
+                    value = self.args[i + 1]
+                else:
+                    value = ""
+        return value
+
+    def dotted(self, prefix: str) -> dict[str, str]:
+        """`--speculative-config.method mtp` style: {"method": "mtp"} for prefix `--speculative-config`."""
+        out = {}
+        for i, arg in enumerate(self.args):
+            key, eq, val = arg.partition("=")
+            for form in (prefix, prefix.replace("-", "_").replace("__", "--")):
+                if key.startswith(form + "."):
+                    nxt = self.args[i + 1] if i + 1 < len(self.args) else ""
+                    out[key[len(form) + 1 :]] = val if eq else nxt
+        return out
+
+    @property
+    def model(self) -> str:
+        flagged = self.flag("--model")
+        if flagged:
+            return flagged
+        return self.args[0] if self.args and not self.args[0].startswith("-") else ""
+
+    def command(self) -> str:
+        """The launch as one shell line: assignments, then `vllm serve ARGS`."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        argv = " ".join(shlex.quote(a) for a in ["vllm", "serve", *self.args])
+        return f"{env} {argv}".strip()
+
+
+# --- the input ---------------------------------------------------------------------------------------
+
+
+def read_text(data: bytes, source: str) -> str:
+    """The launch text of a file or stdin: small UTF-8 text with something in it."""
+    if len(data) > MAX_BYTES:
+        raise UserError(f"{source}: {len(data)} bytes is too big for a launch (at most {MAX_BYTES}); pass the script")
+    if b"\x00" in data:
+        raise UserError(f"{source}: binary data; pass a command line, script, compose file, manifest or model card")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{source}: not UTF-8 text (byte {exc.start}); pass a text file") from None
+    if not text.strip():
+        raise UserError(f"{source}: empty; pass a `vllm serve` command line or a file that holds one")
+    return text
+
+
+def extract(text: str, source: str) -> list[Launch]:
+    """Every `vllm serve` invocation in a text (see the module docstring); [] when there is none."""
+    launches: list[Launch] = []
+    if _FENCED.search(text):
+        for first_line, lang, block in _fenced_blocks(text):
+            launches += _extract_block(block, source, first_line, lang)
+        if not launches:  # a card that gives its command inline: `vllm serve ...` in a sentence
+            for n, line in enumerate(text.splitlines(), 1):
+                for code in _INLINE_CODE.findall(line) if "vllm" in line else ():
+                    launches += _from_shell(code, source, n)
+    else:
+        launches = _extract_block(text, source, 1, "")
+    return launches[:MAX_LAUNCHES]
+
+
+def _extract_block(text: str, source: str, first_line: int, lang: str) -> list[Launch]:
+    if lang in ("yaml", "yml") or (lang == "" and _YAML_HINT.search(text)):
+        found = _from_yaml(text, source, first_line)
+        if found is not None:
+            return found
+    return _from_shell(text, source, first_line)
+
+
+def _fenced_blocks(text: str) -> Iterator[tuple[int, str, str]]:
+    """(line of the block's first line, language, body) of each fenced code block of a Markdown text."""
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, lang, start = m.group(1), m.group(2).lower(), i + 1
+        i += 1
+        while i < len(lines) and not lines[i].strip().startswith(fence):
+            i += 1
+        yield start + 1, lang, "\n".join(lines[start:i])
+        i += 1
+
+
+# --- shell -------------------------------------------------------------------------------------------
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, command) with backslash-continued lines joined."""
+    buf, start = "", 0
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.rstrip()
+        if not buf:
+            start = n
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        yield start, buf + line
+        buf = ""
+    if buf:
+        yield start, buf
+
+
+def _words(command: str) -> list[str]:
+    lex = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lex.whitespace_split = True
+    lex.commenters = "#"
+    try:
+        return list(lex)
+    except ValueError:  # an unclosed quote in a paste: words as they stand
+        return command.split()
+
+
+def _expand(word: str, variables: dict[str, str]) -> str:
+    def one(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(3)
+        if name in variables:
+            return variables[name]
+        return m.group(2) if m.group(2) is not None else m.group(0)
+
+    return _VAR.sub(one, word) if "$" in word else word
+
+
+def _from_shell(text: str, source: str, first_line: int) -> list[Launch]:
+    launches: list[Launch] = []
+    variables: dict[str, str] = {}  # every assignment of the script (for $VAR in later lines)
+    exported: dict[str, tuple[str, int]] = {}  # what later commands inherit
+    for n, command in _logical_lines(text):
+        line_no = first_line + n - 1
+        words = _words(command)
+        for segment in _segments(words):
+            segment = [_expand(w, variables) for w in segment]
+            if segment and segment[0] == "export":
+                for word in segment[1:]:
+                    m = _ASSIGN.match(word)
+                    if m:
+                        variables[m[1]] = m[2]
+                        exported[m[1]] = (m[2], line_no)
+                continue
+            prefix: dict[str, tuple[str, int]] = {}
+            while segment and _ASSIGN.match(segment[0]):
+                m = _ASSIGN.match(segment[0])
+                assert m is not None
+                prefix[m[1]] = (m[2], line_no)
+                segment = segment[1:]
+            if not segment:
+                variables.update({k: v for k, (v, _) in prefix.items()})
+                continue
+            launch = _launch_of(segment, source, line_no, {**exported, **prefix})
+            if launch:
+                launches.append(launch)
+    return launches
+
+
+def _segments(words: list[str]) -> Iterator[list[str]]:
+    """The simple commands of a line (split at ; && || |), redirections dropped."""
+    current: list[str] = []
+    skip_next = False
+    for i, word in enumerate(words):
+        if skip_next:
+            skip_next = False
+            continue
+        if word in _STOP or word.startswith((">", "<")):
+            if word in (">", ">>", "<", ">&", "&>") and i + 1 < len(words):
+                skip_next = True  # the redirection's target
+            if word not in (">", ">>", "<", ">&", "&>"):
+                yield current
+                current = []
+            continue
+        if word.isdigit() and i + 1 < len(words) and words[i + 1].startswith((">", "<")):
+            continue  # the 2 of 2>&1
+        current.append(word)
+    yield current
+
+
+def _launch_of(words: list[str], source: str, line: int, env: dict[str, tuple[str, int]]) -> Launch | None:
+    """A launch when these words run `vllm serve` (directly, via the OpenAI server module, or in `docker run`)."""
+    for i in range(len(words) - 1):
+        if words[i].endswith("docker") and words[i + 1] == "run":
+            return _docker_run(words[i + 2 :], source, line, env)
+        if words[i].endswith("docker") and words[i + 2 : i + 3] == ["run"] and words[i + 1] in ("compose", "container"):
+            found = _docker_run(words[i + 3 :], source, line, env)  # `docker compose run SERVICE ...` too
+            if found and words[i + 1] == "compose":
+                found.image = ""  # a service name, not an image: its compose file says which
+            return found
+    serve = _serve_args(words)
+    return _launch(source, line, "shell", serve, env, "") if serve is not None else None
+
+
+def _serve_args(words: list[str]) -> list[str] | None:
+    for i, word in enumerate(words):
+        if (word == "vllm" or word.endswith("/vllm")) and i + 1 < len(words) and words[i + 1] == "serve":
+            return words[i + 2 :]
+        if word == "-m" and i + 1 < len(words) and words[i + 1] == "vllm.entrypoints.openai.api_server":
+            return words[i + 2 :]
+    return None
+
+
+def _docker_run(words: list[str], source: str, line: int, env: dict[str, tuple[str, int]]) -> Launch | None:
+    container_env: dict[str, tuple[str, int]] = {}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-"):
+            break
+        key, eq, val = word.partition("=")
+        if key in ("-e", "--env"):
+            val = val if eq else (words[i + 1] if i + 1 < len(words) else "")
+            m = _ASSIGN.match(val)
+            if m:
+                container_env[m[1]] = (m[2], line)
+            elif val in env:
+                container_env[val] = env[val]  # `-e NAME` passes the caller's value
+        if key in _DOCKER_VALUE_OPTS and not eq:
+            i += 1
+        i += 1
+    if i >= len(words):
+        return None
+    image, rest = words[i], words[i + 1 :]
+    serve = _serve_args(rest) or _entrypoint_args(image, rest)
+    if serve is None:
+        return None
+    return _launch(source, line, "docker", serve, container_env, image)
+
+
+def _entrypoint_args(image: str, words: list[str]) -> list[str] | None:
+    """The server's arguments when the image's entrypoint is vLLM: the OpenAI image takes them directly, an image
+    whose entrypoint is `vllm` takes `serve ARGS`."""
+    if words and words[0] == "serve" and "vllm" in image:
+        return words[1:]
+    if _is_openai_image(image):
+        return words
+    return None
+
+
+def _is_openai_image(image: str) -> bool:
+    name = image.split("@")[0].rsplit(":", 1)[0] if "/" in image or ":" in image else image
+    return name.endswith("vllm-openai") or name.endswith("vllm/vllm-openai")
+
+
+def _launch(source: str, line: int, kind: str, args: list[str], env: dict[str, tuple[str, int]], image: str) -> Launch:
+    return Launch(
+        source=source,
+        line=line,
+        kind=kind,
+        args=list(args),
+        env={k: v for k, (v, _) in env.items()},
+        env_lines={k: n for k, (_, n) in env.items()},
+        image=image,
+    )
+
+
+# --- YAML: docker compose, Kubernetes, and any YAML whose strings hold a `vllm serve` command ----------
+
+
+def _from_yaml(text: str, source: str, first_line: int) -> list[Launch] | None:
+    """Launches of a YAML text; None when it is no YAML (then it is read as shell)."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError:
+        return None
+    if not docs or not all(isinstance(d, (dict, list)) for d in docs):
+        return None
+    out: list[Launch] = []
+    budget = [MAX_YAML_NODES]
+    for doc in docs:
+        if isinstance(doc, dict) and isinstance(doc.get("services"), dict):
+            for name, service in doc["services"].items():
+                if isinstance(service, dict):
+                    out += _container(service, str(name), text, source, first_line, "compose")
+            continue
+        for container in _containers(doc, budget):
+            out += _container(container, str(container.get("name", "")), text, source, first_line, "kubernetes")
+        if not out:
+            for value, _ in _strings(doc, budget):
+                if "vllm" in value and "serve" in value:
+                    line = first_line + _line_of(text, value.strip().splitlines()[0])
+                    out += _from_shell(value, source, line)
+    return out
+
+
+def _containers(node: Any, budget: list[int]) -> Iterator[dict[str, Any]]:
+    stack = [node]
+    while stack and budget[0] > 0:
+        item = stack.pop()
+        budget[0] -= 1
+        if isinstance(item, dict):
+            for key in ("containers", "initContainers"):
+                for c in item.get(key) or []:
+                    if isinstance(c, dict) and "image" in c:
+                        yield c
+            stack.extend(v for k, v in item.items() if k not in ("containers", "initContainers"))
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _strings(node: Any, budget: list[int]) -> Iterator[tuple[str, None]]:
+    stack = [node]
+    while stack and budget[0] > 0:
+        item = stack.pop()
+        budget[0] -= 1
+        if isinstance(item, str):
+            yield item, None
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def _container(c: dict[str, Any], name: str, text: str, source: str, first_line: int, kind: str) -> list[Launch]:
+    """A compose service or a Kubernetes container: image + entrypoint/command + command/args + environment."""
+    image = str(c.get("image") or "")
+    at = first_line + _line_of(text, f"{name}:" if kind == "compose" and name else f"image: {image}")
+    words: list[str] = []
+    for key in ("entrypoint", "command", "args"):
+        value = c.get(key)
+        if isinstance(value, str):
+            words += _words(value)
+        elif isinstance(value, list):
+            words += [str(v) for v in value]
+    env = {k: (v, first_line + _line_of(text, k, at - first_line)) for k, v in _container_env(c).items()}
+    if len(words) >= 3 and words[0] in ("sh", "bash", "/bin/sh", "/bin/bash") and words[1] in ("-c", "-lc"):
+        found = _from_shell(" ".join(words[2:]), source, at)  # `sh -c "...; vllm serve ..."`
+        for launch in found:
+            launch.kind, launch.image = kind, image
+            for k, (v, n) in env.items():
+                launch.env.setdefault(k, v)
+                launch.env_lines.setdefault(k, n)
+        return found
+    serve = _serve_args(words)
+    if serve is None:
+        serve = _entrypoint_args(image, words)
+    if serve is None:
+        return []
+    return [_launch(source, at, kind, serve, env, image)]
+
+
+def _container_env(c: dict[str, Any]) -> dict[str, str]:
+    env = c.get("environment", c.get("env"))
+    out: dict[str, str] = {}
+    if isinstance(env, dict):
+        out = {str(k): "" if v is None else str(v) for k, v in env.items()}
+    elif isinstance(env, list):
+        for item in env:
+            if isinstance(item, dict) and "name" in item:  # Kubernetes: {name, value} (valueFrom: unknown here)
+                out[str(item["name"])] = str(item.get("value", ""))
+            elif isinstance(item, str):
+                key, _, value = item.partition("=")
+                out[key] = value
+    return out
+
+
+def _line_of(text: str, needle: str, after_line: int = 0) -> int:
+    """0-based line of the first occurrence of needle at or after a line (0 when not found)."""
+    lines = text.splitlines()
+    for i in range(max(after_line, 0), len(lines)):
+        if needle and needle in lines[i]:
+            return i
+    return max(after_line, 0)

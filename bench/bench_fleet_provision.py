@@ -1,0 +1,209 @@
+"""Provisioning N hosts vs one host, with the image coming over a slow shared link (the office's) or from a mirror on
+the fleet's link. Target (issue 13): 8 hosts with a mirror take at most 1.5x one host.
+
+Real parts: N private dockerds (one image store per "host", as separate machines have), a real registry as the
+image's own registry reached through a rate-limited TCP proxy (every connection shares one token bucket: the office
+link), a second real registry as the fleet's mirror, and the real provision playbook through Ansible.
+
+    .venv/bin/python bench/bench_fleet_provision.py [--hosts 8] [--mb 200] [--link-mbps 80] [--without-mirror]
+
+Times are wall seconds of the provision playbook. The image is a fresh random layer of --mb MB (random data does not
+compress, so the link carries all of it). On this 2-core machine all N "hosts" share the two cores for unpacking,
+which real Sparks do not: the N-host figures here are an upper bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from agent.hostside import docker as sdocker  # noqa: E402
+from agent.running import playbooks as fleet  # noqa: E402
+from tests.fixtures_docker import (  # noqa: E402
+    DockerDaemon,
+    free_port,
+    local_inventory,
+    start_daemon,
+    start_dockerd,
+    start_registry,
+    stop_daemon,
+    stop_pid,
+)
+
+
+class SlowLink:
+    """A TCP proxy 127.0.0.1:port → target whose connections share one bandwidth budget (bytes/s)."""
+
+    def __init__(self, target: tuple[str, int], bytes_per_s: float):
+        self.target, self.rate = target, bytes_per_s
+        self.port = free_port()
+        self.loop = asyncio.new_event_loop()
+        self.tokens, self.stamp = 0.0, time.monotonic()
+        self.lock = asyncio.Lock()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result()
+
+    async def _start(self) -> None:
+        self.server = await asyncio.start_server(self._client, "127.0.0.1", self.port)
+
+    async def _take(self, n: int) -> None:
+        async with self.lock:  # one bucket for every connection: the link is shared
+            while True:
+                now = time.monotonic()
+                self.tokens = min(self.rate, self.tokens + (now - self.stamp) * self.rate)
+                self.stamp = now
+                if self.tokens >= n:
+                    self.tokens -= n
+                    return
+                await asyncio.sleep((n - self.tokens) / self.rate)
+
+    async def _pipe(self, reader, writer, throttle: bool) -> None:
+        try:
+            while data := await reader.read(64 * 1024):
+                if throttle:
+                    await self._take(len(data))
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def _client(self, reader, writer) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        await asyncio.gather(self._pipe(reader, up_writer, False), self._pipe(up_reader, writer, True))
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+
+
+def fat_image(daemon: DockerDaemon, registry: str, mb: int, work: Path) -> str:
+    """A single-layer image of `mb` MB of random bytes, pushed to `registry`; its pinned ref there."""
+    blob = work / "rootfs" / "weights.bin"
+    blob.parent.mkdir(parents=True)
+    with open(blob, "wb") as f:
+        for _ in range(mb):
+            f.write(os.urandom(1024 * 1024))
+    tar = work / "rootfs.tar"
+    with tarfile.open(tar, "w") as t:
+        t.add(blob, arcname="weights.bin")
+    ref = f"{registry}/fat:bench"
+    sdocker.import_image(str(tar), ref, ['CMD ["/weights.bin"]'], daemon.env)
+    pinned = sdocker.push(ref, daemon.env)
+    sdocker.remove_image(ref, daemon.env)
+    sdocker.remove_image(pinned, daemon.env)
+    return pinned
+
+
+def forget(daemons: list[DockerDaemon], pinned_digest: str) -> None:
+    for d in daemons:
+        out = subprocess.run(
+            ["docker", "image", "ls", "-q", "--digests", "--format", "{{.ID}} {{.Digest}}"],
+            env=d.env, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        for line in out.splitlines():
+            image_id, _, digest = line.partition(" ")
+            if digest == pinned_digest:
+                subprocess.run(["docker", "image", "rm", "-f", image_id], env=d.env, capture_output=True)
+
+
+def provision(daemons: list[DockerDaemon], image: str, mirror: str, work: Path) -> float:
+    hosts = {
+        f"spark-{i}": {
+            "spark_runtime": "docker",
+            "spark_docker_host": d.host,
+            "spark_workdir": str(work / f"host{i}"),
+            **({"spark_image_mirror": mirror} if mirror else {}),
+        }
+        for i, d in enumerate(daemons)
+    }
+    inventory = local_inventory(work / f"inv-{len(daemons)}-{bool(mirror)}.yml", daemons[0], hosts)
+    durations: dict[str, list[float]] = {}
+
+    def on_event(event: dict) -> None:
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_ok" and data.get("task") in (
+            "Seed the image mirror",
+            "Pull the image by digest",
+        ):
+            durations.setdefault(data["task"], []).append(float(data.get("duration") or 0))
+
+    started = time.monotonic()
+    run = fleet.run_playbook("provision", inventory, {"image": image}, on_event=on_event)
+    took = time.monotonic() - started
+    if not run.ok:
+        raise SystemExit(f"provision failed: {run.failures or run.unreachable}")
+    for task, secs in durations.items():
+        print(f"    {task}: {', '.join(f'{s:.1f}' for s in sorted(secs))} s")
+    return took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hosts", type=int, default=8)
+    ap.add_argument("--mb", type=int, default=200, help="image size in MB")
+    ap.add_argument("--link-mbps", type=float, default=80.0, help="the office link, megabits per second")
+    ap.add_argument("--without-mirror", action="store_true", help="also time N hosts all pulling over the slow link")
+    args = ap.parse_args()
+
+    origin = start_daemon()  # its registry is the image's own registry
+    extra: list[DockerDaemon] = []
+    mirror_proc = None
+    link = None
+    work = Path(tempfile.mkdtemp(prefix="sa-bench-prov-", dir="/tmp"))
+    try:
+        for i in range(args.hosts - 1):
+            root = Path(tempfile.mkdtemp(prefix=f"sa-d{i}-", dir="/tmp"))
+            d = DockerDaemon(root=root, host=f"unix://{root / 'docker.sock'}", env={})
+            d.env = sdocker.docker_env_for(d.host)
+            d.pids["dockerd"] = start_dockerd(root).pid
+            extra.append(d)
+        daemons = [origin, *extra]
+        host, port = origin.registry.split(":")
+        link = SlowLink((host, int(port)), args.link_mbps * 1e6 / 8)
+        pinned = fat_image(origin, origin.registry, args.mb, work / "img")
+        image = f"127.0.0.1:{link.port}/{pinned.split('/', 1)[1]}"  # the same digest, reached over the slow link
+        digest = sdocker.parse_ref(image)[1]
+        print(f"image {args.mb} MB, office link {args.link_mbps:g} Mbit/s, {args.hosts} hosts (one dockerd each)")
+        print(f"load average before: {os.getloadavg()[0]:.2f}")
+
+        forget(daemons, digest)
+        one = provision(daemons[:1], image, "", work)
+        print(f"1 host, image over the office link:         {one:6.1f} s")
+
+        forget(daemons, digest)
+        (work / "mirror").mkdir()
+        mirror_proc, mirror = start_registry(work / "mirror")
+        many = provision(daemons, image, mirror, work)
+        print(f"{args.hosts} hosts, one seeds the fleet's mirror:   {many:6.1f} s   ({many / one:.2f}x one host)")
+
+        if args.without_mirror:
+            forget(daemons, digest)
+            direct = provision(daemons, image, "", work)
+            print(f"{args.hosts} hosts, each over the office link:    {direct:6.1f} s   ({direct / one:.2f}x one host)")
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
+    finally:
+        if link:
+            link.close()
+        if mirror_proc:
+            stop_pid(mirror_proc.pid)
+        for d in extra:
+            stop_daemon(d)
+        stop_daemon(origin)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
