@@ -387,3 +387,11 @@ def test_the_fast_random_stream_is_randoms_own():
     fast = stats._randoms(random.Random(42), 1000).tolist()
     slow_rng = random.Random(42)
     assert fast == [slow_rng.random() for _ in range(1000)]
+
+
+def test_export_rows_name_every_axis(tmp_path):
+    from agent.reporting import export
+
+    write_cell(tmp_path, backend="marlin", config={"env_variant": "no-dg", "max_num_seqs": 8}, values={1: [1.0, 2.0]})
+    [row, _] = export.rows(load_cells(tmp_path))
+    assert row["env_variant"] == "no-dg" and row["max_num_seqs"] == 8 and row["kv_cache_dtype"] == ""
