@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -89,6 +90,26 @@ class SlowLink:
         self.loop.call_soon_threadsafe(self.server.close)
 
 
+def start_proxy_registry(root: Path, upstream: str) -> tuple[subprocess.Popen, str]:
+    """Debian's docker-registry as a pull-through cache of `upstream` (distribution's proxy mode)."""
+    port = free_port()
+    config = root / "registry.yml"
+    config.write_text(
+        "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
+        f"storage:\n  filesystem:\n    rootdirectory: {root / 'registry'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\nproxy:\n  remoteurl: {upstream}\n"
+    )
+    proc = subprocess.Popen(["/usr/bin/docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)  # fmt: skip
+    for _ in range(200):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            time.sleep(0.05)
+    return proc, f"127.0.0.1:{port}"
+
+
 def fat_image(daemon: DockerDaemon, registry: str, mb: int, work: Path) -> str:
     """A single-layer image of `mb` MB of random bytes, pushed to `registry`; its pinned ref there."""
     blob = work / "rootfs" / "weights.bin"
@@ -156,6 +177,9 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=200, help="image size in MB")
     ap.add_argument("--link-mbps", type=float, default=80.0, help="the office link, megabits per second")
     ap.add_argument("--without-mirror", action="store_true", help="also time N hosts all pulling over the slow link")
+    ap.add_argument(
+        "--proxy-mirror", action="store_true", help="the mirror is a pull-through cache of the image's registry"
+    )
     args = ap.parse_args()
 
     origin = start_daemon()  # its registry is the image's own registry
@@ -185,9 +209,14 @@ def main() -> None:
 
         forget(daemons, digest)
         (work / "mirror").mkdir()
-        mirror_proc, mirror = start_registry(work / "mirror")
+        mirror_proc, mirror = (
+            start_proxy_registry(work / "mirror", f"http://127.0.0.1:{link.port}")
+            if args.proxy_mirror
+            else start_registry(work / "mirror")
+        )
         many = provision(daemons, image, mirror, work)
-        print(f"{args.hosts} hosts, one seeds the fleet's mirror:   {many:6.1f} s   ({many / one:.2f}x one host)")
+        kind = "a pull-through mirror" if args.proxy_mirror else "one seeds the fleet's mirror"
+        print(f"{args.hosts} hosts, {kind}:   {many:6.1f} s   ({many / one:.2f}x one host)")
 
         if args.without_mirror:
             forget(daemons, digest)

@@ -9,7 +9,7 @@ import yaml
 
 from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet
 
-pytest_plugins = ["tests.fixtures_docker", "tests.engine.fixtures"]
+pytest_plugins = ["tests.fixtures_docker", "tests.engine.fixtures", "tests.fixtures_postgres"]
 
 # Every test module names its tier with `pytestmark`, so `-m unit` and `-m "not engine"` select what they say.
 TIERS = ("unit", "integration", "engine")
@@ -22,6 +22,7 @@ HEAVY_FIXTURES = {
     "docker_host": "integration",
     "vllm_cpu_python": "engine",
     "tiny_models": "engine",
+    "postgres": "integration",
 }
 
 

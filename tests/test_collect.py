@@ -19,6 +19,7 @@ from agent.results import tree as results
 from agent.results.records import CellRecord
 from agent.running import archive, collect
 from agent.running.hostdata import MAX_REASON
+from agent.store.db import DEFAULT_NAME as STORE
 from tests.hostile import (
     CELL_ID,
     OTHER_CELL_ID,
@@ -70,7 +71,9 @@ def finalize(world: dict[str, Path]) -> CellRecord:
     # allowed: the cell's folder and what is in it, the folders leading to it (created, or a new entry), the tar
     ancestors = {str(Path(x).parents[i]) for x in (cell_part, incoming) for i in range(len(Path(x).parents) - 1)}
     inside = {p for p in changed if p == cell_part or p.startswith(cell_part + os.sep)}
-    assert changed - inside - ancestors - {incoming} == set()
+    # and the results store at the root, which indexes the cell as it lands (agent/store; -journal while it writes)
+    store = {str((world["root"] / name).relative_to(top)) for name in (STORE, STORE + "-journal")}
+    assert changed - inside - ancestors - {incoming} - store == set()
     assert all(Path(top, p).is_dir() for p in (changed & ancestors) if p in after)
     assert world["victim"].read_text() == "untouched\n"
     assert (world["other"] / "cell.toml").read_text() == 'schema = 1\ncell_id = "ba9876543210"\n'
@@ -446,5 +449,5 @@ def test_record_bad_host_data_writes_only_the_cell(world):
     before = snapshot(top)
     record = collect.record_bad_host_data(world["root"], make_cell(), FACTS, "serve result: bad", 0.0, 1.0)
     assert record.failure_class == collect.BAD_HOST_DATA
-    new = set(snapshot(top)) - set(before)
+    new = set(snapshot(top)) - set(before) - {os.path.join("results", STORE)}  # the store indexes it
     assert all(p.startswith(os.path.join("results", "hostile", "spark-a")) for p in new), new

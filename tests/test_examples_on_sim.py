@@ -21,8 +21,13 @@ CLI = [sys.executable, "-m", "agent.cli"]
 
 
 @pytest.fixture(scope="module")
-def example_reports(sim_inventory, tmp_path_factory) -> dict[str, str]:
-    out = tmp_path_factory.mktemp("examples")
+def example_results(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("examples")
+
+
+@pytest.fixture(scope="module")
+def example_reports(sim_inventory, example_results) -> dict[str, str]:
+    out = example_results
     procs = {}
     for name, host in (("gb10-nvfp4", "spark-a"), ("gb10-fp8", "spark-b")):
         procs[name] = subprocess.Popen(
@@ -104,3 +109,33 @@ def test_fp8_report_names_triton_without_deep_gemm_and_lists_the_failures(exampl
         "env_variant: with no-deep-gemm-rule the server failed to start (deep_gemm_assert), where rules ran"
         in what_to_run
     )
+
+
+def test_both_sweeps_backfill_into_a_store_and_compare_across_it(example_reports, example_results, tmp_path):
+    """The two trees back-filled into a fresh store; the store gives compare the very numbers the trees do."""
+    store = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    ingest = subprocess.run(
+        [*CLI, "store", "ingest", str(example_results), "--store", store], cwd=REPO, capture_output=True, text=True
+    )
+    assert ingest.returncode == 0, ingest.stderr
+    cells = int(re.search(r"(\d+) cell\(s\)", ingest.stdout).group(1))
+    assert cells == len(list(example_results.glob("gb10-*/*/*/cell.toml")))
+    # the live hook indexed every cell as it landed, into the default store of the results folder
+    assert (example_results / "store.sqlite").is_file()
+    for name in ("gb10-nvfp4", "gb10-fp8"):
+        cmp = subprocess.run(
+            [*CLI, "compare", str(example_results / name), f"sweep={name}", "--store", store, "--fail-on-regression"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        assert cmp.returncode == 0, cmp.stdout + cmp.stderr
+        assert re.search(r"0 regression\(s\) beyond the noise out of [1-9]\d* points", cmp.stdout), cmp.stdout
+    across = subprocess.run(
+        [*CLI, "compare", "sweep=gb10-nvfp4", "sweep=gb10-fp8", "--store", store],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert across.returncode == 0, across.stderr  # different checkpoints: nothing shared, every cell one-sided
+    assert "0 regression(s) beyond the noise out of 0 points" in across.stdout

@@ -1,24 +1,27 @@
-"""`spark-agent compare RESULTS_A RESULTS_B`: B/A at every point, regressions beyond the noise flagged."""
+"""`spark-agent compare A B`: B/A at every point, regressions beyond the noise flagged.
+
+A and B are results folders or store selections (key=value[,key=value]), e.g.
+`spark-agent compare image=vllm:25.11* image=vllm:26.01*` compares every configuration both images measured."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 
 from agent.commands import flags
-from agent.errors import UserError
 from agent.hostside import atomic
 from agent.judging import stats
 from agent.reporting.compare import compare, comparison_table, render_markdown
-from agent.results.tree import load_cells
+from agent.store import options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("compare", help="compare two results trees point by point", description=__doc__)
-    p.add_argument("results_a", type=flags.folder, help="baseline results folder (A)")
-    p.add_argument("results_b", type=flags.folder, help="results folder to judge against it (B)")
+    p.add_argument(
+        "results_a", type=options.folder_or_selection, help="baseline: results folder or store selection (A)"
+    )
+    p.add_argument("results_b", type=options.folder_or_selection, help="folder or selection to judge against it (B)")
     p.add_argument(
         "--markdown", type=flags.writable_file, default=None, help="also write the comparison as markdown here"
     )
@@ -30,20 +33,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="spread above which a point is unstable (default %(default)s)",
     )
     p.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap RNG seed (default %(default)s)")
+    options.add_store_option(p)
     p.set_defaults(func=run)
 
 
-def _cells(path: Path) -> list[dict]:
-    if not path.is_dir():
-        raise UserError(f"{path}: no such results folder (pass a folder a sweep wrote)")
-    cells = load_cells(path)
-    if not cells:
-        raise UserError(f"{path}: no finished cell (no cell.toml below it); run a sweep first")
-    return cells
-
-
 def run(args: argparse.Namespace) -> int:
-    cmp = compare(_cells(args.results_a), _cells(args.results_b), threshold=args.threshold, seed=args.seed)
+    cmp = compare(
+        options.cells_of(args.results_a, args),
+        options.cells_of(args.results_b, args),
+        threshold=args.threshold,
+        seed=args.seed,
+    )
     console = Console()
     for warning in cmp.warnings:
         console.print(f"[bold yellow]warning:[/] {warning}")

@@ -1,4 +1,5 @@
-"""`spark-agent export RESULTS_DIR`: every measurement as CSV or JSON Lines (vllm bench serve key names)."""
+"""`spark-agent export RESULTS_DIR|SELECTION`: every measurement as CSV or JSON Lines (vllm bench serve key names),
+from a results folder or a store selection (key=value[,key=value])."""
 
 from __future__ import annotations
 
@@ -6,19 +7,21 @@ import argparse
 import sys
 
 from agent.commands import flags
-from agent.errors import UserError
 from agent.hostside import atomic
 from agent.reporting.export import FORMATS, rows
-from agent.results.tree import load_cells
+from agent.store import options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("export", help="export measurements as CSV or JSON Lines", description=__doc__)
-    p.add_argument("results_dir", type=flags.folder, help="results folder (root, one sweep or one host)")
+    p.add_argument(
+        "results_dir", type=options.folder_or_selection, help="results folder (root, sweep or host) or store selection"
+    )
     p.add_argument(
         "-f", "--format", choices=sorted(FORMATS), default=None, help="default: from the --output suffix, else csv"
     )
     p.add_argument("-o", "--output", type=flags.writable_file, default=None, help="file to write (default: stdout)")
+    options.add_store_option(p)
     p.set_defaults(func=run)
 
 
@@ -30,9 +33,7 @@ def _format(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.results_dir.is_dir():
-        raise UserError(f"{args.results_dir}: no such results folder (pass a folder a sweep wrote)")
-    text = FORMATS[_format(args)](rows(load_cells(args.results_dir)))
+    text = FORMATS[_format(args)](rows(options.cells_of(args.results_dir, args, empty_ok=True)))
     if args.output:
         atomic.write_text(args.output, text)
     else:

@@ -1,17 +1,23 @@
-"""`spark-agent report RESULTS_DIR`: report.md, report.html and PNG plots, with a "what to run" section."""
+"""`spark-agent report RESULTS_DIR|SELECTION`: report.md, report.html and PNG plots, with a "what to run" section,
+from a results folder or a store selection (key=value[,key=value]; then --out is required)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from agent.commands import flags
+from agent.errors import UserError
 from agent.judging import stats
-from agent.reporting.markdown import write_report
+from agent.reporting.markdown import write_report, write_report_cells
+from agent.store import options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("report", help="write report.md/.html + plots from a results tree", description=__doc__)
-    p.add_argument("results_dir", type=flags.folder, help="results folder (root, one sweep or one host)")
+    p.add_argument(
+        "results_dir", type=options.folder_or_selection, help="results folder (root, sweep or host) or store selection"
+    )
     p.add_argument(
         "-o", "--out", type=flags.writable_folder, default=None, help="where to write (default: RESULTS_DIR)"
     )
@@ -29,12 +35,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(vLLM bench serve's request_goodput; default %(default)s)",
     )
     p.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap RNG seed (default %(default)s)")
+    options.add_store_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    for path in write_report(
-        args.results_dir, args.out, threshold=args.threshold, seed=args.seed, rank_by=args.rank_by
-    ):
+    ranking = {"threshold": args.threshold, "seed": args.seed, "rank_by": args.rank_by}
+    if isinstance(args.results_dir, Path):
+        written = write_report(args.results_dir, args.out, **ranking)
+    else:
+        if args.out is None:
+            raise UserError("report from a store selection: pass --out FOLDER (where to write the report)")
+        cells = options.cells_of(args.results_dir, args)
+        written = write_report_cells(cells, args.out, **ranking)
+    for path in written:
         print(path)
     return 0

@@ -216,3 +216,18 @@ class CheckpointSummary(TypedDict):
     bytes_per_token: int | None  # None when the expert count or top-k is unknown
     bytes_per_token_parts: dict[str, int]
     warnings: list[str]
+
+
+class StartupBreakdown(TypedDict):
+    """[startup] of cell.toml: where a server's start went, from its log (hostside/startuplog.py). Seconds; -1 when
+    the log does not say. `compile_cache`: warm (the compiled graphs were loaded from the cache), cold (a graph was
+    compiled), "" (no torch.compile line: eager mode, or a log that does not say)."""
+
+    weights_s: float  # "Loading weights took X seconds" (or "Model loading took ... and X seconds")
+    compile_s: float  # "torch.compile takes|took X s in total" (the last one: it is cumulative)
+    compile_cache: str  # warm | cold | ""
+    cache_load_s: float  # "Directly load the compiled graph(s) ... from the cache, took X s" (summed)
+    graph_capture_s: float  # "Graph capturing finished in X secs"
+    engine_init_s: float  # "init engine (profile, create kv cache, warmup model) took X seconds"
+    kv_cache_s: float  # engine init minus compile and capture: profiling, KV cache, warmup (>= 0)
+    ready_s: float  # first log line to "Application startup complete." (from the log's timestamps)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import warmcache
 from .errors import HostError
 
 OUR_LABEL = "spark-agent"  # every container we start carries spark-agent=1
@@ -261,8 +262,9 @@ def _env_file_text(env: dict) -> str:
     return "".join(lines)
 
 
-def _run_options(name: str, label: str, gpus: bool, network: str, ipc: str) -> list[str]:
-    """`docker run` options of a cell's server (vLLM's docs: --ipc host, for its shared-memory workers)."""
+def _run_options(name: str, label: str, gpus: bool, network: str, ipc: str, cache_dir: str = "") -> list[str]:
+    """`docker run` options of a cell's server (vLLM's docs: --ipc host, for its shared-memory workers); the image's
+    warm-start cache folder (hostside/warmcache.py) mounted where the server's cache variables point."""
     args = [
         "--name",
         name,
@@ -275,6 +277,8 @@ def _run_options(name: str, label: str, gpus: bool, network: str, ipc: str) -> l
         "--ipc",
         ipc,
     ]
+    if cache_dir:
+        args += ["--volume", f"{cache_dir}:{warmcache.CONTAINER_ROOT}"]
     return args + (["--gpus", "all"] if gpus else [])
 
 
@@ -287,11 +291,12 @@ def launch_line(
     gpus: bool = True,
     network: str = "host",
     ipc: str = "host",
+    cache_dir: str = "",
 ) -> str:
     """The `docker run` that run_server performs, environment spelled out as --env: for launch.txt."""
     env_args = [arg for key, value in env.items() for arg in ("--env", f"{key}={value}")]
     return shlex.join(
-        ["docker", "run", "--detach", *_run_options(name, label, gpus, network, ipc), *env_args, ref, *argv]
+        ["docker", "run", "--detach", *_run_options(name, label, gpus, network, ipc, cache_dir), *env_args, ref, *argv]
     )
 
 
@@ -306,6 +311,7 @@ def run_server(
     log_path: str | None = None,
     docker_env: dict | None = None,
     ipc: str = "host",
+    cache_dir: str = "",
 ) -> ServerContainer:
     """Start the server of one cell, detached: container `name`, labelled with the cell id `label`.
 
@@ -317,7 +323,8 @@ def run_server(
     with tempfile.NamedTemporaryFile("w", prefix="spark-agent-env-", suffix=".list") as env_file:
         env_file.write(_env_file_text(env))
         env_file.flush()
-        args = ["run", "--detach", *_run_options(name, label, gpus, network, ipc), "--env-file", env_file.name]
+        options = _run_options(name, label, gpus, network, ipc, cache_dir)
+        args = ["run", "--detach", *options, "--env-file", env_file.name]
         try:
             container_id = _docker([*args, ref, *argv], docker_env).strip()
         except DockerError:

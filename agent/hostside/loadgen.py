@@ -669,6 +669,16 @@ def run_levels(
     return results
 
 
+def scaled_clock(time_scale: float) -> Clock:
+    """The driver's clock for a simulated Spark with an accelerated clock: K times time.monotonic, so windows and
+    every reported time are in simulated seconds (a window of 60 lasts 60/K real seconds). 1: the real clock."""
+    if not 0 < time_scale <= 10_000:
+        raise ValueError(f"time_scale {time_scale} is outside (0, 10000]")
+    if time_scale == 1:
+        return time.monotonic
+    return lambda: time.monotonic() * time_scale
+
+
 def _level_rng(seed: int, concurrency: int) -> random.Random:
     # Seeded per level, so no level replays another's prompts into the server's prefix cache.
     return random.Random(f"{seed}:{concurrency}")

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import atomic, docker, redact, supervise
+from . import atomic, docker, redact, supervise, warmcache
 from .contracts import Holder
 from .errors import HostError
 
@@ -51,11 +51,13 @@ def launch_command(
     image: str = "",
     container: str = "spark-agent",
     cell_id: str = "",
+    cache_dir: Path | None = None,
 ) -> str:
     """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line).
     The one renderer of a serve command line: launch.txt, cell.toml's [launch] and the report all use it."""
     if runtime == "docker":
-        return docker.launch_line(image, container, [str(a) for a in argv], env, label=cell_id)
+        cache = str(cache_dir) if cache_dir is not None else ""
+        return docker.launch_line(image, container, [str(a) for a in argv], env, label=cell_id, cache_dir=cache)
     assigns = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))
     return (assigns + " " if assigns else "") + shlex.join([str(a) for a in argv])
 
@@ -90,8 +92,13 @@ def serve_cell(
         runtime == "docker" and image
     ):  # the pinned digest may be here under a mirror's name: run that, verify the digest
         image = docker.local_ref(pinned) or pinned
+    cache = warmcache.prepare(workdir, pinned)  # one per image digest: the second cell of an image starts warm
+    if cache is not None:
+        full_env = {**warmcache.environment(cache, runtime), **full_env}  # a spec's own setting wins
     container = supervise.container_prefix(workdir) + cell_id
-    shown = launch_command(runtime, redact.redact_argv(argv), redact.redact_env(full_env), image, container, cell_id)
+    shown = launch_command(
+        runtime, redact.redact_argv(argv), redact.redact_env(full_env), image, container, cell_id, cache_dir=cache
+    )
     (rdir / "launch.txt").write_text(shown + "\n")  # redacted; the server below gets full_env as it is
     log_path = str(rdir / "server.log")
     supervise.start(
@@ -107,6 +114,7 @@ def serve_cell(
         evict=evict,
         url=url,
         docker_present=bool(shutil.which("docker")),
+        cache_dir=str(cache) if cache is not None else "",
     )
     outcome = supervise.wait_ready(workdir, url, health_timeout)
     if outcome["ready"] and runtime == "docker":

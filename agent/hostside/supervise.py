@@ -222,8 +222,10 @@ def start(
     evict: bool = False,
     docker_present: bool = False,
     url: str = "",
+    cache_dir: str = "",
 ) -> dict:
-    """Take the lock, make sure we're alone, and fork the supervisor that runs the server. Returns server.json."""
+    """Take the lock, make sure we're alone, and fork the supervisor that runs the server. Returns server.json.
+    `cache_dir`: the image's warm-start cache folder, mounted into a container (hostside/warmcache.py)."""
     lock_fd = acquire_lock(workdir, holder)
     try:
         _clear_the_machine(workdir, scope, evict, docker_present)
@@ -237,6 +239,7 @@ def start(
             "log": log_path,
             "started": time.time(),
             "container": container_prefix(workdir) + cell_id if runtime == "docker" else "",
+            "cache_dir": cache_dir,
         }
         pid = os.fork()
         if pid == 0:  # the supervisor: never returns
@@ -313,7 +316,13 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
         log = open(info["log"], "ab", buffering=0)  # noqa: SIM115 (the server's stdout: open for its whole life)
         if runtime == "docker":
             container = docker.run_server(
-                image, info["container"], [str(a) for a in argv], env, label=info["cell_id"], log_path=info["log"]
+                image,
+                info["container"],
+                [str(a) for a in argv],
+                env,
+                label=info["cell_id"],
+                log_path=info["log"],
+                cache_dir=str(info.get("cache_dir", "")),
             )
             if container.log_follower is None:  # run_server follows the log whenever log_path is given
                 raise RuntimeError("docker run gave no log follower")

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
+from agent.errors import UserError
 from agent.hostside import redact
 from agent.hostside.contracts import Facts
 from agent.planning import design, envrules
@@ -87,6 +89,7 @@ class Cell:
     argv: list[str] = field(default_factory=list)  # the server command line on this host
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
     checkpoint_info: CheckpointInfo = field(default_factory=lambda: CheckpointInfo())  # {} unless a folder there
+    keep_runs: bool = False  # tune adds levels to a measured cell: its windows at levels not run now are kept
     axes_label: str = ""  # the values of the sweep's other varying axes ("env=no-dg max_num_seqs=8")
 
     @property
@@ -116,6 +119,7 @@ class Cell:
             "profile": c.load.profile,
             "seed": c.load.seed,
             "host_env": self.host_env,
+            "time_scale": float(self.host_env.get("SPARK_SIM_TIME_SCALE", "1")),  # the simulator's accelerated clock
         }
 
 
@@ -238,7 +242,31 @@ def _cell(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any], com
     )
     cell.argv = launch_argv(config, host_vars)
     cell.host_env = simulator_env(spec, facts)
+    if facts.get("simulated"):  # inventory host vars: the simulated Spark's startup model and accelerated clock
+        cell.host_env.update(simulator_clock(host, host_vars))
     return cell
+
+
+def simulator_clock(host: str, host_vars: Mapping[str, Any]) -> dict[str, str]:
+    """spark_sim_startup (fixed | calibrated) and spark_sim_time_scale (0 < K <= 10000) of a simulated host."""
+    out = {}
+    startup = host_vars.get("spark_sim_startup")
+    if startup not in (None, ""):
+        if startup not in ("fixed", "calibrated"):
+            raise UserError(f"host {host}: spark_sim_startup must be fixed or calibrated, not {str(startup)[:40]!r}")
+        out["SPARK_SIM_STARTUP"] = str(startup)
+    scale = host_vars.get("spark_sim_time_scale")
+    if scale not in (None, ""):
+        try:
+            value = float(scale)
+        except (TypeError, ValueError):
+            value = math.nan
+        if not 0 < value <= 10_000:
+            raise UserError(
+                f"host {host}: spark_sim_time_scale must be a number in (0, 10000], not {str(scale)[:40]!r}"
+            )
+        out["SPARK_SIM_TIME_SCALE"] = repr(value)
+    return out
 
 
 def simulator_env(spec: Spec, facts: Facts) -> dict[str, str]:

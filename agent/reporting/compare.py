@@ -15,7 +15,7 @@ from typing import Any
 from agent.judging import stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Ranking
 from agent.reporting.escape import md, rich
-from agent.reporting.markdown import num, pct
+from agent.reporting.markdown import num, spread_text
 
 REGRESSION, IMPROVEMENT, WITHIN_NOISE = "regression", "improvement", "within noise"
 # Fields that may differ between the two sides of a comparison: what is being compared.
@@ -166,7 +166,7 @@ def _med(p: Point) -> str:
 
 
 def _spr(p: Point) -> str:
-    return (pct(p.throughput.spread) + (" !" if p.unstable else "")) if p.throughput else "–"
+    return (spread_text(p.throughput) + (" !" if p.unstable else "")) if p.throughput else "–"
 
 
 def comparison_table(cmp: Comparison) -> Any:

@@ -15,15 +15,54 @@ if TYPE_CHECKING:
     from agent.reporting.markdown import ReportData
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 1em auto; padding: 0 1em; max-width: 1200px; color: #222; }
+.scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
-th { background: #eee; }
+th { background: #eee; cursor: pointer; position: sticky; top: 0; }
+th[aria-sort=ascending]::after { content: " ▲"; } th[aria-sort=descending]::after { content: " ▼"; }
+code { overflow-wrap: anywhere; }
 td:nth-child(-n+4) { text-align: left; }
 pre { background: #f4f4f4; padding: 0.8em; overflow-x: auto; white-space: pre-wrap; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 tr.unstable td { background: #fff3cd; } tr.invalid td { background: #f8d7da; } tr.failed td { background: #e2e3e5; }
 """
+
+# Click a column head to sort by it (numbers as numbers: "1,234.5", "3.3%", "2.4×"); click again to reverse.
+SORT_SCRIPT = """
+document.querySelectorAll("table").forEach(function (table) {
+  table.querySelectorAll("th").forEach(function (th, col) {
+    th.title = "sort";
+    th.addEventListener("click", function () {
+      var rows = Array.from(table.querySelectorAll("tr")).slice(1);
+      var up = th.getAttribute("aria-sort") !== "ascending";
+      table.querySelectorAll("th").forEach(function (h) { h.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", up ? "ascending" : "descending");
+      var key = function (tr) {
+        var text = (tr.children[col] || {}).textContent || "";
+        var n = parseFloat(text.replace(/,/g, ""));
+        return isNaN(n) ? text.toLowerCase() : n;
+      };
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b);
+        var c = (typeof x === typeof y) ? (x < y ? -1 : x > y ? 1 : 0) : (typeof x === "number" ? -1 : 1);
+        return up ? c : -c;
+      });
+      rows.forEach(function (tr) { tr.parentNode.appendChild(tr); });
+    });
+  });
+});
+"""
+
+
+def page(title: str, body: str) -> str:
+    """A whole page: escaped title, the style, a body made of tags built here, sortable tables."""
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{html(title)}</title>'
+        f"<style>{STYLE}</style></head><body>\n{body}\n<script>{SORT_SCRIPT}</script></body></html>\n"
+    )
+
 
 IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)]+)\)$")
 FENCE = re.compile(r"^(`{3,})[A-Za-z0-9_-]*$")
@@ -34,11 +73,7 @@ def render(data: ReportData, images: dict[str, bytes]) -> str:
     from agent.reporting.markdown import render_markdown
 
     body = markdown_to_html(render_markdown(data, images), images)
-    title = html(", ".join(data.provenance["sweeps"]) or "results")
-    return (
-        f'<!doctype html>\n<html><head><meta charset="utf-8"><title>spark-agent report: {title}</title>'
-        f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"
-    )
+    return page("spark-agent report: " + (", ".join(data.provenance["sweeps"]) or "results"), body)
 
 
 def markdown_to_html(text: str, images: dict[str, bytes]) -> str:
@@ -190,10 +225,10 @@ def _cells(line: str) -> list[str]:
 def _table(lines: list[str]) -> str:
     rows = [_cells(line) for line in lines if not line.startswith("|---")]
     head, body = rows[0], rows[1:]
-    out = ["<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"]
+    out = ['<div class="scroll"><table><tr>' + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"]
     for row in body:
         out.append(f'<tr class="{_row_class(row)}">' + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>")
-    return "".join(out) + "</table>"
+    return "".join(out) + "</table></div>"
 
 
 def _row_class(row: list[str]) -> str:

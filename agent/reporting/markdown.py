@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,8 +19,9 @@ from agent.hostside.serving import launch_command
 from agent.judging import bandwidth, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
+from agent.reporting import startup
 from agent.reporting.escape import md, md_code, md_fence, rich
-from agent.results.tree import load_cells
+from agent.results.tree import LOST_FILE, load_cells
 
 PLOTS = {  # file name → (title, y label, which Stat of a point)
     "throughput.png": ("Output throughput vs concurrency", "output tok/s (median, min–max bars)", "throughput"),
@@ -36,6 +37,8 @@ class ReportData:
     provenance: dict[str, Any]
     threshold: float
     seed: int
+    tune: list[dict[str, Any]] = field(default_factory=list)  # results/<sweep>/tune.toml records
+    lost: list[str] = field(default_factory=list)  # sweep/host/cell of cells started but without results
     rank_by: str = "throughput"  # a key of stats.RANK_BY
 
 
@@ -49,7 +52,7 @@ def build(
     metric = stats.RANK_BY[rank_by][0]
     summaries = stats.with_variants(sorted(stats.summarize_cells(cells, threshold, metric), key=_cell_order))
     recs = stats.recommend(summaries, seed=seed, metric=metric)
-    return ReportData(summaries, recs, provenance(summaries), threshold, seed, rank_by)
+    return ReportData(summaries, recs, provenance(summaries), threshold, seed, rank_by=rank_by)
 
 
 def _cell_order(s: CellSummary) -> tuple:
@@ -107,6 +110,11 @@ def num(value: float | None, digits: int = 1) -> str:
 
 def pct(value: float) -> str:
     return "∞" if math.isinf(value) else f"{value * 100:.1f}%"
+
+
+def spread_text(st: Stat | None) -> str:
+    """The spread of a point's repeats, or "–" when fewer than two succeeded: one value has no spread (not 0%)."""
+    return pct(st.spread) if st is not None and len(st.values) > 1 else "–"
 
 
 def ratio_text(r: float) -> str:
@@ -253,9 +261,11 @@ def _not_ranked_failed(s: CellSummary) -> str:
 def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     p = data.provenance
     out = [f"# spark-agent report: {md(', '.join(p['sweeps']) or 'results')}", ""]
-    out += provenance_lines(data) + ["", "## What to run", ""]
+    out += ["## What to run", ""]
     for rec in data.recommendations:
         out += verdict_lines(rec)
+    out += ["## Problems", ""] + problem_lines(data) + [""]
+    out += ["## Provenance", ""] + provenance_lines(data) + [""]
     out += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
     out += ["## Medians", ""] + medians_table_md(data.summaries) + [""]
     out += ["## Single stream vs the bandwidth ceiling (c=1)", ""]
@@ -264,7 +274,30 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out += ["## Failed runs (left out of the medians)", ""] + _or_none(failed_run_lines(data.summaries)) + [""]
     out += ["## INVALID cells (never ranked)", ""] + _or_none(invalid_lines(data.summaries)) + [""]
     out += ["## Failed cells (never ranked)", ""] + _or_none(failed_cell_lines(data.summaries)) + [""]
+    out += ["## Startup and time spent", ""] + startup.time_share_lines(data.summaries) + [""]
+    out += startup.startup_lines(data.summaries) + [""]
+    if data.tune:
+        out += ["## Adaptive tuning: skipped, stopped, undecided", ""] + startup.tune_lines(data.tune) + [""]
     return "\n".join(out)
+
+
+def problem_lines(data: ReportData) -> list[str]:
+    """What went wrong, counted, before any detail: failed, INVALID, lost cells, unstable points, failed runs."""
+    p, v = data.provenance, data.provenance["verdicts"]
+    counts = [
+        (v["failed"], "failed cell(s)", "Failed cells (never ranked)"),
+        (
+            v["invalid"],
+            "INVALID cell(s) (loaded something other than what was requested)",
+            "INVALID cells (never ranked)",
+        ),
+        (len(data.lost), "lost cell(s) (started, no results: measured again on resume)", ""),
+        (p["unstable_points"], "unstable point(s)", "Unstable points"),
+        (p["failed_runs"], "failed run(s)", "Failed runs (left out of the medians)"),
+    ]
+    lines = [f"- **{n}** {what}" + (f" — see {section}" if section else "") for n, what, section in counts if n]
+    lines += [f"    - lost: {md(x)}" for x in data.lost[:20]]
+    return lines or ["None: every cell valid, every point stable, no failed run."]
 
 
 def _or_none(lines: list[str]) -> list[str]:
@@ -344,8 +377,8 @@ def _point_row(s: CellSummary, p: Point) -> list[str]:
         s.verdict.upper() if s.verdict != "valid" else "valid",
         str(p.concurrency),
         num(t.median if t else None),
-        pct(t.spread) if t else "–",
-        f"{num(t.lo)}–{num(t.hi)}" if t else "–",
+        spread_text(t),
+        f"{num(t.lo)}–{num(t.hi)}" if t and len(t.values) > 1 else "–",
         num(p.ttft.median if p.ttft else None),
         num(p.tpot.median if p.tpot else None, 2),
         str(len(p.values)),
@@ -370,9 +403,19 @@ def unstable_lines(summaries: Sequence[CellSummary], threshold: float) -> list[s
 
 
 def failed_run_lines(summaries: Sequence[CellSummary]) -> list[str]:
-    return [
-        f"- {cell_name(s)} c={f.concurrency} repeat {f.repeat}: {md(f.error)}" for s in summaries for f in s.failed_runs
-    ]
+    """One line per failed run; for a cell whose server died, one line with the cause instead of the runs' errors
+    (every run after the death fails the same way: "connection refused" says nothing)."""
+    lines = []
+    for s in summaries:
+        death = death_text(s.cell)
+        if death and s.failed_runs:
+            runs = ", ".join(f"c={f.concurrency} r{f.repeat}" for f in s.failed_runs)
+            lines.append(
+                f"- {cell_name(s)}: {len(s.failed_runs)} run(s) failed ({md(runs)}) because the {md(death[0].removeprefix('engine '))}: {md_code(death[1])}"
+            )
+            continue
+        lines += [f"- {cell_name(s)} c={f.concurrency} repeat {f.repeat}: {md(f.error)}" for f in s.failed_runs]
+    return lines
 
 
 def invalid_lines(summaries: Sequence[CellSummary]) -> list[str]:
@@ -481,25 +524,30 @@ def render_plots(data: ReportData) -> dict[str, bytes]:
 def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) -> bytes:
     import matplotlib.pyplot as plt
 
+    fig = figure(summaries, title, ylabel, attr)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def figure(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) -> Any:
+    """One plot of the report as a matplotlib Figure (the tests check that every label lies inside it)."""
+    import matplotlib.pyplot as plt
+
     panels = _panels(summaries)
     cols = min(3, max(1, len(panels)))
     rows = max(1, math.ceil(len(panels) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
+    # constrained layout sizes the margins to the labels: titles and y labels are never cut at the figure's edge
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False, layout="constrained")
     backends = sorted({s.backend for cells in panels.values() for s in cells})
     colours = {b: f"C{i % 10}" for i, b in enumerate(backends)}  # one colour per backend in every panel
     for ax, (name, cells) in zip(axes.flat, panels.items(), strict=False):  # the grid may have spare axes
         _panel(ax, name, cells, ylabel, attr, colours)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
-    fig.suptitle(f"{title} (dotted: INVALID, never ranked; circled: unstable point)")
-    # Fixed margins instead of tight_layout: that would draw every figure twice (half the report's time).
-    fig.subplots_adjust(
-        left=0.07, right=0.98, bottom=0.6 / (4.2 * rows), top=1 - 0.6 / (4.2 * rows), wspace=0.25, hspace=0.45
-    )
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    plt.close(fig)
-    return buf.getvalue()
+    fig.suptitle(f"{title}\n(dotted: INVALID, never ranked; circled: unstable point)", fontsize="medium")
+    return fig
 
 
 def _panels(summaries: Sequence[CellSummary]) -> dict[str, list[CellSummary]]:
@@ -542,7 +590,7 @@ def _panel(ax: Any, name: str, cells: list[CellSummary], ylabel: str, attr: str,
     ticks = sorted({c for s in cells for c in s.points})
     ax.set_xticks(ticks or [1])
     ax.set_xticklabels([str(t) for t in ticks] or ["1"])
-    ax.set_title(name)
+    ax.set_title(_short_title(name), fontsize="medium")
     ax.set_xlabel("concurrency")
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
@@ -580,6 +628,11 @@ def _lines(cells: list[CellSummary]) -> dict[str, list[CellSummary]]:
     return {
         (f"{label}, {hosts[label]} hosts" if hosts[label] > 1 else label): members for label, members in lines.items()
     }
+
+
+def _short_title(name: str, width: int = 48) -> str:
+    """A panel title that fits its panel: long checkpoint names keep their start and end."""
+    return name if len(name) <= width else name[: width // 2 - 1] + "…" + name[-(width // 2) :]
 
 
 def _short(value: Any) -> str:
@@ -630,7 +683,7 @@ def _cell_markup(p: Point | None) -> str:
         return ""
     if p.throughput is None:
         return "[red]all failed[/]"
-    text = f"{num(p.throughput.median)} ({pct(p.throughput.spread)})"
+    text = f"{num(p.throughput.median)} ({spread_text(p.throughput)})"
     return f"[bold red]{text} ![/]" if p.unstable else text
 
 
@@ -650,17 +703,36 @@ def write_report(
     rank_by: str = "throughput",
 ) -> list[Path]:
     """Read the tree, write report.md, report.html and the PNGs into out_dir (default: results_dir)."""
-    from agent.reporting import htmlpage as report_html
-
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise UserError(f"{results_dir}: no such results folder (pass the folder a sweep wrote, e.g. results/)")
     cells = load_cells(results_dir)
     if not cells:
         raise UserError(f"{results_dir}: no finished cell (no cell.toml below it); run a sweep first")
-    data = build(cells, threshold=threshold, seed=seed, rank_by=rank_by)
-    images = render_plots(data)
+    lost = [str(p.parent.relative_to(results_dir)) for p in sorted(results_dir.rglob(LOST_FILE))]
+    tune = startup.load_tune_records(results_dir)
     out = Path(out_dir or results_dir)
+    return write_report_cells(cells, out, threshold=threshold, seed=seed, lost=lost, tune=tune, rank_by=rank_by)
+
+
+def write_report_cells(
+    cells: Sequence[dict[str, Any]],
+    out: Path,
+    *,
+    threshold: float = stats.DEFAULT_THRESHOLD,
+    seed: int = stats.DEFAULT_SEED,
+    lost: Sequence[str] = (),
+    tune: Sequence[dict[str, Any]] = (),
+    rank_by: str = "throughput",
+) -> list[Path]:
+    """report.md, report.html and the PNGs of these cells (a tree's, or a store selection's) into out. A store
+    selection has no lost cells or tune records (they are files of the tree, not cells)."""
+    from agent.reporting import htmlpage as report_html
+
+    data = build(cells, threshold=threshold, seed=seed, rank_by=rank_by)
+    data.lost = list(lost)
+    data.tune = list(tune)
+    images = render_plots(data)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, png in images.items():

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
-from agent.hostside.contracts import Attestation, Facts, Measurement
+from agent.hostside.contracts import Attestation, Facts, Measurement, StartupBreakdown
 from agent.planning.envrules import EnvProvenance
 from agent.planning.matrix import CellConfig, CheckpointInfo
 from agent.results.tree import SCHEMA, run_name
@@ -55,6 +55,7 @@ class CellRecord:
     measure_s: float = 0.0  # the load driver's time on the host (windows, warmups, scrapes)
     died: dict[str, Any] = field(default_factory=dict)  # [died]: when and how the server died mid-cell ({} if not)
     schema: int = SCHEMA
+    startup: StartupBreakdown | dict[str, Any] = field(default_factory=dict)  # [startup]: hostside/startuplog
 
     # the order of cell.toml's keys (TOML writes the tables after the plain keys in any case)
     _ORDER = (
@@ -85,6 +86,7 @@ class CellRecord:
         "attestation",
         "measure_s",
         "died",
+        "startup",
     )
 
     def to_toml(self) -> dict[str, Any]:
@@ -109,7 +111,7 @@ class CellRecord:
         if unknown:
             raise ValueError(f"cell.toml: unknown key(s) {', '.join(sorted(unknown))}")
         values = dict(table)
-        for key in ("config", "launch", "env", "facts", "checkpoint_info", "attestation", "died"):
+        for key in ("config", "launch", "env", "facts", "checkpoint_info", "attestation", "died", "startup"):
             if key in values and not isinstance(values[key], dict):
                 raise ValueError(f"cell.toml: [{key}] must be a table")
         try:
@@ -121,7 +123,7 @@ class CellRecord:
         if "launch" in values:
             launch = values["launch"]
             values["launch"] = Launch(list(launch.get("argv", [])), str(launch.get("command", "")))
-        for key in ("facts", "checkpoint_info", "attestation", "env", "died"):
+        for key in ("facts", "checkpoint_info", "attestation", "env", "died", "startup"):
             if key in values:
                 values[key] = dict(values[key])
         try:

@@ -11,10 +11,11 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from agent.hostside import logparse, redact, utc
+from agent.hostside import logparse, redact, startuplog, utc
 from agent.hostside.contracts import Attestation, Facts, Failure, Measurement
 from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import verdict
@@ -46,7 +47,7 @@ def finalize_cell(
         return None
     dest = results.cell_dir(root, cell.sweep, cell.host, cell.id)
     dest.mkdir(parents=True, exist_ok=True)
-    _clear_previous(dest)
+    _clear_previous(dest, kept_levels(cell))
     staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=dest))
     try:
         try:
@@ -61,6 +62,7 @@ def finalize_cell(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     tar_path.unlink()
+    _index(root, dest)
     return record
 
 
@@ -73,16 +75,35 @@ def record_bad_host_data(
     _clear_previous(dest)
     record = _redacted(_bad_host_data_record(cell, facts, reason, started, finished))
     results.atomic_write_toml(dest / results.CELL_FILE, record.to_toml())
+    _index(root, dest)
     return record
+
+
+def _index(root: Path, dest: Path) -> None:
+    """The cell is in the tree (the record): index it in the results store as it lands (agent/store)."""
+    from agent.store import ingest  # the SQL layer loads only when a cell lands
+
+    ingest.on_cell_landed(root, dest)
 
 
 def clear_cell_incoming(root: Path, cell: Cell) -> None:
     incoming_tar(root, cell.sweep, cell.host, cell.id).unlink(missing_ok=True)
 
 
-def _clear_previous(dest: Path) -> None:
-    """A re-run (--fresh) replaces the cell whole: cell.toml goes first, so a crash here leaves it unfinished."""
-    for path in [dest / results.CELL_FILE, *dest.glob("c[0-9]*-r*.toml"), dest / "server.log", dest / "launch.txt"]:
+def kept_levels(cell: Cell) -> Callable[[Path], bool]:
+    """Which earlier measurement files survive a re-run: none, unless tune adds levels to the cell (keep_runs);
+    then those of the levels this run does not measure."""
+    if not cell.keep_runs:
+        return lambda path: False
+    now = {results.run_name(c, 1).split("-")[0] for c in cell.config.concurrency}  # "c004"
+    return lambda path: path.name.split("-")[0] not in now
+
+
+def _clear_previous(dest: Path, keep: Callable[[Path], bool] = lambda path: False) -> None:
+    """A re-run (--fresh) replaces the cell whole: cell.toml goes first, so a crash here leaves it unfinished.
+    `keep`: measurement files to leave in place (tune adding levels to a measured cell)."""
+    runs = [p for p in dest.glob("c[0-9]*-r*.toml") if not keep(p)]
+    for path in [dest / results.CELL_FILE, *runs, dest / "server.log", dest / "launch.txt"]:
         path.unlink(missing_ok=True)
     for leftover in dest.glob(STAGING_PREFIX + "*"):  # a controller killed while it was receiving
         shutil.rmtree(leftover, ignore_errors=True)
@@ -160,6 +181,8 @@ def _write_cell(
     if received["launch"] is not None:  # the host wrote what it really ran
         record.launch.command = received["launch"]
     record.measure_s = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
+    if (dest / "server.log").exists():
+        record.startup = startuplog.parse_file(str(dest / "server.log"))
     return record
 
 

@@ -345,3 +345,14 @@ def unsafe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [unsafe(v) for v in value]
     return value
+
+
+CACHE_KEY = re.compile(r"^[0-9a-f]{16}$")
+CACHE_ENTRY: dict[str, Field] = {"key": (_token(CACHE_KEY, 16), ""), "bytes": (_int(), 0), "files": (_int(), 0)}
+
+
+def cache_entries(value: Any, where: str) -> list[dict[str, Any]]:
+    """spark_cache's `caches`: a bounded list of {key (16 hex), bytes, files}."""
+    if not isinstance(value, list) or len(value) > 4096:
+        raise BadHostData(f"{where}: not a list of at most 4096 cache folders")
+    return [shape(v, f"{where}[{i}]", CACHE_ENTRY, required=("key",)) for i, v in enumerate(value)]

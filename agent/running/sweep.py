@@ -10,6 +10,7 @@ import errno
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -198,8 +199,11 @@ def run_sweep(
     evict: bool = False,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    select: Callable[[dict[str, list[Cell]]], dict[str, list[Cell]]] | None = None,
 ) -> SweepOutcome:
-    """Run every cell of the spec on every host. Returns what happened; the results tree holds the numbers."""
+    """Run every cell of the spec on every host. Returns what happened; the results tree holds the numbers.
+    `select` (agent/running/tune.py) picks, from every planned cell per host, the ones to run now and their schedule
+    (a cell keeps its planned id when only its concurrency levels or repeats are changed)."""
     cancel = cancel or threading.Event()
     progress = progress or Progress(enabled=False)
     for h in hosts:  # a host name becomes a folder of the results tree
@@ -214,6 +218,8 @@ def run_sweep(
     try:
         facts = gather_facts(inventory, hosts)
         cells = plan_fleet(spec, hosts, facts)
+        if select is not None:
+            cells = select(cells)
         for host, cs in cells.items():
             for note in sorted({n for c in cs for n in c.notes}):
                 log.warning("plan_note", host=host, note=note)

@@ -31,5 +31,6 @@ FETCH = TaskRef("cell", "Fetch the run folder", "ansible.builtin.fetch")  # fail
 STATUS = TaskRef("status", "Server status", "spark_server")
 RESOLVE = TaskRef("pin", "Resolve the tag", "spark_image")
 INSPECT = TaskRef("inspect", "Inspect checkpoint", "spark_inspect")
+CACHE = TaskRef("cache", "Cache folders", "spark_cache")
 
-ALL = (FACTS, MIRROR, IMAGE, CHECKPOINTS, SHARE, COPY, SERVE, BENCH, FETCH, STATUS, RESOLVE, INSPECT)
+ALL = (FACTS, MIRROR, IMAGE, CHECKPOINTS, SHARE, COPY, SERVE, BENCH, FETCH, STATUS, RESOLVE, INSPECT, CACHE)

@@ -58,7 +58,7 @@ async def serve(opts: Options, plan: Plan, log: VllmLog) -> int:
     loop = asyncio.get_running_loop()
     seed = opts.sim["seed"] if opts.sim["seed"] is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
-    rate = RateModel(plan, opts.sim["rate"] == "unlimited", rng)
+    rate = RateModel(plan, opts.sim["rate"] == "unlimited", rng, float(opts.sim.get("time_scale") or 1.0))
     engine = Engine(rate, opts.max_num_seqs, plan.kv_tokens, rng, opts.sim["drop_streams"])
     front = Server(opts, plan, log, engine)
     server = await asyncio.start_server(front.handle, opts.host, opts.port, limit=2**20, backlog=512)

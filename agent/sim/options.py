@@ -44,6 +44,8 @@ SIM_FLAGS = {
     "crash_kind": (str, "cuda"),  # how a crash fault dies: cuda | oom | kill (SIGKILL, no last words)
     "crash_backend": (str, ""),  # crash faults fire only when this MoE backend loaded ("" = any)
     "slow_start": (float, 0.0),  # fault: N s more before the server is up
+    "startup": (str, "fixed"),  # fixed: startup_s in all | calibrated: the [startup] phases of calibration.toml
+    "time_scale": (float, 1.0),  # the accelerated clock: rates and the calibrated startup run K times faster
     "health_hang": ("bool", False),  # fault: /health never answers
     "oom": ("bool", False),  # fault: CUDA OOM while loading weights
     "drop_streams": (float, 0.0),  # fault: this fraction of streams is cut mid-response

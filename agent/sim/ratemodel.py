@@ -30,9 +30,10 @@ def solve_prefix_acceptance(rate: float, k: int) -> float:
 
 
 class RateModel:
-    def __init__(self, plan: Plan, unlimited: bool, rng: random.Random):
+    def __init__(self, plan: Plan, unlimited: bool, rng: random.Random, time_scale: float = 1.0):
         cal = calibration.load()
         self.rng = rng
+        self.time_scale = time_scale  # the accelerated clock: K times the tokens per real second, 1/K the TTFT
         self.unlimited = unlimited
         self.hw = cal["hardware"][plan.hardware]
         self.curve = self.hw["moe"][plan.quant][plan.moe_loaded]
@@ -69,12 +70,12 @@ class RateModel:
         if self.spec_tokens:
             table = self.hw["spec_step_cost"]
             cost = calibration.interpolate(table["c"], table["cost"], concurrency)
-        return cost / per_stream
+        return cost / per_stream / self.time_scale
 
     def ttft_s(self, prompt_tokens: int) -> float:
         if self.unlimited:
             return 0.0
-        return self.hw["ttft_base_s"] + prompt_tokens / self.hw["prefill_tok_s"]
+        return (self.hw["ttft_base_s"] + prompt_tokens / self.hw["prefill_tok_s"]) / self.time_scale
 
     def accepted_drafts(self) -> int:
         """Draft tokens accepted in one step (a prefix of the k drafts)."""

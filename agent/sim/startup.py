@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from . import calibration
+from . import calibration, warmstart
 from .options import Options
 from .plan import Failure, Plan
 from .vlog import API, ENGINE, VllmLog
@@ -40,7 +40,11 @@ class _Fields(dict):
 class Startup:
     def __init__(self, log: VllmLog, opts: Options, plan: Plan, env: dict):
         self.log, self.opts, self.plan, self.env = log, opts, plan, env
-        self.total_s = opts.sim["startup_s"] + opts.sim["slow_start"]
+        self.phases = warmstart.phases(env, opts.model, plan.checkpoint, plan.quant, opts.max_model_len)
+        base = opts.sim["startup_s"]
+        if opts.sim.get("startup") == "calibrated":  # the phases' simulated seconds, at the chosen time scale
+            base = self.phases.total_s / max(float(opts.sim.get("time_scale") or 1.0), 1e-6)
+        self.total_s = base + opts.sim["slow_start"]
         self.t0 = time.monotonic()
 
     def _wait_until(self, share: float) -> None:
@@ -63,7 +67,7 @@ class Startup:
             ("moe_select", self._kernels),
             ("weights", self._weights),
             ("draft", self._draft),
-            ("compile", lambda: None),
+            ("compile", self._compile),
             ("profile", lambda: None),
             ("kv", self._kv),
         ]
@@ -72,13 +76,42 @@ class Startup:
                 self._traceback()
                 return False
             emit()
+        self._wait_until(0.95)
+        p = self.phases
+        self.log.info(
+            ENGINE,
+            "gpu_model_runner.py:4587",
+            f"Graph capturing finished in {p.graph_capture_s:.0f} secs, took 0.52 GiB",
+        )
         self._wait_until(1.0)
         self.log.info(
             ENGINE,
             "core.py:290",
-            f"init engine (profile, create kv cache, warmup model) took {self.total_s * 0.5:.2f} seconds",
+            f"init engine (profile, create kv cache, warmup model) took {p.engine_init_s:.2f} seconds",
         )
         return True
+
+    def _compile(self) -> None:
+        """torch.compile in vLLM's words: from the cache when this model's graphs are there, else compiled + stored."""
+        p = self.phases
+        if p.cache_dir:
+            self.log.info(ENGINE, "backends.py:548", f"Using cache directory: {p.cache_dir} for vLLM's torch.compile")
+        self.log.info(ENGINE, "backends.py:559", f"Dynamo bytecode transform time: {p.dynamo_s:.2f} s")
+        if p.warm:
+            self.log.info(
+                ENGINE,
+                "backends.py:292",
+                f"Directly load the compiled graph(s) for compile range (1, {p.range_end}) from the cache, "
+                f"took {p.compile_s:.3f} s",
+            )
+        else:
+            self.log.info(
+                ENGINE,
+                "backends.py:320",
+                f"Compiling a graph for compile range (1, {p.range_end}) takes {p.compile_s:.2f} s",
+            )
+            warmstart.store(p)
+        self.log.info(ENGINE, "monitor.py:34", f"torch.compile takes {p.compile_total_s:.2f} s in total")
 
     # -- the lines, in vLLM's order -------------------------------------------------------------
     def _identity(self) -> None:
@@ -203,11 +236,12 @@ class Startup:
 
     def _weights(self) -> None:
         ckpt = calibration.load()["checkpoints"][self.plan.checkpoint]
-        self.log.info(ENGINE, "default_loader.py:267", f"Loading weights took {self.total_s * 0.2:.2f} seconds")
+        weights_s = self.phases.weights_s
+        self.log.info(ENGINE, "default_loader.py:267", f"Loading weights took {weights_s:.2f} seconds")
         self.log.info(
             ENGINE,
             "gpu_model_runner.py:3602",
-            f"Model loading took {ckpt['weights_gib']:.4f} GiB memory and {self.total_s * 0.3:.6f} seconds",
+            f"Model loading took {ckpt['weights_gib']:.4f} GiB memory and {weights_s + 0.5:.6f} seconds",
         )
         if self.plan.spec_tokens:  # the drafter loads next (and is where an MTP misconfiguration fails)
             self.log.info(ENGINE, "eagle.py:1071", "Loading drafter model...")

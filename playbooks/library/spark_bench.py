@@ -55,6 +55,13 @@ options:
     description: Seed of the prompts and lengths (per level, so levels do not share prefixes).
     type: int
     default: 0
+  time_scale:
+    description:
+      - The accelerated clock of a simulated Spark started with the same C(--sim-time-scale) (1 on real hardware).
+      - The driver's clock runs this many times faster, so windows, throughputs and latencies are in simulated
+        seconds while a window takes 1/time_scale of them in real time.
+    type: float
+    default: 1.0
   out_dir:
     description: Folder on the host for the window files; a leading C(~) is expanded.
     type: path
@@ -144,6 +151,7 @@ ARGUMENT_SPEC = {
     "output_len": {"type": "int", "default": 256},
     "profile": {"type": "str", "default": "uniform", "choices": ["uniform", "mixed"]},
     "seed": {"type": "int", "default": 0},
+    "time_scale": {"type": "float", "default": 1.0},
     "out_dir": {"type": "path", "required": True},
     "workdir": {"type": "str", "default": ""},  # with cell_id: watch the server spark_server started for this cell
     "cell_id": {"type": "str", "default": ""},
@@ -184,6 +192,7 @@ def main() -> None:
             seed=p["seed"],
             on_result=save,
             watch=watch,
+            clock=loadgen.scaled_clock(p["time_scale"]),
         )
     except (HostError, ValueError, OSError) as exc:  # a bad URL or profile, an unwritable window file
         module.fail_json(msg=str(exc), level=p["level"])

@@ -1,0 +1,67 @@
+"""`spark-agent history [FILTER...]`: the same configuration over time and across images, from the store.
+
+Filters are key=value (checkpoint, backend, concurrency, image, vllm_version, host, host_group, sweep, since,
+until, ...; `*` matches anything). Each row is one measured cell at one concurrency; "regression" marks a row
+slower than the previous image's beyond the noise (the rule compare and report use), "cannot rank" one within it.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from agent.commands import flags
+from agent.errors import UserError
+from agent.hostside import atomic
+from agent.reporting.escape import rich
+from agent.reporting.markdown import num, pct
+from agent.store import db, history, options, select
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("history", help="one configuration over time and across images", description=__doc__)
+    p.add_argument("filters", nargs="*", metavar="KEY=VALUE", help=f"filters: {', '.join(select.KEYS)}")
+    p.add_argument("--plot", type=flags.writable_file, default=None, help="also draw it (PNG) here")
+    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a row is a regression")
+    options.add_store_option(p)
+    p.set_defaults(func=run)
+
+
+def table(rows: list[history.HistoryRow]) -> Table:
+    t = Table(title="Median output tok/s per measured cell, oldest first")
+    for col in ("config", "host", "c", "started", "image", "vLLM", "tok/s", "spread", "n", "vs previous image"):
+        t.add_column(col, justify="right" if col in ("c", "tok/s", "spread", "n") else "left")
+    colour = {"regression": "bold red", "improvement": "green"}
+    for r in rows:
+        change = r.change + (f" ({r.ratio:.3f}×)" if r.change else "")
+        t.add_row(
+            rich(r.config),
+            rich(r.host),
+            str(r.concurrency),
+            rich(r.started_at[:16]),
+            rich(history._image_tag(r.image)),
+            rich(r.vllm_version or "?"),
+            num(r.median) if r.verdict == "valid" else rich(r.verdict.upper()),
+            pct(r.spread) if r.spread is not None else "–",
+            str(len(r.values)),
+            f"[{colour.get(r.change, 'dim')}]{rich(change)}[/]",
+        )
+    return t
+
+
+def run(args: argparse.Namespace) -> int:
+    selection = select.parse(args.filters)
+    engine, url = options.engine_for(args)
+    rows = history.query(engine, selection)
+    if not rows:
+        raise UserError(f"store {db.shown(url)}: nothing measured matches {selection}")
+    console = Console()
+    console.print(table(rows))
+    bad = history.regressions(rows)
+    console.print(f"{len(rows)} row(s), {len(bad)} regression(s) beyond the noise")
+    if args.plot:
+        atomic.write_bytes(args.plot, history.plot(rows, f"history: {selection}"))
+        print(args.plot)
+    return 1 if args.fail_on_regression and bad else 0

@@ -1,0 +1,321 @@
+"""Adaptive tuning: which cell to measure next, at which levels and how many windows, and when a point is settled.
+Pure functions over cell dicts (agent.results.tree.load_cells), like stats.py: no I/O, no host.
+
+A *point* is one (cell, concurrency). Each group of cells that differ only in backend (stats.pairing_key) is tuned
+on its own, in three steps per cell, each a fresh run of that cell that replaces the previous one:
+
+1. **screen**: the lowest and highest concurrency, `min_repeats` windows. A cell dominated by the group's leader at
+   every screened level, settled and by at least `carry_margin`, cannot matter and stops here. A backend that lost
+   that way in one group is skipped in the groups not yet started ("cannot change the recommendation").
+2. **full**: the concurrency levels the screen left out, `min_repeats` windows, for the cells still in the
+   running (the screen's windows are kept: together they cover every level of the spec).
+3. **more**: the cells with a point still open against the leader get `max_repeats` windows, once.
+
+Sequential testing: a point is *settled* only when the report's own rule (stats.rank_pair: ranges that don't
+overlap, or a bootstrap CI on the ratio) orders it AND a one-sided two-sample t-test on log throughput rejects equality
+at alpha / (2 * LOOKS), its variance pooled over both cells' measured levels. Every point is tested at most LOOKS = 3 times (one per step), so by Bonferroni the chance of
+settling any given pair of equal backends wrongly is at most alpha = 1 - confidence over all looks, whatever the
+looks' dependence (the guarantee assumes roughly log-normal window noise; the t-test, not the ranges rule, carries it).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.judging import stats
+
+LOOKS = 3  # screen, full, more: the most tests a point ever gets (Bonferroni divides alpha by this)
+SCREEN = "screen"
+FULL = "full"
+MORE = "more"
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    confidence: float = 0.95
+    min_repeats: int = 2
+    max_repeats: int = 3
+    carry_margin: float = 1.25  # a loss by at least this ratio at every screened level ends a backend
+    seed: int = stats.DEFAULT_SEED
+
+    @property
+    def look_alpha(self) -> float:
+        """Two-sided alpha of one look: alpha spread evenly over the capped number of looks (Bonferroni)."""
+        return (1.0 - self.confidence) / LOOKS
+
+
+def problems(s: TuneSettings) -> list[str]:
+    """What is wrong with the settings, one phrase each (the CLI turns them into one-line errors, exit 2)."""
+    out = []
+    if not 0.0 < s.confidence < 1.0:
+        out.append(f"--confidence {s.confidence} is outside (0, 1); use e.g. 0.95")
+    if s.min_repeats < stats.MIN_REPEATS:
+        out.append(f"--min-repeats {s.min_repeats} is below {stats.MIN_REPEATS}: one window says nothing about noise")
+    if s.min_repeats > s.max_repeats:
+        out.append(f"--min-repeats {s.min_repeats} is above --max-repeats {s.max_repeats}; raise the maximum")
+    if not s.carry_margin >= 1.0:
+        out.append(f"--carry-margin {s.carry_margin} is below 1; use e.g. 1.25")
+    return out
+
+
+# ---------------------------------------------------------------- one test: the report's rule + a sequential test
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with df degrees of freedom (regularized incomplete beta; stdlib only)."""
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    x = df / (df + t * t)
+    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
+    return tail if t > 0 else 1.0 - tail
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b) by Lentz's continued fraction (Numerical Recipes 6.4)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 300):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-12:
+            break
+    return front * f / a
+
+
+@dataclass(frozen=True)
+class Noise:
+    """A cell's log-throughput noise, pooled over its measured levels: sum of squared deviations and its df."""
+
+    ss: float = 0.0
+    df: int = 0
+
+
+def noise_of(summary: stats.CellSummary) -> Noise:
+    ss, df = 0.0, 0
+    for p in summary.points.values():
+        logs = [math.log(v) for v in p.values if v > 0]
+        if len(logs) >= 2:
+            m = statistics.fmean(logs)
+            ss += sum((x - m) ** 2 for x in logs)
+            df += len(logs) - 1
+    return Noise(ss, df)
+
+
+def t_p_greater(a: Sequence[float], b: Sequence[float], pooled: Noise | None = None) -> float:
+    """One-sided p-value of 'log a is larger than log b': Student's two-sample t-test with pooled variance. Under
+    the null we guard against (both backends the same: one distribution) the pooled test is exact for normal
+    log-noise. `pooled` (both cells' noise over all their levels) replaces the two samples' own variance: it
+    assumes a backend's relative noise is the same at every level, and keeps power at two windows a point."""
+    la = [math.log(v) for v in a if v > 0]
+    lb = [math.log(v) for v in b if v > 0]
+    if len(la) < 2 or len(lb) < 2:
+        return 1.0
+    diff = statistics.fmean(la) - statistics.fmean(lb)
+    if pooled is None or pooled.df == 0:
+        ma, mb = statistics.fmean(la), statistics.fmean(lb)
+        pooled = Noise(sum((x - ma) ** 2 for x in la) + sum((x - mb) ** 2 for x in lb), len(la) + len(lb) - 2)
+    se = math.sqrt(pooled.ss / pooled.df * (1 / len(la) + 1 / len(lb)))
+    if se == 0.0:
+        return 0.0 if diff > 0 else 1.0
+    return t_sf(diff / se, pooled.df)
+
+
+def settle(a: Sequence[float], b: Sequence[float], s: TuneSettings, pooled: Noise | None = None) -> stats.Ranking:
+    """Does a beat b, settled for a sequential procedure? The report's rule must order them, and the t-test
+    must agree at the per-look alpha; otherwise CANNOT_RANK (the point stays open)."""
+    r = stats.rank_pair(a, b, seed=s.seed, confidence=s.confidence)
+    if r.outcome == stats.CANNOT_RANK:
+        return r
+    p = t_p_greater(a, b, pooled) if r.outcome == "a" else t_p_greater(b, a, pooled)
+    needed = s.look_alpha / 2.0
+    if p <= needed:
+        return stats.Ranking(r.outcome, r.ratio, f"{r.rule}; t-test p={p:.2g} <= {needed:.2g}", r.ci)
+    return stats.Ranking(stats.CANNOT_RANK, r.ratio, f"{r.rule}, but t-test p={p:.2g} > {needed:.2g}", r.ci)
+
+
+# ---------------------------------------------------------------- the plan: what to run next
+
+
+@dataclass(frozen=True)
+class Step:
+    """Run cell `cell_id` now at these levels with this many measured windows."""
+
+    cell_id: str
+    stage: str  # screen | full | more
+    concurrency: tuple[int, ...]
+    repeats: int
+
+    @property
+    def keep(self) -> bool:
+        """The cell's earlier windows at other levels stay: the full step adds the levels the screen left out."""
+        return self.stage == FULL
+
+
+@dataclass(frozen=True)
+class Skip:
+    cell_id: str
+    label: str
+    reason: str
+
+
+@dataclass
+class Plan:
+    steps: list[Step] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)  # never run: cannot change the recommendation
+    stopped: list[Skip] = field(default_factory=list)  # measured, then stopped: dominated beyond the noise
+    open_points: list[str] = field(default_factory=list)  # "label @ c=N: why" still undecided
+
+    @property
+    def done(self) -> bool:
+        return not self.steps
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A planned cell: its id, group (stats.pairing_key of its planned config) and backend label, in spec order."""
+
+    cell_id: str
+    group: str
+    backend: str
+    label: str
+    concurrency: tuple[int, ...]
+
+
+def screen_levels(levels: Sequence[int]) -> tuple[int, ...]:
+    return tuple(sorted({min(levels), max(levels)}))
+
+
+def plan_next(candidates: Sequence[Candidate], measured: dict[str, dict[str, Any]], s: TuneSettings) -> Plan:
+    """The steps to take now, from what is measured (cell id -> cell dict of load_cells). Groups are taken in
+    order (the first group teaches which backends are out); within a group every cell of one stage runs before
+    the next stage. Invalid and failed cells are measured once and never again (they cannot rank)."""
+    plan = Plan()
+    out: dict[str, str] = {}  # backend -> why it is out (lost beyond the margin in an earlier group)
+    groups: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault(c.group, []).append(c)
+    for members in groups.values():
+        if plan.steps:
+            break  # one group at a time: what this group teaches decides the next one
+        _plan_group(members, measured, s, out, plan)
+    return plan
+
+
+def _plan_group(
+    members: list[Candidate], measured: dict[str, dict[str, Any]], s: TuneSettings, out: dict[str, str], plan: Plan
+) -> None:
+    started = any(c.cell_id in measured for c in members)
+    live = []
+    for c in members:
+        if not started and c.backend in out:
+            plan.skipped.append(Skip(c.cell_id, c.label, out[c.backend]))
+        else:
+            live.append(c)
+    rivals = {c.backend for c in live}
+    if len(rivals) < 2 and not started and len(live) < len(members):
+        for c in live:  # nobody left to rank against: measuring it cannot change the recommendation
+            plan.skipped.append(Skip(c.cell_id, c.label, "no rival backend left in its group to rank against"))
+        return
+    todo = [c for c in live if c.cell_id not in measured]
+    if todo:
+        plan.steps += [Step(c.cell_id, SCREEN, screen_levels(c.concurrency), s.min_repeats) for c in todo]
+        return
+    rankable = [c for c in live if stats.cell_verdict(measured[c.cell_id]) == "valid"]
+    summaries = {c.cell_id: stats.summarize_cell(measured[c.cell_id]) for c in rankable}
+    verdicts = _versus_leader(rankable, summaries, s)
+    survivors = []
+    for c in rankable:
+        why = verdicts[c.cell_id].get("dominated")
+        if why:
+            plan.stopped.append(Skip(c.cell_id, c.label, why))
+            out.setdefault(c.backend, f"{why} (in group of {c.label})")
+        else:
+            survivors.append(c)
+    if len(survivors) < 2:
+        return
+    need_full = [c for c in survivors if set(c.concurrency) - set(summaries[c.cell_id].points)]
+    if need_full:  # only the levels not measured yet: the screen's windows stay (Step.keep)
+        plan.steps += [
+            Step(c.cell_id, FULL, tuple(sorted(set(c.concurrency) - set(summaries[c.cell_id].points))), s.min_repeats)
+            for c in need_full
+        ]
+        return
+    opened = [c for c in survivors if verdicts[c.cell_id]["open"]]
+    more = [c for c in opened if _repeats(summaries[c.cell_id]) < s.max_repeats]
+    if more:
+        plan.steps += [Step(c.cell_id, MORE, c.concurrency, s.max_repeats) for c in more]
+        return
+    for c in opened:
+        plan.open_points += [f"{c.label} @ c={lvl}: {why}" for lvl, why in verdicts[c.cell_id]["open"]]
+
+
+def open_against_leader(
+    cells: list[Candidate], measured: dict[str, dict[str, Any]], s: TuneSettings
+) -> dict[str, list[tuple[int, str]]]:
+    """Cell id -> its points not settled against the leader (level, why): what the log shows while tuning."""
+    valid = [c for c in cells if stats.cell_verdict(measured[c.cell_id]) == "valid"]
+    summaries = {c.cell_id: stats.summarize_cell(measured[c.cell_id]) for c in valid}
+    return {k: v["open"] for k, v in _versus_leader(valid, summaries, s).items()}
+
+
+def _repeats(summary: stats.CellSummary) -> int:
+    return min((len(p.values) + len(p.failed) for p in summary.points.values()), default=0)
+
+
+def _versus_leader(
+    cells: list[Candidate], summaries: dict[str, stats.CellSummary], s: TuneSettings
+) -> dict[str, dict[str, Any]]:
+    """Per cell: 'dominated' (why, or "") and 'open' [(level, why)]: its points not settled against the leader.
+    The leader at a level is the highest median there; the leader itself is open where any rival is."""
+    out: dict[str, dict[str, Any]] = {c.cell_id: {"dominated": "", "open": []} for c in cells}
+    levels = sorted({lvl for sm in summaries.values() for lvl in sm.points})
+    noise = {c.cell_id: noise_of(summaries[c.cell_id]) for c in cells}
+    losses: dict[str, list[tuple[int, float, str]]] = {c.cell_id: [] for c in cells}
+    for lvl in levels:
+        at = [c for c in cells if lvl in summaries[c.cell_id].points and summaries[c.cell_id].points[lvl].values]
+        if len(at) < 2:
+            continue
+        leader = max(at, key=lambda c: statistics.median(summaries[c.cell_id].points[lvl].values))
+        lead_vals = summaries[leader.cell_id].points[lvl].values
+        for c in at:
+            if c is leader:
+                continue
+            na, nb = noise[leader.cell_id], noise[c.cell_id]
+            r = settle(lead_vals, summaries[c.cell_id].points[lvl].values, s, Noise(na.ss + nb.ss, na.df + nb.df))
+            if r.outcome == "a":
+                losses[c.cell_id].append((lvl, r.ratio, leader.label))
+            else:
+                out[c.cell_id]["open"].append((lvl, f"vs {leader.label}: {r.rule}"))
+                out[leader.cell_id]["open"].append((lvl, f"vs {c.label}: {r.rule}"))
+    for c in cells:
+        measured_levels = [lvl for lvl, p in summaries[c.cell_id].points.items() if p.values]
+        lost = losses[c.cell_id]
+        if measured_levels and len(lost) == len(measured_levels) and min(x[1] for x in lost) >= s.carry_margin:
+            worst = min(x[1] for x in lost)
+            winners = sorted({x[2] for x in lost})
+            out[c.cell_id]["dominated"] = (
+                f"{c.backend} lost to {', '.join(winners)} at every measured level by at least {worst:.2f}x "
+                f"(margin {s.carry_margin:.2f}x), settled"
+            )
+            out[c.cell_id]["open"] = []
+    return out

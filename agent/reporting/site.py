@@ -1,0 +1,183 @@
+"""`spark-agent site`: a static site from the results store, publishable on any web server (or opened from file://).
+
+    index.html                  the sweeps (who ingested, when, images, hosts, verdict counts) and the configs
+    sweeps/<sweep>/report.html  each sweep's report (the very report `spark-agent report` writes)
+    history/<config>.html       one configuration across images and time, with its plot and regression markers
+
+Built in a temporary folder next to DIR and swapped in at the end: a crash leaves the previous site whole.
+Every value shown is escaped (escape.html); pages link only to pages of the site.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from agent.hostside import atomic
+from agent.judging import stats
+from agent.reporting.escape import html
+from agent.reporting.htmlpage import page
+from agent.reporting.markdown import num, pct, write_report_cells
+from agent.results.tree import PART
+from agent.store import history, select
+from agent.store.schema import sweeps
+
+
+def folder_name(name: str) -> str:
+    """A sweep's folder: its name when it is a plain folder name (it was one in the tree), else a hash of it."""
+    return name if PART.fullmatch(name) else "sweep-" + hashlib.sha256(name.encode()).hexdigest()[:12]
+
+
+def build(engine: sa.Engine, out: Path, *, threshold: float = stats.DEFAULT_THRESHOLD) -> list[Path]:
+    """Write the site into out (replacing what was there); returns the pages written."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        pages = _build(engine, tmp, threshold)
+        _swap(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return [out / p.relative_to(tmp) for p in pages]
+
+
+def _swap(tmp: Path, out: Path) -> None:
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; a site is for a web server to read
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        out.rename(old)
+    tmp.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _build(engine: sa.Engine, root: Path, threshold: float) -> list[Path]:
+    with engine.connect() as conn:
+        sweep_rows = (
+            conn.execute(sa.select(sweeps).order_by(sweeps.c.first_started.desc(), sweeps.c.name)).mappings().all()
+        )
+    pages: list[Path] = []
+    summaries = []
+    for row in sweep_rows:
+        cells = select.load(engine, select.Selection({"sweep": [row["name"]]}))
+        if not cells:
+            continue
+        folder = root / "sweeps" / folder_name(row["name"])
+        write_report_cells(cells, folder, threshold=threshold)
+        pages.append(folder / "report.html")
+        summaries.append(_sweep_summary(dict(row), cells, f"sweeps/{folder_name(row['name'])}/report.html"))
+    rows = history.query(engine, select.Selection())
+    configs: dict[str, list[history.HistoryRow]] = {}
+    for r in rows:
+        configs.setdefault(r.config_key, []).append(r)
+    for key, members in configs.items():
+        path = root / "history" / f"{key}.html"
+        _history_page(path, members)
+        pages.append(path)
+    index = root / "index.html"
+    atomic.write_text(index, _index(summaries, configs))
+    return [index, *pages]
+
+
+def _sweep_summary(row: dict[str, Any], cells: Sequence[dict[str, Any]], link: str) -> dict[str, Any]:
+    verdicts = [stats.cell_verdict(c) for c in cells]
+    return {
+        "name": row["name"],
+        "who": row["ingested_by"],
+        "when": f"{row['first_started'][:16]} → {row['last_finished'][:16]}",
+        "images": sorted({history._image_tag(str(c.get("config", {}).get("image", ""))) for c in cells}),
+        "hosts": sorted({str(c.get("host", "")) for c in cells}),
+        "counts": {v: verdicts.count(v) for v in ("valid", "invalid", "failed")},
+        "link": link,
+    }
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], classes: Sequence[str] = ()) -> str:
+    """Cells are HTML already (escaped by the caller)."""
+    out = ['<div class="scroll"><table><tr>' + "".join(f"<th>{html(h)}</th>" for h in head) + "</tr>"]
+    for i, row in enumerate(rows):
+        cls = classes[i] if i < len(classes) else ""
+        out.append(f'<tr class="{cls}">' + "".join(f"<td>{c}</td>" for c in row) + "</tr>")
+    return "".join(out) + "</table></div>"
+
+
+def _index(summaries: Sequence[dict[str, Any]], configs: dict[str, list[history.HistoryRow]]) -> str:
+    sweep_rows = [
+        [
+            f'<a href="{html(s["link"])}">{html(s["name"])}</a>',
+            html(s["who"]),
+            html(s["when"]),
+            html(", ".join(s["images"])),
+            html(", ".join(s["hosts"])),
+            str(s["counts"]["valid"]),
+            str(s["counts"]["invalid"]),
+            str(s["counts"]["failed"]),
+        ]
+        for s in summaries
+    ]
+    config_rows, classes = [], []
+    for key, members in sorted(configs.items(), key=lambda kv: kv[1][0].config):
+        bad = len(history.regressions(members))
+        config_rows.append(
+            [
+                f'<a href="history/{html(key)}.html">{html(members[0].config)}</a>',
+                html(", ".join(sorted({history._image_tag(m.image) for m in members}))),
+                str(len({(m.sweep, m.host) for m in members})),
+                f"<b>{bad} regression(s)</b>" if bad else "none",
+            ]
+        )
+        classes.append("invalid" if bad else "")
+    body = "<h1>spark-agent results</h1>"
+    body += f"<h2>Sweeps ({len(summaries)})</h2>"
+    body += _table(
+        ["sweep", "ingested by", "measured (UTC)", "images", "hosts", "valid", "INVALID", "failed"], sweep_rows
+    )
+    body += f"<h2>Configurations across images ({len(configs)})</h2>"
+    body += _table(["config", "images", "measured cells", "vs previous image"], config_rows, classes)
+    return page("spark-agent results", body)
+
+
+def _history_page(path: Path, rows: Sequence[history.HistoryRow]) -> None:
+    first = rows[0]
+    png = f"{path.stem}.png"
+    atomic.write_bytes(path.parent / png, history.plot(rows))
+    table_rows, classes = [], []
+    for r in rows:
+        change = f"{r.change} ({r.ratio:.3f}×)" if r.change else ""
+        table_rows.append(
+            [
+                html(r.host),
+                str(r.concurrency),
+                html(r.started_at[:16]),
+                html(r.sweep),
+                html(history._image_tag(r.image)),
+                html(r.vllm_version or "?"),
+                html(num(r.median) if r.verdict == "valid" else r.verdict.upper()),
+                html(pct(r.spread)) if r.spread is not None else "–",
+                str(len(r.values)),
+                f"<b>{html(change)}</b>" if r.change == "regression" else html(change),
+            ]
+        )
+        classes.append("invalid" if r.change == "regression" else "")
+    body = f'<p><a href="../index.html">← all sweeps and configurations</a></p><h1>{html(first.config)}</h1>'
+    body += (
+        "<p>Median output tok/s of every measured cell of this configuration, oldest first. A regression is "
+        "slower than the previous image's measurement (same host and concurrency) beyond the noise; "
+        f"{html(stats.CANNOT_RANK)} means within it.</p>"
+    )
+    body += f'<img alt="history of {html(first.config)}" src="{html(png)}">'
+    body += _table(
+        ["host", "c", "started", "sweep", "image", "vLLM", "tok/s", "spread", "n", "vs previous image"],
+        table_rows,
+        classes,
+    )
+    atomic.write_text(path, page(f"history: {first.config}", body))

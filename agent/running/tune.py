@@ -1,0 +1,227 @@
+"""`spark-agent tune`: drive the sweep machinery one adaptive step at a time until the answer is settled.
+
+The decisions (which cell next, at which levels, how many windows, what is skipped) are agent/judging/sequential.py;
+this module only loops: read what the results tree holds, ask for the next steps, run exactly those cells through
+running/sweep.run_sweep (its `select` hook), and stop when the plan is done, the budget cannot fit the next step, or
+the run is interrupted. All state is the results tree, so a killed tune resumes where it was (a cell without
+cell.toml is measured again) and a re-run with the same data takes the same decisions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agent.errors import UserError
+from agent.hostside.utc import iso
+from agent.judging import sequential as seq
+from agent.judging import stats
+from agent.planning.inventory import Host
+from agent.planning.matrix import Cell, backend_label
+from agent.planning.spec import Spec
+from agent.results import tree as results
+from agent.running.progress import Progress
+from agent.running.sweep import SweepOutcome, run_sweep
+
+log = structlog.get_logger("spark_agent.tune")
+
+TUNE_FILE = "tune.toml"  # results/<sweep>/tune.toml: what tune decided, written atomically after every step
+
+
+@dataclass
+class TuneOutcome:
+    sweep_dir: Path
+    steps: list[dict[str, Any]] = field(default_factory=list)  # what ran, in order
+    skipped: list[seq.Skip] = field(default_factory=list)
+    stopped: list[seq.Skip] = field(default_factory=list)
+    open_points: list[str] = field(default_factory=list)
+    budget_left: list[str] = field(default_factory=list)  # the steps the budget could not fit
+    rounds: list[SweepOutcome] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    interrupted: bool = False
+    fatal: str = ""
+
+    @property
+    def settled(self) -> bool:
+        return not self.open_points and not self.budget_left and not self.interrupted and not self.fatal
+
+
+def step_cost_s(cell: Cell, step: seq.Step, startup_s: float) -> float:
+    """Wall time one step should take: a server start plus every window (warmups included)."""
+    c = cell.config
+    return startup_s + len(step.concurrency) * (c.warmup + step.repeats) * c.duration_s
+
+
+def smallest_cell_s(spec: Spec, settings: seq.TuneSettings) -> float:
+    """The measuring time of the cheapest cell tune can run (one screen at min repeats, no startup)."""
+    return len(seq.screen_levels(spec.concurrency)) * (spec.warmup + settings.min_repeats) * spec.duration_s
+
+
+def check_budget(spec: Spec, settings: seq.TuneSettings, budget_s: float | None) -> None:
+    """Bad input, before any host is touched: a budget that cannot fit even one cell."""
+    if budget_s is None:
+        return
+    need = smallest_cell_s(spec, settings)
+    if budget_s < need:
+        raise UserError(
+            f"--budget {budget_s:.0f}s cannot fit even one cell: the smallest step measures for {need:.0f}s "
+            f"({len(seq.screen_levels(spec.concurrency))} levels x ({spec.warmup} warmup + {settings.min_repeats} "
+            f"windows) x {spec.duration_s:g}s); give at least {need / 60:.0f}m"
+        )
+
+
+def run_tune(
+    spec: Spec,
+    inventory: Path,
+    hosts: list[Host],
+    results_root: Path,
+    settings: seq.TuneSettings,
+    budget_s: float | None = None,
+    evict: bool = False,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> TuneOutcome:
+    """Loop: plan from the results tree, run the planned steps, until settled, out of budget or interrupted."""
+    sweep_dir = Path(results_root) / spec.name
+    outcome = TuneOutcome(sweep_dir)
+    t0 = time.monotonic()
+    while True:
+        chosen: dict[str, list[Cell]] = {}
+
+        def select(cells: dict[str, list[Cell]], chosen: dict[str, list[Cell]] = chosen) -> dict[str, list[Cell]]:
+            chosen.update(_choose(cells, sweep_dir, settings, budget_s, time.monotonic() - t0, outcome))
+            return chosen
+
+        try:
+            rnd = run_sweep(
+                spec, inventory, hosts, results_root, fresh=True, evict=evict, progress=progress, cancel=cancel,
+                select=select,
+            )  # fmt: skip
+        except KeyboardInterrupt:
+            outcome.interrupted = True
+            break
+        if not any(chosen.values()):
+            break  # the plan is done, or the budget cannot fit the next step
+        outcome.rounds.append(rnd)
+        outcome.steps += [
+            {"host": h, "cell_id": c.id, "label": c.label, "concurrency": list(c.config.concurrency),
+             "repeats": c.config.repeats, "at": iso()}
+            for h, cs in chosen.items() for c in cs
+        ]  # fmt: skip
+        _write_record(outcome, settings, budget_s, time.monotonic() - t0)
+        if rnd.interrupted:
+            outcome.interrupted = True
+            break
+        if rnd.fatal:
+            outcome.fatal = rnd.fatal
+            break
+        if rnd.totals()["lost"]:
+            outcome.fatal = "a cell was lost (the sweep summary above says why); re-run tune to resume"
+            break
+    outcome.elapsed_s = time.monotonic() - t0
+    _write_record(outcome, settings, budget_s, outcome.elapsed_s)
+    return outcome
+
+
+def _choose(
+    cells: dict[str, list[Cell]],
+    sweep_dir: Path,
+    settings: seq.TuneSettings,
+    budget_s: float | None,
+    elapsed_s: float,
+    outcome: TuneOutcome,
+) -> dict[str, list[Cell]]:
+    """Per host: the cells of the plan's next steps, each with its step's levels and repeats (its id kept)."""
+    measured = _measured(sweep_dir)
+    startup = _typical_startup(measured)
+    chosen: dict[str, list[Cell]] = {h: [] for h in cells}
+    outcome.skipped, outcome.stopped, outcome.open_points, outcome.budget_left = [], [], [], []
+    costs: dict[str, float] = {}
+    for host, planned in cells.items():
+        by_id = {c.id: c for c in planned}
+        plan = seq.plan_next([candidate(c) for c in planned], measured, settings)
+        outcome.skipped += plan.skipped
+        outcome.stopped += plan.stopped
+        outcome.open_points += [f"{host}: {p}" for p in plan.open_points]
+        log.info(
+            "tune_plan",
+            host=host,
+            next=[f"{s.stage} {by_id[s.cell_id].label} c={list(s.concurrency)} x{s.repeats}" for s in plan.steps],
+            stopped=[f"{s.label}: {s.reason}" for s in plan.stopped] or None,
+            why_open=_why_open(plan, planned, measured, settings) or None,
+        )
+        for step in plan.steps:
+            cell = by_id[step.cell_id]
+            config = dataclasses.replace(cell.config, concurrency=list(step.concurrency), repeats=step.repeats)
+            chosen[host].append(dataclasses.replace(cell, config=config, keep_runs=step.keep))
+            costs[host] = costs.get(host, 0.0) + step_cost_s(cell, step, startup)
+    need = max(costs.values(), default=0.0)  # hosts run in parallel
+    if budget_s is not None and need and elapsed_s + need > budget_s:
+        outcome.budget_left = [f"{h}: {c.label} ({c.config.repeats} windows at c={c.config.concurrency})"
+                               for h, cs in chosen.items() for c in cs]  # fmt: skip
+        log.warning("budget_exhausted", elapsed_s=round(elapsed_s), next_step_s=round(need), budget_s=budget_s)
+        return {h: [] for h in cells}
+    return chosen
+
+
+def _why_open(
+    plan: seq.Plan, planned: list[Cell], measured: dict[str, dict[str, Any]], s: seq.TuneSettings
+) -> list[str]:
+    """For the log: why the cells about to get more windows are not settled yet."""
+    ids = {st.cell_id for st in plan.steps if st.stage != seq.SCREEN}
+    groups = {candidate(c).group for c in planned if c.id in ids}
+    cands = [candidate(c) for c in planned if c.id in measured and candidate(c).group in groups]
+    return [
+        f"{c.label} @ c={lvl}: {why}"
+        for c in cands
+        for lvl, why in seq.open_against_leader(cands, measured, s).get(c.cell_id, [])
+    ]
+
+
+def candidate(cell: Cell) -> seq.Candidate:
+    config = cell.config.to_dict()
+    return seq.Candidate(
+        cell_id=cell.id,
+        group=stats.pairing_key({"host": cell.host, "config": config}),
+        backend=backend_label(config),
+        label=cell.label,
+        concurrency=tuple(cell.config.concurrency),
+    )
+
+
+def _measured(sweep_dir: Path) -> dict[str, dict[str, Any]]:
+    if not sweep_dir.exists():
+        return {}
+    return {str(c.get("cell_id", "")): c for c in results.load_cells(sweep_dir)}
+
+
+def _typical_startup(measured: dict[str, dict[str, Any]]) -> float:
+    """The median startup seen so far in this sweep (warm starts count), 0 before any."""
+    seen = [float(c.get("startup_s", 0.0)) for c in measured.values() if c.get("startup_s")]
+    return statistics.median(seen) if seen else 0.0
+
+
+def _write_record(outcome: TuneOutcome, settings: seq.TuneSettings, budget_s: float | None, elapsed: float) -> None:
+    """tune.toml: the decisions, so the report can say what was skipped and why, and what stayed undecided."""
+    if not outcome.sweep_dir.exists():
+        return
+    record = {
+        "schema": 1,
+        "settings": {**dataclasses.asdict(settings), "looks": seq.LOOKS, "look_alpha": settings.look_alpha},
+        "budget_s": budget_s if budget_s is not None else -1.0,
+        "elapsed_s": round(elapsed, 3),
+        "interrupted": outcome.interrupted,
+        "steps": outcome.steps,
+        "skipped": [dataclasses.asdict(s) for s in outcome.skipped],
+        "stopped": [dataclasses.asdict(s) for s in outcome.stopped],
+        "open_points": outcome.open_points,
+        "budget_left": outcome.budget_left,
+    }
+    results.atomic_write_toml(outcome.sweep_dir / TUNE_FILE, record)

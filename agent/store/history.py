@@ -1,0 +1,167 @@
+"""One configuration over time and across images: the answer to "did image B regress this config against A?".
+
+The query reads typed, indexed columns only (no JSON), so it stays fast on millions of windows
+(bench/store_bench.py). Each history row is one measured cell at one concurrency: median output tok/s over its
+successful repeats. A row is marked a regression when it is slower than the previous valid row of the same config,
+host and concurrency measured on another image, beyond the noise (agent.judging.stats.rank_pair, the rule reports
+and compare use); a difference inside the noise is "cannot rank", never a regression.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from agent.judging import stats
+from agent.store.schema import cells, hosts, measurements, sweeps
+from agent.store.select import Selection, joined, where
+
+
+@dataclass
+class HistoryRow:
+    config_key: str
+    checkpoint: str
+    backend: str
+    host: str
+    concurrency: int
+    sweep: str
+    image: str
+    vllm_version: str
+    started_at: str
+    verdict: str
+    values: tuple[float, ...]  # output tok/s of the successful repeats
+    failed: int
+    change: str = ""  # "regression" / "improvement" / "cannot rank" against the previous image ("" = first)
+    ratio: float = math.nan  # median / previous image's median
+
+    @property
+    def median(self) -> float | None:
+        st = stats.describe(self.values)
+        return st.median if st else None
+
+    @property
+    def spread(self) -> float | None:
+        """None for fewer than two repeats: a spread of one value is undefined, not 0."""
+        st = stats.describe(self.values)
+        return st.spread if st and len(self.values) > 1 else None
+
+    @property
+    def config(self) -> str:
+        return f"{self.checkpoint} / {self.backend}"
+
+
+def query(engine: sa.Engine, selection: Selection, *, seed: int = stats.DEFAULT_SEED) -> list[HistoryRow]:
+    q = (
+        sa.select(
+            cells.c.id,
+            cells.c.config_key,
+            cells.c.checkpoint,
+            cells.c.backend,
+            hosts.c.name.label("host"),
+            sweeps.c.name.label("sweep"),
+            cells.c.image,
+            cells.c.vllm_version,
+            cells.c.started_at,
+            cells.c.verdict,
+            measurements.c.concurrency,
+            measurements.c.ok,
+            measurements.c.output_throughput,
+        )
+        .select_from(joined().join(measurements, measurements.c.cell_pk == cells.c.id))
+        .where(*where(selection))
+    )
+    if selection.concurrency:
+        q = q.where(measurements.c.concurrency.in_(selection.concurrency))
+    groups: dict[tuple[int, int], HistoryRow] = {}
+    with engine.connect() as conn:
+        for r in conn.execute(q):
+            row = groups.get((r.id, r.concurrency))
+            if row is None:
+                row = groups[(r.id, r.concurrency)] = HistoryRow(
+                    r.config_key, r.checkpoint, r.backend, r.host, r.concurrency, r.sweep, r.image,
+                    r.vllm_version, r.started_at, r.verdict, (), 0,
+                )  # fmt: skip
+            if r.ok:
+                row.values += (float(r.output_throughput),)
+            else:
+                row.failed += 1
+    rows = sorted(groups.values(), key=lambda h: (h.config, h.config_key, h.host, h.concurrency, h.started_at))
+    mark_changes(rows, seed=seed)
+    return rows
+
+
+def mark_changes(rows: Sequence[HistoryRow], *, seed: int = stats.DEFAULT_SEED) -> None:
+    """Each valid row against the last valid row before it (same config, host, concurrency) on another image."""
+    last: dict[tuple[str, str, int], HistoryRow] = {}
+    for row in rows:
+        key = (row.config_key, row.host, row.concurrency)
+        prev = last.get(key)
+        if row.verdict != "valid" or not row.values:
+            continue
+        if prev is not None and prev.image != row.image:
+            ranking = stats.rank_pair(row.values, prev.values, seed=seed)
+            row.ratio = ranking.ratio
+            row.change = {"a": "improvement", "b": "regression"}.get(ranking.outcome, stats.CANNOT_RANK)
+        last[key] = row
+
+
+def regressions(rows: Sequence[HistoryRow]) -> list[HistoryRow]:
+    return [r for r in rows if r.change == "regression"]
+
+
+def plot(rows: Sequence[HistoryRow], title: str = "") -> bytes:
+    """PNG: one panel per config (checkpoint / backend), one line per host × concurrency, median with min–max bars
+    over the cells' start times; a regression is a red ✕. Labels fit inside the figure (constrained layout)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs: dict[str, list[HistoryRow]] = {}
+    for r in rows:
+        if r.values:
+            configs.setdefault(r.config, []).append(r)
+    n = max(1, len(configs))
+    cols = min(2, n)
+    nrows = math.ceil(n / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(6.4 * cols, 3.8 * nrows), squeeze=False, layout="constrained")
+    for ax, (name, members) in zip(axes.flat, sorted(configs.items()), strict=False):
+        lines: dict[str, list[HistoryRow]] = {}
+        for r in members:
+            lines.setdefault(f"{r.host} c={r.concurrency}", []).append(r)
+        for label, pts in sorted(lines.items()):
+            xs = list(range(len(pts)))
+            mids = [p.median or 0.0 for p in pts]
+            lo = [m - min(p.values) for m, p in zip(mids, pts, strict=True)]
+            hi = [max(p.values) - m for m, p in zip(mids, pts, strict=True)]
+            ax.errorbar(xs, mids, yerr=[lo, hi], fmt="o-", capsize=3, label=label)
+            bad = [(x, m) for x, m, p in zip(xs, mids, pts, strict=True) if p.change == "regression"]
+            if bad:
+                ax.scatter([x for x, _ in bad], [m for _, m in bad], marker="x", s=120, color="red", zorder=5)
+        ticks = [_image_tag(p.image) for p in max(lines.values(), key=len)]
+        ax.set_xticks(range(len(ticks)), ticks, rotation=20, ha="right", fontsize="small")
+        ax.set_title(name, fontsize="medium")
+        ax.set_ylabel("output tok/s (median)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="x-small")
+    for ax in list(axes.flat)[len(configs) :]:
+        ax.set_visible(False)
+    if not configs:
+        axes.flat[0].text(0.5, 0.5, "no measurements", ha="center", va="center", color="grey")
+    if title:
+        fig.suptitle(title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _image_tag(image: str) -> str:
+    """vllm/vllm-openai:v0.11@sha256:abcd… → v0.11@abcd12 (short enough for a tick label)."""
+    name, _, digest = image.partition("@")
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else name.rsplit("/", 1)[-1]
+    return f"{tag}@{digest.removeprefix('sha256:')[:6]}" if digest else tag

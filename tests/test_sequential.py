@@ -1,0 +1,176 @@
+"""agent.judging.sequential: the test behind "settled", its error rate under repeated looks, and the plan's steps."""
+
+import math
+import random
+
+import pytest
+
+from agent.judging import sequential as seq
+
+pytestmark = pytest.mark.unit
+
+S = seq.TuneSettings(confidence=0.95, min_repeats=2, max_repeats=3, carry_margin=1.25)
+LEVELS = (1, 2, 4, 8, 16)
+
+
+def test_t_distribution_matches_tables():
+    # Student t upper tail: t=12.706 df=1 -> 0.025; t=2.776 df=4 -> 0.025; t=1.645 large df -> ~0.05
+    assert seq.t_sf(12.706, 1) == pytest.approx(0.025, abs=2e-4)
+    assert seq.t_sf(2.776, 4) == pytest.approx(0.025, abs=2e-4)
+    assert seq.t_sf(1.645, 10_000) == pytest.approx(0.05, abs=1e-3)
+    assert seq.t_sf(0.0, 3) == pytest.approx(0.5)
+    assert seq.t_sf(-2.776, 4) == pytest.approx(0.975, abs=2e-4)
+
+
+def test_a_clear_2x_gap_is_settled_at_two_windows():
+    r = seq.settle([280.0, 284.0], [130.0, 150.0], S)
+    assert r.outcome == "a" and "t-test" in r.rule
+
+
+def test_overlapping_ranges_stay_open():
+    assert seq.settle([100.0, 110.0], [105.0, 108.0], S).outcome == "cannot rank"
+
+
+def test_report_rule_alone_is_not_enough():
+    # ranges do not overlap (the report would rank) but two noisy windows each cannot pass alpha/(2*LOOKS)
+    r = seq.settle([100.0, 130.0], [95.0, 99.0], S)
+    assert r.outcome == "cannot rank" and "t-test p=" in r.rule
+
+
+def test_error_rate_over_all_looks_is_within_alpha():
+    """Equal backends, 3 looks of fresh noisy samples (as tune takes them): a pair is wrongly settled at most
+    alpha of the time, counting any look that settles."""
+    rng = random.Random(7)
+    wrong, trials = 0, 1500
+    for _ in range(trials):
+        for n in (2, 2, 3):
+            a = [100.0 * math.exp(rng.gauss(0, 0.05)) for _ in range(n)]
+            b = [100.0 * math.exp(rng.gauss(0, 0.05)) for _ in range(n)]
+            if seq.settle(a, b, S).outcome != "cannot rank":
+                wrong += 1
+                break
+    assert wrong / trials <= 0.05
+
+
+@pytest.mark.parametrize(
+    "settings, fragment",
+    [
+        (seq.TuneSettings(confidence=1.0), "outside (0, 1)"),
+        (seq.TuneSettings(confidence=0.0), "outside (0, 1)"),
+        (seq.TuneSettings(min_repeats=4, max_repeats=3), "above --max-repeats"),
+        (seq.TuneSettings(min_repeats=1), "below 2"),
+    ],
+)
+def test_bad_settings_are_named(settings, fragment):
+    assert any(fragment in p for p in seq.problems(settings))
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def cand(cid, group, backend):
+    return seq.Candidate(cid, group, backend, f"{group} {backend}", LEVELS)
+
+
+def cell(cid, backend, medians: dict[int, list[float]], verdict="valid"):
+    runs = [
+        {"concurrency": c, "repeat": i + 1, "ok": True, "output_throughput": v}
+        for c, vals in medians.items()
+        for i, v in enumerate(vals)
+    ]
+    return {
+        "cell_id": cid,
+        "status": "done",
+        "verdict": verdict,
+        "config": {"moe_backend": backend},
+        "runs": runs,
+    }
+
+
+NV = [cand("nvm", "nv", "marlin"), cand("nvb", "nv", "b12x")]
+UNS = [cand("unm", "uns", "marlin"), cand("unb", "uns", "b12x")]
+
+
+def test_first_step_screens_the_first_group_at_the_extremes():
+    plan = seq.plan_next(NV + UNS, {}, S)
+    assert [(s.cell_id, s.stage, s.concurrency, s.repeats) for s in plan.steps] == [
+        ("nvm", "screen", (1, 16), 2),
+        ("nvb", "screen", (1, 16), 2),
+    ]
+
+
+def test_a_backend_beaten_beyond_the_margin_is_stopped_and_skipped_elsewhere():
+    measured = {
+        "nvm": cell("nvm", "marlin", {1: [60.0, 61.0], 16: [560.0, 565.0]}),
+        "nvb": cell("nvb", "b12x", {1: [30.0, 31.0], 16: [200.0, 210.0]}),
+    }
+    plan = seq.plan_next(NV + UNS, measured, S)
+    assert plan.done
+    assert [s.cell_id for s in plan.stopped] == ["nvb"]
+    assert "lost to nv marlin at every measured level" in plan.stopped[0].reason
+    skipped = {s.cell_id: s.reason for s in plan.skipped}
+    assert "lost to" in skipped["unb"] and "no rival" in skipped["unm"]
+
+
+def test_close_rivals_get_every_level_then_more_windows_then_stay_open():
+    close = {
+        "nvm": cell("nvm", "marlin", {1: [60.0, 66.0], 16: [560.0, 600.0]}),
+        "nvb": cell("nvb", "b12x", {1: [58.0, 63.0], 16: [550.0, 590.0]}),
+    }
+    plan = seq.plan_next(NV, close, S)
+    assert {(s.cell_id, s.stage, s.concurrency) for s in plan.steps} == {
+        ("nvm", "full", (2, 4, 8)),
+        ("nvb", "full", (2, 4, 8)),
+    }
+    full2 = {
+        k: cell(k, b, {c: [100.0 + c, 108.0 + c] for c in LEVELS}) for k, b in (("nvm", "marlin"), ("nvb", "b12x"))
+    }
+    plan = seq.plan_next(NV, full2, S)
+    assert {(s.stage, s.repeats) for s in plan.steps} == {("more", 3)}
+    full3 = {
+        k: cell(k, b, {c: [100.0 + c, 108.0 + c, 104.0 + c] for c in LEVELS})
+        for k, b in (("nvm", "marlin"), ("nvb", "b12x"))
+    }
+    plan = seq.plan_next(NV, full3, S)
+    assert plan.done and len(plan.open_points) == 2 * len(LEVELS)  # each point, seen from both sides
+
+
+def test_a_failed_cell_is_measured_once_and_never_again():
+    measured = {
+        "nvm": cell("nvm", "marlin", {1: [60.0, 61.0], 16: [560.0, 565.0]}),
+        "nvb": cell("nvb", "b12x", {}, verdict="failed"),
+    }
+    plan = seq.plan_next(NV, measured, S)
+    assert plan.done and not plan.open_points
+
+
+def test_full_step_adds_only_the_missing_levels_and_collect_keeps_the_others(tmp_path):
+    import dataclasses
+
+    from agent.running import collect
+    from tests.hostile import make_cell
+
+    close = {
+        "nvm": cell("nvm", "marlin", {1: [60.0, 66.0], 16: [560.0, 600.0]}),
+        "nvb": cell("nvb", "b12x", {1: [58.0, 63.0], 16: [550.0, 590.0]}),
+    }
+    steps = seq.plan_next(NV, close, S).steps
+    assert {s.concurrency for s in steps} == {(2, 4, 8)} and all(s.keep for s in steps)
+    base = make_cell()
+    c = dataclasses.replace(base, config=dataclasses.replace(base.config, concurrency=[2, 4, 8]), keep_runs=True)
+    keep = collect.kept_levels(c)
+    assert keep(tmp_path / "c001-r1.toml") and keep(tmp_path / "c016-r2.toml") and not keep(tmp_path / "c004-r1.toml")
+    assert not collect.kept_levels(base)(tmp_path / "c001-r1.toml")
+
+
+def test_a_step_the_budget_cannot_fit_is_listed_not_run(tmp_path):
+    from agent.running import tune
+    from tests.hostile import make_cell
+
+    c = make_cell()
+    outcome = tune.TuneOutcome(tmp_path / "none")
+    cost = tune.step_cost_s(c, seq.Step(c.id, seq.SCREEN, seq.screen_levels(c.config.concurrency), 2), 0.0)
+    chosen = tune._choose({"spark-a": [c]}, tmp_path / "none", S, cost - 1, 0.0, outcome)
+    assert chosen == {"spark-a": []} and len(outcome.budget_left) == 1 and not outcome.settled
+    chosen = tune._choose({"spark-a": [c]}, tmp_path / "none", S, cost + 1, 0.0, outcome)
+    assert [x.config.repeats for x in chosen["spark-a"]] == [2] and chosen["spark-a"][0].id == c.id

@@ -1,0 +1,72 @@
+"""`spark-agent site` from a SQLite store, looked at in headless Chromium (Debian's): the index links every sweep's
+report and every configuration's history, the pages render with their plots, and at a laptop's width nothing
+spills sideways."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent.cli import main
+from agent.store import db
+from tests.test_store import NEW, OLD, sweep
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("site")
+    root = tmp / "results"
+    sweep(root, "nv-2511", OLD, 1.0, "2026-11-01")
+    sweep(root, "nv-2601", NEW, 0.8, "2026-11-20")
+    url = f"sqlite:///{tmp / 'store.sqlite'}"
+    assert main(["store", "ingest", str(root), "--store", url]) == 0
+    assert main(["site", "--out", str(tmp / "site"), "--store", url]) == 0
+    assert main(["site", "--out", str(tmp / "site"), "--store", url]) == 0  # rebuilt: swapped in whole
+    db.close_all()
+    assert not [p for p in tmp.iterdir() if p.name.startswith(".site")]
+    return tmp / "site"
+
+
+def test_index_links_every_sweep_and_config(site):
+    index = (site / "index.html").read_text()
+    for name in ("nv-2511", "nv-2601"):
+        assert f'href="sweeps/{name}/report.html"' in index and (site / "sweeps" / name / "report.html").is_file()
+    links = [part.split('"', 1)[0] for part in index.split('href="history/')[1:]]
+    assert len(links) == 2 and all((site / "history" / link).is_file() for link in links)
+    assert "2 regression(s)" in index  # marlin at c=1 and c=8
+    marlin = next(link for link in links if "<h1>uns-fast / marlin</h1>" in (site / "history" / link).read_text())
+    page = (site / "history" / marlin).read_text()
+    assert page.count("regression (0.80") == 2 and 'href="../index.html"' in page
+
+
+def screenshot(url: str, out: Path, size: str, profile: Path) -> np.ndarray:
+    cmd = [
+        "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={profile}", "--hide-scrollbars", f"--window-size={size}", f"--screenshot={out}", url,
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, timeout=120, capture_output=True)
+    import matplotlib.image
+
+    return matplotlib.image.imread(str(out))[..., :3]
+
+
+def colourful(img: np.ndarray) -> float:
+    """Share of saturated pixels: the plots' lines and markers (the page's own styles are grey and pastel)."""
+    return float(((img.max(axis=2) - img.min(axis=2)) > 0.35).mean())
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium not installed")
+@pytest.mark.parametrize("page", ["index.html", "history", "sweeps/nv-2601/report.html"])
+def test_pages_render_in_headless_chromium_at_laptop_width(site, page, tmp_path):
+    path = site / page if page != "history" else sorted((site / "history").glob("*.html"))[0]
+    img = screenshot(path.as_uri(), tmp_path / "shot.png", "1366,1600", tmp_path / "profile")
+    assert float((img.mean(axis=2) < 0.9).mean()) > 0.01  # something is drawn
+    if page != "index.html":
+        assert colourful(img) > 1e-3  # the plots loaded (history: a PNG file next to it; report: embedded)

@@ -1,0 +1,209 @@
+"""The results store on SQLite in a temp folder, through the real CLI: back-fill, idempotence, half-written trees,
+history with regression markers, compare/report/export from store selections, migrations in place, and the bad
+inputs (one line, exit 2). PostgreSQL: tests/test_store_pg.py."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from agent.cli import main
+from agent.results.tree import load_cells
+from agent.store import db, history, ingest, select
+from agent.store.schema import cells, hosts, measurements
+from tests.test_report_fixtures import write_cell
+
+pytestmark = pytest.mark.unit
+
+OLD = "nvcr.io/nvidia/vllm:25.11-py3@sha256:" + "ab" * 32
+NEW = "nvcr.io/nvidia/vllm:26.01-py3@sha256:" + "cd" * 32
+C = (1, 8)
+
+
+def sweep(root: Path, name: str, image: str, marlin: float, day: str) -> None:
+    """marlin at `marlin` × the old speed (tight repeats); b12x noisy and the same on both images."""
+    common = dict(sweep=name, image=image, finished_at=day + "T12:00:00Z")
+    write_cell(root, backend="marlin", values={c: [60.0 * c * marlin + d for d in (-1, 0, 1)] for c in C},
+               started_at=day + "T10:00:00Z", **common)  # fmt: skip
+    write_cell(root, backend="flashinfer_b12x", values={c: [25.0 * c, 30.0 * c, 40.0 * c] for c in C},
+               started_at=day + "T11:00:00Z", **common)  # fmt: skip
+
+
+@pytest.fixture
+def trees(tmp_path: Path) -> Path:
+    root = tmp_path / "results"
+    sweep(root, "nv-2511", OLD, 1.0, "2026-11-01")
+    sweep(root, "nv-2601", NEW, 0.8, "2026-11-20")  # marlin 20% slower: a regression beyond the noise
+    return root
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    yield f"sqlite:///{tmp_path / 'store.sqlite'}"
+    db.close_all()
+
+
+def count(url: str, table: sa.Table) -> int:
+    with db.open_store(url).connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+def test_backfill_is_idempotent_and_rebuilds_the_trees_tables(trees, url, capsys):
+    assert main(["store", "ingest", str(trees), "--store", url]) == 0
+    assert "4 cell(s), 24 measurement(s) ingested" in capsys.readouterr().out
+    assert main(["store", "ingest", str(trees / "nv-2511"), str(trees), "--store", url]) == 0  # again, overlapping
+    assert (count(url, cells), count(url, measurements), count(url, hosts)) == (4, 24, 1)
+    from_store = select.load(db.open_store(url), select.Selection())
+    from_tree = load_cells(trees)
+    key = lambda c: (c["sweep"], c["cell_id"])  # noqa: E731
+    assert sorted(from_store, key=key) == sorted(from_tree, key=key)  # the very tables readers take
+
+
+def test_a_remeasured_cell_replaces_its_windows(trees, url):
+    engine = db.open_store(url)
+    ingest.ingest_tree(engine, trees)
+    folder = next(p.parent for p in trees.rglob("cell.toml"))
+    (folder / "c008-r3.toml").unlink()
+    ingest.ingest_tree(engine, folder)
+    assert count(url, measurements) == 23
+
+
+def test_half_written_cell_is_skipped_with_a_warning_naming_it(trees, url, capsys):
+    half = trees / "nv-2601" / "spark-1" / "0123456789ab"
+    half.mkdir(parents=True)
+    shutil.copy(next(trees.rglob("c001-r1.toml")), half / "c001-r1.toml")
+    assert main(["store", "ingest", str(trees), "--store", url]) == 0
+    captured = capsys.readouterr()
+    assert "0123456789ab" in captured.err and "half-written" in captured.err and "skipped" in captured.err
+    assert "4 cell(s)" in captured.out and "1 skipped" in captured.out
+
+
+def test_history_marks_the_regression_beyond_the_noise_only(trees, url, tmp_path, capsys):
+    ingest.ingest_tree(db.open_store(url), trees)
+    rows = history.query(db.open_store(url), select.parse(["checkpoint=uns-fast"]))
+    marlin = [r for r in rows if r.backend == "marlin"]
+    b12x = [r for r in rows if r.backend == "flashinfer_b12x"]
+    assert [r.change for r in marlin] == ["", "regression"] * 2  # c=1 then c=8, old then new
+    assert all(r.change in ("", "cannot rank") for r in b12x)  # same medians, 50% spread: never a regression
+    assert marlin[1].ratio == pytest.approx(0.8, abs=0.01)
+    plot = tmp_path / "h.png"
+    assert main(["history", "backend=marlin", "concurrency=8", "--store", url, "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "1 regression(s)" in out and plot.read_bytes()[:4] == b"\x89PNG"
+    assert main(["history", "backend=marlin", "--store", url, "--fail-on-regression"]) == 1
+
+
+def test_n1_history_row_has_no_spread(tmp_path, url):
+    write_cell(tmp_path / "r", backend="marlin", values={1: [50.0]})
+    ingest.ingest_tree(db.open_store(url), tmp_path / "r")
+    (row,) = history.query(db.open_store(url), select.Selection())
+    assert row.spread is None and row.median == 50.0
+
+
+def test_compare_export_report_from_store_selections(trees, url, tmp_path, capsys):
+    ingest.ingest_tree(db.open_store(url), trees)
+    md = tmp_path / "cmp.md"
+    args = ["compare", "image=*25.11*", "image=*26.01*", "--store", url, "--markdown", str(md)]
+    assert main([*args, "--fail-on-regression"]) == 1
+    assert "2 regression(s) beyond the noise out of 4 points" in capsys.readouterr().out
+    text = md.read_text()
+    assert text.count("REGRESSION") == 2 and "within noise" in text  # b12x: noise, not a regression
+    # a tree against a selection of the same sweep: identical numbers
+    assert main(["compare", str(trees / "nv-2511"), "sweep=nv-2511", "--store", url]) == 0
+    assert "0 regression(s) beyond the noise out of 4 points" in capsys.readouterr().out
+    out = tmp_path / "e.csv"
+    assert main(["export", "sweep=nv-2601,backend=marlin", "--store", url, "-o", str(out)]) == 0
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert len(rows) == 6 and {r["output_throughput"] for r in rows} >= {"48.0", "384.0"}
+    rep = tmp_path / "rep"
+    assert main(["report", "sweep=nv-2601", "--store", url, "--out", str(rep)]) == 0
+    assert "**Run marlin.**" in (rep / "report.md").read_text()
+    assert main(["report", "sweep=nv-2601", "--store", url]) == 2  # where to write?
+    assert "--out" in capsys.readouterr().err
+
+
+def test_migration_upgrades_an_old_store_in_place(trees, url):
+    engine = sa.create_engine(url)
+    db.migrate(engine, "0001")  # the first schema, without host groups
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO sweeps (name) VALUES ('old')"))
+        conn.execute(sa.text("INSERT INTO hosts (name, fingerprint, facts) VALUES ('spark-9', 'fp9', '{}')"))
+    engine.dispose()
+    assert main(["store", "info", "--store", url]) == 0  # opening migrates
+    engine = db.open_store(url)
+    assert db.current_revision(engine) == db.head() == "0002"
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT host_group FROM hosts WHERE name = 'spark-9'")).scalar() == "fp9"
+    ingest.ingest_tree(engine, trees)
+    assert len(select.load(engine, select.parse(["host_group=a1b2c3d4"]))) == 4
+
+
+def test_newer_schema_is_refused(url, capsys):
+    db.open_store(url)
+    db.close_all()
+    with sa.create_engine(url).begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0999'"))
+    assert main(["history", "--store", url]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "0999" in err and "newer than this spark-agent knows" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["history", "colour=blue"], "unknown field 'colour'"),
+        (["history", "concurrency=lots"], "must be a whole number"),
+        (["compare", "image=a", "imag=b"], "unknown field 'imag'"),
+        (["history", "--store", "nosuchdb://x"], "unknown database kind"),
+        (["history", "--store", "not a url"], "not a database URL"),
+        (["history", "--store", "sqlite:////nonexistent-dir/x.db"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(argv, says, url, capsys):
+    argv = argv if "--store" in argv else [*argv, "--store", url]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and says in err, err
+
+
+def test_store_url_from_env_and_config_file(tmp_path, monkeypatch):
+    monkeypatch.delenv(db.ENV_URL, raising=False)
+    config = tmp_path / "config.toml"
+    config.write_text('[store]\nurl = "postgresql+psycopg://u:hunter2-secret@db.example/results"\n')
+    monkeypatch.setenv(db.ENV_CONFIG, str(config))
+    url = db.resolve_url(None, tmp_path)
+    assert url.startswith("postgresql") and "hunter2-secret" not in db.shown(url)
+    from agent.hostside import redact
+
+    assert "hunter2-secret" not in redact.redact_text(f"connecting to {url} failed")  # remembered as a secret
+    monkeypatch.setenv(db.ENV_URL, "sqlite:///x.db")
+    assert db.resolve_url(None, tmp_path) == "sqlite:///x.db"
+    assert db.resolve_url("sqlite:///y.db", tmp_path) == "sqlite:///y.db"
+    monkeypatch.delenv(db.ENV_URL)
+    monkeypatch.setenv(db.ENV_CONFIG, str(tmp_path / "none.toml"))
+    assert db.resolve_url(None, tmp_path) == f"sqlite:///{(tmp_path / db.DEFAULT_NAME).resolve()}"
+
+
+def test_collect_hook_indexes_a_landed_cell_and_only_warns_when_the_store_is_unreachable(
+    trees, tmp_path, monkeypatch, capsys
+):
+    folder = next(p.parent for p in sorted(trees.rglob("cell.toml")))
+    monkeypatch.delenv(db.ENV_URL, raising=False)
+    monkeypatch.setenv(db.ENV_CONFIG, str(tmp_path / "none.toml"))
+    ingest.on_cell_landed(trees, folder)  # default: SQLite in the results root
+    default = db.resolve_url(None, trees)
+    assert (trees / db.DEFAULT_NAME).is_file() and count(default, measurements) == 6
+    monkeypatch.setenv(db.ENV_URL, "postgresql+psycopg://u:pw-never-shown@127.0.0.1:1/none")
+    ingest.on_cell_landed(trees, folder)
+    err = capsys.readouterr().err
+    assert "not ingested" in err and folder.name in err and "pw-never-shown" not in err
+    monkeypatch.setenv(db.ENV_URL, db.OFF)
+    (trees / db.DEFAULT_NAME).unlink()
+    db.close_all()
+    ingest.on_cell_landed(trees, folder)
+    assert not (trees / db.DEFAULT_NAME).exists()

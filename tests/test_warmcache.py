@@ -1,0 +1,47 @@
+"""agent.hostside.warmcache: one folder per image digest, the variables a server gets, and removal that touches
+only well-formed cache folders. collect.kept_levels: what tune's full step keeps."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from agent.hostside import warmcache
+
+pytestmark = pytest.mark.unit
+
+IMAGE = "nvcr.io/nvidia/vllm@sha256:" + "3c0a6e4b9f1d2c8e" + "ab" * 24
+
+
+def test_one_folder_per_digest_and_none_without_one(tmp_path: Path):
+    assert warmcache.key(IMAGE) == "3c0a6e4b9f1d2c8e"
+    assert warmcache.key("nvcr.io/nvidia/vllm:25.11-py3") == "" and warmcache.folder(str(tmp_path), "x:1") is None
+    path = warmcache.prepare(str(tmp_path), IMAGE)
+    assert path == tmp_path / "cache" / "3c0a6e4b9f1d2c8e"
+    assert sorted(p.name for p in path.iterdir()) == ["flashinfer", "torchinductor", "triton", "vllm"]
+    assert (path.stat().st_mode & 0o777) == 0o700
+
+
+def test_process_gets_host_paths_container_gets_the_mount(tmp_path: Path):
+    path = warmcache.prepare(str(tmp_path), IMAGE)
+    env = warmcache.environment(path, "process")
+    assert env["VLLM_CACHE_ROOT"] == f"{path}/vllm" and env["TRITON_CACHE_DIR"] == f"{path}/triton"
+    docker = warmcache.environment(path, "docker")
+    assert set(docker) == set(warmcache.VARIABLES)
+    assert all(v.startswith(warmcache.CONTAINER_ROOT + "/") for v in docker.values())
+
+
+def test_list_and_remove_only_well_formed_keys(tmp_path: Path):
+    path = warmcache.prepare(str(tmp_path), IMAGE)
+    (path / "vllm" / "graph.bin").write_bytes(b"x" * 100)
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    os.symlink(outside, tmp_path / "cache" / "aaaaaaaaaaaaaaaa")  # a link with a key's name: never followed
+    (tmp_path / "cache" / "not-a-key").mkdir()
+    assert warmcache.list_caches(str(tmp_path)) == [{"key": "3c0a6e4b9f1d2c8e", "bytes": 100, "files": 1}]
+    assert warmcache.remove(str(tmp_path), ["3c0a6e4b9f1d2c8e"], dry_run=True) == ["3c0a6e4b9f1d2c8e"]
+    assert path.exists()
+    assert warmcache.remove(str(tmp_path), ["aaaaaaaaaaaaaaaa", "../precious", "3c0a6e4b9f1d2c8e"]) == [
+        "3c0a6e4b9f1d2c8e"
+    ]
+    assert not path.exists() and outside.exists() and (tmp_path / "cache" / "not-a-key").exists()
