@@ -254,6 +254,65 @@ SPEC_CASES = [
     spec_case("extra-args-newline", 'extra_args = ["--enforce-eager"]', 'extra_args = ["a\\nb"]'),
     spec_case("extra-args-table", 'extra_args = ["--enforce-eager"]', "extra_args = [{a = 1}]"),
     spec_case("extra-args-bool", 'extra_args = ["--enforce-eager"]', "extra_args = [true]"),
+    # [matrix] axes beyond the backends (issue 15): unknown, empty, a bad value, exclusions that leave no cell
+    spec_case(
+        "axis-unknown",
+        'attention_backend = ["auto"]',
+        'attention_backend = ["auto"]\nmax_num_seq = [8]',
+        names="@max_num_seq = [8]",
+    ),
+    spec_case(
+        "axis-empty",
+        'attention_backend = ["auto"]',
+        'attention_backend = ["auto"]\nkv_cache_dtype = []',
+        names="@kv_cache_dtype",
+    ),
+    spec_case(
+        "axis-also-in-server",
+        'attention_backend = ["auto"]',
+        'attention_backend = ["auto"]\nmax_num_seqs = [8, 16]',
+        names="@max_num_seqs = [8",
+    ),
+    spec_case(
+        "axis-bad-value",
+        'attention_backend = ["auto"]',
+        'attention_backend = ["auto"]\nenable_prefix_caching = ["no"]',
+        names="@enable_prefix",
+    ),
+    spec_case(
+        "axis-image-tag",
+        'attention_backend = ["auto"]',
+        'attention_backend = ["auto"]\nimage = ["nvcr.io/nvidia/vllm:25.11-py3"]',
+        names="@image = [",
+    ),
+    spec_case(
+        "axis-env-empty", 'attention_backend = ["auto"]', 'attention_backend = ["auto"]\nenv = {}', names="@env = {}"
+    ),
+    spec_case(
+        "axis-env-secret-newline",
+        'attention_backend = ["auto"]',
+        f'attention_backend = ["auto"]\nenv = {{ t = {{ HF_TOKEN = "{SECRET}\\n" }} }}',
+        names="@env = {",
+    ),
+    spec_case(
+        "exclude-every-cell",
+        "repeats = 3",
+        'repeats = 3\n[[matrix.exclude]]\ncheckpoint = "uns-fast"',
+        names="@[[matrix.exclude]]",
+    ),
+    spec_case(
+        "exclude-unknown-axis",
+        "repeats = 3",
+        'repeats = 3\n[[matrix.exclude]]\nmoe = "marlin"',
+        names='@moe = "marlin"',
+    ),
+    spec_case(
+        "exclude-unknown-value",
+        "repeats = 3",
+        'repeats = 3\n[[matrix.exclude]]\nmoe_backend = "triton"',
+        names='@moe_backend = "triton"',
+    ),
+    spec_case("include-empty", "repeats = 3", "repeats = 3\n[[matrix.include]]", names="@[[matrix.include]]"),
     # env
     spec_case("env-key-space", 'VLLM_LOGGING_LEVEL = "INFO"', '"BAD KEY" = "x"'),
     spec_case("env-key-digit", 'VLLM_LOGGING_LEVEL = "INFO"', '"1ABC" = "x"'),

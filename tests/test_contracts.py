@@ -210,6 +210,9 @@ def test_the_spec_schema_comes_from_the_settings():
         "distributed_executor_backend": ((str,), ""),
         "transport": ((str,), ""),
         "drop_page_cache": ((bool,), False),
+        # added with the [matrix] axes: keep_default=False, so cells at these defaults keep their ids
+        "kv_cache_dtype": ((str,), ""),
+        "enable_prefix_caching": ((bool,), True),
     }
     pinned = {"prompt_len": 1024, "output_len": 256, "profile": "uniform", "seed": 0}
     assert {k: v[2] for k, v in toml_schema(LoadSettings).items() if k in pinned} == pinned

@@ -1,11 +1,13 @@
-"""The article's two backend sweeps (examples/gb10-*.toml) on the simulated Spark with --duration 3, through the
-real CLI over real SSH, and what the report must then say: marlin for NVFP4; triton with VLLM_USE_DEEP_GEMM=0 for
-FP8; the four FP8 backends that failed to start, with their classes; b12x unstable. (About 8 minutes: both
-sweeps run at once, one per test host.)"""
+"""The article's two sweeps (examples/gb10-*.toml) on the simulated Spark with --duration 1, through the
+real CLI over real SSH, and what the report must then say: marlin for NVFP4, and its MTP round ranked with the
+other axes held; triton with VLLM_USE_DEEP_GEMM=0 for FP8; the four FP8 backends that failed to start, with their
+classes; the FP8 default dying without the DeepGEMM rule and running with it; b12x unstable. (About 8 minutes:
+both sweeps run at once, one per test host.)"""
 
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +40,7 @@ def example_reports(sim_inventory, example_results) -> dict[str, str]:
                 "--limit",
                 host,
                 "--duration",
-                "3",
+                "1",
                 "--results",
                 str(out),
                 "--no-progress",
@@ -50,22 +52,44 @@ def example_reports(sim_inventory, example_results) -> dict[str, str]:
             stderr=subprocess.STDOUT,
             text=True,
         )
+    try:  # both sweeps end before anything is asserted, and a test that gives up leaves no sweep running
+        outputs = {name: proc.communicate(timeout=1800)[0] for name, proc in procs.items()}
+    finally:
+        stop_all(procs.values())
     reports = {}
     for name, proc in procs.items():
-        output, _ = proc.communicate(timeout=1800)
-        assert proc.returncode in (0, 1), output[-3000:]  # 1: some cells failed to start, as they should
+        assert proc.returncode in (0, 1), outputs[name][-3000:]  # 1: some cells failed to start, as they should
         report = subprocess.run(CLI + ["report", str(out / name)], cwd=REPO, capture_output=True, text=True)
         assert report.returncode == 0, report.stderr
         reports[name] = (out / name / "report.md").read_text()
     return reports
 
 
+def stop_all(procs) -> None:
+    """SIGINT to a sweep still running (timeout, interrupt): it stops its servers and exits 130, as on Ctrl-C."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    for proc in procs:
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def test_nvfp4_report_names_marlin_and_shows_b12x_unstable(example_reports):
     text = example_reports["gb10-nvfp4"]
-    assert "**Run marlin.**" in text
-    assert "measured slower: **flashinfer_b12x**" in text
+    what_to_run = text.split("## What to run", 1)[1].split("## Plots", 1)[0]
+    assert re.search(r"\*\*Run [^*\n]*\bmarlin\b", what_to_run), what_to_run[:2000]
+    assert "#### backend: **marlin**" in what_to_run and "Held equal: checkpoint, speculative" in what_to_run
+    assert "measured slower: **flashinfer_b12x**" in what_to_run
+    # the MTP round: on/off ranked on marlin, each checkpoint held equal; its cells measured and valid
+    assert "#### speculative:" in what_to_run and "Held equal: backend, checkpoint" in what_to_run
+    medians = text.split("## Medians", 1)[1].split("##", 1)[0]
+    assert len(re.findall(r"\| marlin speculative=mtp \| valid \|", medians)) == 3 * 5, medians[:3000]
     unstable = text.split("## Unstable points", 1)[1].split("##", 1)[0]
-    assert re.search(r"/flashinfer_b12x c=\d+: spread", unstable), unstable[:2000]
+    assert re.search(r"/flashinfer_b12x[^\n]* c=\d+: spread", unstable), unstable[:2000]
     assert "CUTE_DSL_ARCH=sm_121a" in text and "FLASHINFER_DISABLE_VERSION_CHECK=1" in text
 
 
@@ -74,10 +98,17 @@ def test_fp8_report_names_triton_without_deep_gemm_and_lists_the_failures(exampl
     assert "**Run triton.**" in text
     what_to_run = text.split("## What to run", 1)[1].split("## Plots", 1)[0]
     assert "VLLM_USE_DEEP_GEMM=0" in what_to_run and "--moe-backend triton" in what_to_run
-    failed = dict(re.findall(r"- failed to start: (\S+) on fp8 \(class `(\w+)`\)", what_to_run))
+    failed = dict(re.findall(r"- failed to start: (\S+) env_variant=rules on fp8 \(class `(\w+)`\)", what_to_run))
     assert set(failed) == {"deep_gemm", "cutlass", "flashinfer_cutlass", "flashinfer_trtllm"}, failed
     assert failed["deep_gemm"] == "deep_gemm_assert"
     assert "measured slower: **marlin**" in what_to_run
+    # the DeepGEMM round: the default (auto) runs with the rule (it loads triton) and dies without it
+    assert "auto loaded triton: the same choice" in what_to_run
+    assert "- failed to start: auto env_variant=no-deep-gemm-rule on fp8 (class `deep_gemm_assert`)" in what_to_run
+    assert (
+        "env_variant: with no-deep-gemm-rule the server failed to start (deep_gemm_assert), where rules ran"
+        in what_to_run
+    )
 
 
 def test_both_sweeps_backfill_into_a_store_and_compare_across_it(example_reports, example_results, tmp_path):

@@ -68,7 +68,9 @@ def section(md: str, title: str) -> str:
 def test_what_to_run_names_the_winner_per_format_with_margin(tree):
     md = (tree / "report.md").read_text()
     nvfp4 = section(md, "### gb10 · nvfp4")
-    assert "**Run marlin.**" in nvfp4
+    # the two checkpoints measured the same: the backend is decided, the checkpoint is not
+    assert "**Run marlin; cannot rank checkpoint.**" in nvfp4
+    assert "#### checkpoint: **cannot rank**" in nvfp4 and "Held equal: backend" in nvfp4
     assert "Margin: 2.00× over the runner-up, flashinfer_b12x" in nvfp4
     assert "measured slower: **flashinfer_b12x**, 2.0× slower" in nvfp4  # 60 / 30 at every point
     assert "vllm serve nvidia/Qwen3.6-35B-A3B-NVFP4" in nvfp4 and "--moe-backend marlin" in nvfp4
@@ -144,7 +146,7 @@ def test_missing_folder_is_a_user_error(tmp_path, capsys):
 def test_html_renders_in_headless_chromium_with_plots(tree, tmp_path):
     html = (tree / "report.html").read_text()
     assert html.count("data:image/png;base64,") == len(report.PLOTS)
-    assert "Run marlin." in html and "<table>" in html
+    assert "Run triton." in html and "<table>" in html
     shot = tmp_path / "shot.png"
     cmd = [
         "chromium",

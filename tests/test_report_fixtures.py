@@ -62,8 +62,10 @@ def write_cell(
     finished_at: str = "2026-11-29T19:14:00Z",
     elapsed_s: float = 240.0,
     checkpoint_info: dict[str, Any] | None = None,
+    config: dict[str, Any] | None = None,  # more [config] keys (other axes: speculative, env_variant, ...)
 ) -> Path:
     """One finished cell; returns its folder. TTFT/TPOT are derived from the throughput so they move with it."""
+    extra = config
     config = {
         "image": image,
         "runtime": "docker",
@@ -84,6 +86,7 @@ def write_cell(
         "duration_s": 60.0,
         "warmup": 1,
         "repeats": max(map(len, values.values()), default=3),
+        **(extra or {}),
     }
     env = {"CUTE_DSL_ARCH": "sm_121a"} if env is None else env
     cell_id = hashlib.sha256(json.dumps([config, env, image, host], sort_keys=True).encode()).hexdigest()[:12]

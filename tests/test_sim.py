@@ -171,6 +171,8 @@ def test_mtp_chunks_carry_accepted_drafts_and_metrics_count_them():
     ) as sim:
         sim.wait_ready()
         assert "speculative_config=SpeculativeConfig(method='mtp'" in sim.log()
+        # the BF16 draft head says which MoE backend it loaded, as vLLM does: the attestation can check it
+        assert logparse.parse(sim.log())["speculative"]["draft_moe_backend"] == "triton"
         body = {
             "model": "uns-fast",
             "prompt": "a b",

@@ -157,9 +157,9 @@ def test_invalid_and_failed_cells_never_win(tmp_path):
     )
     [rec] = stats.recommend(stats.summarize_cells(load_cells(tmp_path)))
     assert rec.winner == "triton"
-    assert rec.candidates == ["marlin", "triton"]
+    assert rec.questions[0].candidates == ["marlin", "triton"]
     assert [s.backend for s in rec.invalid] == ["cutlass"] and [s.backend for s in rec.failed] == ["deep_gemm"]
-    assert all("cutlass" not in (m.a, m.b) for m in rec.matchups)
+    assert all("cutlass" not in (m.a, m.b) for m in rec.questions[0].matchups)
 
 
 def test_only_invalid_cells_give_no_winner(tmp_path):

@@ -27,19 +27,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=stats.DEFAULT_THRESHOLD,
         help="spread above which a point is unstable (default %(default)s)",
     )
+    p.add_argument(
+        "--rank-by",
+        choices=sorted(stats.RANK_BY),
+        default="throughput",
+        help="what 'what to run' ranks: output throughput, or goodput under the sweep's SLOs "
+        "(vLLM bench serve's request_goodput; default %(default)s)",
+    )
     p.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap RNG seed (default %(default)s)")
     options.add_store_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    ranking = {"threshold": args.threshold, "seed": args.seed, "rank_by": args.rank_by}
     if isinstance(args.results_dir, Path):
-        written = write_report(args.results_dir, args.out, threshold=args.threshold, seed=args.seed)
+        written = write_report(args.results_dir, args.out, **ranking)
     else:
         if args.out is None:
             raise UserError("report from a store selection: pass --out FOLDER (where to write the report)")
         cells = options.cells_of(args.results_dir, args)
-        written = write_report_cells(cells, args.out, threshold=args.threshold, seed=args.seed)
+        written = write_report_cells(cells, args.out, **ranking)
     for path in written:
         print(path)
     return 0

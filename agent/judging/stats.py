@@ -14,10 +14,11 @@ import math
 import random
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.planning.matrix import BACKEND_FIELDS, backend_label
+from agent.planning.settings import LoadSettings, ServerSettings, flat_names, toml_schema
 
 DEFAULT_THRESHOLD = 0.10  # spread above which a point is unstable
 DEFAULT_SEED = 0
@@ -26,6 +27,13 @@ DEFAULT_CONFIDENCE = 0.95
 MIN_REPEATS = 2  # one value says nothing about noise, so it cannot rank
 
 RANK_METRIC = "output_throughput"
+# --rank-by: name -> (window key, how the report says it). Goodput is vLLM bench serve's name for requests/s that
+# met every SLO; windows carry it only when the sweep set SLOs.
+RANK_BY = {
+    "throughput": (RANK_METRIC, "output throughput, tok/s"),
+    "goodput": ("request_goodput", "goodput, requests/s that met every SLO"),
+}
+RANK_BY_WORDS = {key: words for key, words in RANK_BY.values()}
 LATENCY_METRICS = ("median_ttft_ms", "median_tpot_ms")
 # Config keys that describe the sweep's schedule, not the configuration being measured.
 SCHEDULE_FIELDS = ("concurrency", "warmup", "repeats")
@@ -60,10 +68,12 @@ class Point:
     tpot: Stat | None
     failed: tuple[FailedRun, ...]
     unstable: bool
+    ranked: Stat | None = None  # the metric the report ranks by (--rank-by); None: no repeat carries it
 
     @property
     def values(self) -> tuple[float, ...]:
-        return self.throughput.values if self.throughput else ()
+        """The repeats a ranking compares: those of the ranked metric."""
+        return self.ranked.values if self.ranked else ()
 
 
 def spread(values: Sequence[float]) -> float:
@@ -84,8 +94,11 @@ def describe(values: Sequence[float]) -> Stat | None:
     return Stat(vals, statistics.median(vals), min(vals), max(vals), spread(vals))
 
 
-def summarize_point(concurrency: int, runs: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD) -> Point:
-    """The runs of one concurrency → median + spread; failed runs are left out of the median but kept."""
+def summarize_point(
+    concurrency: int, runs: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD, metric: str = RANK_METRIC
+) -> Point:
+    """The runs of one concurrency → median + spread; failed runs are left out of the median but kept. `metric`
+    is the window key rankings compare (a run without it, e.g. no SLO set, gives no value)."""
     ok, failed = [], []
     for run in sorted(runs, key=lambda r: r.get("repeat", 0)):
         if run.get("ok", True):
@@ -103,6 +116,7 @@ def summarize_point(concurrency: int, runs: Iterable[dict[str, Any]], threshold:
         tpot=describe([r["median_tpot_ms"] for r in ok if r.get("median_tpot_ms", 0.0) > 0]),
         failed=tuple(failed),
         unstable=throughput is not None and throughput.spread > threshold,
+        ranked=throughput if metric == RANK_METRIC else describe([float(r[metric]) for r in ok if metric in r]),
     )
 
 
@@ -113,6 +127,12 @@ def summarize_point(concurrency: int, runs: Iterable[dict[str, Any]], threshold:
 class CellSummary:
     cell: dict[str, Any] = field(repr=False)
     points: dict[int, Point]
+    variant: str = ""  # its values on the report's other varying axes ("env_variant=no-dg"): see with_variants
+
+    @property
+    def backend_text(self) -> str:
+        """The backend and, where other axes vary in the report, this cell's values on them."""
+        return f"{self.backend} {self.variant}" if self.variant else self.backend
 
     @property
     def verdict(self) -> str:
@@ -159,16 +179,20 @@ def cell_verdict(cell: dict[str, Any]) -> str:
     return verdict if verdict in ("valid", "invalid", "failed") else "invalid"
 
 
-def summarize_cell(cell: dict[str, Any], threshold: float = DEFAULT_THRESHOLD) -> CellSummary:
+def summarize_cell(
+    cell: dict[str, Any], threshold: float = DEFAULT_THRESHOLD, metric: str = RANK_METRIC
+) -> CellSummary:
     by_c: dict[int, list[dict[str, Any]]] = {}
     for run in cell.get("runs", []):
         by_c.setdefault(int(run["concurrency"]), []).append(run)
-    points = {c: summarize_point(c, runs, threshold) for c, runs in sorted(by_c.items())}
+    points = {c: summarize_point(c, runs, threshold, metric) for c, runs in sorted(by_c.items())}
     return CellSummary(cell, points)
 
 
-def summarize_cells(cells: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD) -> list[CellSummary]:
-    return [summarize_cell(c, threshold) for c in cells]
+def summarize_cells(
+    cells: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD, metric: str = RANK_METRIC
+) -> list[CellSummary]:
+    return [summarize_cell(c, threshold, metric) for c in cells]
 
 
 def hardware_label(cell: dict[str, Any]) -> str:
@@ -177,10 +201,11 @@ def hardware_label(cell: dict[str, Any]) -> str:
     return f"{name} (simulated)" if facts.get("simulated") else name
 
 
-def pairing_key(cell: dict[str, Any]) -> str:
-    """Everything that must match for two cells to be compared on their backend: host, image and config
-    minus the backend fields and the schedule."""
-    config = {k: v for k, v in cell.get("config", {}).items() if k not in BACKEND_FIELDS + SCHEDULE_FIELDS}
+def pairing_key(cell: dict[str, Any], axis: str = "backend") -> str:
+    """Everything that must match for two cells to be compared on one axis (the backend by default): host and
+    config minus that axis's keys and the schedule. Every other axis is held equal."""
+    skip = axis_keys(axis) + SCHEDULE_FIELDS
+    config = {k: v for k, v in cell.get("config", {}).items() if k not in skip}
     return json.dumps({"host": cell.get("host", ""), **config}, sort_keys=True, default=str)
 
 
@@ -207,18 +232,49 @@ def bootstrap_ratio_ci(
     resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
 ) -> tuple[float, float]:
-    """Percentile bootstrap CI of median(a) / median(b), resampling each side with replacement."""
-    rng = random.Random(seed)
-    ratios = []
-    for _ in range(resamples):
-        mb = statistics.median(rng.choices(b, k=len(b)))
-        ma = statistics.median(rng.choices(a, k=len(a)))
-        ratios.append(ma / mb if mb else math.inf)
+    """Percentile bootstrap CI of median(a) / median(b), resampling each side with replacement.
+
+    Draws exactly what `rng.choices(b, k=len(b))` then `rng.choices(a, k=len(a))` per resample would (the same
+    random() stream, index floor(random() * n)), and takes the medians with numpy: the same numbers as a loop of
+    statistics.median, at the speed a report ranking every axis needs (tests/test_axes.py checks they match)."""
+    import numpy as np  # here: the host side never imports this module, and the report's plots need numpy anyway
+
+    kb, ka = len(b), len(a)
+    draws = _randoms(random.Random(seed), resamples * (kb + ka)).reshape(resamples, kb + ka)
+    picked_b = np.asarray(b, dtype=float)[np.floor(draws[:, :kb] * float(kb)).astype(int)]
+    picked_a = np.asarray(a, dtype=float)[np.floor(draws[:, kb:] * float(ka)).astype(int)]
+    mb, ma = _medians(picked_b), _medians(picked_a)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(mb != 0, ma / np.where(mb != 0, mb, 1.0), math.inf).tolist()
     ratios.sort()
     tail = (1.0 - confidence) / 2.0
     lo = ratios[int(tail * (resamples - 1))]
     hi = ratios[math.ceil((1.0 - tail) * (resamples - 1))]
     return lo, hi
+
+
+def _randoms(rng: random.Random, n: int) -> Any:
+    """The next n values of rng.random(), as a numpy array. CPython's random() is (w0 >> 5) * 2**26 + (w1 >> 6),
+    over 2**53, of the next two 32-bit Mersenne Twister words, and getrandbits(64 * n) returns the next 2n words,
+    least significant first: the same stream, without a Python call per value."""
+    import numpy as np
+
+    if n == 0:
+        return np.zeros(0)
+    words = np.frombuffer(rng.getrandbits(64 * n).to_bytes(8 * n, "little"), dtype="<u4").reshape(n, 2)
+    high, low = (words[:, 0] >> 5).astype(float), (words[:, 1] >> 6).astype(float)
+    return (high * 67108864.0 + low) / 9007199254740992.0
+
+
+def _medians(rows: Any) -> Any:
+    """statistics.median of each row: the middle value, or (x + y) / 2 of the two middle ones."""
+    import numpy as np
+
+    ordered = np.sort(rows, axis=1)
+    n = ordered.shape[1]
+    if n % 2:
+        return ordered[:, n // 2]
+    return (ordered[:, n // 2 - 1] + ordered[:, n // 2]) / 2
 
 
 def rank_pair(
@@ -252,12 +308,55 @@ def _ratio(a: Sequence[float], b: Sequence[float]) -> float:
     return statistics.median(a) / mb if mb else math.inf
 
 
-# ---------------------------------------------------------------- "what to run" per (hardware, quant)
+# ---------------------------------------------------------------- axes: the questions a report answers
+
+# [config] keys that are never a question of "what to run", only held equal: the schedule, the load (the workload
+# itself; load-side axes vary inside a cell), what follows from the checkpoint (model) or groups the report (quant).
+HELD_KEYS = frozenset(SCHEDULE_FIELDS + ("duration_s", "model", "quant", "runtime") + tuple(flat_names(LoadSettings)))
+_AXIS_KEYS = {"backend": BACKEND_FIELDS, "checkpoint": ("checkpoint", "model")}
+# the value a key has when [config] leaves it out (a setting added later, at its default)
+_DEFAULTS: dict[str, Any] = {k: d for k, (_, _, d) in toml_schema(ServerSettings).items()} | {"env_variant": ""}
+
+
+def axis_keys(axis: str) -> tuple[str, ...]:
+    """The [config] keys one axis covers: the backend is the three backend fields; the checkpoint its model too."""
+    return _AXIS_KEYS.get(axis, (axis,))
+
+
+def axes_of(config: dict[str, Any]) -> list[str]:
+    """The axes a [config] can be ranked on: backend, checkpoint, then its other keys in table order."""
+    skip = HELD_KEYS | set(BACKEND_FIELDS) | {"checkpoint"}
+    return ["backend", "checkpoint"] + [k for k in config if k not in skip]
+
+
+def axis_value(config: dict[str, Any], axis: str) -> str:
+    """A cell's value on an axis, exactly (canonical JSON; a key left out is its default)."""
+    if axis == "backend":
+        return backend_label(config)
+    return json.dumps([config.get(k, _DEFAULTS.get(k)) for k in axis_keys(axis)], sort_keys=True, default=str)
+
+
+def value_label(config: dict[str, Any], axis: str) -> str:
+    """A cell's value on an axis in words: "marlin", "uns-fast", "mtp", "off", "sha256:3c0a6e4b9f1d"."""
+    if axis == "backend":
+        return backend_label(config)
+    if axis == "checkpoint":
+        return str(config.get("checkpoint") or config.get("model") or "unknown")
+    value = config.get(axis, _DEFAULTS.get(axis))
+    if axis == "speculative":
+        return str(json.loads(value).get("method", value)) if value else "off"
+    if isinstance(value, str) and "@sha256:" in value:
+        return value.split("@", 1)[1][:19]
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value) or "none"
+    return "none" if value in ("", None) else str(value)
 
 
 @dataclass(frozen=True)
 class Matchup:
-    """Backend a against backend b on otherwise identical cells, at one concurrency."""
+    """Value a against value b of one axis, on otherwise identical cells, at one concurrency."""
 
     checkpoint: str
     concurrency: int
@@ -268,11 +367,11 @@ class Matchup:
 
 @dataclass(frozen=True)
 class Loser:
-    backend: str
+    backend: str  # the value beaten (of whichever axis; the backend axis is the common one)
     beaten_at: int  # matchups the winner won
     lost_at: int  # matchups the winner lost
     cannot_rank_at: int
-    ratios: tuple[float, ...]  # winner / loser throughput, every matchup
+    ratios: tuple[float, ...]  # winner / loser, every matchup
 
     @property
     def ratio_lo(self) -> float:
@@ -288,39 +387,77 @@ class Loser:
 
 
 @dataclass
-class Recommendation:
-    hardware: str
-    quant: str
+class Question:
+    """One axis ranked within the others held equal: which of its values to run."""
+
+    axis: str
+    held: list[str]  # the other axes that vary here: every matchup holds them equal
     candidates: list[str]
     matchups: list[Matchup]
     winner: str | None  # None: cannot rank
-    reason: str  # one line: why this winner, or why none
+    reason: str
     versus: list[Loser]  # the winner against each other candidate (empty without a winner)
-    winner_cells: list[CellSummary]  # one per checkpoint: where the command line comes from
-    per_concurrency: dict[int, str]  # c → winning backend or CANNOT_RANK
+    per_concurrency: dict[int, str]  # c → winning value or CANNOT_RANK
+    same: dict[str, str] = field(default_factory=dict)  # "auto" → the backend it loaded, itself a candidate
+
+
+@dataclass
+class Recommendation:
+    hardware: str
+    quant: str
+    questions: list[Question]  # one per axis that varies among the valid cells (the backend when none does)
+    winner: str | None  # the decided values in words ("uns-fast · marlin"); None when no question has a winner
+    reason: str  # one line: why this winner, or why none
+    choice: dict[str, str]  # axis → winning value, for the axes the data separates
+    winner_cells: list[CellSummary]  # cells matching the choice: where the command line comes from
     invalid: list[CellSummary]
     failed: list[CellSummary]
+    effects: list[str]  # one axis value runs where another fails to start or is INVALID, all else held equal
+    metric: str = RANK_METRIC
+
+    @property
+    def undecided(self) -> list[Question]:
+        return [q for q in self.questions if q.winner is None]
+
+    @property
+    def versus(self) -> list[Loser]:
+        """The losers of a single-question recommendation (the common case: backends only)."""
+        return self.questions[0].versus if len(self.questions) == 1 else []
+
+    @property
+    def per_concurrency(self) -> dict[int, str]:
+        return self.questions[0].per_concurrency if len(self.questions) == 1 else {}
 
 
-def matchups(group: Sequence[CellSummary], *, seed: int = DEFAULT_SEED) -> list[Matchup]:
-    """Every pair of rankable cells that differ only in backend, at every concurrency both measured."""
+def matchups(group: Sequence[CellSummary], axis: str = "backend", *, seed: int = DEFAULT_SEED) -> list[Matchup]:
+    """Every pair of rankable cells that differ only on `axis`, at every concurrency both measured."""
+    labels = _labels(group, axis)
     by_key: dict[str, list[CellSummary]] = {}
     for s in group:
         if s.rankable:
-            by_key.setdefault(pairing_key(s.cell), []).append(s)
+            by_key.setdefault(pairing_key(s.cell, axis), []).append(s)
     out = []
     for key in sorted(by_key):
-        cells = sorted(by_key[key], key=lambda s: s.backend)
+        cells = sorted(by_key[key], key=lambda s: labels[axis_value(s.config, axis)])
         for i, x in enumerate(cells):
             for y in cells[i + 1 :]:
+                a, b = labels[axis_value(x.config, axis)], labels[axis_value(y.config, axis)]
+                if a == b:
+                    continue
                 for c in sorted(set(x.points) & set(y.points)):
                     ranking = rank_pair(x.points[c].values, y.points[c].values, seed=seed)
-                    out.append(Matchup(x.checkpoint, c, x.backend, y.backend, ranking))
+                    out.append(Matchup(x.checkpoint, c, a, b, ranking))
     return out
 
 
+def _labels(group: Sequence[CellSummary], axis: str) -> dict[str, str]:
+    """exact value → its words; the exact value itself wherever two values would read the same."""
+    labels = {axis_value(s.config, axis): value_label(s.config, axis) for s in group}
+    return labels if len(set(labels.values())) == len(labels) else {v: v for v in labels}
+
+
 def _score(ms: Iterable[Matchup]) -> dict[tuple[str, str], list[Ranking]]:
-    """(a, b) → rankings oriented so that outcome "a" means the first backend won."""
+    """(a, b) → rankings oriented so that outcome "a" means the first value won."""
     table: dict[tuple[str, str], list[Ranking]] = {}
     for m in ms:
         table.setdefault((m.a, m.b), []).append(m.ranking)
@@ -334,11 +471,16 @@ def _flip(r: Ranking) -> Ranking:
     return Ranking(outcome, 1 / r.ratio if r.ratio else math.inf, r.rule, ci)
 
 
-def dominant(candidates: Sequence[str], ms: Sequence[Matchup]) -> str | None:
-    """The candidate that beats every other at least once and loses to none; None if there is none."""
+def dominant(candidates: Sequence[str], ms: Sequence[Matchup], same: dict[str, str] | None = None) -> str | None:
+    """The candidate that beats every other at least once and loses to none; None if there is none. `same` maps
+    an alias ("auto") to the candidate it is (what it loaded): neither is ranked against the other, and the
+    alias never wins in its place."""
+    same = same or {}
     table = _score(ms)
     for w in candidates:
-        others = [o for o in candidates if o != w]
+        if w in same:
+            continue
+        others = [o for o in candidates if o != w and same.get(o) != w]
         if others and all(_beats(table.get((w, o), [])) for o in others):
             return w
     return None
@@ -348,38 +490,85 @@ def _beats(rankings: list[Ranking]) -> bool:
     return any(r.outcome == "a" for r in rankings) and not any(r.outcome == "b" for r in rankings)
 
 
-def recommend(summaries: Sequence[CellSummary], *, seed: int = DEFAULT_SEED) -> list[Recommendation]:
+def recommend(
+    summaries: Sequence[CellSummary], *, seed: int = DEFAULT_SEED, metric: str = RANK_METRIC
+) -> list[Recommendation]:
     """One recommendation per (hardware, quant format), in a stable order."""
     groups: dict[tuple[str, str], list[CellSummary]] = {}
     for s in summaries:
         groups.setdefault((s.hardware, s.quant), []).append(s)
-    return [_recommend_group(hw, q, groups[(hw, q)], seed) for hw, q in sorted(groups)]
+    return [_recommend_group(hw, q, groups[(hw, q)], seed, metric) for hw, q in sorted(groups)]
 
 
-def _recommend_group(hardware: str, quant: str, group: list[CellSummary], seed: int) -> Recommendation:
-    ms = matchups(group, seed=seed)
-    candidates = sorted({s.backend for s in group if s.rankable})
-    winner = dominant(candidates, ms)
-    table = _score(ms)
-    versus = [_loser(o, table.get((winner, o), [])) for o in candidates if o != winner] if winner else []
+def varying_axes(cells: Sequence[CellSummary]) -> list[str]:
+    """The axes on which these cells do not all have the same value, in table order."""
+    axes: list[str] = []
+    for s in cells:
+        axes += [a for a in axes_of(s.config) if a not in axes]
+    return [a for a in axes if len({axis_value(s.config, a) for s in cells}) > 1]
+
+
+def _recommend_group(hardware: str, quant: str, group: list[CellSummary], seed: int, metric: str) -> Recommendation:
+    valid = [s for s in group if s.rankable]
+    axes = varying_axes(valid) or ["backend"]
+    questions = [_question(axis, [a for a in axes if a != axis], valid, seed) for axis in axes]
+    choice = {q.axis: q.winner for q in questions if q.winner}
     return Recommendation(
         hardware=hardware,
         quant=quant,
-        candidates=candidates,
-        matchups=ms,
-        winner=winner,
-        reason=_reason(winner, candidates, ms, versus),
-        versus=versus,
-        winner_cells=_one_per_checkpoint([s for s in group if s.rankable and s.backend == winner]),
-        per_concurrency=_per_concurrency(candidates, ms),
+        questions=questions,
+        winner=" · ".join(_choice_words(choice)) or None,
+        reason=_group_reason(questions, valid, metric),
+        choice=choice,
+        winner_cells=_matching(valid, choice, [q.axis for q in questions]) if choice else [],
         invalid=[s for s in group if s.verdict == "invalid"],
         failed=[s for s in group if s.verdict == "failed"],
+        effects=startup_effects(group),
+        metric=metric,
     )
 
 
-def _loser(backend: str, rankings: list[Ranking]) -> Loser:
+def _choice_words(choice: dict[str, str]) -> list[str]:
+    """ "uns-fast", "marlin", then "speculative=mtp": the checkpoint and backend read on their own."""
+    return [v if axis in ("checkpoint", "backend") else f"{axis}={v}" for axis, v in choice.items()]
+
+
+def _question(axis: str, held: list[str], valid: list[CellSummary], seed: int) -> Question:
+    ms = matchups(valid, axis, seed=seed)
+    labels = _labels(valid, axis)
+    candidates = sorted({labels[axis_value(s.config, axis)] for s in valid})
+    same = _auto_aliases(valid, candidates) if axis == "backend" else {}
+    winner = dominant(candidates, ms, same)
+    table = _score(ms)
+    rivals = [o for o in candidates if o != winner and same.get(o) != winner]
+    versus = [_loser(o, table.get((winner, o), [])) for o in rivals] if winner else []
+    return Question(
+        axis=axis,
+        held=held,
+        candidates=candidates,
+        matchups=ms,
+        winner=winner,
+        reason=_reason(axis, winner, candidates, ms, versus),
+        versus=versus,
+        per_concurrency=_per_concurrency(candidates, ms, same),
+        same=same,
+    )
+
+
+def _auto_aliases(valid: list[CellSummary], candidates: list[str]) -> dict[str, str]:
+    """ "auto" → the MoE backend its cells attest they loaded, when that backend is itself a candidate: then
+    auto and it are one choice, never ranked against each other."""
+    loaded = {
+        str(s.cell.get("attestation", {}).get("moe_backend", "")).lower() for s in valid if s.backend == "auto"
+    } - {""}
+    if "auto" in candidates and len(loaded) == 1 and (target := next(iter(loaded))) in candidates:
+        return {"auto": target}
+    return {}
+
+
+def _loser(value: str, rankings: list[Ranking]) -> Loser:
     return Loser(
-        backend=backend,
+        backend=value,
         beaten_at=sum(r.outcome == "a" for r in rankings),
         lost_at=sum(r.outcome == "b" for r in rankings),
         cannot_rank_at=sum(r.outcome == CANNOT_RANK for r in rankings),
@@ -387,31 +576,83 @@ def _loser(backend: str, rankings: list[Ranking]) -> Loser:
     )
 
 
-def _reason(winner: str | None, candidates: list[str], ms: list[Matchup], versus: list[Loser]) -> str:
+def _reason(axis: str, winner: str | None, candidates: list[str], ms: list[Matchup], versus: list[Loser]) -> str:
     if not candidates:
         return "no valid cell: nothing to rank"
     if len(candidates) == 1:
-        return f"only one valid backend ({candidates[0]}): nothing to compare it with"
+        return f"only one valid {axis} ({candidates[0]}): nothing to compare it with"
     if not ms:
-        return "no two valid backends were measured on otherwise identical cells"
+        return f"no two valid values of {axis} were measured on otherwise identical cells"
     if winner is None:
-        return "no backend beats every other outside the noise (ranges overlap, or the order changes with load)"
+        return f"no {axis} beats every other outside the noise (ranges overlap, or the order changes with load)"
     won = sum(v.beaten_at for v in versus)
     total = sum(v.beaten_at + v.lost_at + v.cannot_rank_at for v in versus)
     return f"{winner} wins {won} of {total} head-to-head points outside the noise and loses none"
 
 
-def _one_per_checkpoint(cells: list[CellSummary]) -> list[CellSummary]:
-    best: dict[str, CellSummary] = {}
-    for s in cells:
-        best.setdefault(s.checkpoint, s)
+def _group_reason(questions: list[Question], valid: list[CellSummary], metric: str) -> str:
+    if valid and metric != RANK_METRIC and not any(p.ranked for s in valid for p in s.points.values()):
+        return f"no measurement carries {metric} (the sweep set no SLO): rank by throughput instead"
+    if len(questions) == 1:
+        return questions[0].reason
+    decided = [q for q in questions if q.winner]
+    if not decided:
+        return "no axis separates its values outside the noise"
+    return "; ".join(f"{q.axis}: {q.reason}" for q in decided)
+
+
+def _matching(valid: list[CellSummary], choice: dict[str, str], axes: list[str]) -> list[CellSummary]:
+    """The valid cells with the chosen value on every decided axis: one per combination of the undecided ones."""
+    labels = {axis: _labels(valid, axis) for axis in choice}
+    picked = [s for s in valid if all(labels[a][axis_value(s.config, a)] == v for a, v in choice.items())]
+    best: dict[tuple[str, ...], CellSummary] = {}
+    for s in picked:
+        best.setdefault(tuple(axis_value(s.config, a) for a in axes if a not in choice), s)
     return [best[k] for k in sorted(best)]
 
 
-def _per_concurrency(candidates: list[str], ms: list[Matchup]) -> dict[int, str]:
+def _per_concurrency(candidates: list[str], ms: list[Matchup], same: dict[str, str]) -> dict[int, str]:
     out = {}
     for c in sorted({m.concurrency for m in ms}):
         present = sorted({m.a for m in ms if m.concurrency == c} | {m.b for m in ms if m.concurrency == c})
         at_c = [m for m in ms if m.concurrency == c]
-        out[c] = dominant([x for x in candidates if x in present], at_c) or CANNOT_RANK
+        out[c] = dominant([x for x in candidates if x in present], at_c, same) or CANNOT_RANK
     return out
+
+
+def startup_effects(group: Sequence[CellSummary]) -> list[str]:
+    """Plain lines: on an axis other than the backend (whose failures are listed on their own), a value whose
+    server failed to start, died or was INVALID where another value ran, everything else held equal. This is how
+    an env rule shows its effect: the cell without it fails, the cell with it runs."""
+    axes = [a for a in varying_axes(group) if a != "backend"]
+    lines = []
+    for axis in axes:
+        labels = _labels(group, axis)
+        by_key: dict[str, list[CellSummary]] = {}
+        for s in group:
+            by_key.setdefault(pairing_key(s.cell, axis), []).append(s)
+        for key in sorted(by_key):
+            ran = sorted({labels[axis_value(s.config, axis)] for s in by_key[key] if s.rankable})
+            for s in by_key[key]:
+                if s.rankable or not ran:
+                    continue
+                what = "was INVALID" if s.verdict == "invalid" else _failure_words(s.cell)
+                held = ", ".join(f"{a} {value_label(s.config, a)}" for a in ["checkpoint", "backend"] if a != axis)
+                lines.append(
+                    f"{axis}: with {labels[axis_value(s.config, axis)]} the server {what}, where "
+                    f"{' and '.join(ran)} ran ({held} held equal, on {s.cell.get('host', '?')})"
+                )
+    return lines
+
+
+def _failure_words(cell: dict[str, Any]) -> str:
+    cls = cell.get("failure_class") or "other"
+    return f"died mid-cell ({cls})" if cls == "engine_died" else f"failed to start ({cls})"
+
+
+def with_variants(summaries: Sequence[CellSummary]) -> list[CellSummary]:
+    """The summaries with `variant` set: their values on the axes (other than backend and checkpoint, which every
+    table shows) that vary across the report, so two cells that differ only there read differently."""
+    axes = [a for a in varying_axes(summaries) if a not in ("backend", "checkpoint")]
+    labels = {a: _labels(summaries, a) for a in axes}
+    return [replace(s, variant=" ".join(f"{a}={labels[a][axis_value(s.config, a)]}" for a in axes)) for s in summaries]

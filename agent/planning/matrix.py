@@ -7,7 +7,6 @@ Host plumbing (bind address, port, paths) is left out, so the same cell on anoth
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -17,7 +16,7 @@ from typing import Any, TypedDict
 from agent.errors import UserError
 from agent.hostside import redact
 from agent.hostside.contracts import Facts
-from agent.planning import envrules
+from agent.planning import design, envrules
 from agent.planning.settings import (
     LoadSettings,
     ServerSettings,
@@ -27,7 +26,7 @@ from agent.planning.settings import (
     from_flat,
     meta,
 )
-from agent.planning.spec import Checkpoint, Spec
+from agent.planning.spec import Spec
 
 BACKEND_FIELDS = ("moe_backend", "linear_backend", "attention_backend")  # the axes a sweep compares
 
@@ -53,6 +52,8 @@ class CellConfig:
     duration_s: float
     warmup: int
     repeats: int
+    # Added with the [matrix] axes (left out of the table, and so of the id, at its default):
+    env_variant: str = field(default="", metadata=meta(keep_default=False))  # [matrix.env] name; "" = none
 
     def to_dict(self) -> dict[str, Any]:
         return flat_dict(self)
@@ -105,15 +106,17 @@ class Cell:
         return [n["host"] for n in self.cluster["nodes"]] if self.cluster else [self.host]
 
     keep_runs: bool = False  # tune adds levels to a measured cell: its windows at levels not run now are kept
+    axes_label: str = ""  # the values of the sweep's other varying axes ("env=no-dg max_num_seqs=8")
 
     @property
     def label(self) -> str:
-        """ "uns-fast marlin attention=flashinfer spec=mtp": checkpoint, backend_label, speculative method."""
+        """ "uns-fast marlin attention=flashinfer spec=mtp": checkpoint, backend_label, speculative method, and
+        whatever else varies in the sweep."""
         c = self.config
         parts = [c.checkpoint, backend_label(c.to_dict())]
         if c.server.speculative:
             parts.append("spec=" + c.speculative_method)
-        return " ".join(parts)
+        return " ".join(parts + ([self.axes_label] if self.axes_label else []))
 
     def playbook_vars(self) -> dict[str, Any]:
         """What cell.yml needs as `cell`."""
@@ -188,8 +191,11 @@ def server_args(config: Mapping[str, Any]) -> list[str]:
     """`vllm serve` arguments after MODEL for a cell (no host/port: those are host plumbing)."""
     args: list[str] = []
     for key, flag in SERVE_FLAGS:
-        if config.get(key) not in (None, ""):  # a [config] read back from an older cell.toml may lack a key
-            args += [flag, str(config[key])]
+        value = config.get(key)
+        if isinstance(value, bool):  # vLLM's boolean flags: --flag / --no-flag
+            args.append(flag if value else "--no-" + flag.removeprefix("--"))
+        elif value not in (None, ""):  # a [config] read back from an older cell.toml may lack a key
+            args += [flag, str(value)]
     return args + [str(a) for a in config.get("extra_args", [])]
 
 
@@ -209,42 +215,52 @@ def launch_argv(config: CellConfig, host_vars: Mapping[str, Any]) -> list[str]:
 
 
 def plan_cells(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any]) -> list[Cell]:
-    """Every (checkpoint × moe × linear × attention) combination, with its environment for this host."""
+    """One cell per combination of the spec's axes (design.combinations: checkpoint × backends × image × env
+    variant × server settings, narrowed by its includes and exclusions), with its environment for this host."""
+    axes = spec.axes()
+    shown = [a for a in design.varying(axes) if a not in _LABELLED]
     cells = []
-    combos = itertools.product(spec.checkpoints, spec.moe_backends, spec.linear_backends, spec.attention_backends)
-    for ckpt, moe, linear, attention in combos:
-        cells.append(_cell(spec, host, facts, host_vars, ckpt, moe, linear, attention))
+    for combo in design.combinations(axes, spec.design.include, spec.design.exclude):
+        cell = _cell(spec, host, facts, host_vars, combo)
+        cell.axes_label = " ".join(f"{a}={_label_value(combo[a])}" for a in shown)
+        cells.append(cell)
     return cells
 
 
-def _cell(
-    spec: Spec,
-    host: str,
-    facts: Facts,
-    host_vars: Mapping[str, Any],
-    ckpt: Checkpoint,
-    moe: str,
-    linear: str,
-    attention: str,
-) -> Cell:
-    speculative, notes = envrules.speculative_defaults(ckpt.quant, spec.server.speculative)
+_LABELLED = ("checkpoint", *BACKEND_FIELDS, "speculative")  # already in Cell.label
+
+
+def _label_value(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + " ".join(str(v) for v in value) + "]"
+    if isinstance(value, str) and "@sha256:" in value:
+        return value.split("@", 1)[1][:19]  # sha256: + 12 hex
+    return str(value) if value != "" else "none"
+
+
+def _cell(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any], combo: Mapping[str, Any]) -> Cell:
+    ckpt = next(c for c in spec.checkpoints if c.name == combo["checkpoint"])
+    server = replace(spec.server, **{k: combo[k] for k in spec.design.server})
+    speculative, notes = envrules.speculative_defaults(ckpt.quant, server.speculative)
     config = CellConfig(
-        image=spec.image,
+        image=combo["image"],
         runtime=str(host_vars.get("spark_runtime", "docker")),
         checkpoint=ckpt.name,
         model=ckpt.model,
         quant=ckpt.quant,
-        moe_backend=_auto(moe),
-        linear_backend=_auto(linear),
-        attention_backend=_auto(attention),
-        server=replace(spec.server, speculative=speculative, extra_args=list(spec.server.extra_args)),
+        moe_backend=_auto(combo["moe_backend"]),
+        linear_backend=_auto(combo["linear_backend"]),
+        attention_backend=_auto(combo["attention_backend"]),
+        server=replace(server, speculative=speculative, extra_args=list(server.extra_args)),
         load=spec.load,
         concurrency=list(spec.concurrency),
         duration_s=spec.duration_s,
         warmup=spec.warmup,
         repeats=spec.repeats,
+        env_variant=combo["env"],
     )
-    resolved = envrules.resolve_env(facts, ckpt.quant, spec.vllm_version, spec.env)
+    overrides = {**spec.env, **spec.design.env.get(combo["env"], {})}  # a variant's overrides win over [env]
+    resolved = envrules.resolve_env(facts, ckpt.quant, spec.vllm_version, overrides)
     redact.remember_secrets(resolved.env)  # masked wherever it shows up later, e.g. echoed in a server log
     cell = Cell(
         id=cell_id(config, resolved.env),
@@ -298,7 +314,9 @@ def simulator_env(spec: Spec, facts: Facts) -> dict[str, str]:
 def spec_warnings(spec: Spec) -> list[str]:
     """Warnings that need no host: said before anything is touched."""
     out = []
+    speculatives = spec.design.server.get("speculative", [spec.server.speculative])
     for ckpt in spec.checkpoints:
-        for w in envrules.speculative_warnings(ckpt.quant, spec.server.speculative):
-            out.append(f"{ckpt.name}: {w}")
+        for speculative in speculatives:
+            for w in envrules.speculative_warnings(ckpt.quant, speculative):
+                out.append(f"{ckpt.name}: {w}")
     return out

@@ -59,6 +59,10 @@ class ServerSettings:
     )  # "ray" whenever nodes > 1 (matrix sets it)
     transport: str = setting("", toml=(str,), keep_default=False)  # "" = rdma when the link has it | rdma | socket
     drop_page_cache: bool = setting(False, toml=(bool,), keep_default=False)  # drop the page cache before start
+    # Added with the [matrix] axes: left out of [config] (and the id) at their default, vLLM's own.
+    kv_cache_dtype: str = setting("", toml=(str,), flag="--kv-cache-dtype", keep_default=False)  # "" = auto
+    # True = vLLM's default (flag not passed); False passes --no-enable-prefix-caching
+    enable_prefix_caching: bool = setting(True, toml=(bool,), flag="--enable-prefix-caching", keep_default=False)
 
 
 @dataclass(frozen=True)

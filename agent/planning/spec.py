@@ -10,13 +10,16 @@ import math
 import re
 import shlex
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 from agent.errors import UserError
 from agent.hostside import docker
+from agent.planning import design as axes_design
 from agent.planning import loadspec
+from agent.planning.design import Design
 from agent.planning.settings import LoadSettings, ServerSettings, TelemetrySettings, toml_schema
 
 QUANTS = ("nvfp4", "fp8", "bf16")
@@ -88,6 +91,20 @@ class Spec:
     load: LoadSettings
     env: dict[str, str] = field(default_factory=dict)  # overrides, recorded with the rule they override
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    design: Design = field(default_factory=Design)  # the [matrix] axes beyond the backends
+
+    def axes(self) -> list[tuple[str, list[Any]]]:
+        """(axis, values) in planning order: the fixed axes, then each [matrix] server setting in field order."""
+        d = self.design
+        return [
+            ("checkpoint", [c.name for c in self.checkpoints]),
+            ("moe_backend", self.moe_backends),
+            ("linear_backend", self.linear_backends),
+            ("attention_backend", self.attention_backends),
+            ("image", d.images or [self.image]),
+            ("env", list(d.env) or [""]),
+            *d.server.items(),
+        ]
 
     def with_duration(self, seconds: float) -> Spec:
         """--duration: the same spec with every window set to `seconds` (for quick rehearsals)."""
@@ -108,6 +125,13 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
         "duration_s": ((int, float), False, 60),
         "warmup": ((int,), False, 1),
         "repeats": ((int,), False, 3),
+        # axes beyond the backends (planning/design.py) and the combinations to leave out or keep
+        "checkpoint": ((list,), False, None),
+        "image": ((list,), False, None),
+        "env": ((dict,), False, None),
+        **{name: ((list,), False, None) for name in toml_schema(ServerSettings)},
+        "include": ((list,), False, None),
+        "exclude": ((list,), False, None),
     },
     "load": toml_schema(LoadSettings),
     "env": {},
@@ -255,15 +279,19 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         if table not in _SCHEMA:
             shown = table if SWEEP_NAME.match(table) else repr(table[:40])
             raise _err(path, lines.of(table), f"unknown table [{shown}]; known tables: {', '.join(_SCHEMA)}")
+    image_axis = raw.get("matrix", {}).get("image") if isinstance(raw.get("matrix"), dict) else None
     for table in _REQUIRED_TABLES:
-        if table not in raw:
+        if table not in raw and not (table == "image" and image_axis):
             raise _err(path, 1, f"the spec has no [{table}] table")
     sweep = _check_table(path, lines, "sweep", raw["sweep"])
     if not SWEEP_NAME.match(sweep["name"]):
         raise _err(
             path, lines.of("sweep", "name"), "sweep name must be 1-64 letters, digits, . _ - (starting with one)"
         )
-    image = _check_table(path, lines, "image", raw["image"])
+    image_raw = raw.get("image", {})
+    if isinstance(image_axis, list) and image_axis and isinstance(image_raw, dict) and "ref" not in image_raw:
+        image_raw = {**image_raw, "ref": image_axis[0]}  # with an image axis, [image] ref may be left out
+    image = _check_table(path, lines, "image", image_raw)
     if image["vllm_version"] and not VERSION.match(image["vllm_version"]):
         raise _err(path, lines.of("image", "vllm_version"), "vllm_version must look like 0.24.0 (or leave it out)")
     problem = check_image_ref(image["ref"], path)
@@ -271,17 +299,18 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         raise _err(path, lines.of("image", "ref"), problem)
     checkpoints = _checkpoints(path, lines, raw["checkpoints"])
     server = _check_table(path, lines, "server", raw.get("server", {}))
-    server["speculative"] = _speculative(path, lines, server["speculative"])
-    _extra_args(path, lines, server["extra_args"])
+    server["speculative"] = _speculative(path, lines.of("server", "speculative"), server["speculative"])
+    _extra_args(path, lines.of("server", "extra_args"), server["extra_args"])
     matrix = _check_table(path, lines, "matrix", raw["matrix"])
     load = _check_table(path, lines, "load", raw.get("load", {}))
+    design, checkpoints = _design(path, lines, raw, server, matrix, load, checkpoints)
     _check_values(path, lines, server, matrix, load)
     loadspec.check(
         load, raw.get("load", {}), server, path.parent, lambda key, why: _fail(path, lines.of("load", key), why)
     )
-    env = _env(path, lines, raw.get("env", {}))
+    env = _env(path, raw.get("env", {}), lambda key=None: lines.of("env", key), "[env]")
     telemetry = _telemetry(path, lines, raw.get("telemetry", {}))
-    return Spec(
+    spec = Spec(
         path=path,
         name=sweep["name"],
         image=image["ref"],
@@ -298,7 +327,9 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         load=LoadSettings(**load),
         env={k: str(v) for k, v in env.items()},
         telemetry=telemetry,
+        design=design,
     )
+    return _with_combinations(path, lines, spec, matrix)
 
 
 def _telemetry(path: Path, lines: _Lines, raw: Any) -> TelemetrySettings:
@@ -322,28 +353,25 @@ def _telemetry(path: Path, lines: _Lines, raw: Any) -> TelemetrySettings:
     return TelemetrySettings(required=table["required"], **numbers)
 
 
-def _env(path: Path, lines: _Lines, env: Any) -> dict[str, str]:
+def _env(path: Path, env: Any, line_of: Callable[..., int], where: str) -> dict[str, str]:
     """Variable names as a shell and docker accept them; values on one line. Values are never echoed: they
-    may be secrets."""
+    may be secrets. line_of(key=None) is the line of the table or of one of its keys."""
     if not isinstance(env, dict):
-        raise _err(path, lines.of("env"), f"[env] must be a table of NAME = value, not {_kind(env)}")
+        raise _err(path, line_of(), f"{where} must be a table of NAME = value, not {_kind(env)}")
     for key, value in env.items():
         if not ENV_NAME.match(key):
             shown = key if len(key) < 40 and not _CONTROL.search(key) else repr(key[:40])
-            raise _err(
-                path, lines.of("env", key), f"env name {shown!r} must be letters, digits and _ (not first a digit)"
-            )
+            raise _err(path, line_of(key), f"env name {shown!r} must be letters, digits and _ (not first a digit)")
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise _err(path, lines.of("env", key), f"env override '{key}' must be a string or number")
+            raise _err(path, line_of(key), f"env override '{key}' must be a string or number")
         if isinstance(value, float) and not math.isfinite(value):
-            raise _err(path, lines.of("env", key), f"env override '{key}' must be a finite number")
+            raise _err(path, line_of(key), f"env override '{key}' must be a finite number")
         if isinstance(value, str):
-            _check_string(path, lines.of("env", key), f"env override '{key}'", value, limit=32 * 1024)
+            _check_string(path, line_of(key), f"env override '{key}'", value, limit=32 * 1024)
     return {k: str(v) for k, v in env.items()}
 
 
-def _extra_args(path: Path, lines: _Lines, args: list[Any]) -> None:
-    line = lines.of("server", "extra_args")
+def _extra_args(path: Path, line: int, args: list[Any]) -> None:
     if len(args) > 256:
         raise _err(path, line, f"extra_args has {len(args)} entries; the limit is 256")
     for arg in args:
@@ -395,9 +423,8 @@ def _checkpoints(path: Path, lines: _Lines, raw: Any) -> list[Checkpoint]:
     return out
 
 
-def _speculative(path: Path, lines: _Lines, value: str | dict) -> str:
+def _speculative(path: Path, line: int, value: str | dict) -> str:
     """Normalise the speculative config to canonical JSON ('' = off)."""
-    line = lines.of("server", "speculative")
     if isinstance(value, dict):
         try:
             return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -414,7 +441,7 @@ def _speculative(path: Path, lines: _Lines, value: str | dict) -> str:
     except (ValueError, RecursionError):
         raise _err(path, line, "speculative must be plain JSON: no NaN/Infinity, no deep nesting") from None
     if not isinstance(parsed, dict) or "method" not in parsed:
-        raise _err(path, lines.of("server", "speculative"), 'speculative must be a JSON object with a "method"')
+        raise _err(path, line, 'speculative must be a JSON object with a "method"')
     return json.dumps(parsed, sort_keys=True, separators=(",", ":"))
 
 
@@ -513,3 +540,207 @@ def _check_parallel(path: Path, lines: _Lines, server: dict) -> None:
             f"tensor_parallel_size x pipeline_parallel_size = {tp * pp} does not split over nodes = {nodes}; "
             "TP x PP must be nodes x GPUs per node (a Spark has 1 GPU: e.g. nodes = 2, tensor_parallel_size = 2)",
         )
+
+
+# ---------------------------------------------------------------- [matrix] axes beyond the backends (design.py)
+
+_KV_CACHE_DTYPE = re.compile(r"^[a-z0-9_]{1,32}$")
+
+
+def _design(
+    path: Path,
+    lines: _Lines,
+    raw: dict[str, Any],
+    server: dict[str, Any],
+    matrix: dict[str, Any],
+    load: dict[str, Any],
+    checkpoints: list[Checkpoint],
+) -> tuple[Design, list[Checkpoint]]:
+    """The axes [matrix] adds (server settings, env variants, images, checkpoints), each value checked as its own
+    table would check it. A server axis's first value stands in [server] for the checks that follow."""
+    written = raw.get("server", {}) if isinstance(raw.get("server"), dict) else {}
+    server_axes: dict[str, list[Any]] = {}
+    for key in toml_schema(ServerSettings):  # field order: the order of the axes
+        if matrix.get(key) is None:
+            continue
+        line = lines.of("matrix", key)
+        if key in written:
+            raise _err(path, line, f"'{key}' is set in [server] and is an axis in [matrix]; keep one of the two")
+        values = [_server_value(path, line, key, v, matrix, load) for v in _axis_list(path, line, key, matrix[key])]
+        _distinct(path, line, key, values)
+        server_axes[key] = values
+        server[key] = values[0]
+    images: list[str] = []
+    if matrix.get("image") is not None:
+        line = lines.of("matrix", "image")
+        for ref in _axis_list(path, line, "image", matrix["image"]):
+            problem = (
+                check_image_ref(ref, path) if isinstance(ref, str) else f"image refs are strings, not {_kind(ref)}"
+            )
+            if problem:
+                raise _err(path, line, f"'image' in [matrix]: {problem}")
+            images.append(ref)
+        _distinct(path, line, "image", images)
+    if matrix.get("checkpoint") is not None:
+        checkpoints = _checkpoint_axis(path, lines.of("matrix", "checkpoint"), matrix["checkpoint"], checkpoints)
+    env = _env_variants(path, lines, matrix["env"]) if matrix.get("env") is not None else {}
+    return Design(images=images, env=env, server=server_axes), checkpoints
+
+
+def _axis_list(path: Path, line: int, key: str, values: list[Any]) -> list[Any]:
+    if not values:
+        raise _err(path, line, f"the '{key}' axis in [matrix] is empty; list at least one value (or remove the key)")
+    if len(values) > _MAX_LIST:
+        raise _err(path, line, f"the '{key}' axis lists {len(values)} values; the limit is {_MAX_LIST}")
+    return values
+
+
+def _distinct(path: Path, line: int, key: str, values: list[Any]) -> None:
+    seen: list[Any] = []
+    for v in values:
+        if v in seen:
+            raise _err(path, line, f"the '{key}' axis in [matrix] lists a value twice")
+        seen.append(v)
+
+
+def _server_value(path: Path, line: int, key: str, value: Any, matrix: dict, load: dict) -> Any:
+    """One value of a server-setting axis, checked and normalised as [server] would have it."""
+    types = toml_schema(ServerSettings)[key][0]
+    what = f"a value of the '{key}' axis in [matrix]"
+    if not _of_type(value, types):
+        want = " or ".join(t.__name__ for t in types)
+        raise _err(path, line, f"{what} must be {want}, not {_kind(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _err(path, line, f"{what} must be a finite number, got {value}")
+    if isinstance(value, str):
+        _check_string(path, line, what, value)
+    if key == "speculative":
+        return _speculative(path, line, value)
+    if key == "extra_args":
+        _extra_args(path, line, value)
+        return list(value)
+    if key == "gpu_memory_utilization":
+        if not 0 < value <= 1:
+            raise _err(path, line, f"'gpu_memory_utilization' values must be in (0, 1], got {value!r}")
+        return float(value)
+    if key == "kv_cache_dtype" and value and not _KV_CACHE_DTYPE.match(value):
+        raise _err(path, line, f"'kv_cache_dtype' values are vLLM's names (auto, fp8, fp8_e4m3...), got {value[:40]!r}")
+    low, high = _RANGES.get(key, (-math.inf, math.inf))
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not low <= value <= high:
+        raise _err(path, line, f"'{key}' values must be from {low:g} to {high:g}, got {value!r}")
+    if key == "max_model_len" and load["prompt_len"] + load["output_len"] > value:
+        raise _err(
+            path,
+            line,
+            f"max_model_len {value} is below prompt_len + output_len ({load['prompt_len'] + load['output_len']}); "
+            "every request would be refused",
+        )
+    levels = [c for c in matrix["concurrency"] if isinstance(c, int)]
+    if key == "max_num_seqs" and levels and max(levels) > value:
+        raise _err(path, line, f"max_num_seqs {value} is below concurrency {max(levels)}; raise it or drop the level")
+    return value
+
+
+def _of_type(value: Any, types: tuple[type, ...]) -> bool:
+    """A TOML value of one of `types` (a boolean only where bool is one of them)."""
+    return isinstance(value, types) and (bool in types or not isinstance(value, bool))
+
+
+def _checkpoint_axis(path: Path, line: int, names: list[Any], checkpoints: list[Checkpoint]) -> list[Checkpoint]:
+    """[matrix] checkpoint: which [[checkpoints]] (by name) the sweep measures, in this order."""
+    by_name = {c.name: c for c in checkpoints}
+    for name in _axis_list(path, line, "checkpoint", names):
+        if not isinstance(name, str) or name not in by_name:
+            shown = repr(name[:40]) if isinstance(name, str) else _kind(name)
+            raise _err(
+                path, line, f"'checkpoint' in [matrix] names {shown}, not a [[checkpoints]] name: {', '.join(by_name)}"
+            )
+    _distinct(path, line, "checkpoint", names)
+    return [by_name[n] for n in names]
+
+
+def _env_variants(path: Path, lines: _Lines, table: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """[matrix.env]: variant name -> NAME = value overrides (applied on top of [env]); {} is a valid variant."""
+    own = lines.of("matrix.env")
+    line = own if own > 1 else lines.of("matrix", "env")  # [matrix.env], or env = {...} in [matrix]
+    if not table:
+        raise _err(path, line, "the 'env' axis in [matrix] is empty; name at least one variant")
+    if len(table) > _MAX_LIST:
+        raise _err(path, line, f"{len(table)} env variants; the limit is {_MAX_LIST}")
+    out = {}
+    for name, overrides in table.items():
+        line = _variant_line(lines, name, line)
+        if not SWEEP_NAME.match(name):
+            raise _err(path, line, "env variant names must be 1-64 letters, digits, . _ - (starting with one)")
+        out[name] = _env(path, overrides, lambda key=None, line=line: line, f"env variant '{name}'")
+    return out
+
+
+def _variant_line(lines: _Lines, name: str, table_line: int) -> int:
+    """`name = {...}` under [matrix.env], a [matrix.env.name] table of its own, or else the env axis's line."""
+    own, inline = lines.of(f"matrix.env.{name}"), lines.of("matrix.env", name)
+    return own if own > 1 else inline if inline > 1 else table_line
+
+
+def _with_combinations(path: Path, lines: _Lines, spec: Spec, matrix: dict[str, Any]) -> Spec:
+    """[[matrix.include]] / [[matrix.exclude]] checked against the axes, and at least one cell left."""
+    axes = spec.axes()
+    line = lines.of("matrix")
+    if axes_design.size(axes) > axes_design.MAX_CELLS * 16:
+        raise _err(
+            path, line, f"the axes multiply to {axes_design.size(axes):,} cells; exclude combinations or list them"
+        )
+    include = _rules(path, lines, "include", matrix["include"], axes)
+    exclude = _rules(path, lines, "exclude", matrix["exclude"], axes)
+    cells = axes_design.combinations(axes, include, exclude)
+    if not cells:
+        raise _err(
+            path,
+            _rule_line(lines, "exclude", 0),
+            "the exclusions remove every cell of the matrix; exclude fewer combinations",
+        )
+    if len(cells) > axes_design.MAX_CELLS:
+        raise _err(path, line, f"{len(cells):,} cells per host; the limit is {axes_design.MAX_CELLS:,}: exclude some")
+    return replace(spec, design=replace(spec.design, include=include, exclude=exclude))
+
+
+def _rule_line(lines: _Lines, kind: str, index: int, key: str | None = None) -> int:
+    line = lines.of(f"matrix.{kind}", key, index)
+    return line if line > 1 else lines.of("matrix", kind)
+
+
+def _rules(
+    path: Path, lines: _Lines, kind: str, raw: list[Any] | None, axes: list[tuple[str, list[Any]]]
+) -> list[dict]:
+    """Each [[matrix.<kind>]] table: axis -> one of that axis's values (normalised as the axis is)."""
+    if raw is None:
+        return []
+    values = dict(axes)
+    if not raw:
+        raise _err(path, _rule_line(lines, kind, 0), f"'{kind}' in [matrix] is empty; list combinations or remove it")
+    out = []
+    for i, rule in enumerate(raw):
+        if not isinstance(rule, dict) or not rule:
+            raise _err(path, _rule_line(lines, kind, i), f"each [[matrix.{kind}]] is a table of axis = value")
+        normalised = {}
+        for axis, value in rule.items():
+            line = _rule_line(lines, kind, i, axis)
+            if axis not in values:
+                raise _err(
+                    path, line, f"'{axis}' in [[matrix.{kind}]] is not an axis of [matrix]; axes: {', '.join(values)}"
+                )
+            v = _speculative(path, line, value) if axis == "speculative" and isinstance(value, (str, dict)) else value
+            if v not in values[axis]:
+                shown = ", ".join(_shown(x) for x in values[axis])
+                raise _err(
+                    path, line, f"{_shown(v)} is not a value of the '{axis}' axis ({shown}); list it there first"
+                )
+            normalised[axis] = v
+        out.append(normalised)
+    return out
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value[:60]) if value else "''"
+    return _kind(value) if isinstance(value, dict) else repr(value)[:60]

@@ -52,24 +52,30 @@ class Comparison:
         return [d for d in self.diffs if d.status == REGRESSION]
 
 
-def match_key(cell: dict[str, Any], with_host: bool) -> str:
-    config = {k: v for k, v in cell.get("config", {}).items() if k not in VARYING + stats.SCHEDULE_FIELDS}
+def match_key(cell: dict[str, Any], with_host: bool, with_image: bool = False) -> str:
+    dropped = stats.SCHEDULE_FIELDS + (() if with_image else VARYING)
+    config = {k: v for k, v in cell.get("config", {}).items() if k not in dropped}
     if with_host:
         config["__host"] = cell.get("host", "")
     return json.dumps(config, sort_keys=True, default=str)
 
 
-def _index(summaries: Sequence[CellSummary], with_host: bool) -> dict[str, CellSummary]:
-    return {match_key(s.cell, with_host): s for s in summaries}
+def _index(summaries: Sequence[CellSummary], with_host: bool, with_image: bool = False) -> dict[str, CellSummary]:
+    return {match_key(s.cell, with_host, with_image): s for s in summaries}
 
 
-def _needs_host(*sides: Sequence[CellSummary]) -> bool:
+def _needs_image(*sides: Sequence[CellSummary]) -> bool:
+    """A tree whose [matrix] had an image axis: the image is then part of what a cell is, and stays in the key."""
+    return any(len({s.config.get("image") for s in side}) > 1 for side in sides)
+
+
+def _needs_host(*sides: Sequence[CellSummary], with_image: bool = False) -> bool:
     """Host joins the key only when one side has the same configuration on several hosts."""
-    return any(len(_index(side, False)) < len(side) for side in sides)
+    return any(len(_index(side, False, with_image)) < len(side) for side in sides)
 
 
 def _label(s: CellSummary, with_host: bool) -> str:
-    return f"{s.checkpoint} / {s.backend}" + (f" / {s.cell.get('host', '')}" if with_host else "")
+    return f"{s.checkpoint} / {s.backend_text}" + (f" / {s.cell.get('host', '')}" if with_host else "")
 
 
 def compare(
@@ -79,9 +85,11 @@ def compare(
     threshold: float = stats.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
 ) -> Comparison:
-    side_a, side_b = stats.summarize_cells(cells_a, threshold), stats.summarize_cells(cells_b, threshold)
-    with_host = _needs_host(side_a, side_b)
-    index_a, index_b = _index(side_a, with_host), _index(side_b, with_host)
+    side_a = stats.with_variants(stats.summarize_cells(cells_a, threshold))
+    side_b = stats.with_variants(stats.summarize_cells(cells_b, threshold))
+    with_image = _needs_image(side_a, side_b)
+    with_host = _needs_host(side_a, side_b, with_image=with_image)
+    index_a, index_b = _index(side_a, with_host, with_image), _index(side_b, with_host, with_image)
     result = Comparison([], [], [], [], warnings(side_a, side_b))
     for key in sorted(index_a.keys() | index_b.keys(), key=lambda k: _label((index_a.get(k) or index_b[k]), with_host)):
         a, b = index_a.get(key), index_b.get(key)

@@ -35,6 +35,14 @@ CELL_COLUMNS = [
     "profile",
     "verdict",
     "loaded_moe_backend",
+    # the other server-side axes a [matrix] can vary (left empty where [config] leaves them at their default)
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_num_seqs",
+    "kv_cache_dtype",
+    "enable_prefix_caching",
+    "extra_args",
+    "env_variant",
 ]
 # Measurement keys in `vllm bench serve` order, then ours; `concurrency` is renamed to bench's max_concurrency.
 RUN_COLUMNS = [
@@ -90,7 +98,13 @@ def cell_fields(cell: dict[str, Any]) -> dict[str, Any]:
         "profile": config.get("profile", ""),
         "verdict": cell_verdict(cell),
         "loaded_moe_backend": att.get("moe_backend", ""),
+        **{k: _flat(config.get(k, "")) for k in CELL_COLUMNS[CELL_COLUMNS.index("loaded_moe_backend") + 1 :]},
     }
+
+
+def _flat(value: Any) -> Any:
+    """A list (extra_args) as one shell-like string: a CSV cell holds one value."""
+    return " ".join(str(v) for v in value) if isinstance(value, list) else value
 
 
 def run_fields(run: dict[str, Any]) -> dict[str, Any]:

@@ -40,17 +40,24 @@ class ReportData:
     seed: int
     tune: list[dict[str, Any]] = field(default_factory=list)  # results/<sweep>/tune.toml records
     lost: list[str] = field(default_factory=list)  # sweep/host/cell of cells started but without results
+    rank_by: str = "throughput"  # a key of stats.RANK_BY
 
 
 def build(
-    cells: Sequence[dict[str, Any]], *, threshold: float = stats.DEFAULT_THRESHOLD, seed: int = stats.DEFAULT_SEED
+    cells: Sequence[dict[str, Any]],
+    *,
+    threshold: float = stats.DEFAULT_THRESHOLD,
+    seed: int = stats.DEFAULT_SEED,
+    rank_by: str = "throughput",
 ) -> ReportData:
-    summaries = sorted(stats.summarize_cells(cells, threshold), key=_cell_order)
-    return ReportData(summaries, stats.recommend(summaries, seed=seed), provenance(summaries), threshold, seed)
+    metric = stats.RANK_BY[rank_by][0]
+    summaries = stats.with_variants(sorted(stats.summarize_cells(cells, threshold, metric), key=_cell_order))
+    recs = stats.recommend(summaries, seed=seed, metric=metric)
+    return ReportData(summaries, recs, provenance(summaries), threshold, seed, rank_by=rank_by)
 
 
 def _cell_order(s: CellSummary) -> tuple:
-    return (s.hardware, s.quant, s.checkpoint, s.cell.get("host", ""), s.backend, s.cell.get("cell_id", ""))
+    return (s.hardware, s.quant, s.checkpoint, s.cell.get("host", ""), s.backend_text, s.cell.get("cell_id", ""))
 
 
 # ---------------------------------------------------------------- provenance and small formatting helpers
@@ -152,7 +159,7 @@ def death_text(cell: dict[str, Any]) -> tuple[str, str] | None:
 
 def cell_name(s: CellSummary) -> str:
     """host/checkpoint/backend, as Markdown text."""
-    return md(f"{s.cell.get('host', '?')}/{s.checkpoint}/{s.backend}")
+    return md(f"{s.cell.get('host', '?')}/{s.checkpoint}/{s.backend_text}")
 
 
 def values_text(st: Stat | None) -> str:
@@ -163,36 +170,33 @@ def values_text(st: Stat | None) -> str:
 
 
 def verdict_lines(rec: Recommendation) -> list[str]:
-    """Markdown lines for one (hardware, quant): winner + margin, or cannot rank; then who is slower and by how much.
-    Every value is escaped (escape.md): GPU names and log-derived text come from hosts."""
+    """Markdown lines for one (hardware, quant): what to run (each axis the data separates) or cannot rank; then,
+    per question, who is slower and by how much, and which axes it held equal. Every value is escaped
+    (escape.md): GPU names and log-derived text come from hosts."""
     lines = [f"### {md(rec.hardware)} · {md(rec.quant)}", ""]
-    if rec.winner:
+    undecided = ", ".join(q.axis for q in rec.undecided)
+    if rec.winner and not undecided:
         lines.append(f"**Run {md(rec.winner)}.** {md(rec.reason)}.")
-        runner_up = min(rec.versus, key=lambda v: v.ratio_median)
-        lines += [
-            "",
-            f"Margin: {ratio_text(runner_up.ratio_median)} over the runner-up, {md(runner_up.backend)} "
-            f"(median of the per-point ratios; {runner_up.ratio_lo:.2f}× to {runner_up.ratio_hi:.2f}×).",
-        ]
+    elif rec.winner:
+        lines.append(f"**Run {md(rec.winner)}; {CANNOT_RANK} {md(undecided)}.** {md(rec.reason)}.")
     else:
         lines.append(f"**{CANNOT_RANK.capitalize()}.** {md(rec.reason)}.")
-    lines.append("")
-    for v in rec.versus:
-        amount = slower_text(v.ratio_lo)
-        if slower_text(v.ratio_hi) != amount:
-            amount = f"{amount} to {slower_text(v.ratio_hi)}"
-        lines.append(
-            f"- measured slower: **{md(v.backend)}**, {amount} "
-            f"(median {md(rec.winner)} / {md(v.backend)} = {v.ratio_median:.2f}×); beaten at {v.beaten_at}, "
-            f"cannot rank at {v.cannot_rank_at}, of {len(v.ratios)} points"
-        )
-    if rec.per_concurrency:
-        per_c = ", ".join(f"c={c}: {md(w)}" for c, w in rec.per_concurrency.items())
-        lines += ["", f"Per concurrency: {per_c}."]
+    words, key = stats.RANK_BY_WORDS.get(rec.metric, rec.metric), rec.metric
+    lines += ["", f"Ranked by {md(words)} ({md_code(key)}), each axis within the others held equal."]
+    if len(rec.questions) == 1:
+        lines += _question_lines(rec.questions[0], heading=False)
+    else:
+        for q in rec.questions:
+            lines += _question_lines(q, heading=True)
+    if rec.effects:
+        lines += ["", "Effect on startup (all else held equal):", ""] + [f"- {md(e)}" for e in rec.effects]
+    if rec.choice and not rec.winner_cells:  # a sparse design may leave the winning combination out
+        lines += ["", f"No cell measured {md(rec.winner)} together: add that combination to the matrix to confirm it."]
     for s in rec.winner_cells:
+        what = md(s.checkpoint) + (f", {md(s.variant)}" if s.variant else "")
         lines += [
             "",
-            f"Command ({md(s.checkpoint)}, as measured on {md(s.cell.get('host', '?'))}):",
+            f"Command ({what}, as measured on {md(s.cell.get('host', '?'))}):",
             "",
             *md_fence(serve_command(s.cell), "sh"),
         ]
@@ -203,7 +207,7 @@ def verdict_lines(rec: Recommendation) -> list[str]:
             f"Not ranked: {len(rec.invalid)} INVALID cell(s), {len(rec.failed)} failed cell(s) (details below).",
         ]
         lines += [
-            f"- INVALID: {md(s.backend)} on {md(s.checkpoint)} "
+            f"- INVALID: {md(s.backend_text)} on {md(s.checkpoint)} "
             f"({md('; '.join(s.cell.get('verdict_reasons', [])) or 'no reason')})"
             for s in rec.invalid
         ]
@@ -211,12 +215,45 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     return lines + [""]
 
 
+def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
+    """One axis: its winner and margin (or why none), the values measured slower, per concurrency, what was held."""
+    held = ", ".join(q.held) if q.held else "every other setting"
+    lines = [""]
+    if heading:
+        verdict = f"**{md(q.winner)}**" if q.winner else f"**{CANNOT_RANK}**"
+        lines += [f"#### {md(q.axis)}: {verdict}", "", f"{md(q.reason)}.", ""]
+    lines.append(f"Held equal: {md(held)} (and always the host, the load and the schedule).")
+    if q.winner and q.versus:
+        runner_up = min(q.versus, key=lambda v: v.ratio_median)
+        lines += [
+            "",
+            f"Margin: {ratio_text(runner_up.ratio_median)} over the runner-up, {md(runner_up.backend)} "
+            f"(median of the per-point ratios; {runner_up.ratio_lo:.2f}× to {runner_up.ratio_hi:.2f}×).",
+        ]
+    lines.append("")
+    for v in q.versus:
+        amount = slower_text(v.ratio_lo)
+        if slower_text(v.ratio_hi) != amount:
+            amount = f"{amount} to {slower_text(v.ratio_hi)}"
+        lines.append(
+            f"- measured slower: **{md(v.backend)}**, {amount} "
+            f"(median {md(q.winner)} / {md(v.backend)} = {v.ratio_median:.2f}×); beaten at {v.beaten_at}, "
+            f"cannot rank at {v.cannot_rank_at}, of {len(v.ratios)} points"
+        )
+    for alias, target in q.same.items():
+        lines.append(f"- {md(alias)} loaded {md(target)}: the same choice, not ranked against it")
+    if q.per_concurrency:
+        per_c = ", ".join(f"c={c}: {md(w)}" for c, w in q.per_concurrency.items())
+        lines += ["", f"Per concurrency: {per_c}."]
+    return lines
+
+
 def _not_ranked_failed(s: CellSummary) -> str:
     death = death_text(s.cell)
     if death:
         said, root = death
-        return f"- engine died: {md(s.backend)} on {md(s.checkpoint)} ({md(said.removeprefix('engine died '))}: {md_code(root)})"
-    return f"- failed to start: {md(s.backend)} on {md(s.checkpoint)} (class {md_code(s.cell.get('failure_class') or 'other')})"
+        return f"- engine died: {md(s.backend_text)} on {md(s.checkpoint)} ({md(said.removeprefix('engine died '))}: {md_code(root)})"
+    return f"- failed to start: {md(s.backend_text)} on {md(s.checkpoint)} (class {md_code(s.cell.get('failure_class') or 'other')})"
 
 
 # ---------------------------------------------------------------- markdown
@@ -303,6 +340,8 @@ def provenance_lines(data: ReportData) -> list[str]:
         f"- Method: median of the successful repeats; spread = (max − min) / median, unstable above "
         f"{data.threshold:.0%}; A beats B only if repeat ranges do not overlap or a bootstrap 95% CI on the "
         f'ratio excludes 1 (seed {data.seed}); otherwise "{CANNOT_RANK}".',
+        f"- Ranked by: {md(stats.RANK_BY[data.rank_by][1])} (`--rank-by {md(data.rank_by)}`, window key "
+        f"{md_code(stats.RANK_BY[data.rank_by][0])}); each axis is ranked within the other axes held equal.",
     ]
 
 
@@ -330,7 +369,7 @@ def median_rows(summaries: Sequence[CellSummary]) -> list[list[str]]:
                 [
                     s.cell.get("host", ""),
                     s.checkpoint,
-                    s.backend,
+                    s.backend_text,
                     s.verdict.upper(),
                     "–",
                     "–",
@@ -357,7 +396,7 @@ def _point_row(s: CellSummary, p: Point) -> list[str]:
     return [
         s.cell.get("host", ""),
         s.checkpoint,
-        s.backend,
+        s.backend_text,
         s.verdict.upper() if s.verdict != "valid" else "valid",
         str(p.concurrency),
         num(t.median if t else None),
@@ -645,7 +684,7 @@ def terminal_table(
         table.add_row(  # cells are rich markup: host-derived text is escaped
             rich(s.cell.get("host", "")),
             rich(s.checkpoint),
-            rich(s.backend),
+            rich(s.backend_text),
             _verdict_markup(s),
             *[_cell_markup(s.points.get(c)) for c in conc],
         )
@@ -685,6 +724,7 @@ def write_report(
     *,
     threshold: float = stats.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
+    rank_by: str = "throughput",
 ) -> list[Path]:
     """Read the tree, write report.md, report.html and the PNGs into out_dir (default: results_dir)."""
     results_dir = Path(results_dir)
@@ -696,7 +736,7 @@ def write_report(
     lost = [str(p.parent.relative_to(results_dir)) for p in sorted(results_dir.rglob(LOST_FILE))]
     tune = startup.load_tune_records(results_dir)
     out = Path(out_dir or results_dir)
-    return write_report_cells(cells, out, threshold=threshold, seed=seed, lost=lost, tune=tune)
+    return write_report_cells(cells, out, threshold=threshold, seed=seed, lost=lost, tune=tune, rank_by=rank_by)
 
 
 def write_report_cells(
@@ -707,12 +747,13 @@ def write_report_cells(
     seed: int = stats.DEFAULT_SEED,
     lost: Sequence[str] = (),
     tune: Sequence[dict[str, Any]] = (),
+    rank_by: str = "throughput",
 ) -> list[Path]:
     """report.md, report.html and the PNGs of these cells (a tree's, or a store selection's) into out. A store
     selection has no lost cells or tune records (they are files of the tree, not cells)."""
     from agent.reporting import htmlpage as report_html
 
-    data = build(cells, threshold=threshold, seed=seed)
+    data = build(cells, threshold=threshold, seed=seed, rank_by=rank_by)
     data.lost = list(lost)
     data.tune = list(tune)
     images = render_plots(data)

@@ -176,10 +176,11 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
             for node in c.cluster.get("nodes", []) or [{"host": c.host, "env": {}}]:
                 by_host.setdefault(node["host"], []).append({"id": c.id, "env": {**c.env, **node["env"]}})
     checkpoints = fleetcopy.checkpoint_vars(spec)
+    more_images = [i for i in spec.design.images if i != spec.image]  # [matrix] image: every digest present
     run = fleet.run_playbook(
         "provision",
         inventory,
-        {"image": spec.image, "cells_by_host": by_host, "checkpoints": checkpoints},
+        {"image": spec.image, "more_images": more_images, "cells_by_host": by_host, "checkpoints": checkpoints},
         limit=_limit(hosts),
     )
     _raise_host_errors(run, "provisioning")

@@ -38,6 +38,7 @@ class Plan:
     kv_tokens: int = 0
     unknown_env: list = field(default_factory=list)
     failure: Failure | None = None
+    draft_moe: str = ""  # the MoE backend an unquantized (BF16) draft head loaded with; "" = none or the target's
 
 
 def _fail(plan: Plan, key: str, stage: str, **fields) -> Plan:
@@ -164,6 +165,8 @@ def _check_spec(plan: Plan, opts: Options, ckpt: dict) -> None:
     accepted = calibration.load()["moe_backends"]["accepted"]["unquantized"]
     if draft_backend not in accepted or draft_backend != "triton":
         _fail(plan, "draft_moe_unquantized", "draft", backend=draft_backend, expected=accepted)
+    else:
+        plan.draft_moe = draft_backend
 
 
 def _check_memory(plan: Plan, opts: Options, ckpt: dict, hw: dict) -> None:

@@ -253,7 +253,15 @@ class Startup:
             self.log.info(ENGINE, "eagle.py:1071", "Loading drafter model...")
 
     def _draft(self) -> None:
-        pass  # the drafter loaded (its line comes right after the target's weights)
+        """The drafter loaded. An unquantized (BF16) draft head selects its own MoE backend, and vLLM says which
+        (as in tests/data/logs/synthetic/v0.24-nvfp4-marlin-mtp.log); the attestation checks it."""
+        if self.plan.draft_moe:
+            self.log.info(
+                ENGINE,
+                "unquantized.py:97",
+                f"Using {self.plan.draft_moe.upper()} Unquantized MoE backend out of potential backends: "
+                "['TRITON', 'MARLIN']",
+            )
 
     def _kv(self) -> None:
         plan = self.plan
