@@ -131,6 +131,7 @@ def test_compose_findings_name_their_rules():
         "gb10-fp8-no-deep-gemm",
         "gb10-gpu-memory-utilization",
         "image-digest",
+        "unknown-env",  # VLLM_USE_V1, VLLM_ENABLE_NVFP4, VLLM_PREFIX_CACHING, ...: vLLM 0.24 reads none of them
         "version-line",
     }
     assert result.fixed is not None
@@ -225,3 +226,56 @@ def test_a_command_given_inline_in_a_model_card():
     card = "# Model\n\n```python\nfrom vllm import LLM\n```\n\nServe it with `vllm serve org/m-FP8 --moe-backend deep_gemm`.\n"
     (launch,) = extract(card, "README.md")
     assert launch.line == 7 and launch.flag("--moe-backend") == "deep_gemm"
+
+
+# --- unknown variables: the names each vLLM release reads (agent/rules/vllm_env.toml) ---------------------
+
+
+def unknown(result) -> list[str]:
+    return [f.message for f in result.findings if f.rule == "unknown-env"]
+
+
+def test_misspelt_variable_is_unknown_with_a_suggestion():
+    (launch,) = extract("VLLM_USE_DEEPGEMM=0 vllm serve m/x-FP8\n", "cmd")
+    (message,) = unknown(lint(launch))
+    assert "VLLM_USE_DEEPGEMM" in message and "did you mean VLLM_USE_DEEP_GEMM?" in message
+    assert next(f for f in lint(launch).findings if f.rule == "unknown-env").severity == "warning"
+    (typo,) = extract("VLLM_ATTENTON_BACKEND=FLASHINFER vllm serve m/x\n", "cmd")
+    assert "did you mean VLLM_ATTENTION_BACKEND?" in unknown(lint(typo, "0.13.0"))[0]
+    assert "did you mean VLLM_ATTENTION_BACKEND?" in unknown(lint(typo, ""))[0]  # unknown version: any release
+
+
+def test_a_real_variable_of_the_version_is_not_flagged():
+    (launch,) = extract("VLLM_LOGGING_LEVEL=DEBUG VLLM_USE_DEEP_GEMM=0 vllm serve m/x\n", "cmd")
+    for version in ("0.13.0", "0.24.0", "0.23.0", ""):
+        assert unknown(lint(launch, version)) == []
+
+
+def test_a_dead_variable_has_only_its_dead_finding():
+    (launch,) = extract("VLLM_FP8_MOE_BACKEND=triton VLLM_USE_FLASHINFER_MOE_FP4=1 vllm serve m/x\n", "cmd")
+    result = lint(launch, "0.24.0")
+    assert {"dead-vllm-fp8-moe-backend", "dead-vllm-use-flashinfer-moe-fp4"} <= rules_of(result)
+    assert unknown(result) == []
+
+
+def test_a_variable_added_later_is_unknown_to_an_older_version():
+    (launch,) = extract("VLLM_ENGINE_READY_TIMEOUT_S=1200 vllm serve m/x\n", "cmd")
+    assert unknown(lint(launch, "0.24.0")) == []
+    (message,) = unknown(lint(launch, "0.13.0"))  # first in vllm/envs.py of a later listed release
+    assert message.startswith("vLLM 0.13.0 does not read VLLM_ENGINE_READY_TIMEOUT_S")
+    assert "releases that read it: 0.15.1-" in message
+
+
+def test_a_removed_variable_names_the_releases_that_read_it():
+    (launch,) = extract("VLLM_USE_V1=1 vllm serve m/x\n", "cmd")
+    assert unknown(lint(launch, "0.9.2")) == []
+    (message,) = unknown(lint(launch, "0.24.0"))
+    assert "listed releases that read it: 0.7.0-0.10.2" in message
+
+
+def test_every_listed_release_names_its_source():
+    versions = envrules.vllm_env_rules()
+    assert len(versions) >= 3 and versions[0]["vllm"].startswith("0.7")
+    for entry in versions:
+        assert entry["source"].startswith("vllm-project/vllm vllm/envs.py @ v") and len(entry["sha256"]) == 64
+        assert entry["names"] and all(name.startswith("VLLM_") for name in entry["names"])

@@ -3,8 +3,8 @@
 
 FILE is a command line, a shell script, a docker run / docker compose file, a Kubernetes manifest or a model card's
 Markdown ('-' reads stdin). Every `vllm serve` in it is checked against the rules `env` and the sweep's planner use
-(agent/rules/env.toml): dead variables, missing chip variables, backends that fail on the chip and quant, MTP
-without its draft moe_backend, conflicting settings, flags the vLLM version does not know, a tag instead of a
+(agent/rules/env.toml): dead variables, VLLM_* variables the vLLM version does not read (rules/vllm_env.toml),
+missing chip variables, backends that fail on the chip and quant, MTP without its draft moe_backend, conflicting settings, flags the vLLM version does not know, a tag instead of a
 digest, weights that do not fit. Exit status: 0 clean, 1 findings at or above --fail-on, 2 bad input."""
 
 from __future__ import annotations

@@ -2,11 +2,13 @@
 
 The knowledge is the rules files' (agent/rules/env.toml through planning/envrules, the one loader): the same
 rules `spark-agent env` shows and the sweep's planner applies. Lint adds no fact of its own beyond two about the
-launch's form: an image by tag instead of digest, and weights that cannot fit the chip's memory.
+launch's form: an image by tag instead of digest, and weights that cannot fit the chip's memory. Which VLLM_*
+variables each vLLM release reads is data too (agent/rules/vllm_env.toml, from vLLM's own vllm/envs.py).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -105,6 +107,7 @@ def lint(launch: Launch, target: Target) -> Result:
     parsed = envrules.parse_version(version)
     _env_rules(result, fixed, target, quant, version)
     _dead(result, fixed, rules, parsed)
+    _unknown(result, rules, parsed, version)
     _fails(result, fixed, rules, target.arch, quant, parsed)
     _speculative(result, fixed, quant)
     _conflicts(result, rules)
@@ -165,6 +168,27 @@ def _dead(result: Result, fixed: Launch, rules: dict, version: envrules.Version 
             _add(result, entry["id"], "warning", f"{why}: {entry['reason']}; {use}", line)
         elif entry.get("deprecated") and envrules.in_range(version, entry["deprecated"]):
             _add(result, entry["id"], "warning", f"{name} is deprecated: {entry['reason']}; {use}", line)
+
+
+def _unknown(result: Result, rules: dict, version: envrules.Version | None, version_text: str) -> None:
+    """VLLM_* variables the target vLLM does not read (vllm_env.toml): a typo, or a name vLLM never had.
+
+    Dead variables keep their own finding, and variables the env rules set are theirs: neither is said twice.
+    """
+    known, basis = envrules.vllm_env_names(version)
+    if not known:
+        return
+    owned = {e["name"] for e in rules.get("dead", [])} | {n for r in rules.get("rule", []) for n in r["set"]}
+    which = f"vLLM {version_text}" if version is not None else "vLLM"
+    for name in result.launch.env:
+        if not name.startswith("VLLM_") or name in known or name in owned:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.9)
+        readers = [entry["vllm"] for entry in envrules.vllm_env_rules() if name in entry["names"]]
+        hint = f"; did you mean {close[0]}?" if close else ""
+        hint += f" (listed releases that read it: {readers[0]}-{readers[-1]})" if readers else ""
+        message = f"{which} does not read {name} (not in vllm/envs.py of {basis}): it does nothing{hint}"
+        _add(result, "unknown-env", "warning", message, result.launch.env_lines.get(name, 0))
 
 
 def _backend(launch: Launch, flag: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any, TypedDict
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
 from agent.hostside.contracts import Facts
-from agent.paths import ENV_RULES, MULTINODE_RULES
+from agent.paths import ENV_RULES, MULTINODE_RULES, VLLM_ENV_RULES
 
 
 class EnvProvenance(TypedDict):
@@ -91,6 +91,41 @@ def _applies(entry: dict[str, Any], arch: str, quant: str, version: Version | No
     if entry.get("vllm"):
         return version is not None and in_range(version, entry["vllm"])
     return True
+
+
+# --- the variables vLLM reads (agent/rules/vllm_env.toml) ------------------------------------------------
+
+
+@functools.cache
+def vllm_env_rules(path: Path = VLLM_ENV_RULES) -> list[dict[str, Any]]:
+    """The [[version]] entries of vllm_env.toml, oldest release first."""
+    with open(path, "rb") as handle:
+        versions = tomllib.load(handle).get("version", [])
+    return sorted(versions, key=lambda entry: parse_version(entry["vllm"]) or (0, 0, 0))
+
+
+def vllm_env_names(version: Version | None) -> tuple[frozenset[str], str]:
+    """The VLLM_* names vLLM reads at this version, and the listed releases that say so (for messages).
+
+    A listed release: its names. Between two listed releases: either's (a name added or removed in between is
+    not flagged). Past the newest: the newest's. Before the oldest, or unknown: any listed release's.
+    """
+    entries = vllm_env_rules()
+    if not entries:
+        return frozenset(), ""
+    listed = [(parse_version(entry["vllm"]), entry) for entry in entries]
+    span = f"{entries[0]['vllm']}-{entries[-1]['vllm']}"
+    if version is None or version < (listed[0][0] or (0, 0, 0)):
+        return frozenset(name for entry in entries for name in entry["names"]), f"any listed release ({span})"
+    below = [entry for v, entry in listed if v is not None and v <= version]
+    above = [entry for v, entry in listed if v is not None and v > version]
+    if below and parse_version(below[-1]["vllm"]) == version:
+        return frozenset(below[-1]["names"]), below[-1]["vllm"]
+    if not above:
+        return frozenset(below[-1]["names"]), f"{below[-1]['vllm']} (the newest listed)"
+    around = [below[-1], above[0]]
+    names = frozenset(name for entry in around for name in entry["names"])
+    return names, f"{around[0]['vllm']} or {around[1]['vllm']} (the listed releases around it)"
 
 
 # --- resolution ------------------------------------------------------------------------------------
