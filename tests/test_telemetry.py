@@ -326,6 +326,9 @@ def test_the_report_flags_the_throttled_point_and_cautions_the_recommendation(ho
     assert "sw_power_cap" in throttling.replace("\\_", "_") and "cutlass" not in throttling
     what_to_run = text.split("## What to run", 1)[1].split("\n## ", 1)[0]
     assert "**Run marlin.**" in what_to_run and "Caution: built on throttled windows" in what_to_run
+    problems = text.split("## Problems", 1)[1].split("\n## ", 1)[0]
+    assert "**1** throttled point(s)" in problems, "the page leads with the problems, throttling among them"
+    assert text.index("## Problems") < text.index("## Medians")
     medians = text.split("## Medians", 1)[1].split("\n## ", 1)[0]
     assert [line for line in medians.splitlines() if "THROTTLED" in line] == [
         line for line in medians.splitlines() if "| marlin |" in line

@@ -303,7 +303,8 @@ def replica_section(summaries: Sequence[CellSummary], threshold: float) -> list[
 
 
 def problem_lines(data: ReportData) -> list[str]:
-    """What went wrong, counted, before any detail: failed, INVALID, lost cells, unstable points, failed runs."""
+    """What went wrong, counted, before any detail: failed, INVALID, lost cells, unstable and throttled points,
+    failed runs."""
     p, v = data.provenance, data.provenance["verdicts"]
     counts = [
         (v["failed"], "failed cell(s)", "Failed cells (never ranked)"),
@@ -314,11 +315,16 @@ def problem_lines(data: ReportData) -> list[str]:
         ),
         (len(data.lost), "lost cell(s) (started, no results: measured again on resume)", ""),
         (p["unstable_points"], "unstable point(s)", "Unstable points"),
+        (
+            sum(len(telemetry_report.throttled(s)) for s in data.summaries),
+            "throttled point(s) (thermal or power throttling during their windows)",
+            "Throttling",
+        ),
         (p["failed_runs"], "failed run(s)", "Failed runs (left out of the medians)"),
     ]
     lines = [f"- **{n}** {what}" + (f" — see {section}" if section else "") for n, what, section in counts if n]
     lines += [f"    - lost: {md(x)}" for x in data.lost[:20]]
-    return lines or ["None: every cell valid, every point stable, no failed run."]
+    return lines or ["None: every cell valid, every point stable and unthrottled, no failed run."]
 
 
 def _or_none(lines: list[str]) -> list[str]:

@@ -140,6 +140,11 @@ def sections(summaries: Sequence[CellSummary]) -> list[str]:
     return out
 
 
+def throttled(s: CellSummary) -> list:
+    """The cell's throttled points (its windows above the threshold), for the report's Problems count."""
+    return list(tj.throttled_points(s.cell))
+
+
 def point_throttled(cell: dict, concurrency: int) -> bool:
     """For the medians table's flags column."""
     return any(t.concurrency == concurrency for t in tj.throttled_points(cell))
