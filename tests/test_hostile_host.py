@@ -66,6 +66,7 @@ def test_a_hostile_archive_over_ssh_fails_the_cell_and_touches_nothing_else(tmp_
         str(Path("results", p)) for p in ("hostile", "hostile/spark-a", ".incoming", ".incoming/hostile")
     }
     allowed |= {str(Path("results") / ".incoming" / "hostile" / "spark-a")}
+    allowed |= {str(Path("results") / "store.sqlite")}  # the results store indexes each cell as it lands
     stray = {p for p in new_or_changed if p not in allowed and not p.startswith(str(cell_dir.relative_to(tmp_path)))}
     assert stray == set()
     assert (root / "hostile" / "spark-b" / "keep.txt").read_text() == "mine\n"

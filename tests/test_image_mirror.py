@@ -7,6 +7,7 @@ mirror on the fleet's link."""
 
 from __future__ import annotations
 
+import subprocess
 import urllib.request
 
 import pytest
@@ -20,12 +21,29 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 
 @pytest.fixture(scope="module")
-def second_host():
+def second_host(dockerd):
     daemon = start_daemon()
     try:
         yield daemon
     finally:
         stop_daemon(daemon)
+        _forget_mirror_names(dockerd, daemon.registry)
+
+
+def _forget_mirror_names(daemon, mirror: str) -> None:
+    """The session's daemon seeded the mirror (a tag and a digest under the mirror's name): remove those names, so
+    the pinned digest is not 'present' there for the tests that come after."""
+    listed = subprocess.run(
+        ["docker", "image", "ls", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}"],
+        env=daemon.env, capture_output=True, text=True, timeout=60,
+    ).stdout  # fmt: skip
+    for line in listed.splitlines():
+        repo, tag, digest = (line.split() + ["", "", ""])[:3]
+        if repo.startswith(mirror + "/"):
+            for ref in ([f"{repo}:{tag}"] if tag != "<none>" else []) + (
+                [f"{repo}@{digest}"] if digest != "<none>" else []
+            ):
+                subprocess.run(["docker", "image", "rm", ref], env=daemon.env, capture_output=True, timeout=60)
 
 
 def test_hosts_pull_the_digest_from_the_mirror_one_host_seeded(dockerd, sim_image, second_host, tmp_path):

@@ -68,7 +68,8 @@ def test_a_throttled_point_is_flagged_and_a_host_without_nvidia_smi_says_so(tmp_
     spec.write_text(SPEC.format(digest="ef" * 32))
     out = tmp_path / "results"
 
-    swept = _run("sweep", str(spec), "-i", str(inv), "--results", str(out), "--no-progress")
+    # --replicas 2: both hosts measure (one fingerprint group would measure each cell once)
+    swept = _run("sweep", str(spec), "-i", str(inv), "--results", str(out), "--no-progress", "--replicas", "2")
     assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
 
     cells = {c["host"]: c for c in results.load_cells(out / "hot")}

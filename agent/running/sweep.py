@@ -358,8 +358,11 @@ def group_queue(
 ) -> GroupQueue:
     """The group's cells, longest first; each owes `replicas` minus the hosts that finished it earlier (resume).
     Hosts of one group plan the same cell ids (the fingerprint holds what the env depends on)."""
-    first = cells[group.hosts[0]]
-    have = {c.id: {h for h in group.hosts if c.id not in {t.id for t in todo[h]}} for c in first}
+    planned = {h: {c.id for c in cells[h]} for h in group.hosts}
+    left = {h: {c.id for c in todo[h]} for h in group.hosts}
+    first = list({c.id: c for h in group.hosts for c in cells[h]}.values())  # a multi-node set's head alone plans
+    # Only a host that planned a cell can have finished it (a multi-node worker plans none of its own).
+    have = {c.id: {h for h in group.hosts if c.id in planned[h] and c.id not in left[h]} for c in first}
     need = {cid: replicas - len(hs) for cid, hs in have.items()}
     return GroupQueue(longest_first(first), need, have, group.hosts)
 
