@@ -45,3 +45,12 @@ def test_list_and_remove_only_well_formed_keys(tmp_path: Path):
         "3c0a6e4b9f1d2c8e"
     ]
     assert not path.exists() and outside.exists() and (tmp_path / "cache" / "not-a-key").exists()
+
+
+def test_a_work_dir_under_home_gives_absolute_cache_paths(monkeypatch, tmp_path):
+    """Servers get these paths in their env, where nothing expands ~: an unexpanded one made a literal "~" folder."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = warmcache.prepare("~/.spark-agent", "nvcr.io/nvidia/vllm@sha256:" + "ab" * 32)
+    assert path is not None and path.is_absolute() and str(path).startswith(str(tmp_path))
+    assert all(v.startswith(str(tmp_path)) for v in warmcache.environment(path, "process").values())
+    assert [c["key"] for c in warmcache.list_caches("~/.spark-agent")] == ["ab" * 8]

@@ -33,9 +33,15 @@ def key(image: str) -> str:
     return m.group(1)[:16] if m else ""
 
 
+def _base(workdir: str) -> Path:
+    """<work dir>/cache, with a leading ~ expanded: the servers get these paths in their env, where no shell
+    expands them (an unexpanded ~ made a literal "~" folder in the server's working directory)."""
+    return Path(os.path.expanduser(workdir)) / CACHE_DIR
+
+
 def folder(workdir: str, image: str) -> Path | None:
     k = key(image)
-    return Path(workdir) / CACHE_DIR / k if k else None
+    return _base(workdir) / k if k else None
 
 
 def prepare(workdir: str, image: str) -> Path | None:
@@ -57,7 +63,7 @@ def environment(path: Path, runtime: str) -> dict[str, str]:
 
 def list_caches(workdir: str) -> list[dict[str, object]]:
     """Every cache folder on this host: key, bytes, files (for clean-cache)."""
-    base = Path(workdir) / CACHE_DIR
+    base = _base(workdir)
     out: list[dict[str, object]] = []
     if not base.is_dir():
         return out
@@ -78,7 +84,7 @@ def list_caches(workdir: str) -> list[dict[str, object]]:
 def remove(workdir: str, keys: list[str], dry_run: bool = False) -> list[str]:
     """Remove the named cache folders (only well-formed keys under <work dir>/cache; never a link)."""
     removed = []
-    base = Path(workdir) / CACHE_DIR
+    base = _base(workdir)
     for k in keys:
         path = base / k
         if _KEY.match(k) and path.is_dir() and not path.is_symlink():
