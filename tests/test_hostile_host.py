@@ -13,7 +13,7 @@ from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
 from agent.running import collect
-from agent.running.sweep import run_sweep
+from agent.running.follow import run_sweep
 from tests.hostile import snapshot
 from tests.sshd_hosts import REPO, inventory_for
 from tests.test_sweep import engines_running, write_spec

@@ -20,7 +20,7 @@ from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
 from agent.results.records import CellRecord, MeasurementRecord
-from agent.running.sweep import run_sweep
+from agent.running.follow import run_sweep
 
 from .test_contracts import problems
 

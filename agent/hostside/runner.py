@@ -148,6 +148,7 @@ def run(workdir: str, sweep: str) -> int:
         progress = {}
     progress.update(sweep=sweep, state="running", pid=os.getpid(), current="", current_since="")
     progress.setdefault("done", {})
+    _same_handout(progress, _read_plan(workdir, sweep))
     progress.setdefault("started", utc.iso())
 
     def save() -> None:
@@ -163,6 +164,8 @@ def run(workdir: str, sweep: str) -> int:
     try:
         while True:
             plan = _read_plan(workdir, sweep)
+            if not _same_handout(progress, plan):
+                save()
             todo = [c for c in plan["cells"] if isinstance(c, dict) and c.get("id") not in progress["done"]]
             if not todo:
                 break
@@ -182,6 +185,16 @@ def run(workdir: str, sweep: str) -> int:
     progress["state"] = "finished"
     save()
     return 0
+
+
+def _same_handout(progress: dict[str, Any], plan: dict[str, Any]) -> bool:
+    """A plan from a new hand-out (a re-run, --fresh) starts from nothing: what this host did for an earlier one is
+    in the results tree already or measured again. Appended cells (a lost host's) keep the same hand-out."""
+    handout = str(plan.get("handout", ""))
+    if progress.get("handout", "") == handout:
+        return True
+    progress.update(handout=handout, done={})
+    return False
 
 
 def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDone:

@@ -11,7 +11,9 @@ to the other hosts of its group. Nothing a host says is trusted (progress is val
 
 from __future__ import annotations
 
+import errno
 import json
+import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +35,7 @@ from agent.running import hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
 from agent.running.queue import estimated_seconds, longest_first
-from agent.running.sweep import prepare
+from agent.running.sweep import Prepared, prepare
 
 log = structlog.get_logger("spark_agent.detach")
 
@@ -56,6 +58,9 @@ class FleetState:
     last_seen: dict[str, float] = field(default_factory=dict)  # host -> epoch s of its last answer
     lost: dict[str, str] = field(default_factory=dict)  # host -> why it was declared lost
     requeued: dict[str, str] = field(default_factory=dict)  # "host/cell" -> the host that took it over
+    handout: str = ""  # this hand-out's token, in every plan: a runner forgets what it did for an earlier one
+    finished: bool = False  # an attached sweep followed it to the end (a re-run has nothing to follow)
+    refused: dict[str, str] = field(default_factory=dict)  # host -> why it refused its share at hand-out (busy)
 
     def hosts(self) -> list[str]:
         return sorted(self.assignment)
@@ -106,12 +111,14 @@ def assign(
     it (so equal hosts end together), on `replicas` different hosts minus those that finished it earlier."""
     out: dict[str, list[str]] = {h: [] for g in groups for h in g.hosts}
     for g in groups:
-        by_id = {c.id: c for c in cells[g.hosts[0]]}
+        by_id = {c.id: c for h in g.hosts for c in cells[h]}  # tune may select a cell for some hosts only
+        planned = {h: {c.id for c in cells[h]} for h in g.hosts}
+        left = {h: {c.id for c in todo[h]} for h in g.hosts}
         load = dict.fromkeys(g.hosts, 0.0)
         for cid in longest_first(by_id.values()):
-            have = [h for h in g.hosts if cid not in {c.id for c in todo[h]}]
-            free = [h for h in g.hosts if h not in have]
-            for _ in range(max(0, replicas - len(have))):
+            have = [h for h in g.hosts if cid in planned[h] and cid not in left[h]]
+            free = [h for h in g.hosts if cid in left[h]]
+            for _ in range(min(len(free), max(0, replicas - len(have)))):
                 host = min(free, key=lambda h: (load[h], g.hosts.index(h)))
                 free.remove(host)
                 out[host].append(cid)
@@ -119,9 +126,14 @@ def assign(
     return out
 
 
-def host_plan(spec: Spec, cells: list[Cell], sweep: str) -> dict[str, Any]:
+def host_plan(spec: Spec, cells: list[Cell], sweep: str, handout: str = "") -> dict[str, Any]:
     """One host's plan file: who handed it out and the cells, as cell.yml's `cell` (the runner reads the same)."""
-    return {"sweep": sweep, "holder": controller_identity(spec.name, ""), "cells": [c.playbook_vars() for c in cells]}
+    return {
+        "sweep": sweep,
+        "holder": controller_identity(spec.name, ""),
+        "cells": [c.playbook_vars() for c in cells],
+        "handout": handout,
+    }
 
 
 def hand_out(
@@ -136,10 +148,20 @@ def hand_out(
 ) -> FleetState:
     """Prepare the sweep, give each host its share and start its runner; return at once (the hosts go on)."""
     prepared = prepare(spec, inventory, hosts, results_root, fresh, replicas)
+    state = record_hand_out(prepared, spec, spec_path, inventory, results_root, replicas)
+    start_hand_out(state, spec, prepared.cells, inventory, results_root, evict)
+    return state
+
+
+def record_hand_out(
+    prepared: Prepared, spec: Spec, spec_path: Path | None, inventory: Path, results_root: Path, replicas: int
+) -> FleetState:
+    """Split the prepared cells over the hosts and save the record, before any runner starts: a controller killed
+    from now on still knows its sweep."""
     assignment = assign(prepared.groups, prepared.cells, prepared.todo, replicas)
     state = FleetState(
         sweep=spec.name,
-        spec=str(Path(spec_path).resolve()),
+        spec=str(Path(spec_path).resolve()) if spec_path else "",
         inventory=str(Path(inventory).resolve()),
         replicas=replicas,
         started=utc.iso(),
@@ -147,14 +169,22 @@ def hand_out(
         assignment=assignment,
         facts={h: dict(f) for h, f in prepared.facts.items()},
         last_seen=dict.fromkeys(assignment, time.time()),
+        handout=secrets.token_hex(6),
     )
-    save_state(results_root, state)  # before any runner starts: a controller killed now still knows its sweep
-    refused = start_runners(state, spec, prepared.cells, inventory, evict, [h for h in assignment if assignment[h]])
-    for host, why in refused.items():
-        log.error("host_refused", host=host, error=why)
-        declare_lost(state, spec, prepared.cells, inventory, results_root, host, f"refused: {why}", evict)
     save_state(results_root, state)
     return state
+
+
+def start_hand_out(
+    state: FleetState, spec: Spec, cells: dict[str, list[Cell]], inventory: Path, results_root: Path, evict: bool
+) -> None:
+    """Start every runner that has cells; a host that refuses (busy: the holder named) is lost, its cells go on."""
+    refused = start_runners(state, spec, cells, inventory, evict, [h for h in state.hosts() if state.assignment[h]])
+    for host, why in refused.items():
+        log.error("host_refused", host=host, error=why)
+        state.refused[host] = why
+        declare_lost(state, spec, cells, inventory, results_root, host, f"refused: {why}", evict)
+    save_state(results_root, state)
 
 
 def start_runners(
@@ -167,7 +197,7 @@ def start_runners(
     plans = {}
     for host in hosts:
         mine = {c.id: c for c in cells[host]}
-        plans[host] = host_plan(spec, [mine[cid] for cid in state.assignment[host]], state.sweep)
+        plans[host] = host_plan(spec, [mine[cid] for cid in state.assignment[host]], state.sweep, state.handout)
     extravars = {"sweep": state.sweep, "plans": hostdata.unsafe(plans)}  # facts reach the cells: never a template
     if evict:
         extravars["spark_evict"] = True
@@ -296,11 +326,15 @@ def collect_sweep(
     results_root: Path,
     lost_after: float = LOST_AFTER_S,
     evict: bool = False,
+    cells: dict[str, list[Cell]] | None = None,
+    hand_on: bool = True,
 ) -> Collected:
     """Bring back every sealed cell not yet in the results tree; declare silent hosts lost and hand their cells
-    on. Safe while the hosts run and safe to repeat: a cell already in the tree is not fetched again."""
+    on. Safe while the hosts run and safe to repeat: a cell already in the tree is not fetched again.
+    `cells`: the cells as handed out, when the caller has them (the attached sweep: tune's schedules, checkpoint
+    sizes); otherwise re-planned. hand_on=False: only bring back what is sealed (after a stop: nothing restarts)."""
     inventory = Path(state.inventory)
-    cells = replan(state, spec, hosts)
+    cells = cells if cells is not None else replan(state, spec, hosts)
     progress = poll(state, inventory)
     out = Collected(progress=progress)
     fetch: dict[str, list[str]] = {}
@@ -309,13 +343,20 @@ def collect_sweep(
             if host not in state.lost:
                 out.unanswered[host] = p.error
             continue
+        mine = set(state.assignment[host])  # what an earlier hand-out left on the host is not this sweep's answer
         for cid in p.sealed:
+            if cid not in mine:
+                continue
             if results.is_finished(results_root, state.sweep, host, cid):
                 out.already += 1
             else:
                 fetch.setdefault(host, []).append(cid)
         for cid, rec in p.done.items():
-            if rec["outcome"] == "host_error" and not results.is_finished(results_root, state.sweep, host, cid):
+            if (
+                cid in mine
+                and rec["outcome"] == "host_error"
+                and not results.is_finished(results_root, state.sweep, host, cid)
+            ):
                 out.failed[f"{host}/{cid}"] = rec["error"]
                 results.record_lost(results_root, state.sweep, host, cid, "host_failed", rec["error"], utc.iso())
         if p.alive and p.current:
@@ -329,6 +370,9 @@ def collect_sweep(
                 out.lost_now[host] = f"its runner is gone ({p.state}, {len(left)} cell(s) not run)"
     if fetch:
         out.new = fetch_and_store(state, cells, fetch, progress, results_root)
+    if not hand_on:
+        save_state(results_root, state)
+        return out
     for host, why in out.lost_now.items():  # after the fetch: what it sealed is in the tree, not handed on
         declare_lost(state, spec, cells, inventory, results_root, host, why, evict)
     now = time.time()
@@ -368,7 +412,10 @@ def fetch_and_store(
                 results_root, mine[cid], facts, started, finished, done.get("measure_s", 0.0)
             )
             if record is None:
-                log.warning("not_fetched", host=host, cell=cid, error=run.failures.get(host, "no archive"))
+                why = run.failures.get(host, "no archive")
+                if collecting.disk_full(why):  # the fetch could not write: every later one would fail too
+                    raise OSError(errno.ENOSPC, f"the results folder {results_root} is full ({hostdata.one_line(why)})")
+                log.warning("not_fetched", host=host, cell=cid, error=why)
                 continue
             results.clear_lost(results_root, state.sweep, host, cid)
             stored.setdefault(host, []).append(cid)
