@@ -50,7 +50,9 @@ def read_progress(workdir: str, sweep: str) -> RunnerProgress:
     holder = supervise.runner_holder(workdir)
     progress["alive"] = bool(holder) and holder.get("sweep") == sweep
     sealed = {p.stem for p in (Path(os.path.expanduser(workdir)) / "runs").glob("*.tar")}
-    progress["sealed"] = sorted(c for c in progress.get("done", {}) if c in sealed)
+    # a tar left by an earlier sweep of the same cell id is not this run's answer: only what this runner sealed
+    done = progress.get("done", {})
+    progress["sealed"] = sorted(c for c, d in done.items() if c in sealed and d.get("outcome") == "sealed")
     return progress
 
 

@@ -290,14 +290,17 @@ def outcome_of(
             elif state and f"{host}/{cid}" in state.requeued:
                 o.add("requeued", cid, f"handed to {state.requeued[f'{host}/{cid}']}")
             else:
-                o.add("lost", cid, _lost_reason(root, sweep, host, cid) or f"not run: {o.error or why_not_run}")
+                reason, error = _lost_reason(root, sweep, host, cid)
+                if reason == "host_failed" and not o.error:  # the host could not take it (busy, port taken)
+                    o.error = error
+                o.add("lost", cid, f"{reason}: {error}" if reason else f"not run: {o.error or why_not_run}")
     return outcome
 
 
-def _lost_reason(root: Path, sweep: str, host: str, cid: str) -> str:
-    """What lost.toml says about a cell started and not finished; "" when it never started."""
+def _lost_reason(root: Path, sweep: str, host: str, cid: str) -> tuple[str, str]:
+    """What lost.toml says about a cell started and not finished (reason, error); ("", "") when it never started."""
     try:
         lost = results.read_toml(results.cell_dir(root, sweep, host, cid) / results.LOST_FILE)
     except (OSError, ValueError):
-        return ""
-    return f"{lost.get('reason', 'lost')}: {lost.get('error', '')}"
+        return "", ""
+    return str(lost.get("reason", "lost")), str(lost.get("error", ""))
