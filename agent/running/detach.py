@@ -40,6 +40,7 @@ from agent.running.sweep import Prepared, prepare
 log = structlog.get_logger("spark_agent.detach")
 
 STATE_DIR = ".fleet"  # results/.fleet/<sweep>.json
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 LOST_AFTER_S = 120.0  # a host that has not answered for this long is lost: its unfinished cells go to the others
 
 
@@ -61,6 +62,7 @@ class FleetState:
     handout: str = ""  # this hand-out's token, in every plan: a runner forgets what it did for an earlier one
     finished: bool = False  # an attached sweep followed it to the end (a re-run has nothing to follow)
     refused: dict[str, str] = field(default_factory=dict)  # host -> why it refused its share at hand-out (busy)
+    unstored: dict[str, str] = field(default_factory=dict)  # "host/cell" -> why storing its tar failed (not again)
 
     def hosts(self) -> list[str]:
         return sorted(self.assignment)
@@ -345,7 +347,7 @@ def collect_sweep(
             continue
         mine = set(state.assignment[host])  # what an earlier hand-out left on the host is not this sweep's answer
         for cid in p.sealed:
-            if cid not in mine:
+            if cid not in mine or f"{host}/{cid}" in state.unstored:
                 continue
             if results.is_finished(results_root, state.sweep, host, cid):
                 out.already += 1
@@ -408,13 +410,23 @@ def fetch_and_store(
         for cid in ids:
             done = progress[host].done.get(cid, {})
             started, finished = done.get("started", 0.0), done.get("finished", 0.0)
-            record = collecting.finalize_cell(
-                results_root, mine[cid], facts, started, finished, done.get("measure_s", 0.0)
-            )
+            try:
+                record = collecting.finalize_cell(
+                    results_root, mine[cid], facts, started, finished, done.get("measure_s", 0.0)
+                )
+            except Exception as exc:  # a bug or a surprise: this cell is lost, not the sweep (a full disk stops it)
+                if isinstance(exc, OSError) and (collecting.disk_full(str(exc)) or exc.errno in DISK_FULL):
+                    raise
+                why = hostdata.one_line(f"{exc.__class__.__name__}: {exc}")
+                log.error("cell_not_stored", host=host, cell=cid, error=why)
+                state.unstored[f"{host}/{cid}"] = why
+                collecting.incoming_tar(results_root, state.sweep, host, cid).unlink(missing_ok=True)
+                results.record_lost(results_root, state.sweep, host, cid, "lost", why, utc.iso())
+                continue
             if record is None:
                 why = run.failures.get(host, "no archive")
                 if collecting.disk_full(why):  # the fetch could not write: every later one would fail too
-                    raise OSError(errno.ENOSPC, f"the results folder {results_root} is full ({hostdata.one_line(why)})")
+                    raise OSError(errno.ENOSPC, f"No space left on device: {hostdata.one_line(why)}")
                 log.warning("not_fetched", host=host, cell=cid, error=why)
                 continue
             results.clear_lost(results_root, state.sweep, host, cid)

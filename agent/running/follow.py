@@ -82,7 +82,7 @@ def run_sweep(
         run.interrupted = True
         run.stop("interrupted")
     except OSError as exc:
-        if not collect.disk_full(str(exc)):
+        if not (collect.disk_full(str(exc)) or exc.errno in detach.DISK_FULL):
             raise
         run.fatal = f"the results folder {root} is full ({exc.strerror or exc})"
         log.error("controller_disk_full", error=run.fatal, action="stopping the runners")
@@ -187,6 +187,11 @@ class _Following:
         )
         if not stopped.ok:  # a runner that would not stop: its server is stopped the attached way
             teardown(inventory, [h for h in self.hosts if h.name in busy], state.sweep)
+        if reason == "controller":  # a fetch cut short by the full disk leaves no partial archive behind
+            try:
+                collect.clear_incoming(self.root, state.sweep)
+            except OSError as exc:
+                log.error("incoming_not_cleared", error=str(exc))
         on = {h: p.current for h, p in (self.last.progress if self.last else {}).items() if p.answered and p.current}
         if reason != "controller":  # with the disk full, a fetch fails again: the sealed tars wait on the hosts
             try:
