@@ -340,6 +340,7 @@ def collect_sweep(
     progress = poll(state, inventory)
     out = Collected(progress=progress)
     fetch: dict[str, list[str]] = {}
+    restart: list[str] = []
     for host, p in progress.items():
         if not p.answered:
             if host not in state.lost:
@@ -370,11 +371,17 @@ def collect_sweep(
             left = [c for c in state.assignment[host] if c not in p.done]
             if left:
                 out.lost_now[host] = f"its runner is gone ({p.state}, {len(left)} cell(s) not run)"
+        elif p.state == "finished" and host not in state.lost and any(c not in p.done for c in state.assignment[host]):
+            restart.append(host)  # it ended just before cells were appended to its plan: start it again
+            out.still_running[host] = ""
     if fetch:
         out.new = fetch_and_store(state, cells, fetch, progress, results_root)
     if not hand_on:
         save_state(results_root, state)
         return out
+    for host, why in start_runners(state, spec, cells, inventory, evict, restart).items():
+        del out.still_running[host]
+        out.lost_now[host] = f"its runner could not be started again: {why}"
     for host, why in out.lost_now.items():  # after the fetch: what it sealed is in the tree, not handed on
         declare_lost(state, spec, cells, inventory, results_root, host, why, evict)
     now = time.time()
