@@ -79,8 +79,12 @@ def save_state(results_root: Path, state: FleetState) -> None:
     path = state_path(results_root, state.sweep)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=1, sort_keys=True))
-    tmp.replace(path)  # whole or not at all: a killed controller never leaves half a record
+    try:
+        tmp.write_text(json.dumps(asdict(state), indent=1, sort_keys=True))
+        tmp.replace(path)  # whole or not at all: a killed controller never leaves half a record
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: the last whole record stays
+        raise
 
 
 def load_state(results_root: Path, sweep: str) -> FleetState:

@@ -126,11 +126,12 @@ class _Following:
             return
         log.info("following_previous_runners", sweep=old.sweep, started=old.started)
         self.state = old
-        self.follow(old, show=False)
+        self.follow(old, show=False, hand_on=False)  # what is still missing after it is handed out anew below
         self.state = None
 
-    def follow(self, state: detach.FleetState, show: bool) -> None:
-        """Collect until nothing runs on any host that still counts; the record is then marked finished."""
+    def follow(self, state: detach.FleetState, show: bool, hand_on: bool = True) -> None:
+        """Collect until nothing runs on any host that still counts; the record is then marked finished.
+        hand_on=False (an earlier controller's runners): only collect, until no runner that answers still runs."""
         if not any(state.assignment.values()):
             state.finished = True
             detach.save_state(self.root, state)
@@ -142,10 +143,10 @@ class _Following:
             if self.cancel.is_set():
                 raise KeyboardInterrupt
             got = detach.collect_sweep(
-                state, self.spec, self.hosts, self.root, self.lost_after, self.evict, cells=self.cells
+                state, self.spec, self.hosts, self.root, self.lost_after, self.evict, cells=self.cells, hand_on=hand_on
             )
             self._took(got, state, by_id, show)
-            if got.finished:
+            if got.finished or not (hand_on or got.still_running):
                 break
             self.cancel.wait(next_look(got, by_id, time.time()))
         state.finished = True
