@@ -188,7 +188,8 @@ def start_hand_out(
     refused = start_runners(state, spec, cells, inventory, evict, [h for h in state.hosts() if state.assignment[h]])
     for host, why in refused.items():
         log.error("host_refused", host=host, error=why)
-        state.refused[host] = why
+        if not why.startswith("unreachable: "):  # busy, no plan...: the host said no (an unreachable one is lost)
+            state.refused[host] = why
         declare_lost(state, spec, cells, inventory, results_root, host, f"refused: {why}", evict)
     save_state(results_root, state)
 
@@ -208,7 +209,8 @@ def start_runners(
     if evict:
         extravars["spark_evict"] = True
     run = fleet.run_playbook("fleet", inventory, extravars, limit=",".join(hosts))
-    problems = {h: hostdata.one_line(msg) for h, msg in {**run.unreachable, **run.failures}.items() if h in hosts}
+    problems = {h: hostdata.one_line(msg) for h, msg in run.failures.items() if h in hosts}
+    problems.update({h: f"unreachable: {hostdata.one_line(msg)}" for h, msg in run.unreachable.items() if h in hosts})
     for host in hosts:
         if host not in problems:
             state.last_seen[host] = time.time()
