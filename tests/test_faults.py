@@ -168,7 +168,8 @@ def fill(folder: Path) -> Path:
 
 def test_a_full_results_disk_is_one_clear_error_and_a_rerun_finishes(tmp_path, sim_inventory, ssh_fleet, small_disk):
     out = small_disk / "results"
-    cmd = sweep_cmd(fault_spec(tmp_path, "full"), sim_inventory, out, "--limit", "spark-a")
+    # 3 s windows: the first cell is collected while the runner is still on the second (it never waits for us)
+    cmd = sweep_cmd(fault_spec(tmp_path, "full", duration=3.0), sim_inventory, out, "--limit", "spark-a")
     proc = start_cli(cmd)
     try:
         deadline = time.monotonic() + 120
@@ -185,7 +186,8 @@ def test_a_full_results_disk_is_one_clear_error_and_a_rerun_finishes(tmp_path, s
     assert len(errors) == 1 and errors[0] == err.strip().splitlines()[-1], err[-3000:]
     assert f"the results folder {out} is full" in errors[0] and "No space left on device" in errors[0]
     rows = check_summary(err, out, "full", {"spark-a": 2})
-    assert rows["spark-a"]["measured"] == 1 and rows["spark-a"]["lost"] == 1
+    # the second cell is lost, unless the runner sealed it and it was stored before the disk filled (load-dependent)
+    assert rows["spark-a"]["measured"] >= 1 and rows["spark-a"]["measured"] + rows["spark-a"]["lost"] == 2
     assert not stray_temp_files(out)
     assert not list(out.rglob("*.tar")), "a partial archive was left behind"
     for path in out.rglob("*.toml"):
