@@ -444,7 +444,15 @@ def fetch_and_store(
                 continue
             results.clear_lost(results_root, state.sweep, host, cid)
             stored.setdefault(host, []).append(cid)
-            log.info("cell_collected", host=host, cell=cid, verdict=record.verdict)
+            log.info(
+                "cell_done",
+                host=host,
+                cell=cid,
+                label=mine[cid].label,
+                verdict=record.verdict,
+                failure=record.failure_class or None,
+                seconds=round(finished - started, 1),
+            )
     return stored
 
 
