@@ -57,9 +57,14 @@ def site_files(names: set[str]) -> dict[str, str]:
             src = Path(str(dist.locate_file(f))).resolve()
             if src.is_file() and "__pycache__" not in f.parts and not str(f).startswith(".."):
                 plan[f"{SITE}/{f}"] = str(src)
-                if src.suffix == ".so" or os.access(src, os.X_OK) and src.read_bytes()[:4] == b"\x7fELF":
+                if src.suffix == ".so" or (os.access(src, os.X_OK) and _elf(src)):
                     plan.update({lib: lib for lib in image.shared_libraries(str(src))})
     return plan
+
+
+def _elf(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(4) == b"\x7fELF"
 
 
 def build(daemon: fixtures_docker.DockerDaemon) -> str:
