@@ -82,7 +82,9 @@ def build(daemon: fixtures_docker.DockerDaemon) -> str:
         started = time.monotonic()
         sdocker.import_image(tar_path, ref, changes, daemon.env)
         pinned = sdocker.push(ref, daemon.env)
-        print(f"image: {len(plan)} files ({', '.join(sorted(names))}); import + push {time.monotonic() - started:.0f} s")
+        print(
+            f"image: {len(plan)} files ({', '.join(sorted(names))}); import + push {time.monotonic() - started:.0f} s"
+        )
     return pinned
 
 
