@@ -413,3 +413,37 @@ def test_env_command_for_a_refused_node_set_is_one_line_exit_2(tmp_path):
     assert node_set["transport"] == "socket" and node_set["transport_reason"] == "no RDMA device on the link of a, b"
     worker = node_set["cells"][0]["nodes"][1]
     assert worker["env"]["NCCL_IB_DISABLE"] == "1" and "NCCL_IB_HCA" not in worker["env"]
+
+
+def test_the_report_shows_each_nodes_page_cache_and_image():
+    from agent.judging.stats import CellSummary
+    from agent.reporting import multinode as report
+
+    digest = "sha256:" + "ab" * 32
+    cell = {
+        "cell_id": "3f9a1c0e7b2d",
+        "attestation": {"cluster": {"world_size": 2, "ray_nodes": 2, "links": [{"node": "b", "transport": "IB"}]}},
+        "nodes": [
+            {"host": "a", "role": "head", "page_cache": "simulated host: not dropped", "image": ""},
+            {"host": "b|x", "role": "worker", "page_cache": "dropped", "image": digest},
+        ],
+    }
+    lines = report.node_lines([CellSummary(cell=cell, points={}), CellSummary(cell={"cell_id": "one"}, points={})])
+    assert lines[0] == "## Multi-node cells" and len([ln for ln in lines if ln.startswith("| ")]) == 3
+    assert "simulated host: not dropped" in lines[4] and "process runtime" in lines[4] and "IB" in lines[4]
+    assert "dropped" in lines[5] and digest in lines[5] and "b\\|x" in lines[5]  # host text escaped, never a column
+    assert report.node_lines([CellSummary(cell={"cell_id": "one"}, points={})]) == []
+
+
+def test_env_command_prints_each_node_set_and_the_refused_hosts(tmp_path, capsys, monkeypatch):
+    from agent.commands import env as env_cmd
+
+    monkeypatch.setenv("COLUMNS", "250")
+    two_nics = host(nic("enp1s0f0np0", "127.0.9.13/24", ["rocep1s0f0"]), nic("enp1s0f1np1", "127.0.9.14/24"))
+    hosts = [("a", sim("127.0.9.11"), {}), ("b", sim("127.0.9.12"), {}), ("c", two_nics, {})]
+    assert env_cmd._show_multinode(env_cmd.multinode_view(load_spec(spec_file(tmp_path)), hosts), False) == 0
+    out = capsys.readouterr().out
+    assert "node set a, b (head a) on 127.0.9.0/24: transport rdma (every node has an RDMA device" in out
+    for text in ("all nodes", "multinode-ib-hca", "(node b)", "VLLM_HOST_IP", "127.0.9.12"):
+        assert text in out
+    assert "refused: host c is in no node set: 2 interfaces on the cluster subnet" in out
