@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent import logs
 from agent.commands import env as env_cmd
 from agent.hostside import raynode, supervise
 from agent.planning.inventory import load_inventory
@@ -146,6 +147,7 @@ def test_two_node_cell_over_rdma_is_attested_and_torn_down(ray_inventory, tmp_pa
     head, worker = hosts[0], hosts[1]
     spec_path = _spec(tmp_path, "mn", server="drop_page_cache = true")
     # `spark-agent env` over the same hosts (facts gathered by the playbook over SSH): each node's own link variables
+    logs.configure()  # structlog to stderr, as the CLI sets it up: stdout stays the command's
     parser = argparse.ArgumentParser()
     env_cmd.register(parser.add_subparsers())
     args = parser.parse_args(["env", str(spec_path), "-i", str(ray_inventory), "--json"])
