@@ -243,8 +243,9 @@ def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDo
                     out_dir=str(serving.run_dir(workdir, cell["id"])),
                     workdir=workdir,
                     cell_id=cell["id"],
+                    time_scale=float(cell.get("time_scale", 1.0)),  # the simulator's accelerated clock
                     shape=_shape_options(cell.get("shape"), workdir),
-                    telemetry_opts={**(cell.get("telemetry") or {}), "nvidia_smi": host.get("nvidia_smi")},
+                    telemetry_opts=_telemetry_options(cell, host, first=level == cell["concurrency"][0]),
                 )
                 measure_s += result["elapsed_s"]
                 if result["engine_died"]:
@@ -268,6 +269,15 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _telemetry_options(cell: dict[str, Any], host: dict[str, Any], first: bool) -> dict[str, Any]:
+    """spark_bench's telemetry options from a plan's `cell.telemetry`, as playbooks/tasks/bench.yml maps them: the
+    cool-down runs before the cell's first level only."""
+    opts = {**(cell.get("telemetry") or {}), "nvidia_smi": host.get("nvidia_smi")}
+    if not first:
+        opts.update(cooldown_s=0.0, cool_to_c=0.0)
+    return opts
 
 
 def _shape_options(shape: dict[str, Any] | None, workdir: str) -> dict[str, Any]:

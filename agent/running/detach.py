@@ -205,7 +205,21 @@ def start_runners(
     for host in hosts:
         mine = {c.id: c for c in cells[host]}
         plans[host] = host_plan(spec, [mine[cid] for cid in state.assignment[host]], state.sweep, state.handout)
-    extravars = {"sweep": state.sweep, "plans": hostdata.unsafe(plans)}  # facts reach the cells: never a template
+    datasets = {  # a ShareGPT file goes to the host by its content hash, as cell.yml's bench step copies it
+        host: sorted(
+            {
+                (c["shape"]["dataset_src"], c["shape"]["dataset_sha256"])
+                for c in plans[host]["cells"]
+                if c["shape"]["dataset_src"]
+            }
+        )
+        for host in hosts
+    }
+    extravars = {
+        "sweep": state.sweep,
+        "plans": hostdata.unsafe(plans),  # facts reach the cells: never a template
+        "datasets": hostdata.unsafe({h: [{"src": src, "sha256": sha} for src, sha in d] for h, d in datasets.items()}),
+    }
     if evict:
         extravars["spark_evict"] = True
     run = fleet.run_playbook("fleet", inventory, extravars, limit=",".join(hosts))
