@@ -28,7 +28,7 @@ from agent.planning.matrix import Cell, CheckpointInfo
 from agent.planning.spec import Spec
 from agent.results import tree as results
 from agent.results.records import CellRecord
-from agent.running import collect, fleetcopy, hostdata, tasks
+from agent.running import collect, fingerprints, fleetcopy, hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
 from agent.running.progress import Progress
@@ -313,7 +313,7 @@ def prepare(
     check_reachable(hosts)
     try:
         facts = gather_facts(inventory, hosts)
-        groups = fleet_groups.group_facts(facts)
+        groups = fingerprints.remembered(results_root, spec.image, facts)  # + digest and logged vLLM, if known
         show_groups(groups)
         check_replicas(replicas, groups)
         cells = plan_fleet(spec, hosts, facts)
@@ -328,7 +328,12 @@ def prepare(
             h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
             for h, cs in cells.items()
         }
-        provision(inventory, spec, hosts, todo)  # every host of a group can take any of its cells: env files for all
+        run = provision(inventory, spec, hosts, todo)  # every host of a group can take any of its cells: env files
+        regrouped = fingerprints.provisioned(results_root, spec.image, facts, hosts, run)
+        if regrouped != groups:  # the digests provisioning found now separate hosts
+            show_groups(regrouped)
+            check_replicas(replicas, regrouped)
+        groups = regrouped
     except KeyboardInterrupt:
         _stop_our_playbooks()  # facts and provisioning start no server: nothing to tear down
         raise
