@@ -1,6 +1,6 @@
 """Issue 13 §1 and §4 over three real sshd hosts with the simulated Spark (calibrated rate, which sleeps): the vLLM
 version a host's log gives joins its fingerprint (a host whose simulated vLLM differs is named, never replicated with
-the others, and forms its own group in the next sweep and in `check`), and a host lost in a detached sweep costs
+the others, and forms its own group in the next sweep), and a host lost in a detached sweep costs
 only its cell, which is recorded host_lost and measured by the others."""
 
 from __future__ import annotations
@@ -86,8 +86,6 @@ def test_a_host_whose_log_gives_another_vllm_is_named_and_kept_apart(tmp_path, t
     assert re.search(
         r"--replicas 3: group g1 \(spark-a, spark-b: .*\) has only 2 host\(s\); give at most 1", again.stderr
     )
-    check = cli("check", "-i", str(inventory), "--results", str(out))
-    assert f"spark-c: vLLM {OTHER_VLLM} vs 0.24.0" in " ".join(check.stdout.split()), check.stdout
 
 
 def test_a_host_lost_in_a_detached_sweep_costs_only_its_cell(tmp_path, three):

@@ -143,3 +143,13 @@ def test_the_report_never_replicates_or_ranks_across_logged_versions() -> None:
     assert [{s.cell["host"] for s in r.winner_cells} for r in recs] == [{"b"}, {"a"}]  # each from its own hosts
     (one,) = stats.recommend(stats.summarize_cells(cells[:2]))
     assert one.hardware == "unknown hardware"  # one version: the heading is as before
+
+
+def test_check_groups_by_what_each_host_last_had(tmp_path: Path) -> None:
+    """`check` has no spec (no image): the digest and version each host last had, whatever the image."""
+    facts = {h: _facts() for h in ("spark-1", "spark-2")}
+    hostmemory.remember_images(tmp_path, IMAGE, {"spark-1": DIGEST}, ["spark-1"])
+    hostmemory.remember_images(tmp_path, "other@sha256:" + "cd" * 32, {}, ["spark-2"])
+    found = fingerprints.last_known(tmp_path, facts)
+    assert [g.hosts for g in found] == [("spark-1",), ("spark-2",)]
+    assert groups.explain(found)[0].startswith(f"spark-2: image ? vs sha256:{'ab' * 6}…")

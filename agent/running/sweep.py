@@ -28,7 +28,7 @@ from agent.planning.matrix import Cell, CheckpointInfo
 from agent.planning.spec import Spec
 from agent.results import tree as results
 from agent.results.records import CellRecord
-from agent.running import collect, fingerprints, fleetcopy, hostdata, tasks
+from agent.running import collect, fingerprints, fleetcopy, hostdata, hubcopy, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
 from agent.running.progress import Progress
@@ -175,6 +175,7 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
         for c in cs:  # a multi-node cell's env file on every node: the cell's env and that node's link variables
             for node in c.cluster.get("nodes", []) or [{"host": c.host, "env": {}}]:
                 by_host.setdefault(node["host"], []).append({"id": c.id, "env": {**c.env, **node["env"]}})
+    hubcopy.download_once(inventory, spec, hosts)  # hub ids: one download, copied over the fleet (if set)
     checkpoints = fleetcopy.checkpoint_vars(spec)
     more_images = [i for i in spec.design.images if i != spec.image]  # [matrix] image: every digest present
     run = fleet.run_playbook(
