@@ -1,7 +1,7 @@
-"""Issue 13 §1 and §4 over three real sshd hosts with the simulated Spark (calibrated rate, which sleeps): the vLLM
-version a host's log gives joins its fingerprint (a host whose simulated vLLM differs is named, never replicated with
-the others, and forms its own group in the next sweep), and a host lost in a detached sweep costs
-only its cell, which is recorded host_lost and measured by the others."""
+"""Issue 13 §1 and §4 over three real sshd hosts with the simulated Spark (calibrated rate, which sleeps), in one
+detached sweep (CI time): a host lost mid-sweep costs only its cell, which is recorded host_lost and measured by
+another host; and the vLLM version a host's log gives joins its fingerprint: a host whose simulated vLLM differs is
+named, never replicated with the others, and forms its own group in the next sweep."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from agent.running import hostmemory
 
 from .sshd_hosts import SIM_HOST_VARS, inventory_for, lose_host, restore_host, start_fleet, stop_fleet
 from .test_fleet import cli, fleet_spec, stored
-from .test_sweep import write_spec
 
 pytestmark = pytest.mark.integration
 
@@ -55,78 +54,69 @@ def _inventory_with_other_vllm(fleet, tmp: Path) -> Path:
     return path
 
 
-def test_a_host_whose_log_gives_another_vllm_is_named_and_kept_apart(tmp_path, three):
+def _spec(tmp: Path, name: str) -> Path:
+    """2 cells (one short window each); no [image] vllm_version, which would set every simulated host's version."""
+    spec = fleet_spec(tmp, name, ["auto"])
+    spec.write_text(spec.read_text().replace('vllm_version = "0.24.0"\n', ""))
+    return spec
+
+
+def test_a_lost_host_costs_only_its_cell_and_another_vllm_is_kept_apart(tmp_path, three):
+    """2 cells handed to 3 hosts of one group (spark-a and spark-b one each); spark-a's sshd stops while its cell's
+    server is up. `collect --wait --lost-after 2` declares it lost, records that cell host_lost and hands it to
+    spark-c, whose simulated vLLM logs another version: named, and never a replica of spark-a's measurement, which
+    a later collect brings back once spark-a answers again. The next sweep puts spark-c in a group of its own."""
     out = tmp_path / "results"
     inventory = _inventory_with_other_vllm(three, tmp_path)
-    spec = write_spec(tmp_path, "versions", backends=("marlin",), duration=0.5, concurrency=(1,), warmup=0)
-    spec.write_text(spec.read_text().replace('vllm_version = "0.24.0"\n', ""))  # else it sets every host's version
-    swept = cli("sweep", str(spec), "-i", str(inventory), "--results", str(out), "--replicas", "3", "--no-progress")
-    assert swept.returncode == 0, swept.stderr[-3000:]
-    assert re.search(rf"vLLM {OTHER_VLLM} in the log of spark-c vs 0\.24\.0 on spark-[ab]", swept.stderr) or re.search(
-        rf"vLLM 0\.24\.0 in the log of spark-[ab] vs {OTHER_VLLM} on spark-c", swept.stderr
-    ), swept.stderr[-3000:]
-    known = hostmemory.load(out)
-    assert {h: k.vllm_version for h, k in known.items()} == {
-        "spark-a": "0.24.0",
-        "spark-b": "0.24.0",
-        "spark-c": OTHER_VLLM,
-    }
-
-    cells = results.load_cells(out / "versions")
-    assert len(cells) == 3
-    points = replicas.replica_points(stats.summarize_cells(cells))
-    assert points and all(p.hosts == ("spark-a", "spark-b") for p in points), points  # never with spark-c
-    recs = stats.recommend(stats.summarize_cells(cells))
-    assert sorted(r.hardware.rsplit("vLLM ", 1)[-1] for r in recs) == [OTHER_VLLM, "0.24.0"]
-
-    # the next sweep groups by the remembered version: spark-c alone, so three replicas cannot be had
-    again = cli("sweep", str(spec), "-i", str(inventory), "--results", str(out), "--replicas", "3", "--no-progress")
-    assert again.returncode == 2, again.stderr[-3000:]
-    assert f"spark-c: vLLM {OTHER_VLLM} vs 0.24.0" in again.stderr
-    assert re.search(
-        r"--replicas 3: group g1 \(spark-a, spark-b: .*\) has only 2 host\(s\); give at most 1", again.stderr
-    )
-
-
-def test_a_host_lost_in_a_detached_sweep_costs_only_its_cell(tmp_path, three):
-    """2 cells handed to 3 equal hosts (spark-a and spark-b one each); spark-a's sshd stops while its cell's server
-    is up. `collect --wait --lost-after 2` declares it lost, records that cell host_lost and hands it to spark-c:
-    every cell is measured. spark-a comes back: a later collect brings what it sealed, as a replica."""
-    out = tmp_path / "results"
-    spec = fleet_spec(tmp_path, "lost", ["auto"])
-    started = cli("sweep", str(spec), "-i", str(three.inventory), "--results", str(out), "--detach")
+    started = cli("sweep", str(_spec(tmp_path, "lost")), "-i", str(inventory), "--results", str(out), "--detach")
     assert started.returncode == 0, started.stderr[-3000:]
-    assert "spark-a: 1 cell(s)" in started.stderr, started.stderr[-2000:]
+    assert "spark-a: 1 cell(s)" in started.stderr and "spark-c: 0 cell(s)" in started.stderr, started.stderr[-2000:]
     a = three.host("spark-a")
     deadline = time.monotonic() + 60
     while not supervise.find_engines(str(a.workdir), scope="workdir") and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert supervise.find_engines(str(a.workdir), scope="workdir"), "spark-a never started its first cell"
+    assert supervise.find_engines(str(a.workdir), scope="workdir"), "spark-a never started its cell"
     lose_host(three, "spark-a")  # mid-cell: its server is up
     try:
         collected = cli(
             "collect", "lost", "--results", str(out), "--wait", "--lost-after", "2", "--interval", "0.5", timeout=120
         )
-        assert collected.returncode == 0, collected.stderr[-3000:]
-        assert "lost host spark-a: no answer" in collected.stderr, collected.stderr[-3000:]
+        err = collected.stderr
+        assert collected.returncode == 0, err[-3000:]
+        assert "lost host spark-a: no answer" in err, err[-3000:]
         cells = stored(out, "lost")
         assert sorted(cells.values()) == [["spark-b"], ["spark-c"]], cells
-        assert "collected 2 new cell(s)" in collected.stderr, collected.stderr[-2000:]
-        assert re.search(r"requeued spark-a/[0-9a-f]{12} -> spark-c", collected.stderr), collected.stderr[-2000:]
+        assert "collected 2 new cell(s)" in err, err[-2000:]  # every cell measured: 2 planned = 2 collected
+        assert re.search(r"requeued spark-a/[0-9a-f]{12} -> spark-c", err), err[-2000:]
         (lost,) = list((out / "lost" / "spark-a").glob(f"*/{results.LOST_FILE}"))
         assert results.read_toml(lost)["reason"] == "host_lost"  # never a backend failure
+        assert re.search(rf"vLLM {OTHER_VLLM} in the log of spark-c vs 0\.24\.0 on spark-b", err) or re.search(
+            rf"vLLM 0\.24\.0 in the log of spark-b vs {OTHER_VLLM} on spark-c", err
+        ), err[-3000:]
     finally:
         restore_host(three, "spark-a")
 
-    # spark-a's runner went on alone; once it is done, a later collect brings its sealed cells as replicas
+    # spark-a's runner went on alone; once it is done, a later collect brings its sealed cell back
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        status = cli("status", "lost", "--results", str(out))
-        if "spark-a: finished" in status.stdout:
+        if "spark-a: finished" in cli("status", "lost", "--results", str(out)).stdout:
             break
         time.sleep(1)
     later = cli("collect", "lost", "--results", str(out))
     assert later.returncode == 0, later.stderr[-3000:]
     cells = stored(out, "lost")
-    assert sorted(cells.values()) == [["spark-a", "spark-c"], ["spark-b"]], cells  # a replica, not a duplicate
+    assert sorted(cells.values()) == [["spark-a", "spark-c"], ["spark-b"]], cells  # one cell on two hosts
     assert not list((out / "lost" / "spark-a").glob(f"*/{results.LOST_FILE}"))  # measured after all: not lost
+    known = {h: k.vllm_version for h, k in hostmemory.load(out).items()}
+    assert known == {"spark-a": "0.24.0", "spark-b": "0.24.0", "spark-c": OTHER_VLLM}
+    loaded = results.load_cells(out / "lost")
+    assert [c["verdict"] for c in loaded] == ["valid"] * 3, [c.get("verdict_reasons") for c in loaded]
+    summaries = stats.summarize_cells(loaded)
+    assert replicas.replica_points(summaries) == []  # spark-a and spark-c measured one cell under different vLLMs
+    assert sorted(r.hardware.rsplit("vLLM ", 1)[-1] for r in stats.recommend(summaries)) == [OTHER_VLLM, "0.24.0"]
+
+    # the next sweep groups by the remembered version: spark-c alone, so three replicas cannot be had
+    again = cli("sweep", str(_spec(tmp_path, "next")), "-i", str(inventory), "--results", str(out), "--replicas", "3")
+    assert again.returncode == 2, again.stderr[-3000:]
+    assert f"spark-c: vLLM {OTHER_VLLM} vs 0.24.0" in again.stderr, again.stderr[-2000:]
+    assert re.search(r"--replicas 3: group g1 \(spark-a, spark-b: .*\) has only 2 host\(s\)", again.stderr)
