@@ -58,7 +58,9 @@ def test_a_window_offers_exactly_rate_times_duration_requests_like_bench():
     for seed in range(50):
         times = arrivals.schedule(4.0, 1.0, 8.0, random.Random(seed))
         assert len(times) == 32
-        assert times[0] == 0.0 and times == sorted(times) and times[-1] < 8.0
+        # the last one a mean gap before the close: never in its last instants, where a start a few ms late would
+        # fall after it and count as missed (at burstiness 0.5 a free tail gap is under 2.5 ms one time in ten)
+        assert times[0] == 0.0 and times == sorted(times) and times[-1] == pytest.approx(8.0 - 0.25)
     assert [
         len(arrivals.schedule(r, 0.5, d, random.Random(1))) for r, d in ((100.0, 10.0), (2.5, 3.0), (0.1, 2.0))
     ] == [
