@@ -19,6 +19,7 @@ from agent.hostside.serving import launch_command
 from agent.judging import bandwidth, replicas, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
+from agent.reporting import multinode as multinode_report
 from agent.reporting import startup
 from agent.reporting import telemetry as telemetry_report
 from agent.reporting.escape import md, md_code, md_fence, rich
@@ -281,6 +282,7 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     if data.tune:
         out += ["## Adaptive tuning: skipped, stopped, undecided", ""] + startup.tune_lines(data.tune) + [""]
     out += replica_section(data.summaries, data.threshold)
+    out += multinode_report.node_lines(data.summaries)
     return "\n".join(out)
 
 
