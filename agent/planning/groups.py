@@ -82,10 +82,17 @@ def group_hosts(fingerprints: Mapping[str, Fingerprint]) -> list[HostGroup]:
     return [HostGroup(name=f"g{i}", fingerprint=fp, hosts=tuple(hosts)) for i, (fp, hosts) in enumerate(ordered, 1)]
 
 
-def group_facts(facts: Mapping[str, Facts], image_digests: Mapping[str, str] | None = None) -> list[HostGroup]:
-    """group_hosts over fingerprint(facts) for every host (the usual call after the facts step)."""
-    digests = image_digests or {}
-    return group_hosts({host: fingerprint(f, digests.get(host, "")) for host, f in facts.items()})
+def group_facts(
+    facts: Mapping[str, Facts],
+    image_digests: Mapping[str, str] | None = None,
+    vllm_versions: Mapping[str, str] | None = None,
+) -> list[HostGroup]:
+    """group_hosts over fingerprint(facts) for every host (the usual call after the facts step), with the image
+    digest each host holds and the vLLM version its log gave where known (running/hostmemory.py remembers both)."""
+    digests, versions = image_digests or {}, vllm_versions or {}
+    return group_hosts(
+        {host: fingerprint(f, digests.get(host, ""), versions.get(host, "")) for host, f in facts.items()}
+    )
 
 
 def group_of(groups: Iterable[HostGroup], host: str) -> HostGroup:
@@ -100,8 +107,15 @@ def differences(a: Fingerprint, b: Fingerprint) -> list[str]:
     out = []
     for f, va, vb in zip(fields(Fingerprint), astuple(a), astuple(b), strict=True):
         if va != vb:
+            if f.name == "image_digest":  # sha256:<64 hex> reads as its first 12 hex, like docker shows it
+                va, vb = _short_digest(str(va)), _short_digest(str(vb))
             out.append(f"{_SHOWN[f.name]} {va or '?'} vs {vb or '?'}")
     return out
+
+
+def _short_digest(digest: str) -> str:
+    algo, _, hexes = digest.partition(":")
+    return f"{algo}:{hexes[:12]}…" if len(hexes) > 12 else digest
 
 
 def explain(groups: list[HostGroup]) -> list[str]:
