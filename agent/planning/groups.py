@@ -10,7 +10,7 @@ running/hostdata).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, dataclass, fields, replace
 
 from agent.hostside.contracts import Facts
 
@@ -89,10 +89,18 @@ def group_facts(
 ) -> list[HostGroup]:
     """group_hosts over fingerprint(facts) for every host (the usual call after the facts step), with the image
     digest each host holds and the vLLM version its log gave where known (running/hostmemory.py remembers both)."""
-    digests, versions = image_digests or {}, vllm_versions or {}
-    return group_hosts(
-        {host: fingerprint(f, digests.get(host, ""), versions.get(host, "")) for host, f in facts.items()}
-    )
+    digests, versions = image_digests or {}, dict(vllm_versions or {})
+    prints = {host: fingerprint(f, digests.get(host, ""), versions.get(host, "")) for host, f in facts.items()}
+    # One image digest is one vLLM: a host new to this image (no log yet) takes the version its twins' logs gave,
+    # instead of a group of its own that would measure every cell again. Without an image (the process runtime)
+    # the installed vLLM is the host's own: unknown stays unknown.
+    for host, fp in prints.items():
+        if fp.vllm_version or not fp.image_digest:
+            continue
+        twins = {p.vllm_version for p in prints.values() if p.vllm_version and replace(p, vllm_version="") == fp}
+        if len(twins) == 1:
+            prints[host] = replace(fp, vllm_version=twins.pop())
+    return group_hosts(prints)
 
 
 def group_of(groups: Iterable[HostGroup], host: str) -> HostGroup:
