@@ -3,7 +3,8 @@
 For each such cell and concurrency: the spread across hosts (of the hosts' medians) next to the spread across
 repeats (the widest of any one host), and a flag when the hosts disagree beyond the noise: two hosts' repeat ranges
 do not overlap and the spread across hosts is larger than both the threshold and the repeats' own spread. Only
-valid cells count; cells of different fingerprints are never compared (their ids differ, or their fingerprints do).
+valid cells count; cells of different fingerprints are never compared (their ids differ, or their fingerprints do,
+or their server logs gave different vLLM versions).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from agent.judging.stats import DEFAULT_THRESHOLD, CellSummary, ranges_overlap, spread
+from agent.judging.stats import DEFAULT_THRESHOLD, CellSummary, comparable, ranges_overlap, spread
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ def replica_points(summaries: Sequence[CellSummary], threshold: float = DEFAULT_
     by_cell: dict[tuple[str, str], list[CellSummary]] = {}
     for s in summaries:
         if s.rankable:
-            key = (str(s.cell.get("cell_id", "")), str(s.cell.get("facts", {}).get("fingerprint", "")))
+            key = (str(s.cell.get("cell_id", "")), comparable(s.cell))
             by_cell.setdefault(key, []).append(s)
     out = []
     for (cell_id, _), group in sorted(by_cell.items()):

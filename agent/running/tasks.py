@@ -36,6 +36,7 @@ RUNNER_START = TaskRef("fleet", "Start the runner", "spark_runner")
 RUNNER_STATUS = TaskRef("fleet_status", "Runner progress", "spark_runner")
 FETCH_SEALED = TaskRef("fleet_collect", "Fetch sealed cells", "ansible.builtin.fetch", loop=True)
 RUNNER_STOP = TaskRef("fleet_stop", "Stop the runner", "spark_runner")
+HUB = TaskRef("hub_checkpoint", "Download the checkpoint from the hub", "spark_hub")
 
 ALL = (
     FACTS,
@@ -55,4 +56,5 @@ ALL = (
     FETCH_SEALED,
     CACHE,
     RUNNER_STOP,
+    HUB,
 )
