@@ -263,3 +263,24 @@ def test_export_carries_the_point_of_every_window(tmp_path):
     assert rows[0]["context_depth"] == 128
     header = export.to_csv(rows).splitlines()[0].split(",")
     assert {"window", "request_rate", "context_depth", "request_goodput", "p90_ttft_ms"} <= set(header)
+
+
+def test_a_cell_with_load_axes_is_one_cell_to_the_rule_effects_and_the_replicas(tmp_path):
+    _open_cell(tmp_path)  # measured at 4 points on one host: no replica
+    lists = {"request_rates": [2.0, 8.0], "context_depths": [128, 512], "concurrency": [4]}
+    write_cell(
+        tmp_path,
+        backend="marlin",
+        values={},
+        status="failed",
+        verdict="failed",
+        failure_class="deep_gemm_assert",
+        config={**lists, "goodput": ["ttft:500"], "env_variant": "no-rule"},
+    )
+    summaries = stats.summarize_cells(tree.load_cells(tmp_path))
+    effects = stats.startup_effects(summaries)
+    assert effects == [
+        "env_variant: with no-rule the server failed to start (deep_gemm_assert), where none ran (checkpoint "
+        "uns-fast, backend marlin held equal, on spark-1)"
+    ], effects
+    assert "## Replicas across hosts" not in report.render_markdown(report.build(tree.load_cells(tmp_path)))

@@ -259,8 +259,13 @@ def load_slices(cell: dict[str, Any]) -> list[dict[str, Any]]:
             config.pop(key, None)
             if value:  # at its default the key is left out, as a cell planned at that load records it
                 config[key] = value
-        out.append({**cell, "config": config, "runs": runs, "load_slice": True})
+        out.append({**cell, "config": config, "runs": runs, "load_slice": True, "whole_config": cell.get("config", {})})
     return out
+
+
+def whole_cell(s: CellSummary) -> dict[str, Any]:
+    """The cell a summary came from, with its own [config] (a load slice's says the one rate and depth)."""
+    return {**s.cell, "config": s.cell["whole_config"]} if s.cell.get("load_slice") else s.cell
 
 
 def distinct_cells(summaries: Iterable[CellSummary]) -> list[CellSummary]:
@@ -712,12 +717,13 @@ def startup_effects(group: Sequence[CellSummary]) -> list[str]:
     server failed to start, died or was INVALID where another value ran, everything else held equal. This is how
     an env rule shows its effect: the cell without it fails, the cell with it runs."""
     axes = [a for a in varying_axes(group) if a != "backend"]
+    group = distinct_cells(group)  # a cell, not each of its load slices, started or failed to
     lines = []
     for axis in axes:
         labels = _labels(group, axis)
         by_key: dict[str, list[CellSummary]] = {}
         for s in group:
-            by_key.setdefault(pairing_key(s.cell, axis), []).append(s)
+            by_key.setdefault(pairing_key(whole_cell(s), axis), []).append(s)
         for key in sorted(by_key):
             ran = sorted({labels[axis_value(s.config, axis)] for s in by_key[key] if s.rankable})
             for s in by_key[key]:

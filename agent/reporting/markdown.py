@@ -300,7 +300,7 @@ def replica_section(summaries: Sequence[CellSummary], threshold: float) -> list[
         flag = "**hosts disagree**" if p.disagree else ""
         medians = ", ".join(num(m) for m in p.medians)
         out.append(
-            f"| {md(p.cell_id)} | {p.concurrency} | {md(', '.join(p.hosts))} | {medians} | {pct(p.across_hosts)} | "
+            f"| {md(p.cell_id + (' @ ' + p.load if p.load else ''))} | {p.concurrency} | {md(', '.join(p.hosts))} | {medians} | {pct(p.across_hosts)} | "
             f"{pct(p.across_repeats)} | {flag} |"
         )
     return [*out, ""]
