@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import warmcache
+from . import registry, warmcache
 from .errors import HostError
 
 OUR_LABEL = "spark-agent"  # every container we start carries spark-agent=1
@@ -178,16 +178,23 @@ def local_ref(ref: str, docker_env: dict | None = None) -> str:
 
 
 def seed_mirror(ref: str, mirror: str, docker_env: dict | None = None) -> bool:
-    """Make the mirror serve the pinned image: already there (or proxied) → False; else pull it here from its own
-    registry and push it to the mirror → True. A push that changes the digest is refused: the mirror would then serve
-    a different image under the same name."""
-    _, digest = parse_ref(ref)
+    """Make the mirror serve the pinned image: already there (or proxied: this pull fills its cache) → False; else
+    copy its manifests and blobs from the image's registry as they are (hostside/registry.py: same digest, no
+    recompression) → True. Only a login kept by a docker credential helper falls back to pull + push, and a push
+    that changes the digest is refused: the mirror would then serve a different image under the same name."""
+    name, digest = parse_ref(ref)
     target = mirror_ref(ref, mirror)
     try:
         _docker(["pull", "--quiet", target], docker_env)
         return False
     except DockerError:
         pass
+    try:
+        return registry.copy(name, digest, mirror, docker_config=(docker_env or os.environ).get("DOCKER_CONFIG", ""))
+    except registry.NeedsCredentialHelper:
+        pass
+    except registry.RegistryError as exc:
+        raise DockerError(f"seeding the mirror {mirror} with {ref}: {exc}") from None
     if not image_present(ref, docker_env):
         _docker(["pull", "--quiet", ref], docker_env)
     tagged = f"{target.split('@', 1)[0]}:spark-agent-{digest[7:19]}"
