@@ -234,13 +234,18 @@ def test_the_report_shows_the_load_columns_percentiles_goodput_and_saturation(tm
     assert "Cells: 1 —" in text  # one cell, however many slices
     html = htmlpage.render(data, {})
     assert "<b>1</b>" not in html and "Rate sweep" in html
+    [sweep] = [sw for sw in loadreport.rate_sweeps(data.summaries) if sw.depth == 512]
+    assert [(p.rate, p.saturated) for p in sweep.points] == [(2.0, False), (8.0, True)] and sweep.saturated_at == 8.0
+    images = report.render_plots(data)
+    assert images["rate_sweep.png"].startswith(b"\x89PNG")
+    assert "![rate_sweep.png](rate_sweep.png)" in report.render_markdown(data, images)
 
 
 def test_a_report_without_load_axes_keeps_its_table(tmp_path):
     write_cell(tmp_path, backend="marlin", values={1: [60.0, 61.0]})
     data = report.build(tree.load_cells(tmp_path))
     assert report.median_columns(data.summaries) == report.MEDIAN_COLUMNS
-    assert loadreport.rate_sweep_lines(data.summaries) == []
+    assert loadreport.rate_sweep_lines(data.summaries) == [] and loadreport.rate_plot(data.summaries) == {}
 
 
 def test_compare_ranks_by_goodput_or_throughput_and_says_which(tmp_path):

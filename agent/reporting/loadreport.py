@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agent.hostside import loadgen, loadpoints
@@ -78,53 +79,140 @@ def percentile_lines(summaries: Sequence[CellSummary]) -> list[str]:
     return head + ["| " + " | ".join(md(x) for x in r) + " |" for r in rows] + notes
 
 
-def rate_sweep_lines(summaries: Sequence[CellSummary]) -> list[str]:
+@dataclass(frozen=True)
+class RatePoint:
+    rate: float  # offered requests/s
+    served: float | None  # median completed requests/s over the successful repeats
+    throughput: Stat | None
+    ttft_p50: Stat | None
+    ttft_p99: Stat | None
+    saturated: bool  # loadgen.saturated: served below SATURATED x rate, or requests that never started
+
+
+@dataclass(frozen=True)
+class RateSweep:
+    """One configuration at one depth and concurrency cap, measured at several offered rates."""
+
+    host: str
+    name: str  # checkpoint/backend (and variant)
+    concurrency: int
+    depth: int
+    points: tuple[RatePoint, ...]
+
+    @property
+    def saturated_at(self) -> float | None:
+        return next((p.rate for p in self.points if p.saturated), None)
+
+    @property
+    def title(self) -> str:
+        cap = f"at most {self.concurrency} in flight" if self.concurrency else "no cap"
+        return f"{self.host}/{self.name} ({cap}" + (f", depth {self.depth})" if self.depth else ")")
+
+
+def rate_sweeps(summaries: Sequence[CellSummary]) -> list[RateSweep]:
     """Per configuration measured at several offered rates (one cell's rate axis, or cells that differ only in
-    their rate): per depth and concurrency cap, each rate's served requests/s, output tok/s and TTFT, and the first
-    rate the server could not keep up with."""
-    groups: dict[tuple[str, int, int], list[tuple[CellSummary, int]]] = {}
+    their rate), per depth and concurrency cap: each rate's served requests/s, output tok/s and TTFT."""
+    groups: dict[tuple[str, int, int], list[CellSummary]] = {}
     for s in summaries:
         if not s.load.rate or s.verdict == "failed":
             continue
-        key = stats.pairing_key(s.cell, "request_rate")
+        key = stats.pairing_key(s.cell, "request_rate")  # a slice's [config] says its one rate: skipped here
         for c in s.points:
-            groups.setdefault((key, s.load.depth, c), []).append((s, c))
-    out: list[str] = []
-    for members in groups.values():
-        if len({s.load.rate for s, _ in members}) < 2:
+            groups.setdefault((key, s.load.depth, c), []).append(s)
+    out = []
+    for (_, depth, c), members in groups.items():
+        if len({s.load.rate for s in members}) < 2:
             continue
-        first, c = members[0]
-        depth = f", depth {first.load.depth}" if first.load.depth else ""
-        cap = f"at most {c} in flight" if c else "no cap"
+        points = []
+        for s in sorted(members, key=lambda m: m.load.rate):
+            windows = [r for r in s.cell.get("runs", []) if loadpoints.of_window(r).concurrency == c]
+            ok = [r for r in windows if r.get("ok")]
+            served = statistics.median(float(r.get("request_throughput", 0.0)) for r in ok) if ok else None
+            p = s.points[c]
+            points.append(
+                RatePoint(
+                    rate=s.load.rate,
+                    served=served,
+                    throughput=p.throughput,
+                    ttft_p50=p.tails.get("median_ttft_ms"),
+                    ttft_p99=p.tails.get("p99_ttft_ms"),
+                    saturated=loadgen.saturated(_windows(windows), s.load.rate),
+                )
+            )
+        first = members[0]
+        out.append(
+            RateSweep(
+                str(first.cell.get("host", "?")), f"{first.checkpoint}/{first.backend_text}", c, depth, tuple(points)
+            )
+        )
+    return out
+
+
+def rate_sweep_lines(summaries: Sequence[CellSummary]) -> list[str]:
+    """A table per rate sweep: served vs offered, TTFT, and the first rate the server could not keep up with."""
+    out: list[str] = []
+    for sweep in rate_sweeps(summaries):
         out += [
-            f"**{md(first.cell.get('host', '?'))}/{md(first.checkpoint)}/{md(first.backend_text)}** ({cap}{depth})",
+            f"**{md(sweep.title)}**",
             "",
             "| offered req/s | served req/s | output tok/s | TTFT p50 ms | TTFT p99 ms | |",
             "|---|---|---|---|---|---|",
         ]
-        saturated_at = None
-        for s, _ in sorted(members, key=lambda m: m[0].load.rate):
-            windows = [r for r in s.cell.get("runs", []) if loadpoints.of_window(r).concurrency == c]
-            ok = [r for r in windows if r.get("ok")]
-            served = statistics.median(float(r.get("request_throughput", 0.0)) for r in ok) if ok else None
-            past = loadgen.saturated(_windows(windows), s.load.rate)
-            if past and saturated_at is None:
-                saturated_at = s.load.rate
-            p = s.points[c]
+        for p in sweep.points:
+            served = f"{p.served:,.2f}" if p.served is not None else "–"
             out.append(
-                f"| {s.load.rate:g} | {f'{served:,.2f}' if served is not None else '–'} | {_num(p.throughput)} "
-                f"| {_num(p.tails.get('median_ttft_ms'))} | {_num(p.tails.get('p99_ttft_ms'))} "
-                f"| {'**saturated**' if past else ''} |"
+                f"| {p.rate:g} | {served} | {_num(p.throughput)} | {_num(p.ttft_p50)} | {_num(p.ttft_p99)} "
+                f"| {'**saturated**' if p.saturated else ''} |"
             )
+        at = sweep.saturated_at
         out += [
             "",
-            f"Saturates at {saturated_at:g} req/s: the first offered rate served below "
-            f"{loadgen.SATURATED:.0%} of it, or with requests that never started."
-            if saturated_at is not None
+            f"Saturates at {at:g} req/s: the first offered rate served below {loadgen.SATURATED:.0%} of it, or with "
+            "requests that never started."
+            if at is not None
             else "Kept up with every offered rate.",
             "",
         ]
     return out
+
+
+def rate_plot(summaries: Sequence[CellSummary]) -> dict[str, bytes]:
+    """rate_sweep.png: served requests/s and TTFT p50 against the offered rate, a line per sweep, a cross where it
+    saturated; {} when nothing was measured at several rates."""
+    sweeps = rate_sweeps(summaries)
+    if not sweeps:
+        return {}
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (served_ax, ttft_ax) = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    top = max(p.rate for sw in sweeps for p in sw.points)
+    served_ax.plot([0, top], [0, top], ":", color="grey", label="served = offered")
+    for i, sw in enumerate(sweeps):
+        colour, label = f"C{i % 10}", _short(sw.title)
+        rates = [p.rate for p in sw.points]
+        served_ax.plot(rates, [p.served or 0.0 for p in sw.points], "o-", color=colour, label=label)
+        ttft_ax.plot(rates, [p.ttft_p50.median if p.ttft_p50 else float("nan") for p in sw.points], "o-", color=colour)
+        bad = [p for p in sw.points if p.saturated]
+        served_ax.scatter([p.rate for p in bad], [p.served or 0.0 for p in bad], marker="x", s=120, color=colour)
+    served_ax.set(xlabel="offered requests/s", ylabel="served requests/s (median)", title="Served vs offered")
+    ttft_ax.set(xlabel="offered requests/s", ylabel="TTFT p50, ms (median)", title="TTFT vs offered rate")
+    for ax in (served_ax, ttft_ax):
+        ax.grid(True, alpha=0.3)
+    served_ax.legend(fontsize="small" if len(sweeps) <= 6 else "xx-small")
+    fig.suptitle("Rate sweep (x: saturated)", fontsize="medium")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return {"rate_sweep.png": buf.getvalue()}
+
+
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width // 2 - 1] + "…" + text[-(width // 2) :]
 
 
 def _windows(runs: list[dict[str, Any]]) -> Any:

@@ -564,7 +564,7 @@ def render_plots(data: ReportData) -> dict[str, bytes]:
 
     matplotlib.use("Agg")
     images = {name: _plot(data.summaries, title, ylabel, attr) for name, (title, ylabel, attr) in PLOTS.items()}
-    return images | telemetry_report.render_timelines(data.summaries)
+    return images | loadreport.rate_plot(data.summaries) | telemetry_report.render_timelines(data.summaries)
 
 
 def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) -> bytes:
