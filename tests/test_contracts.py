@@ -298,8 +298,12 @@ def test_cell_record_round_trips_through_cell_toml(tmp_path: Path):
     tree.atomic_write_toml(tmp_path / "cell.toml", record.to_toml())
     table = tree.read_toml(tmp_path / "cell.toml")
     assert CellRecord.from_toml(table) == record
-    # every field is written, in the documented order ([died] only for a cell whose server died)
-    assert list(record.to_toml()) == [k for k in CellRecord._ORDER if k != "died"]
+    # every field is written, in the documented order ([died] only for a cell whose server died, [[nodes]] only
+    # for a multi-node cell)
+    assert list(record.to_toml()) == [k for k in CellRecord._ORDER if k not in ("died", "nodes")]
+    record.nodes = [contracts.RayNodeReport(host="b", role="worker", page_cache="dropped", image="")]
+    tree.atomic_write_toml(tmp_path / "cell.toml", record.to_toml())
+    assert CellRecord.from_toml(tree.read_toml(tmp_path / "cell.toml")) == record
     assert set(CellRecord._ORDER) == {f for f in CellRecord.__dataclass_fields__}
 
 

@@ -5,7 +5,9 @@ running TP=2 across it, attested from its log, then everything stopped. One modu
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -18,13 +20,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent import logs
+from agent.commands import env as env_cmd
 from agent.hostside import raynode, supervise
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
 from agent.running.sweep import run_sweep
 
-from .sshd_hosts import SIM_HOST_VARS, inventory_for
+from .sshd_hosts import SIM_HOST_VARS, inventory_for, lose_host, restore_host
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +48,7 @@ max_model_len = 8192
 max_num_seqs = 8
 nodes = 2
 tensor_parallel_size = 2
+{server}
 [matrix]
 moe_backend = {backends}
 concurrency = [1]
@@ -94,6 +99,8 @@ def ray_inventory(ssh_fleet, tmp_path_factory):
             spark_ray_object_store_mb=80,
             spark_health_timeout=120,
         )
+    # the worker drops its (real) machine's page cache when a spec asks (root); the head records it as simulated
+    list(inv["all"]["children"]["sparks"]["hosts"].values())[1].update(spark_page_cache_drop="always")
     path = tmp_path_factory.mktemp("inv") / "ray-fleet.yml"
     path.write_text(yaml.safe_dump(inv))
     yield path
@@ -105,10 +112,16 @@ def ray_inventory(ssh_fleet, tmp_path_factory):
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _spec(tmp_path: Path, name: str, backends=("marlin",), duration=1.0, repeats=1, env="") -> Path:
+def _spec(tmp_path: Path, name: str, backends=("marlin",), duration=1.0, repeats=1, env="", server="") -> Path:
     path = tmp_path / f"{name}.toml"
     text = SPEC.format(
-        name=name, digest="cd" * 32, backends=list(backends), duration=duration, repeats=repeats, env=env
+        name=name,
+        digest="cd" * 32,
+        backends=list(backends),
+        duration=duration,
+        repeats=repeats,
+        env=env,
+        server=server,
     )
     path.write_text(text.replace("'", '"'))
     return path
@@ -129,10 +142,21 @@ def _hosts(inventory: Path):
     return load_inventory(inventory)
 
 
-def test_two_node_cell_over_rdma_is_attested_and_torn_down(ray_inventory, tmp_path):
+def test_two_node_cell_over_rdma_is_attested_and_torn_down(ray_inventory, tmp_path, capsys):
     hosts = _hosts(ray_inventory)
     head, worker = hosts[0], hosts[1]
-    spec = load_spec(_spec(tmp_path, "mn"))
+    spec_path = _spec(tmp_path, "mn", server="drop_page_cache = true")
+    # `spark-agent env` over the same hosts (facts gathered by the playbook over SSH): each node's own link variables
+    logs.configure()  # structlog to stderr, as the CLI sets it up: stdout stays the command's
+    parser = argparse.ArgumentParser()
+    env_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(["env", str(spec_path), "-i", str(ray_inventory), "--json"])
+    assert args.func(args) == 0
+    (node_set,) = json.loads(capsys.readouterr().out)["node_sets"]
+    assert node_set["hosts"] == [head.name, worker.name] and node_set["transport"] == "rdma"
+    shown = {n["host"]: n["env"]["VLLM_HOST_IP"] for n in node_set["cells"][0]["nodes"]}
+    assert shown == {h.name: h.vars["ansible_host"] for h in hosts}
+    spec = load_spec(spec_path)
     outcome = run_sweep(spec, ray_inventory, hosts, tmp_path / "results")
     assert outcome.totals()["measured"] == 1, outcome.hosts
     assert outcome.hosts[worker.name].planned == []  # the worker serves the head's cell
@@ -155,6 +179,11 @@ def test_two_node_cell_over_rdma_is_attested_and_torn_down(ray_inventory, tmp_pa
             or "Ray runtime" in (folder / f"node-{h.name}.log").read_text()
         )
     assert "--tensor-parallel-size 2" in cell["launch"]["command"]
+    # the page cache: dropped for real on the worker (the test machine is root), recorded as simulated on the head
+    assert [(n["host"], n["role"], n["page_cache"], n["image"]) for n in cell["nodes"]] == [
+        (head.name, "head", "simulated host: not dropped", ""),
+        (worker.name, "worker", "dropped", ""),
+    ]
     for h in hosts:
         assert _ray_left(h.vars["spark_workdir"]) == [], f"{h.name}: Ray or the server still runs"
 
@@ -169,42 +198,80 @@ def test_sockets_where_rules_expect_rdma_is_invalid(ray_inventory, tmp_path):
     assert any("Using network Socket" in e for e in cell["verdict_evidence"])
 
 
-def test_worker_lost_mid_cell_fails_the_cell_and_the_sweep_goes_on(ray_inventory, tmp_path):
+def test_a_lost_worker_node_fails_its_cell_a_lost_worker_host_is_a_lost_host(ssh_fleet, ray_inventory, tmp_path):
+    """One sweep, three cells (one Ray cluster per cell, as always). Cell 1: the worker's Ray node dies (SIGKILL, the
+    host still reachable): the engine dies as vLLM does, the cell fails with the engine-death class and the Ray
+    evidence, and the sweep goes on. Cell 2 is measured. Cell 3: the worker machine drops off (its sshd and its Ray
+    node gone): the worker is the lost host, the cell is lost as host_lost naming it (never a failure of the
+    config), and the head's server and Ray are stopped."""
     hosts = _hosts(ray_inventory)
     head, worker = hosts[0], hosts[1]
-    spec = load_spec(_spec(tmp_path, "mn-lost", backends=("marlin", "flashinfer_b12x"), duration=2.0, repeats=5))
+    spec = load_spec(
+        _spec(tmp_path, "mn-lost", backends=("marlin", "flashinfer_b12x", "emulation"), duration=1.5, repeats=4)
+    )
     state = Path(worker.vars["spark_workdir"]) / "state" / raynode.STATE_FILE
-    killed: list[int] = []
+    seen: list[str] = []  # the cells whose Ray node came up on the worker, in order
+    acted: dict[str, str] = {}
     begun = time.time()  # earlier tests' run folders are on the same hosts
 
-    def lose_worker_node() -> None:  # the worker's Ray node dies mid-bench of the first cell (SIGKILL, no goodbye)
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and not killed:
-            served = [
-                p for p in Path(head.vars["spark_workdir"]).glob("runs/*/c001-r1.json") if p.stat().st_mtime > begun
+    def worker_node() -> dict:
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(state.read_text())
+        return {}
+
+    def lose_the_worker() -> None:  # mid-bench (its first window is in) of cell 1: its Ray node; of cell 3: the machine
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and len(acted) < 2:
+            node = worker_node()
+            if node.get("cell_id") and node["cell_id"] not in seen and node.get("started", 0) > begun:
+                seen.append(node["cell_id"])
+            benched = [
+                cid
+                for cid in seen
+                if any(
+                    p.stat().st_mtime > begun for p in Path(head.vars["spark_workdir"]).glob(f"runs/{cid}/c001-r1.json")
+                )
             ]
-            if served and state.exists():
-                pid = int(yaml.safe_load(state.read_text())["pid"])
+            if len(benched) == 1 and not acted:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-                killed.append(pid)
+                    os.killpg(node["pid"], signal.SIGKILL)
+                acted[seen[0]] = "ray node killed"
+            if len(benched) == 3 and len(acted) == 1:
+                lose_host(ssh_fleet, worker.name)  # the network goes first, then the machine's processes
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node["pid"], signal.SIGKILL)
+                acted[seen[2]] = "host lost"
             time.sleep(0.2)
 
-    killer = threading.Thread(target=lose_worker_node, daemon=True)
+    killer = threading.Thread(target=lose_the_worker, daemon=True)
     killer.start()
-    outcome = run_sweep(spec, ray_inventory, hosts, tmp_path / "results")
-    killer.join(timeout=5)
-    assert killed, "the worker's Ray node was never seen running"
+    try:
+        outcome = run_sweep(spec, ray_inventory, hosts, tmp_path / "results")
+    finally:
+        killer.join(timeout=5)
+        if "host lost" in acted.values():
+            restore_host(ssh_fleet, worker.name)
+        raynode.stop(worker.vars["spark_workdir"])  # the "machine" is this one: leave nothing for the next test
+    assert list(acted.values()) == ["ray node killed", "host lost"], (seen, acted)
     result = outcome.hosts[head.name]
-    assert len(result.failed) == 1 and len(result.measured) == 1, outcome.hosts  # the next cell still ran
-    cell = results.read_toml(
-        results.cell_dir(tmp_path / "results", "mn-lost", head.name, result.failed[0]) / "cell.toml"
-    )
+    killed, gone = list(acted)
+    # cell 1: the engine died with its worker's actor; a failed cell of the config's own, with the Ray evidence
+    assert result.failed == [killed] and len(result.measured) == 1, outcome.hosts  # cell 2 still ran
+    cell = results.read_toml(results.cell_dir(tmp_path / "results", "mn-lost", head.name, killed) / "cell.toml")
     assert cell["failure_class"] == "engine_died"
     assert cell["died"]["cause"] == "worker_lost", cell["died"]
     assert any(
         e.startswith(("ray.exceptions.ActorDiedError", "ray.exceptions.ActorUnavailableError"))
         for e in cell["died"]["evidence"]
     )
-    for h in hosts:
-        assert _ray_left(h.vars["spark_workdir"]) == [], f"{h.name}: Ray or the server still runs"
+    # cell 3: the worker host is the lost one, named in the summary; the cell is lost, not failed
+    assert outcome.lost_hosts.keys() == {worker.name}, outcome.hosts
+    assert worker.name in outcome.lost_hosts[worker.name]
+    assert not result.host_lost and f"lost worker host {worker.name}" in result.error
+    assert result.lost.keys() == {gone} and result.lost[gone].startswith("host_lost"), result.lost
+    assert outcome.totals() | {"planned": 3, "measured": 1, "failed": 1, "lost": 1} == outcome.totals()
+    folder = results.cell_dir(tmp_path / "results", "mn-lost", head.name, gone)
+    note = results.read_toml(folder / results.LOST_FILE)
+    assert note["reason"] == "host_lost" and f"worker host {worker.name}" in note["error"], note
+    assert not (folder / results.CELL_FILE).exists()
+    assert _ray_left(head.vars["spark_workdir"]) == [], f"{head.name}: Ray or the server still runs"

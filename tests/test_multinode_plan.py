@@ -251,6 +251,52 @@ def test_each_node_gets_its_own_ports_and_temp_dir():
     assert worker[worker.index("--temp-dir") + 1] == "/tmp/r2" and "--head" not in worker
 
 
+PINNED = "nvcr.io/nvidia/vllm@sha256:" + "ab" * 32
+
+
+def test_a_docker_node_runs_ray_in_the_pinned_image_with_its_env_file():
+    name = raynode.container_name("3f9a1c0e7b2d", 46500)
+    run = raynode.container_argv(PINNED, name, "3f9a1c0e7b2d", "/w/env/3f9a1c0e7b2d.env", "/tmp/r2", gpus=True)
+    ray = raynode.argv(["ray"], "worker", "127.0.9.12", "127.0.9.11:6380", 46500, "/tmp/r2", 0, {}, 0)
+    command = run + ray
+    assert command[:2] == ["docker", "run"] and "--detach" not in command  # attached: its output is the node's log
+    assert command[command.index("--network") + 1] == "host" and command[command.index("--ipc") + 1] == "host"
+    assert command[command.index("--env-file") + 1] == "/w/env/3f9a1c0e7b2d.env"  # values never on a command line
+    assert command[command.index("--volume") + 1] == "/tmp/r2:/tmp/r2" and "--gpus" in command
+    assert command[command.index(PINNED) + 1 :][:3] == ["ray", "start", "--block"]
+    assert "spark-agent.cell=3f9a1c0e7b2d" in command and "spark-agent.ray=1" in command
+    assert name == "spark-agent-ray-3f9a1c0e7b2d-46500"  # the node's own ports: two test nodes on one daemon
+    simulated = raynode.container_argv(PINNED, name, "3f9a1c0e7b2d", "", "/tmp/r2", gpus=False)
+    assert "--gpus" not in simulated and "--env-file" not in simulated
+    with pytest.raises(ValueError, match="not pinned by digest"):
+        raynode.container_argv("nvcr.io/nvidia/vllm:25.09-py3", name, "3f9a1c0e7b2d", "", "/tmp/r2", gpus=True)
+
+
+def test_the_cluster_check_runs_ray_inside_the_heads_container(tmp_path):
+    workdir = str(tmp_path)
+    assert raynode.status_cmd(workdir, ["ray"]) == ["ray"]  # no node: the host's own ray (process runtime)
+    state = tmp_path / "state" / raynode.STATE_FILE
+    state.parent.mkdir(exist_ok=True)
+    state.write_text('{"pid": 4242, "cell_id": "3f9a1c0e7b2d", "container": "spark-agent-ray-3f9a1c0e7b2d-46400"}')
+    assert raynode.status_cmd(workdir, ["ray"]) == ["docker", "exec", "spark-agent-ray-3f9a1c0e7b2d-46400", "ray"]
+    state.write_text('{"pid": 4242, "container": "someone-elses"}')  # never a container that is not ours
+    assert raynode.status_cmd(workdir, ["ray"]) == ["ray"]
+
+
+def test_a_nodes_header_line_gives_its_report():
+    line = clusterlog.node_header("worker", "3f9a1c0e7b2d", "dropped", "sha256:" + "ab" * 32)
+    assert clusterlog.node_report("b", line) == {
+        "host": "b",
+        "role": "worker",
+        "page_cache": "dropped",
+        "image": "sha256:" + "ab" * 32,
+    }
+    why = "not dropped (Permission denied; needs root)"
+    assert clusterlog.node_report("a", clusterlog.node_header("head", "3f9a1c0e7b2d", why))["page_cache"] == why
+    assert clusterlog.node_report("a", "2026-12-01 ray start ...") is None  # no header: nothing recorded
+    assert clusterlog.node_report("a", line.replace("sha256:", "sha256:zz")) is None  # never a loose digest
+
+
 # ---- the simulated NCCL -------------------------------------------------------------------------------------------
 
 
@@ -328,3 +374,76 @@ def test_check_shows_each_hosts_link_candidates():
     assert _links(sim("127.0.9.11")) == "enp1s0f0np0 127.0.9.11/24 200 Gb/s rdma rocep1s0f0 (simulated)"
     assert _links(host(nic("eno1", "10.0.0.1/24", speed=-1))) == "eno1 10.0.0.1/24 ? Gb/s"
     assert _links(Facts(gpu_name="x")) == "-"
+
+
+# ---- `spark-agent env` for a multi-node spec: the planner's own sets and env, per node -----------------------------
+
+
+def test_env_view_shows_each_nodes_env_with_its_rule_and_the_refused_host(tmp_path):
+    from agent.commands import env as env_cmd
+
+    spec = load_spec(spec_file(tmp_path))
+    two_nics = host(nic("enp1s0f0np0", "127.0.9.13/24", ["rocep1s0f0"]), nic("enp1s0f1np1", "127.0.9.14/24"))
+    hosts = [("a", sim("127.0.9.11"), {}), ("b", sim("127.0.9.12"), {}), ("c", two_nics, {})]
+    view = env_cmd.multinode_view(spec, hosts)
+    (node_set,) = view["node_sets"]
+    assert node_set["hosts"] == ["a", "b"] and node_set["transport"] == "rdma"
+    assert node_set["transport_reason"] == "every node has an RDMA device on the link"
+    assert "c" in view["refused"] and "2 interfaces on the cluster subnet" in view["refused"]["c"]
+    (cell,) = node_set["cells"]
+    head, worker = cell["nodes"]
+    assert worker["env"]["VLLM_HOST_IP"] == "127.0.9.12" and head["env"]["VLLM_HOST_IP"] == "127.0.9.11"
+    rows = {r["name"]: r for r in worker["provenance"]}
+    assert set(rows) >= {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "UCX_NET_DEVICES", "NCCL_IB_HCA", "VLLM_HOST_IP"}
+    assert rows["NCCL_IB_HCA"]["rule"] == "multinode-ib-hca" and rows["NCCL_IB_HCA"]["reason"].endswith("(node b)")
+    assert all(r["reason"].endswith("(node a)") for r in head["provenance"])
+    assert not any(r["rule"].startswith("multinode-") for r in cell["provenance"])  # the cell's own rows only
+
+
+def test_env_command_for_a_refused_node_set_is_one_line_exit_2(tmp_path):
+    from agent.commands import env as env_cmd
+
+    spec = load_spec(spec_file(tmp_path, extra='transport = "rdma"'))
+    plain = [(h, host(nic("enp1s0f0np0", f"192.168.100.{i}/24")), {}) for i, h in enumerate("ab", 1)]
+    with pytest.raises(UserError, match="transport = rdma but a, b has no RDMA device") as err:
+        env_cmd.multinode_view(spec, plain)
+    assert err.value.exit_code == 2 and "\n" not in err.value.message
+    socket_spec = load_spec(spec_file(tmp_path))
+    (node_set,) = env_cmd.multinode_view(socket_spec, plain)["node_sets"]
+    assert node_set["transport"] == "socket" and node_set["transport_reason"] == "no RDMA device on the link of a, b"
+    worker = node_set["cells"][0]["nodes"][1]
+    assert worker["env"]["NCCL_IB_DISABLE"] == "1" and "NCCL_IB_HCA" not in worker["env"]
+
+
+def test_the_report_shows_each_nodes_page_cache_and_image():
+    from agent.judging.stats import CellSummary
+    from agent.reporting import multinode as report
+
+    digest = "sha256:" + "ab" * 32
+    cell = {
+        "cell_id": "3f9a1c0e7b2d",
+        "attestation": {"cluster": {"world_size": 2, "ray_nodes": 2, "links": [{"node": "b", "transport": "IB"}]}},
+        "nodes": [
+            {"host": "a", "role": "head", "page_cache": "simulated host: not dropped", "image": ""},
+            {"host": "b|x", "role": "worker", "page_cache": "dropped", "image": digest},
+        ],
+    }
+    lines = report.node_lines([CellSummary(cell=cell, points={}), CellSummary(cell={"cell_id": "one"}, points={})])
+    assert lines[0] == "## Multi-node cells" and len([ln for ln in lines if ln.startswith("| ")]) == 3
+    assert "simulated host: not dropped" in lines[4] and "process runtime" in lines[4] and "IB" in lines[4]
+    assert "dropped" in lines[5] and digest in lines[5] and "b\\|x" in lines[5]  # host text escaped, never a column
+    assert report.node_lines([CellSummary(cell={"cell_id": "one"}, points={})]) == []
+
+
+def test_env_command_prints_each_node_set_and_the_refused_hosts(tmp_path, capsys, monkeypatch):
+    from agent.commands import env as env_cmd
+
+    monkeypatch.setenv("COLUMNS", "250")
+    two_nics = host(nic("enp1s0f0np0", "127.0.9.13/24", ["rocep1s0f0"]), nic("enp1s0f1np1", "127.0.9.14/24"))
+    hosts = [("a", sim("127.0.9.11"), {}), ("b", sim("127.0.9.12"), {}), ("c", two_nics, {})]
+    assert env_cmd._show_multinode(env_cmd.multinode_view(load_spec(spec_file(tmp_path)), hosts), False) == 0
+    out = capsys.readouterr().out
+    assert "node set a, b (head a) on 127.0.9.0/24: transport rdma (every node has an RDMA device" in out
+    for text in ("all nodes", "multinode-ib-hca", "(node b)", "VLLM_HOST_IP", "127.0.9.12"):
+        assert text in out
+    assert "refused: host c is in no node set: 2 interfaces on the cluster subnet" in out

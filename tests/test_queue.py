@@ -56,6 +56,25 @@ def test_a_lost_hosts_cell_goes_back_to_the_front_for_another_host(tmp_path):
     assert q.unserved() == {order[2]: 1} and not q.can_still_run(order[2])
 
 
+def test_a_cell_no_host_can_take_is_counted_lost_once(tmp_path):
+    """A lost host's cell with no host left to take it: lost on that host, and not owed again at the end (the
+    summary's numbers add up: planned = measured + ... + lost)."""
+    from agent.running import sweep
+    from agent.running.progress import Progress
+
+    _, cells = _cells(tmp_path, "a")
+    order = [c.id for c in cells]
+    q = GroupQueue(order, dict.fromkeys(order, 1), {}, ("a", "b"))
+    outcome = sweep.SweepOutcome(sweep_dir=tmp_path, hosts={h: sweep.HostOutcome(host=h) for h in "ab"})
+    first = q.take("a")
+    outcome.hosts["a"].planned.append(first)
+    sweep._worker_lost(outcome, q, "b", "worker host b of node set a, b became unreachable")  # b is the lost one
+    sweep._hand_back(tmp_path, q, outcome.hosts["a"], Progress(enabled=False), cells[0], "host_lost", "gone")
+    assert outcome.lost_hosts == {"b": "worker host b of node set a, b became unreachable"}
+    assert outcome.hosts["a"].lost == {first: "host_lost: gone"} and not outcome.hosts["a"].host_lost
+    assert first not in q.unserved() and q.unserved() == {order[1]: 1, order[2]: 1}
+
+
 def test_hand_out_splits_a_group_evenly_and_spreads_replicas(tmp_path):
     spec, cells_a = _cells(tmp_path, "a")
     hosts = ["a", "b", "c"]

@@ -1,6 +1,8 @@
 """`spark-agent env SPEC [-i INVENTORY] [--host H]`: the environment each cell would get on each host,
 every variable with the rule and reason behind it (agent/rules/env.toml). Nothing is started.
-With --host and no -i the facts are this machine's (--simulate-gpu gb10 rehearses a Spark)."""
+With --host and no -i the facts are this machine's (--simulate-gpu gb10 rehearses a Spark).
+A multi-node spec ([server] nodes > 1) shows each node set the sweep would form, every node's link variables with
+their rules, and each host left out with the reason (two NICs on the subnet, no shared fast subnet)."""
 
 from __future__ import annotations
 
@@ -16,10 +18,10 @@ from agent.hostside import facts as hostfacts
 from agent.hostside import redact
 from agent.hostside.contracts import Facts
 from agent.paths import DEFAULT_INVENTORY
-from agent.planning import envrules
+from agent.planning import envrules, multinode
 from agent.planning import matrix as plan
 from agent.planning.inventory import check_reachable, load_inventory
-from agent.planning.spec import load_spec
+from agent.planning.spec import Spec, load_spec
 from agent.running.sweep import gather_facts
 
 
@@ -42,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
+    if spec.server.nodes > 1:  # a node set serves each cell: every node's env, and why a host is in no set
+        return _show_multinode(multinode_view(spec, hosts_with_facts(args)), args.json)
     cells = [
         cell
         for name, facts, host_vars in hosts_with_facts(args)
@@ -97,3 +101,68 @@ def _as_dict(cell: plan.Cell) -> dict[str, Any]:
         "provenance": cell.provenance,
         "notes": cell.notes,
     }
+
+
+def multinode_view(spec: Spec, hosts: list[tuple[str, Facts, dict[str, Any]]]) -> dict[str, Any]:
+    """The node sets the sweep would form (multinode.choose, plan_set: the planner itself), each cell's env on each
+    node with the rule behind every variable, and the hosts refused with why. No set at all: UserError (exit 2)."""
+    facts = {name: envrules.with_arch(f) for name, f, _ in hosts}
+    host_vars = {name: v for name, _, v in hosts}
+    choice = multinode.choose(spec, [name for name, _, _ in hosts], facts)
+    sets = []
+    for s in choice.sets:
+        cells = multinode.plan_set(spec, s, facts, host_vars)
+        sets.append(
+            {
+                "hosts": s.hosts,
+                "head": s.head,
+                "subnet": s.subnet,
+                "transport": multinode.expected_transport(spec, s),
+                "transport_reason": multinode.transport_reason(spec, s),
+                "cells": [_multinode_cell(cell) for cell in cells],
+            }
+        )
+    return {"warnings": plan.spec_warnings(spec), "node_sets": sets, "refused": dict(choice.unused)}
+
+
+def _multinode_cell(cell: plan.Cell) -> dict[str, Any]:
+    nodes = []
+    node_row_ids: set[int] = set()
+    for node in cell.cluster["nodes"]:
+        rows = multinode.node_rows(cell, node["host"])
+        node_row_ids.update(id(r) for r in rows)
+        keys = ("host", "rank", "address", "ifname", "rdma", "env")
+        nodes.append({**{k: node[k] for k in keys}, "provenance": rows})
+    cell_rows = [r for r in cell.provenance if id(r) not in node_row_ids]
+    return {**_as_dict(cell), "provenance": cell_rows, "nodes": nodes}
+
+
+def _show_multinode(view: dict[str, Any], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(redact.redact(view), indent=1))
+        return 0
+    console = Console()
+    for warning in view["warnings"]:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    for s in view["node_sets"]:
+        console.print(
+            f"node set {', '.join(s['hosts'])} (head {s['head']}) on {s['subnet']}: transport {s['transport']} "
+            f"({s['transport_reason']})",
+            highlight=False,
+        )
+        for cell in s["cells"]:
+            table = Table(title=f"{s['head']} · {cell['id']} · {cell['label']}", title_justify="left")
+            for column in ("node", "name", "value", "action", "rule", "reason"):
+                table.add_column(column, overflow="fold")
+            rows = [("all nodes", r) for r in cell["provenance"]]
+            rows += [(n["host"], r) for n in cell["nodes"] for r in n["provenance"]]
+            for node, row in rows:
+                row = redact.redact(row)
+                style = {"drop": "red", "override": "yellow"}.get(row["action"], "")
+                table.add_row(node, row["name"], row["value"], row["action"], row["rule"], row["reason"], style=style)
+            console.print(table)
+            for note in cell["notes"]:
+                console.print(f"  [yellow]note:[/] {redact.redact_text(note)}", highlight=False)
+    for host, why in view["refused"].items():
+        console.print(f"[red]refused:[/] host {host} is in no node set: {why}", highlight=False)
+    return 0

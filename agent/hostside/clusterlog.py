@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .contracts import ClusterFacts, NcclLink
+from .contracts import ClusterFacts, NcclLink, RayNodeReport
 
 MAX_LINKS = 256
 MAX_NODES = 1024
@@ -83,3 +83,23 @@ class ClusterFollower:
         out["links"] = [NcclLink(**link) for link in self.facts["links"]]
         out["ray_nodes"] = len(self._nodes) if self._nodes and (self.facts["links"] or len(self._nodes) > 1) else 0
         return out
+
+
+# raynode.start's first line of a node's log: what it did before `ray start` (the page cache, the image it runs)
+HEADER = "spark-agent: ray {role} node for cell {cell_id}; page cache: {page_cache}"
+_HEADER = re.compile(
+    r"spark-agent: ray (head|worker) node for cell [0-9a-f]{1,64}; page cache: ((?:(?!; image: )[^\n]){0,200}?)"
+    r"(?:; image: (sha256:[0-9a-f]{64}))?\s*$"
+)
+
+
+def node_header(role: str, cell_id: str, page_cache: str, image: str = "") -> str:
+    return HEADER.format(role=role, cell_id=cell_id, page_cache=page_cache) + (f"; image: {image}" if image else "")
+
+
+def node_report(host: str, first_line: str) -> RayNodeReport | None:
+    """The node's header line read back (None when the log does not start with one: a killed node, an old host)."""
+    m = _HEADER.match(first_line[:600])
+    if not m:
+        return None
+    return RayNodeReport(host=host, role=m.group(1), page_cache=m.group(2).strip(), image=m.group(3) or "")

@@ -376,3 +376,15 @@ class RunnerProgress(TypedDict, total=False):
     done: dict[str, CellDone]  # cell id -> how it ended
     alive: bool  # read_progress: the runner process still holds the host
     sealed: list[str]  # read_progress: done cells whose tar is there to collect
+
+
+# --- a multi-node cell's Ray node: raynode.start writes it as its log's first line, clusterlog reads it back -------
+
+
+class RayNodeReport(TypedDict):
+    """[[nodes]] of a multi-node cell.toml: what each node did before its Ray node started."""
+
+    host: str  # inventory name (the controller's, not the host's word)
+    role: str  # head | worker
+    page_cache: str  # kept | dropped | simulated host: not dropped | not dropped (why)
+    image: str  # docker runtime: the image digest the node's Ray container runs, verified; "" = process runtime

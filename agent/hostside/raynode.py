@@ -6,6 +6,11 @@ every Ray process it starts stays in its process group, so stop ends the whole n
 long as it lives (the lock's file descriptor passes to `ray start`): one model per machine on every node. The head's
 lock is taken by the cell's server (spark_server) right after. state/ray.json says which group is ours, so a node
 left by a killed controller is stopped by the next start or teardown.
+
+The docker runtime runs `ray start --block` in a container of the cell's pinned image (vLLM's documented path: the
+same image on every node), attached, so the container's output is the node's log; the running container's digest
+is verified against the pin before the node counts as started, and the container (named in state/ray.json) is
+removed on stop, also after a kill of everything else.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import atomic, supervise
+from . import atomic, clusterlog, docker, supervise
 from .contracts import Holder
 from .errors import HostError
 
@@ -71,6 +76,36 @@ def argv(
     return args
 
 
+CONTAINER_PREFIX = "spark-agent-ray-"
+RAY_LABEL = "spark-agent.ray"  # a Ray node's container, beside docker.py's spark-agent=1 and spark-agent.cell=ID
+
+
+def container_name(cell_id: str, port_base: int) -> str:
+    """One container per node: the cell and the node's own port base (test nodes share a machine and a daemon)."""
+    return f"{CONTAINER_PREFIX}{cell_id}-{port_base}"
+
+
+def container_argv(image: str, name: str, cell_id: str, env_file: str, temp_dir: str, gpus: bool) -> list[str]:
+    """The `docker run` that wraps a node's `ray start` (argv() follows it, the image's entrypoint runs it): host
+    network (Ray and NCCL bind the link address), host IPC (vLLM's shared-memory workers), the node's env file (no
+    value on a command line), Ray's temp dir from the host (its logs stay on the host; short socket paths).
+    ValueError when the image is not pinned by digest."""
+    docker.parse_ref(image)
+    args = [
+        "docker",
+        "run",
+        "--name",
+        name,
+        "--label",
+        f"{docker.OUR_LABEL}=1",
+        "--label",
+        f"{docker.CELL_LABEL}={cell_id}",
+    ]
+    args += ["--label", f"{RAY_LABEL}=1", "--network", "host", "--ipc", "host", "--volume", f"{temp_dir}:{temp_dir}"]
+    args += ["--env-file", env_file] if env_file else []
+    return args + (["--gpus", "all"] if gpus else []) + [image]
+
+
 def _state(workdir: str) -> Path:
     return supervise.state_dir(workdir) / STATE_FILE
 
@@ -93,10 +128,16 @@ def start(
     holder: Holder,
     drop_page_cache: str = "",
     timeout_s: float = 60.0,
+    image: str = "",
+    container: str = "",
 ) -> dict[str, Any]:
     """Start this node (stopping a node of ours left behind first). drop_page_cache: "" (no), "drop" or
-    "simulated" (recorded, nothing dropped). Returns {pid, log, page_cache}."""
+    "simulated" (recorded, nothing dropped). image/container: the docker runtime (`command` is then the docker run
+    of container_argv followed by the ray argv). Returns {pid, log, page_cache, image}."""
     previous = stop(workdir)
+    digest = docker.parse_ref(image)[1] if image else ""
+    if container:  # one of ours by its name (this cell, this node's ports) whose state file was lost
+        docker.remove(container)
     rdir = Path(os.path.expanduser(workdir)) / "runs" / cell_id
     rdir.mkdir(parents=True, exist_ok=True)
     log_path = rdir / NODE_LOG
@@ -104,7 +145,7 @@ def start(
     try:
         page_cache = _drop_page_cache(drop_page_cache)
         with open(log_path, "wb") as log:
-            log.write(f"spark-agent: ray {role} node for cell {cell_id}; page cache: {page_cache}\n".encode())
+            log.write((clusterlog.node_header(role, cell_id, page_cache, digest) + "\n").encode())
             log.flush()
             full_env = dict(os.environ, **env)
             full_env[supervise.CELL_ENV] = cell_id
@@ -121,9 +162,22 @@ def start(
             )
     finally:
         os.close(lock_fd)  # the head's lock is the server's to take next
-    atomic.write_json(_state(workdir), {"pid": proc.pid, "cell_id": cell_id, "role": role, "started": time.time()})
-    _wait_started(proc, log_path, timeout_s)
-    return {"pid": proc.pid, "log": str(log_path), "page_cache": page_cache, "stopped_previous": previous["stopped"]}
+    state = {"pid": proc.pid, "cell_id": cell_id, "role": role, "started": time.time(), "container": container}
+    atomic.write_json(_state(workdir), state)
+    try:
+        _wait_started(proc, log_path, timeout_s)
+        if image:  # the node runs the pinned image, or it does not count as started
+            docker.verify_running_digest(container, image)
+    except (RayError, docker.DockerError) as exc:
+        stop(workdir)
+        raise RayError(str(exc)) from None
+    return {
+        "pid": proc.pid,
+        "log": str(log_path),
+        "page_cache": page_cache,
+        "image": digest,
+        "stopped_previous": previous["stopped"],
+    }
 
 
 def _wait_started(proc: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
@@ -167,7 +221,10 @@ def stop(workdir: str, cell_id: str = "") -> dict[str, Any]:
     if not isinstance(pid, int) or pid <= 1 or (cell_id and info.get("cell_id") != cell_id):
         return {"stopped": False}
     if _ours(pid, workdir):
-        _kill_group(pid)
+        _kill_group(pid)  # the docker runtime: the attached `docker run` client; the container goes next
+    container = info.get("container")
+    if isinstance(container, str) and container.startswith(CONTAINER_PREFIX):
+        docker.remove(container)  # gone with everything in it, whatever killed the client
     _kill_stragglers(workdir)
     _state(workdir).unlink(missing_ok=True)
     return {"stopped": True, "pid": pid}
@@ -218,6 +275,14 @@ def _group_alive(pgid: int) -> bool:
             if fields[0] != "Z" and int(fields[2]) == pgid:  # state, ppid, pgrp
                 return True
     return False
+
+
+def status_cmd(workdir: str, ray_cmd: list[str]) -> list[str]:
+    """`ray` as the head sees it: inside the node's container on the docker runtime (the host may have no Ray)."""
+    container = _read(workdir).get("container")
+    if isinstance(container, str) and container.startswith(CONTAINER_PREFIX):
+        return ["docker", "exec", container, *ray_cmd]
+    return list(ray_cmd)
 
 
 def check(ray_cmd: list[str], head_address: str, nodes: int, gpus: float, timeout_s: float = 60.0) -> dict[str, Any]:

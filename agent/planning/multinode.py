@@ -24,6 +24,22 @@ def expected_transport(spec: Spec, node_set: nodesets.NodeSet) -> str:
     return spec.server.transport or ("rdma" if node_set.rdma else "socket")
 
 
+def transport_reason(spec: Spec, node_set: nodesets.NodeSet) -> str:
+    """Why the cell expects that transport (shown by `spark-agent env`)."""
+    if spec.server.transport:
+        return f"[server] transport = {spec.server.transport!r}"
+    if node_set.rdma:
+        return "every node has an RDMA device on the link"
+    bare = [link.host for link in node_set.links if not link.rdma]
+    return f"no RDMA device on the link of {', '.join(bare)}"
+
+
+def node_rows(cell: Cell, host: str) -> list[envrules.EnvProvenance]:
+    """The provenance rows plan_set added for one node (its link variables), out of the cell's rows."""
+    names = {rule["name"] for rule in envrules.multinode_rules()}
+    return [r for r in cell.provenance if r["rule"] in names and r["reason"].endswith(f"(node {host})")]
+
+
 def choose(spec: Spec, hosts: list[str], facts: Mapping[str, Facts]) -> nodesets.Choice:
     """The node sets of a multi-node spec, or one line (exit 2) saying why there are none. Also checks that
     TP x PP fills the nodes' GPUs, now that the facts say how many each has."""

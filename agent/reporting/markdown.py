@@ -20,6 +20,7 @@ from agent.judging import bandwidth, replicas, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
 from agent.reporting import loadreport, startup
+from agent.reporting import multinode as multinode_report
 from agent.reporting import telemetry as telemetry_report
 from agent.reporting.escape import md, md_code, md_fence, rich
 from agent.results.tree import LOST_FILE, load_cells
@@ -285,6 +286,7 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     if data.tune:
         out += ["## Adaptive tuning: skipped, stopped, undecided", ""] + startup.tune_lines(data.tune) + [""]
     out += replica_section(data.summaries, data.threshold)
+    out += multinode_report.node_lines(stats.distinct_cells(data.summaries))  # once per cell
     return "\n".join(out)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 from agent.hostside import loadpoints
-from agent.hostside.contracts import Attestation, Facts, Measurement, StartupBreakdown
+from agent.hostside.contracts import Attestation, Facts, Measurement, RayNodeReport, StartupBreakdown
 from agent.planning.envrules import EnvProvenance
 from agent.planning.matrix import CellConfig, CheckpointInfo
 from agent.results.tree import SCHEMA, run_name
@@ -57,6 +57,7 @@ class CellRecord:
     died: dict[str, Any] = field(default_factory=dict)  # [died]: when and how the server died mid-cell ({} if not)
     schema: int = SCHEMA
     startup: StartupBreakdown | dict[str, Any] = field(default_factory=dict)  # [startup]: hostside/startuplog
+    nodes: list[RayNodeReport] = field(default_factory=list)  # [[nodes]]: a multi-node cell's nodes (none: 1 node)
 
     # the order of cell.toml's keys (TOML writes the tables after the plain keys in any case)
     _ORDER = (
@@ -88,6 +89,7 @@ class CellRecord:
         "measure_s",
         "died",
         "startup",
+        "nodes",
     )
 
     def to_toml(self) -> dict[str, Any]:
@@ -98,7 +100,7 @@ class CellRecord:
                 value = self.config.to_dict()
             elif name == "launch":
                 value = {"argv": list(self.launch.argv), "command": self.launch.command}
-            elif name == "died" and not value:
+            elif name in ("died", "nodes") and not value:
                 continue  # only a cell whose server died has the table
             out[name] = value
         return out

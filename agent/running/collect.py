@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from agent.hostside import loadpoints, logparse, redact, startuplog, utc
-from agent.hostside.contracts import Attestation, Facts, Failure, Measurement
+from agent.hostside import clusterlog, loadpoints, logparse, redact, startuplog, utc
+from agent.hostside.contracts import Attestation, Facts, Failure, Measurement, RayNodeReport
 from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import cluster as cluster_verdict
 from agent.judging import verdict
@@ -59,7 +59,8 @@ def finalize_cell(
             record = _bad_host_data_record(cell, facts, exc.reason, started, finished)
         else:
             record = _write_cell(dest, cell, facts, staging, received, started, finished, measure_s)
-            record.notes += _node_logs(root, cell, dest, staging)
+            notes, record.nodes = _node_logs(root, cell, dest, staging)
+            record.notes += notes
         record = _redacted(record)
         results.atomic_write_toml(dest / results.CELL_FILE, record.to_toml())
     finally:
@@ -117,11 +118,12 @@ def _clear_previous(dest: Path, keep: Callable[[Path], bool] = lambda path: Fals
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _node_logs(root: Path, cell: Cell, dest: Path, staging: Path) -> list[str]:
+def _node_logs(root: Path, cell: Cell, dest: Path, staging: Path) -> tuple[list[str], list[RayNodeReport]]:
     """A multi-node cell: every node's Ray log as node-<host>.log (the head's came in its own archive; each worker's
     archive is checked like the head's, and only its ray-node.log is kept). Returns a note per log that did not
-    come back."""
+    come back, and each node's report from its log's header line (page cache, image)."""
     notes: list[str] = []
+    reports: list[RayNodeReport] = []
     for host in cell.hosts if cell.cluster else []:
         src = staging / "ray-node.log"
         if host != cell.host:
@@ -139,9 +141,21 @@ def _node_logs(root: Path, cell: Cell, dest: Path, staging: Path) -> list[str]:
         if src.is_file():
             _mask_secrets(src)
             os.replace(src, dest / f"node-{host}.log")
+            report = _node_report(host, dest / f"node-{host}.log")
+            if report is None:
+                notes.append(f"node {host}: its Ray log has no spark-agent header (page cache, image not recorded)")
+            else:
+                reports.append(report)
         if src.parent != staging:
             shutil.rmtree(src.parent, ignore_errors=True)
-    return notes
+    return notes, reports
+
+
+def _node_report(host: str, log: Path) -> RayNodeReport | None:
+    """The header line the node wrote (host data: only its first 600 bytes are read, and matched strictly)."""
+    with open(log, "rb") as handle:
+        first = handle.read(600).decode("utf-8", errors="replace").split("\n", 1)[0]
+    return clusterlog.node_report(host, first)
 
 
 def _read_received(staging: Path, cell: Cell) -> dict[str, Any]:

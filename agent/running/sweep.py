@@ -41,10 +41,11 @@ class CellLost(Exception):
     """Nothing usable came back for the cell the worker was on. reason: lost | host_lost | interrupted | controller
     (the controller could not store it: the results folder is full)."""
 
-    def __init__(self, reason: str, error: str):
+    def __init__(self, reason: str, error: str, host: str = ""):
         super().__init__(f"{reason}: {error}")
         self.reason = reason
         self.error = error
+        self.host = host  # host_lost: the host that was lost, when not the one the cell ran from (a node set's worker)
 
 
 @dataclass
@@ -271,7 +272,8 @@ def run_sweep(
         _join(runners, timeout=30)
     finally:
         progress.stop()
-    why = "interrupted" if outcome.interrupted else outcome.fatal or "the host stopped"
+    lost = "; ".join(f"lost host {h}" for h in outcome.lost_hosts)
+    why = "interrupted" if outcome.interrupted else outcome.fatal or lost or "the host stopped"
     for g in groups:
         _settle_unserved(outcome, g, queues[g.name], why)
     for o in outcome.hosts.values():
@@ -461,6 +463,11 @@ def _host_worker(
                 _hand_back(results_root, queue, result, progress, cell, "host_failed", exc.message)
                 break
             except CellLost as exc:
+                if exc.reason == "host_lost" and exc.host and exc.host != host.name:
+                    _worker_lost(outcome, queue, exc.host, exc.error)  # a node set's worker: the set can't serve
+                    _host_stopped(result, progress, f"its node set lost worker host {exc.host}")
+                    _hand_back(results_root, queue, result, progress, cell, exc.reason, exc.error)
+                    break
                 if exc.reason == "host_lost":
                     result.host_lost = True
                     _host_stopped(result, progress, exc.error)
@@ -490,6 +497,17 @@ def _host_worker(
         result.settle(why)
 
 
+def _worker_lost(outcome: SweepOutcome, queue: GroupQueue, worker: str, error: str) -> None:
+    """A multi-node cell's worker host became unreachable: that host is the lost one (named in the summary), and it
+    takes no more cells; its head is alive but its node set is broken."""
+    lost = outcome.hosts.get(worker)
+    if lost is not None:
+        lost.host_lost = True
+        lost.error = lost.error or error
+    queue.retire(worker)
+    log.error("host_lost", host=worker, error=error)
+
+
 def _hand_back(
     root: Path, queue: GroupQueue, result: HostOutcome, progress: Progress, cell: Cell, reason: str, error: str
 ) -> None:
@@ -497,8 +515,11 @@ def _hand_back(
     cell goes back to the group's queue. Counted `requeued` on this host (another host measures it), or lost when
     no host of the group is left to take it."""
     queue.retire(result.host)
-    queue.give_back(result.host, cell.id)
     bucket = "requeued" if queue.can_still_run(cell.id) else "lost"
+    if bucket == "requeued":
+        queue.give_back(result.host, cell.id)
+    else:  # owed to nobody: counted lost here once, not again as unserved at the end
+        queue.finish(result.host, cell.id)
     _lose(root, result, progress, cell, reason, error, bucket=bucket)
 
 
@@ -591,6 +612,15 @@ def run_cell(
     if host.name in run.unreachable:
         raise CellLost(
             "host_lost", f"host {host.name} became unreachable: {hostdata.one_line(run.unreachable[host.name])}"
+        )
+    for worker in [h for h in cell.hosts if h != host.name and h in run.unreachable]:
+        # a node set's worker that dropped off: the host is lost, never a backend failure of the config (the engine
+        # on the head died with it); the head's server and Ray were stopped by the playbook's teardown
+        raise CellLost(
+            "host_lost",
+            f"worker host {worker} of node set {', '.join(cell.hosts)} became unreachable: "
+            f"{hostdata.one_line(run.unreachable[worker])}",
+            host=worker,
         )
     failed = run.failed_tasks.get(host.name, {})
     if tasks.FETCH.name not in run.results.get(host.name, {}) or tasks.FETCH.name in failed:

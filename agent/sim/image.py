@@ -56,7 +56,7 @@ ENTRYPOINT = "/usr/local/bin/spark-sim-entrypoint"
 # entrypoint is `vllm serve`), and a `vllm ...` command runs as given (like NVIDIA's image, which the
 # agent's docker runtime drives with `vllm serve MODEL ...`).
 ENTRYPOINT_SCRIPT = """#!/bin/sh
-if [ "$1" = vllm ] || [ "$1" = python3 ] || [ "$1" = sh ]; then exec "$@"; fi
+if [ "$1" = vllm ] || [ "$1" = python3 ] || [ "$1" = sh ] || [ "$1" = ray ]; then exec "$@"; fi
 exec python3 -m agent.sim serve "$@"
 """
 VLLM_SCRIPT = '#!/bin/sh\n# `vllm serve MODEL ...` is the simulator\nexec python3 -m agent.sim "$@"\n'

@@ -79,6 +79,18 @@ options:
     description: Drop the page cache before starting ("drop"), record that a simulated host does not ("simulated"), or not ("").
     type: str
     default: ""
+  runtime:
+    description:
+      - C(process) runs O(ray_cmd) on the host; C(docker) runs it in a container of O(image) (host network and
+        IPC, the env file, Ray's temp dir mounted), verifies the container's digest against the pin, and removes
+        the container on stop. C(checked) then runs C(ray status) inside the head's container.
+    type: str
+    choices: [process, docker]
+    default: process
+  image:
+    description: With C(runtime=docker), the pinned image (name@sha256:<64 hex>) every node runs.
+    type: str
+    default: ""
   nodes:
     description: With C(checked), the node count the cluster must reach.
     type: int
@@ -125,6 +137,10 @@ page_cache:
   description: kept, dropped, or why not.
   type: str
   returned: state=started
+image:
+  description: The digest the node's container runs, verified (runtime=docker; empty otherwise).
+  type: str
+  returned: state=started
 nodes:
   description: Alive nodes C(ray status) showed.
   type: int
@@ -140,7 +156,7 @@ stopped:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_hostside import raynode, serving, supervise
+from ansible.module_utils.spark_hostside import docker, raynode, serving, supervise
 
 ARGUMENT_SPEC = {
     "state": {"type": "str", "default": "started", "choices": ["started", "checked", "stopped"]},
@@ -161,6 +177,8 @@ ARGUMENT_SPEC = {
     "nodes": {"type": "int", "default": 1},
     "gpus": {"type": "float", "default": 0},
     "timeout": {"type": "float", "default": 60},
+    "runtime": {"type": "str", "default": "process", "choices": ["process", "docker"]},
+    "image": {"type": "str", "default": ""},
 }
 
 
@@ -168,7 +186,8 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     if p["state"] == "checked":
-        seen = raynode.check(p["ray_cmd"], p["head_address"], p["nodes"], p["gpus"], p["timeout"])
+        ray_cmd = raynode.status_cmd(p["workdir"], p["ray_cmd"])
+        seen = raynode.check(ray_cmd, p["head_address"], p["nodes"], p["gpus"], p["timeout"])
         if not seen["ok"]:
             module.fail_json(
                 msg=f"the Ray cluster has {seen['nodes']} node(s) and {seen['gpus']:g} GPU(s), "
@@ -181,7 +200,19 @@ def main() -> None:
     if p["state"] == "stopped":
         result = raynode.stop(p["workdir"], p["cell_id"])
         module.exit_json(changed=result["stopped"], **result)
-    command = raynode.argv(
+    docker_run = p["runtime"] == "docker"
+    container = raynode.container_name(p["cell_id"], p["port_base"]) if docker_run else ""
+    try:
+        prefix = (
+            raynode.container_argv(
+                p["image"], container, p["cell_id"], p["env_file"], p["temp_dir"], gpus=p["num_gpus"] == 0
+            )
+            if docker_run
+            else []
+        )
+    except ValueError as exc:
+        module.fail_json(msg=f"image: {exc}")
+    command = prefix + raynode.argv(
         p["ray_cmd"],
         p["role"],
         p["node_address"],
@@ -202,10 +233,12 @@ def main() -> None:
             holder=p["holder"],
             drop_page_cache=p["drop_page_cache"],
             timeout_s=p["timeout"],
+            image=p["image"] if docker_run else "",
+            container=container,
         )
     except supervise.HostBusy as exc:
         module.fail_json(msg=str(exc), holder=exc.holder, busy=True, host_error=True)
-    except raynode.RayError as exc:
+    except (raynode.RayError, docker.DockerError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=True, **result)
 
