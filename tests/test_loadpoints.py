@@ -289,3 +289,13 @@ def test_a_cell_with_load_axes_is_one_cell_to_the_rule_effects_and_the_replicas(
         "uns-fast, backend marlin held equal, on spark-1)"
     ], effects
     assert "## Replicas across hosts" not in report.render_markdown(report.build(tree.load_cells(tmp_path)))
+
+
+def test_the_end_of_sweep_table_names_each_load_slice(tmp_path):
+    from rich.console import Console
+
+    _open_cell(tmp_path)
+    console = Console(width=200, record=True)
+    console.print(report.terminal_table(tree.load_cells(tmp_path)))
+    text = console.export_text()
+    assert "marlin @ 2 req/s, depth 128" in text and "marlin @ 8 req/s, depth 512" in text

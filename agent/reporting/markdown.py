@@ -708,7 +708,7 @@ def terminal_table(
         table.add_row(  # cells are rich markup: host-derived text is escaped
             rich(s.cell.get("host", "")),
             rich(s.checkpoint),
-            rich(s.backend_text),
+            rich(s.backend_text + (f" @ {stats.load_text(s.load)}" if s.cell.get("load_slice") else "")),
             _verdict_markup(s),
             *[_cell_markup(s.points.get(c)) for c in conc],
         )
