@@ -67,6 +67,8 @@ def test_a_hostile_archive_over_ssh_fails_the_cell_and_touches_nothing_else(tmp_
     }
     allowed |= {str(Path("results") / ".incoming" / "hostile" / "spark-a")}
     allowed |= {str(Path("results") / "store.sqlite")}  # the results store indexes each cell as it lands
+    # what provisioning found on each host (its image digest), remembered for the next sweep's fingerprint
+    allowed |= {str(Path("results", p)) for p in (".fleet", ".fleet/hosts", ".fleet/hosts/known.json")}
     stray = {p for p in new_or_changed if p not in allowed and not p.startswith(str(cell_dir.relative_to(tmp_path)))}
     assert stray == set()
     assert (root / "hostile" / "spark-b" / "keep.txt").read_text() == "mine\n"

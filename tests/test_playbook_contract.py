@@ -122,6 +122,7 @@ def test_the_env_file_is_readable_by_its_owner_only() -> None:
 def _tasks_of(path: Path) -> list[dict[str, Any]]:
     """The tasks of a playbook (all its plays) or of a task file."""
     data = yaml.safe_load(path.read_text()) or []
-    if data and all("hosts" in entry for entry in data):
+    plays = ("hosts", "import_playbook", "ansible.builtin.import_playbook")
+    if data and all(any(key in entry for key in plays) for entry in data):
         return [t for play in data for t in play.get("tasks", [])]
     return data

@@ -1,9 +1,11 @@
-"""spark-agent check [-i INVENTORY] [--limit HOSTS]: every host's facts as a table, and what would stop a sweep."""
+"""spark-agent check [-i INVENTORY] [--limit HOSTS] [--results DIR]: every host's facts as a table, and what would
+stop a sweep."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -15,7 +17,7 @@ from agent.paths import DEFAULT_INVENTORY
 from agent.planning import envrules, groups
 from agent.planning.inventory import check_reachable, load_inventory
 from agent.reporting.escape import rich
-from agent.running import hostdata, tasks
+from agent.running import fingerprints, hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.sweep import gather_facts
 
@@ -51,6 +53,11 @@ def register(sub) -> None:
     p = sub.add_parser("check", help="reach every host, print its facts and anything that would stop a sweep")
     p.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY))
     p.add_argument("--limit", help="only these hosts or groups (comma-separated)")
+    p.add_argument(
+        "--results",
+        default="results",
+        help="results folder whose remembered image digests and logged vLLM versions join the groups (default ./results)",
+    )
     p.set_defaults(func=run)
 
 
@@ -111,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(*row(h.name, f, issues))
     console = Console(width=max(Console().width, 140))
     console.print(table)
-    found = groups.group_facts(facts)
+    found = fingerprints.last_known(Path(args.results), facts)  # + the image digest and vLLM version last seen
     for line in [*groups.describe(found), *groups.explain(found)]:  # hosts that are never ranked together
         console.print(rich(line), highlight=False)
     return 1 if problems else 0

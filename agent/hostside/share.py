@@ -40,6 +40,11 @@ CHUNK = 1024 * 1024
 _REL = re.compile(r"^(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9._+=@-][A-Za-z0-9._+=@/-]{0,1023}$")
 
 
+def safe_relative_path(path: str) -> bool:
+    """A relative path inside a checkpoint folder that we will write (also for the hub's file names: hub.py)."""
+    return bool(_REL.fullmatch(path))
+
+
 class ShareError(HostError):
     """The copy cannot go on; the message says which file and what to do."""
 

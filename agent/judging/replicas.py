@@ -3,7 +3,8 @@
 For each such cell and concurrency: the spread across hosts (of the hosts' medians) next to the spread across
 repeats (the widest of any one host), and a flag when the hosts disagree beyond the noise: two hosts' repeat ranges
 do not overlap and the spread across hosts is larger than both the threshold and the repeats' own spread. Only
-valid cells count; cells of different fingerprints are never compared (their ids differ, or their fingerprints do).
+valid cells count; cells of different fingerprints are never compared (their ids differ, or their fingerprints do,
+or their server logs gave different vLLM versions).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from agent.judging.stats import DEFAULT_THRESHOLD, CellSummary, load_text, ranges_overlap, spread
+from agent.judging.stats import DEFAULT_THRESHOLD, CellSummary, comparable, load_text, ranges_overlap, spread
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,8 @@ def replica_points(summaries: Sequence[CellSummary], threshold: float = DEFAULT_
     by_cell: dict[tuple[str, str, float, int], list[CellSummary]] = {}
     for s in summaries:
         if s.rankable:  # a cell with load axes: one replica question per rate and depth
-            fingerprint = str(s.cell.get("facts", {}).get("fingerprint", ""))
-            by_cell.setdefault((str(s.cell.get("cell_id", "")), fingerprint, s.load.rate, s.load.depth), []).append(s)
+            key = (str(s.cell.get("cell_id", "")), comparable(s.cell), s.load.rate, s.load.depth)
+            by_cell.setdefault(key, []).append(s)
     out = []
     for (cell_id, _, _, _), group in sorted(by_cell.items()):
         if len(group) < 2:

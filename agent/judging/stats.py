@@ -585,11 +585,31 @@ def _beats(rankings: list[Ranking]) -> bool:
 def recommend(
     summaries: Sequence[CellSummary], *, seed: int = DEFAULT_SEED, metric: str = RANK_METRIC
 ) -> list[Recommendation]:
-    """One recommendation per (hardware, quant format), in a stable order."""
-    groups: dict[tuple[str, str], list[CellSummary]] = {}
+    """One recommendation per (hardware, quant format), in a stable order; hardware whose server logs gave
+    different vLLM versions is one recommendation per version (never ranked together)."""
+    groups: dict[tuple[str, str, str], list[CellSummary]] = {}
     for s in summaries:
-        groups.setdefault((s.hardware, s.quant), []).append(s)
-    return [_recommend_group(hw, q, groups[(hw, q)], seed, metric) for hw, q in sorted(groups)]
+        groups.setdefault((s.hardware, s.quant, logged_version(s.cell)), []).append(s)
+    versions: dict[tuple[str, str], int] = {}
+    for hw, q, _ in groups:
+        versions[(hw, q)] = versions.get((hw, q), 0) + 1
+    return [
+        _recommend_group(
+            hw if versions[(hw, q)] == 1 else f"{hw} · vLLM {v or '?'}", q, groups[(hw, q, v)], seed, metric
+        )
+        for hw, q, v in sorted(groups)
+    ]
+
+
+def logged_version(cell: dict[str, Any]) -> str:
+    """The vLLM version the cell's server log gave ("" when it said none)."""
+    return str((cell.get("attestation") or {}).get("vllm_version", "") or "")
+
+
+def comparable(cell: dict[str, Any]) -> str:
+    """What must be equal for two hosts' measurements of one cell to be replicas: the host's facts fingerprint and
+    the vLLM version its server logged (the image digest is one per sweep: provisioning refuses any other)."""
+    return f"{cell.get('facts', {}).get('fingerprint', '')}/{logged_version(cell)}"
 
 
 def varying_axes(cells: Sequence[CellSummary]) -> list[str]:

@@ -10,7 +10,7 @@ running/hostdata).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import astuple, dataclass, fields
+from dataclasses import astuple, dataclass, fields, replace
 
 from agent.hostside.contracts import Facts
 
@@ -82,10 +82,25 @@ def group_hosts(fingerprints: Mapping[str, Fingerprint]) -> list[HostGroup]:
     return [HostGroup(name=f"g{i}", fingerprint=fp, hosts=tuple(hosts)) for i, (fp, hosts) in enumerate(ordered, 1)]
 
 
-def group_facts(facts: Mapping[str, Facts], image_digests: Mapping[str, str] | None = None) -> list[HostGroup]:
-    """group_hosts over fingerprint(facts) for every host (the usual call after the facts step)."""
-    digests = image_digests or {}
-    return group_hosts({host: fingerprint(f, digests.get(host, "")) for host, f in facts.items()})
+def group_facts(
+    facts: Mapping[str, Facts],
+    image_digests: Mapping[str, str] | None = None,
+    vllm_versions: Mapping[str, str] | None = None,
+) -> list[HostGroup]:
+    """group_hosts over fingerprint(facts) for every host (the usual call after the facts step), with the image
+    digest each host holds and the vLLM version its log gave where known (running/hostmemory.py remembers both)."""
+    digests, versions = image_digests or {}, dict(vllm_versions or {})
+    prints = {host: fingerprint(f, digests.get(host, ""), versions.get(host, "")) for host, f in facts.items()}
+    # One image digest is one vLLM: a host new to this image (no log yet) takes the version its twins' logs gave,
+    # instead of a group of its own that would measure every cell again. Without an image (the process runtime)
+    # the installed vLLM is the host's own: unknown stays unknown.
+    for host, fp in prints.items():
+        if fp.vllm_version or not fp.image_digest:
+            continue
+        twins = {p.vllm_version for p in prints.values() if p.vllm_version and replace(p, vllm_version="") == fp}
+        if len(twins) == 1:
+            prints[host] = replace(fp, vllm_version=twins.pop())
+    return group_hosts(prints)
 
 
 def group_of(groups: Iterable[HostGroup], host: str) -> HostGroup:
@@ -100,8 +115,15 @@ def differences(a: Fingerprint, b: Fingerprint) -> list[str]:
     out = []
     for f, va, vb in zip(fields(Fingerprint), astuple(a), astuple(b), strict=True):
         if va != vb:
+            if f.name == "image_digest":  # sha256:<64 hex> reads as its first 12 hex, like docker shows it
+                va, vb = _short_digest(str(va)), _short_digest(str(vb))
             out.append(f"{_SHOWN[f.name]} {va or '?'} vs {vb or '?'}")
     return out
+
+
+def _short_digest(digest: str) -> str:
+    algo, _, hexes = digest.partition(":")
+    return f"{algo}:{hexes[:12]}…" if len(hexes) > 12 else digest
 
 
 def explain(groups: list[HostGroup]) -> list[str]:

@@ -24,7 +24,7 @@ from agent.judging import verdict
 from agent.planning.matrix import Cell, shape_vars
 from agent.results import tree as results
 from agent.results.records import CellRecord, Launch, MeasurementRecord
-from agent.running import archive, hostdata
+from agent.running import archive, hostdata, hostmemory
 
 INCOMING = ".incoming"
 STAGING_PREFIX = ".receiving-"  # inside the cell's own folder, removed before finalize_cell returns
@@ -62,6 +62,7 @@ def finalize_cell(
             notes, record.nodes = _node_logs(root, cell, dest, staging)
             record.notes += notes
         record = _redacted(record)
+        record.notes += hostmemory.learn_version(root, record)  # the next sweep's fingerprint; differing hosts said
         results.atomic_write_toml(dest / results.CELL_FILE, record.to_toml())
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -46,7 +46,7 @@ def fill_missing_checkpoints(inventory: Path, spec: Spec, hosts: list[Host], run
     received: set[str] = set()
     for ckpt in spec.checkpoints:
         if not ckpt.model.startswith(("/", "~")):
-            continue  # a hub id: vLLM resolves it (and its token) itself
+            continue  # a hub id: vLLM resolves it, or hubcopy.download_once downloaded it once for the fleet
         have, lack = holders(run, hosts, ckpt.model)
         if not have or not lack:
             continue

@@ -28,7 +28,7 @@ from agent.planning.matrix import Cell, CheckpointInfo
 from agent.planning.spec import Spec
 from agent.results import tree as results
 from agent.results.records import CellRecord
-from agent.running import collect, fleetcopy, hostdata, tasks
+from agent.running import collect, fingerprints, fleetcopy, hostdata, hubcopy, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
 from agent.running.progress import Progress
@@ -176,6 +176,7 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
         for c in cs:  # a multi-node cell's env file on every node: the cell's env and that node's link variables
             for node in c.cluster.get("nodes", []) or [{"host": c.host, "env": {}}]:
                 by_host.setdefault(node["host"], []).append({"id": c.id, "env": {**c.env, **node["env"]}})
+    hubcopy.download_once(inventory, spec, hosts)  # hub ids: one download, copied over the fleet (if set)
     checkpoints = fleetcopy.checkpoint_vars(spec)
     more_images = [i for i in spec.design.images if i != spec.image]  # [matrix] image: every digest present
     run = fleet.run_playbook(
@@ -315,7 +316,7 @@ def prepare(
     check_reachable(hosts)
     try:
         facts = gather_facts(inventory, hosts)
-        groups = fleet_groups.group_facts(facts)
+        groups = fingerprints.remembered(results_root, spec.image, facts)  # + digest and logged vLLM, if known
         show_groups(groups)
         check_replicas(replicas, groups)
         cells = plan_fleet(spec, hosts, facts)
@@ -330,7 +331,12 @@ def prepare(
             h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
             for h, cs in cells.items()
         }
-        provision(inventory, spec, hosts, todo)  # every host of a group can take any of its cells: env files for all
+        run = provision(inventory, spec, hosts, todo)  # every host of a group can take any of its cells: env files
+        regrouped = fingerprints.provisioned(results_root, spec.image, facts, hosts, run)
+        if regrouped != groups:  # the digests provisioning found now separate hosts
+            show_groups(regrouped)
+            check_replicas(replicas, regrouped)
+        groups = regrouped
     except KeyboardInterrupt:
         _stop_our_playbooks()  # facts and provisioning start no server: nothing to tear down
         raise
