@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 
 from agent.hostside import docker as sdocker
+from agent.hostside import serving
 
 pytest_plugins = ["tests.fixtures_docker"]  # dockerd, sim_image: one of each per session
 
@@ -78,6 +79,8 @@ def test_the_simulator_runs_as_a_cell_container(dockerd, sim_image, tmp_path):
     sdocker.pull(sim_image, env)
     log_path = tmp_path / "server.log"
     gb10_env = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_DISABLE_VERSION_CHECK": "1", "SPARK_SIM_STARTUP_S": "0.2"}
+    (tmp_path / "models" / "uns-fast").mkdir(parents=True)
+    mounts = serving.volumes(None, str(tmp_path / "hf"), str(tmp_path / "models" / "uns-fast"))
     server = sdocker.run_server(
         sim_image,
         name,
@@ -86,9 +89,12 @@ def test_the_simulator_runs_as_a_cell_container(dockerd, sim_image, tmp_path):
         label="0123456789ab",
         log_path=str(log_path),
         docker_env=env,
+        volumes=mounts,
     )
     try:
         _wait_health(port)
+        binds = _inspect(name, "{{json .HostConfig.Binds}}", env)
+        assert binds == mounts, "the model cache (rw) and the checkpoint folder (ro, same path) are mounted"
         assert "CUTE_DSL_ARCH=sm_121a" in _inspect(name, "{{json .Config.Env}}", env)
         gpu_requests = _inspect(name, "{{json .HostConfig.DeviceRequests}}", env)
         assert gpu_requests[0]["Count"] == -1 and ["gpu"] in gpu_requests[0]["Capabilities"]  # --gpus all

@@ -54,3 +54,22 @@ def test_a_work_dir_under_home_gives_absolute_cache_paths(monkeypatch, tmp_path)
     assert path is not None and path.is_absolute() and str(path).startswith(str(tmp_path))
     assert all(v.startswith(str(tmp_path)) for v in warmcache.environment(path, "process").values())
     assert [c["key"] for c in warmcache.list_caches("~/.spark-agent")] == ["ab" * 8]
+
+
+def test_a_container_sees_the_warm_cache_the_model_cache_and_a_checkpoint_folder(tmp_path: Path):
+    from agent.hostside import docker, serving
+
+    cache = tmp_path / "warm"
+    models = tmp_path / "models" / "nv-fp4"
+    models.mkdir(parents=True)
+    mounts = serving.volumes(cache, str(tmp_path / "hf"), str(models))
+    assert mounts == [
+        f"{cache}:{warmcache.CONTAINER_ROOT}",
+        f"{tmp_path / 'hf'}:{serving.HF_CACHE_IN_CONTAINER}",
+        f"{models}:{models}:ro",
+    ]
+    assert (tmp_path / "hf").is_dir(), "made by us, not by docker as root"
+    assert serving.volumes(None, "", "nvidia/Llama-3-70B-FP4") == [], "a hub id is no folder"
+    assert serving.volumes(None, "", str(tmp_path / "absent")) == []
+    line = docker.launch_line("r/x@sha256:" + "a" * 64, "c", ["serve", str(models)], {}, "cell", volumes=mounts)
+    assert line.count("--volume") == 3 and f"{models}:{models}:ro" in line

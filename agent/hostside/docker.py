@@ -13,11 +13,11 @@ import re
 import shlex
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import registry, warmcache
+from . import registry
 from .errors import HostError
 
 OUR_LABEL = "spark-agent"  # every container we start carries spark-agent=1
@@ -272,9 +272,9 @@ def _env_file_text(env: dict) -> str:
     return "".join(lines)
 
 
-def _run_options(name: str, label: str, gpus: bool, network: str, ipc: str, cache_dir: str = "") -> list[str]:
-    """`docker run` options of a cell's server (vLLM's docs: --ipc host, for its shared-memory workers); the image's
-    warm-start cache folder (hostside/warmcache.py) mounted where the server's cache variables point."""
+def _run_options(name: str, label: str, gpus: bool, network: str, ipc: str, volumes: Sequence[str] = ()) -> list[str]:
+    """`docker run` options of a cell's server (vLLM's docs: --ipc host, for its shared-memory workers), and the
+    folders the server reads on the host (serving.volumes: the warm-start cache, the model cache, a model folder)."""
     args = [
         "--name",
         name,
@@ -287,8 +287,8 @@ def _run_options(name: str, label: str, gpus: bool, network: str, ipc: str, cach
         "--ipc",
         ipc,
     ]
-    if cache_dir:
-        args += ["--volume", f"{cache_dir}:{warmcache.CONTAINER_ROOT}"]
+    for volume in volumes:
+        args += ["--volume", volume]
     return args + (["--gpus", "all"] if gpus else [])
 
 
@@ -301,12 +301,12 @@ def launch_line(
     gpus: bool = True,
     network: str = "host",
     ipc: str = "host",
-    cache_dir: str = "",
+    volumes: Sequence[str] = (),
 ) -> str:
     """The `docker run` that run_server performs, environment spelled out as --env: for launch.txt."""
     env_args = [arg for key, value in env.items() for arg in ("--env", f"{key}={value}")]
     return shlex.join(
-        ["docker", "run", "--detach", *_run_options(name, label, gpus, network, ipc, cache_dir), *env_args, ref, *argv]
+        ["docker", "run", "--detach", *_run_options(name, label, gpus, network, ipc, volumes), *env_args, ref, *argv]
     )
 
 
@@ -321,7 +321,7 @@ def run_server(
     log_path: str | None = None,
     docker_env: dict | None = None,
     ipc: str = "host",
-    cache_dir: str = "",
+    volumes: Sequence[str] = (),
 ) -> ServerContainer:
     """Start the server of one cell, detached: container `name`, labelled with the cell id `label`.
 
@@ -333,7 +333,7 @@ def run_server(
     with tempfile.NamedTemporaryFile("w", prefix="spark-agent-env-", suffix=".list") as env_file:
         env_file.write(_env_file_text(env))
         env_file.flush()
-        options = _run_options(name, label, gpus, network, ipc, cache_dir)
+        options = _run_options(name, label, gpus, network, ipc, volumes)
         args = ["run", "--detach", *options, "--env-file", env_file.name]
         try:
             container_id = _docker([*args, ref, *argv], docker_env).strip()

@@ -206,6 +206,8 @@ def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDo
             scope=host.get("scope", "machine"),
             evict=bool(host.get("evict", False)),
             holder=holder,
+            model=str(cell.get("model", "")),
+            model_cache=str(host.get("model_cache", "")),
         )
     except (HostError, OSError) as exc:
         return CellDone(

@@ -20,6 +20,8 @@ from . import atomic, docker, loadgen, loadpoints, redact, supervise, telemetry,
 from .contracts import Holder, Measurement
 from .errors import HostError
 
+HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"  # huggingface_hub's default for the images' root user
+
 DIED_FILE = "died.json"  # in the run folder when the server died mid-cell: when, how, in which window
 
 
@@ -53,15 +55,29 @@ def launch_command(
     image: str = "",
     container: str = "spark-agent",
     cell_id: str = "",
-    cache_dir: Path | None = None,
+    volumes: Sequence[str] = (),
 ) -> str:
     """The exact command, copy-pasteable: env assignments + argv (docker: the docker run line).
     The one renderer of a serve command line: launch.txt, cell.toml's [launch] and the report all use it."""
     if runtime == "docker":
-        cache = str(cache_dir) if cache_dir is not None else ""
-        return docker.launch_line(image, container, [str(a) for a in argv], env, label=cell_id, cache_dir=cache)
+        return docker.launch_line(image, container, [str(a) for a in argv], env, label=cell_id, volumes=volumes)
     assigns = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted(env.items()))
     return (assigns + " " if assigns else "") + shlex.join([str(a) for a in argv])
+
+
+def volumes(cache: Path | None, model_cache: str, model: str) -> list[str]:
+    """What a server container mounts from its host: the image's warm-start cache (warmcache.CONTAINER_ROOT), the
+    host's Hugging Face cache where the image's root user looks for it (vLLM's docker docs mount
+    ~/.cache/huggingface the same way, so a hub checkpoint is downloaded once per host, not once per container),
+    and a checkpoint folder given by absolute path, read-only at the same path (the argv names it as it is)."""
+    out = [f"{cache}:{warmcache.CONTAINER_ROOT}"] if cache is not None else []
+    if model_cache:
+        hf = Path(os.path.expanduser(model_cache))
+        hf.mkdir(parents=True, exist_ok=True)  # docker would make a missing one root-owned
+        out.append(f"{hf}:{HF_CACHE_IN_CONTAINER}")
+    if model.startswith("/") and ":" not in model and Path(model).is_dir():  # a colon would split docker's -v
+        out.append(f"{model}:{model}:ro")
+    return out
 
 
 def serve_cell(
@@ -78,8 +94,11 @@ def serve_cell(
     scope: str,
     evict: bool,
     holder: Holder,
+    model: str = "",
+    model_cache: str = "",
 ) -> dict[str, Any]:
-    """Start the cell's server and wait until it is healthy, or until the log says it died (fail fast)."""
+    """Start the cell's server and wait until it is healthy, or until the log says it died (fail fast).
+    A container sees the host's model cache and a local checkpoint folder (`volumes`)."""
     rdir = run_dir(workdir, cell_id)
     clear_results(rdir)
     env = read_env_file(env_file)
@@ -98,8 +117,9 @@ def serve_cell(
     if cache is not None:
         full_env = {**warmcache.environment(cache, runtime), **full_env}  # a spec's own setting wins
     container = supervise.container_prefix(workdir) + cell_id
+    mounts = volumes(cache, model_cache, model) if runtime == "docker" else []
     shown = launch_command(
-        runtime, redact.redact_argv(argv), redact.redact_env(full_env), image, container, cell_id, cache_dir=cache
+        runtime, redact.redact_argv(argv), redact.redact_env(full_env), image, container, cell_id, volumes=mounts
     )
     (rdir / "launch.txt").write_text(shown + "\n")  # redacted; the server below gets full_env as it is
     log_path = str(rdir / "server.log")
@@ -116,7 +136,7 @@ def serve_cell(
         evict=evict,
         url=url,
         docker_present=bool(shutil.which("docker")),
-        cache_dir=str(cache) if cache is not None else "",
+        volumes=mounts,
     )
     outcome = supervise.wait_ready(workdir, url, health_timeout)
     if outcome["ready"] and runtime == "docker":

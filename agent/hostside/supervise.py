@@ -275,10 +275,10 @@ def start(
     evict: bool = False,
     docker_present: bool = False,
     url: str = "",
-    cache_dir: str = "",
+    volumes: list[str] | None = None,
 ) -> dict:
     """Take the lock, make sure we're alone, and fork the supervisor that runs the server. Returns server.json.
-    `cache_dir`: the image's warm-start cache folder, mounted into a container (hostside/warmcache.py)."""
+    `volumes`: what a container mounts (serving.volumes: the warm-start cache, the model cache, a model folder)."""
     lock_fd = acquire_lock(workdir, holder)
     try:
         _clear_the_machine(workdir, scope, evict, docker_present)
@@ -292,7 +292,7 @@ def start(
             "log": log_path,
             "started": time.time(),
             "container": container_prefix(workdir) + cell_id if runtime == "docker" else "",
-            "cache_dir": cache_dir,
+            "volumes": list(volumes or []),
         }
         pid = os.fork()
         if pid == 0:  # the supervisor: never returns
@@ -375,7 +375,7 @@ def _supervise(lock_fd: int, workdir: str, info: dict, runtime: str, argv: list,
                 env,
                 label=info["cell_id"],
                 log_path=info["log"],
-                cache_dir=str(info.get("cache_dir", "")),
+                volumes=[str(v) for v in info.get("volumes", [])],
             )
             if container.log_follower is None:  # run_server follows the log whenever log_path is given
                 raise RuntimeError("docker run gave no log follower")

@@ -78,6 +78,18 @@ options:
     description: With C(stopped) and a O(cell_id), pack the cell's run folder once the server is down.
     type: bool
     default: false
+  model:
+    description:
+      - The cell's checkpoint as the server's command line names it. With the docker runtime, a folder given by
+        absolute path is mounted read-only at the same path.
+    type: str
+    default: ""
+  model_cache:
+    description:
+      - The host's Hugging Face cache folder. With the docker runtime it is mounted at /root/.cache/huggingface,
+        so a hub checkpoint is downloaded once per host rather than once per container. Empty mounts none.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -194,6 +206,8 @@ ARGUMENT_SPEC = {
     "scope": {"type": "str", "default": "machine", "choices": ["machine", "workdir"]},
     "evict": {"type": "bool", "default": False},
     "holder": {"type": "dict", "default": {}},
+    "model": {"type": "str", "default": ""},
+    "model_cache": {"type": "str", "default": ""},
     "seal": {"type": "bool", "default": False},
 }
 
@@ -227,6 +241,8 @@ def main() -> None:
             scope=p["scope"],
             evict=p["evict"],
             holder=p["holder"],
+            model=p["model"],
+            model_cache=p["model_cache"],
         )
     # the host cannot take this cell (busy, port taken, no docker, wrong digest): not a result of the cell
     except supervise.HostBusy as exc:
