@@ -1,6 +1,8 @@
 """Any axis end to end (issue 15, section 1): specs with a checkpoint axis, a speculative axis with an exclusion,
 and env variants, swept over real SSH on the simulated Spark through the real CLI; the report ranks each axis with
-the others held equal and shows the FP8 default dying without the DeepGEMM rule; a re-run resumes every cell."""
+the others held equal and shows the FP8 default dying without the DeepGEMM rule; a re-run resumes every cell.
+The FP8 spec also has load axes inside its cells (request_rate x context_depth): every point is measured against the
+cell's one server (cell.yml's bench loop), and the report shows them (the detached runner: tests/test_fleet.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ vllm_version = "0.24.0"
 prompt_len = 64
 output_len = 32
 """
+LOAD_AXES = "request_rate = [1, 2]\ncontext_depth = [64, 256]\n"  # 4 points in each FP8 cell, one server each
 NVFP4 = """
 [[checkpoints]]
 name = "nv"
@@ -60,7 +63,7 @@ max_model_len = 8192
 max_num_seqs = 8
 [matrix]
 moe_backend = ["auto"]
-concurrency = [1]
+concurrency = [2]
 duration_s = 1
 warmup = 0
 repeats = 2
@@ -87,7 +90,8 @@ def test_axes_sweep_ranks_each_axis_shows_the_rule_and_resumes(tmp_path, sim_inv
     specs = {}
     for name, body, digest in (("axes-nvfp4", NVFP4, "ab" * 32), ("axes-fp8", FP8, "cd" * 32)):
         specs[name] = tmp_path / f"{name}.toml"
-        specs[name].write_text(HEAD.format(name=name, digest=digest) + body)
+        head = HEAD.format(name=name, digest=digest)
+        specs[name].write_text((head.replace("[load]\n", "[load]\n" + LOAD_AXES) if body is FP8 else head) + body)
     out = tmp_path / "results"
     procs = {
         "axes-nvfp4": _sweep(specs["axes-nvfp4"], sim_inventory, "spark-a", out),
@@ -127,6 +131,17 @@ def test_axes_sweep_ranks_each_axis_shows_the_rule_and_resumes(tmp_path, sim_inv
     assert fp8["no-deep-gemm-rule"]["env"]["VLLM_USE_DEEP_GEMM"] == "1"
     text = _report(out / "axes-fp8")
     assert "env_variant: with no-deep-gemm-rule the server failed to start (deep_gemm_assert), where rules ran" in text
+    # the load axes: every (rate, depth) point's windows came back from the one server the cell started
+    ran = fp8["rules"]
+    names = sorted(p.stem for p in results.window_files(Path(ran["dir"])))
+    assert names == [f"q{q}-c002-d{d}-r{k}" for q in (1, 2) for d in (256, 64) for k in (1, 2)], names
+    assert all(r["ok"] for r in ran["runs"]), [r["error"] for r in ran["runs"]]
+    assert {(r["request_rate"], r["context_depth"]) for r in ran["runs"]} == {(1, 64), (1, 256), (2, 64), (2, 256)}
+    assert all(r["min_input_len"] == r["context_depth"] for r in ran["runs"])  # each point's prompts at its depth
+    assert (Path(ran["dir"]) / "server.log").read_text().count("Starting vLLM API server") == 1
+    medians = text.split("## Medians", 1)[1].split("\n## ", 1)[0]
+    assert "| rate req/s | depth | c |" in medians and "| 2 | 256 | 2 |" in medians, medians
+    assert "## Latency percentiles and goodput" in text and "## Rate sweep: served vs offered" in text
 
     # resume works for any axis: a re-run measures nothing again and changes no file
     before = {p: p.stat().st_mtime_ns for p in (out / "axes-nvfp4").rglob("*.toml")}

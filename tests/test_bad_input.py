@@ -566,6 +566,13 @@ LOAD_CASES = [
     load_case("dataset-unknown", 'dataset = "alpaca"', "@dataset ="),
     load_case("context-depth-over-max-model-len", "context_depth = 131072", "@context_depth ="),
     load_case("prefix-longer-than-prompt", 'dataset = "prefix"\nprefix_len = 600', "@prefix_len ="),
+    # the load axes inside a cell: each value of a list checked as the scalar is
+    load_case("rate-list-empty", "request_rate = []", "@request_rate ="),
+    load_case("rate-list-with-zero", "request_rate = [2, 0]", "@request_rate ="),
+    load_case("rate-list-twice", "request_rate = [2, 2.0]", "@request_rate ="),
+    load_case("rate-list-text", 'request_rate = [2, "4"]', "@request_rate ="),
+    load_case("depth-list-empty", "context_depth = []", "@context_depth ="),
+    load_case("depth-list-over-max-model-len", "context_depth = [1024, 131072]", "@context_depth ="),
 ]
 
 ALL_CASES = [

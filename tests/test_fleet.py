@@ -51,11 +51,12 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
-def fleet_spec(tmp: Path, name: str, attention: list[str]) -> Path:
-    """2 MoE backends × the attention backends given; one short window per cell (~5 s a cell over SSH)."""
+def fleet_spec(tmp: Path, name: str, attention: list[str], load: str = "") -> Path:
+    """2 MoE backends × the attention backends given; one short window per cell (~5 s a cell over SSH). `load`:
+    more [load] lines (the spec's last table)."""
     path = write_spec(tmp, name, backends=("marlin", "flashinfer_b12x"), duration=0.5, concurrency=(1,), warmup=0)
     text = path.read_text().replace("[matrix]\n", f"[matrix]\nattention_backend = {attention!r}\n".replace("'", '"'))
-    path.write_text(text)
+    path.write_text(text + load)
     return path
 
 
@@ -116,7 +117,10 @@ def test_detached_sweep_survives_its_controller_and_refuses_a_second_one(tmp_pat
     out = tmp_path / "results"
     pair = ["spark-b", "spark-c"]
     hosts = ",".join(pair)
-    spec = fleet_spec(tmp_path, "detached", ["auto", "flash_attn", "triton_attn", "flashinfer"])
+    # two request rates inside each cell: the runner walks the cell's points (hostside/loadpoints.py) as cell.yml does
+    spec = fleet_spec(
+        tmp_path, "detached", ["auto", "flash_attn", "triton_attn", "flashinfer"], "request_rate = [3, 6]\n"
+    )
     started = cli("sweep", str(spec), "-i", str(six.inventory), "--limit", hosts, "--results", str(out), "--detach")
     assert started.returncode == 0, started.stderr[-3000:]
     assert all(f"{h}: 4 cell(s)" in started.stderr for h in pair), started.stderr[-2000:]
@@ -164,6 +168,8 @@ def test_detached_sweep_survives_its_controller_and_refuses_a_second_one(tmp_pat
     assert first.returncode == 0, first.stderr[-3000:]
     cells = stored(out, "detached")
     assert len(cells) == 8 and sorted(h for hs in cells.values() for h in hs) == sorted(pair * 4), cells
+    windows = {p.stem for p in (out / "detached").glob("*/*/q*-c001-r1.toml")}
+    assert windows == {"q3-c001-r1", "q6-c001-r1"} and len(list((out / "detached").glob("*/*/q*-r1.toml"))) == 16
     again = cli("collect", "detached", "--results", str(out))
     assert "collected 0 new cell(s) (8 already here)" in again.stderr, again.stderr
     assert not [e for h in six.hosts for e in supervise.find_engines(str(h.workdir), scope="workdir")]

@@ -32,6 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=stats.DEFAULT_THRESHOLD,
         help="spread above which a point is unstable (default %(default)s)",
     )
+    flags.add_rank_by(p)
     p.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap RNG seed (default %(default)s)")
     options.add_store_option(p)
     p.set_defaults(func=run)
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         options.cells_of(args.results_b, args),
         threshold=args.threshold,
         seed=args.seed,
+        rank_by=args.rank_by,
     )
     console = Console()
     for warning in cmp.warnings:

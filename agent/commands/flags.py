@@ -63,3 +63,16 @@ def _check_writable(text: str, path: Path) -> None:
         raise argparse.ArgumentTypeError(f"{text!r}: {existing} is a file, so no folder can be made there")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"{text!r}: {existing} is not writable")
+
+
+def add_rank_by(p: argparse.ArgumentParser) -> None:
+    """--rank-by, as report and compare both take it (the metrics: agent.judging.stats.RANK_BY)."""
+    from agent.judging import stats  # the judging layer loads only for the commands that rank
+
+    p.add_argument(
+        "--rank-by",
+        choices=sorted(stats.RANK_BY),
+        default="throughput",
+        help="what is ranked: output throughput, or goodput under the sweep's SLOs "
+        "(vLLM bench serve's request_goodput; default %(default)s)",
+    )

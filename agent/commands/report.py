@@ -27,13 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=stats.DEFAULT_THRESHOLD,
         help="spread above which a point is unstable (default %(default)s)",
     )
-    p.add_argument(
-        "--rank-by",
-        choices=sorted(stats.RANK_BY),
-        default="throughput",
-        help="what 'what to run' ranks: output throughput, or goodput under the sweep's SLOs "
-        "(vLLM bench serve's request_goodput; default %(default)s)",
-    )
+    flags.add_rank_by(p)
     p.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap RNG seed (default %(default)s)")
     options.add_store_option(p)
     p.set_defaults(func=run)

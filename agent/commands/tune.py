@@ -64,6 +64,14 @@ def run(args) -> int:
     undecided (budget, a lost cell) or failed; 2: bad input, nothing touched; 130: interrupted."""
     logs.configure(args.log_format)
     spec = load_spec(args.spec)
+    if spec.load.request_rates or spec.load.context_depths:  # tune screens concurrency levels, one load per cell
+        key = "request_rate" if spec.load.request_rates else "context_depth"
+        text = spec.path.read_text(errors="replace").splitlines()
+        line = next((i for i, t in enumerate(text, 1) if t.strip().startswith(key)), 1)
+        raise UserError(
+            f"{spec.path}:{line}: tune measures one request rate and context depth per cell; give [load] {key} "
+            "one value (or measure the list with `spark-agent sweep`)"
+        )
     if args.duration is not None:
         spec = spec.with_duration(args.duration)
     settings = seq.TuneSettings(

@@ -40,6 +40,7 @@ from typing import Any, cast
 from . import arrivals, atomic, metrics, prompts, slo, telemetry, utc
 from .contracts import Measurement, Window
 from .errors import HostError
+from .loadpoints import level_name
 
 Clock = Callable[[], float]
 
@@ -666,14 +667,6 @@ def _summary(load: _Load, requests: Sequence[_Request], t0: float, t1: float, pr
     return result
 
 
-def level_name(concurrency: int, rate: float = 0.0, depth: int = 0) -> str:
-    """c008 for a closed loop at 8; q2.5-c008 at 2.5 req/s capped at 8 (c000: no cap); -d8192 at a context depth."""
-    name = f"c{concurrency:03d}"
-    if rate:
-        name = f"q{rate:g}-{name}"
-    return f"{name}-d{depth}" if depth else name
-
-
 async def _dead(load: _Load, phase: str) -> bool:
     """Look before the next phase starts; a death in the pause after a window is that window's "after"."""
     if not load.watch:
@@ -946,6 +939,7 @@ def _with_counters(
 
 
 def result_filename(concurrency: int, repeat: int, rate: float = 0.0, depth: int = 0) -> str:
+    """The window file of a point and repeat (loadpoints.WINDOW is its grammar)."""
     return f"{level_name(concurrency, rate, depth)}-r{repeat}.json"
 
 

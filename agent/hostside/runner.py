@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import atomic, serving, supervise, utc
+from . import atomic, loadpoints, serving, supervise, utc
 from .contracts import CellDone, Holder, RunnerProgress
 from .errors import HostError
 
@@ -230,11 +230,12 @@ def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDo
         )
     try:
         if served["ready"]:
-            for level in cell["concurrency"]:
+            shape = _shape_options(cell.get("shape"), workdir)
+            for n, point in enumerate(loadpoints.cell_points(cell["concurrency"], cell.get("shape"))):
                 result = serving.bench_level(
                     url=host["url"],
                     model=cell["model"],
-                    level=int(level),
+                    level=point.concurrency,
                     duration=float(cell["duration_s"]),
                     warmup=int(cell["warmup"]),
                     repeats=int(cell["repeats"]),
@@ -246,8 +247,11 @@ def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDo
                     workdir=workdir,
                     cell_id=cell["id"],
                     time_scale=float(cell.get("time_scale", 1.0)),  # the simulator's accelerated clock
-                    shape=_shape_options(cell.get("shape"), workdir),
-                    telemetry_opts=_telemetry_options(cell, host, first=level == cell["concurrency"][0]),
+                    shape={**shape, "request_rate": point.rate, "context_depth": point.depth},
+                    telemetry_opts={
+                        **_first_only(cell.get("telemetry") or {}, n),
+                        "nvidia_smi": host.get("nvidia_smi"),
+                    },
                 )
                 measure_s += result["elapsed_s"]
                 if result["engine_died"]:
@@ -273,21 +277,20 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def _telemetry_options(cell: dict[str, Any], host: dict[str, Any], first: bool) -> dict[str, Any]:
-    """spark_bench's telemetry options from a plan's `cell.telemetry`, as playbooks/tasks/bench.yml maps them: the
-    cool-down runs before the cell's first level only."""
-    opts = {**(cell.get("telemetry") or {}), "nvidia_smi": host.get("nvidia_smi")}
-    if not first:
-        opts.update(cooldown_s=0.0, cool_to_c=0.0)
-    return opts
-
-
 def _shape_options(shape: dict[str, Any] | None, workdir: str) -> dict[str, Any]:
     """spark_bench's shape options from a plan's `cell.shape` (matrix.shape_vars), as playbooks/tasks/bench.yml
     maps them: a ShareGPT file is the copy named by its hash under the work dir."""
     if not shape:
         return {}
-    opts = {k: v for k, v in shape.items() if k not in ("dataset_src", "dataset_sha256")}
+    opts = {k: v for k, v in shape.items() if k not in ("dataset_src", "dataset_sha256", *LIST_KEYS)}
     if shape.get("dataset_src"):
         opts["dataset_path"] = str(Path(os.path.expanduser(workdir)) / "datasets" / f"{shape['dataset_sha256']}.json")
     return opts
+
+
+LIST_KEYS = ("request_rates", "context_depths")  # the load axes: one point's rate and depth go to each bench
+
+
+def _first_only(telemetry: dict[str, Any], n: int) -> dict[str, Any]:
+    """The cool-down happens before a cell's first point only (as bench.yml passes it)."""
+    return telemetry if n == 0 else {**telemetry, "cooldown_s": 0.0, "cool_to_c": 0.0}

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import atomic, docker, loadgen, redact, supervise, telemetry, warmcache
+from . import atomic, docker, loadgen, loadpoints, redact, supervise, telemetry, warmcache
 from .contracts import Holder, Measurement
 from .errors import HostError
 
@@ -161,7 +161,8 @@ def serve_cell(
 def clear_results(rdir: Path) -> None:
     """A run folder holds one run: windows and a death record of an earlier run of this cell (a killed
     controller, --fresh) must not be collected with this one."""
-    for path in [*rdir.glob("c[0-9][0-9][0-9]-r*.json"), rdir / DIED_FILE]:
+    windows = [p for p in rdir.glob("*-r*.json") if loadpoints.WINDOW.fullmatch(p.stem)]
+    for path in [*windows, rdir / DIED_FILE]:
         path.unlink(missing_ok=True)
 
 
@@ -203,15 +204,16 @@ def bench_level(
     shape: Mapping[str, Any] | None = None,
     telemetry_opts: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One concurrency level: warmups, then measured windows, each saved as cNNN-rK.json as soon as it is over.
+    """One load point (concurrency `level`; the rate and context depth are shape's request_rate and context_depth):
+    warmups, then measured windows, each saved as soon as it is over under its point's name (loadpoints.WINDOW).
     A server that dies ends the bench at once (died.json says when and where). The one implementation behind the
     spark_bench module and the detached runner. Raises HostError/ValueError/OSError on bad input."""
     os.makedirs(out_dir, exist_ok=True)
 
     def save(result: Measurement) -> None:
-        atomic.write_json(
-            os.path.join(out_dir, loadgen.result_filename(concurrency=level, repeat=result["repeat"])), result
-        )
+        point = loadpoints.of_window(result)
+        name = loadgen.result_filename(point.concurrency, result["repeat"], point.rate, point.depth)
+        atomic.write_json(os.path.join(out_dir, name), result)
 
     watched = workdir and cell_id
     gone = functools.partial(supervise.gone, workdir=workdir, cell_id=cell_id) if watched else None

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from agent.judging.stats import DEFAULT_THRESHOLD, CellSummary, comparable, ranges_overlap, spread
+from agent.judging.stats import DEFAULT_THRESHOLD, CellSummary, comparable, load_text, ranges_overlap, spread
 
 
 @dataclass(frozen=True)
@@ -25,16 +25,17 @@ class ReplicaPoint:
     across_hosts: float  # spread of the medians
     across_repeats: float  # the widest spread of one host's repeats
     disagree: bool
+    load: str = ""  # the request rate and context depth, for a cell with load axes ("2 req/s, depth 128")
 
 
 def replica_points(summaries: Sequence[CellSummary], threshold: float = DEFAULT_THRESHOLD) -> list[ReplicaPoint]:
-    by_cell: dict[tuple[str, str], list[CellSummary]] = {}
+    by_cell: dict[tuple[str, str, float, int], list[CellSummary]] = {}
     for s in summaries:
-        if s.rankable:
-            key = (str(s.cell.get("cell_id", "")), comparable(s.cell))
+        if s.rankable:  # a cell with load axes: one replica question per rate and depth
+            key = (str(s.cell.get("cell_id", "")), comparable(s.cell), s.load.rate, s.load.depth)
             by_cell.setdefault(key, []).append(s)
     out = []
-    for (cell_id, _), group in sorted(by_cell.items()):
+    for (cell_id, _, _, _), group in sorted(by_cell.items()):
         if len(group) < 2:
             continue
         group.sort(key=lambda s: str(s.cell.get("host", "")))
@@ -56,6 +57,7 @@ def replica_points(summaries: Sequence[CellSummary], threshold: float = DEFAULT_
                     across_hosts=across_hosts,
                     across_repeats=across_repeats,
                     disagree=apart and across_hosts > max(threshold, across_repeats),
+                    load=load_text(group[0].load) if group[0].cell.get("load_slice") else "",
                 )
             )
     return out

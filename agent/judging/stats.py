@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agent.hostside import loadpoints
 from agent.planning.matrix import BACKEND_FIELDS, backend_label
 from agent.planning.settings import LoadSettings, ServerSettings, flat_names, toml_schema
 
@@ -69,6 +70,8 @@ class Point:
     failed: tuple[FailedRun, ...]
     unstable: bool
     ranked: Stat | None = None  # the metric the report ranks by (--rank-by); None: no repeat carries it
+    # window key -> its repeats (PERCENTILE_KEYS, request_goodput): the report's detailed table; only keys measured
+    tails: dict[str, Stat] = field(default_factory=dict)
 
     @property
     def values(self) -> tuple[float, ...]:
@@ -117,7 +120,42 @@ def summarize_point(
         failed=tuple(failed),
         unstable=throughput is not None and throughput.spread > threshold,
         ranked=throughput if metric == RANK_METRIC else describe([float(r[metric]) for r in ok if metric in r]),
+        tails=_tails(ok),
     )
+
+
+# The percentiles a window holds (hostside/loadgen.summarize_window; p50 is the median), and goodput.
+PERCENTILES = ("p50", "p90", "p95", "p99")
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+GOODPUT = "request_goodput"
+
+
+def percentile_key(q: str, latency: str) -> str:
+    """The window key of one percentile: p50 is recorded as median_* (as `vllm bench serve` names it)."""
+    return f"median_{latency}_ms" if q == "p50" else f"{q}_{latency}_ms"
+
+
+PERCENTILE_KEYS = tuple(percentile_key(q, m) for m in LATENCIES for q in PERCENTILES)
+
+
+def _tails(ok: list[dict[str, Any]]) -> dict[str, Stat]:
+    """Each percentile and goodput over the successful repeats that carry it (0 ms is "no sample", never a
+    latency: a window without a finished request); windows measured before issue 15 lack p90/p95."""
+    out: dict[str, Stat] = {}
+    for key in PERCENTILE_KEYS:
+        st = describe([float(r[key]) for r in ok if float(r.get(key, 0.0) or 0.0) > 0])
+        if st is not None:
+            out[key] = st
+    goodput = describe([float(r[GOODPUT]) for r in ok if GOODPUT in r])  # = request throughput without SLOs
+    if goodput is not None:
+        out[GOODPUT] = goodput
+    return out
+
+
+def slos(summary: CellSummary) -> list[str]:
+    """The SLOs goodput was counted under ([load] goodput, as recorded in [config]); [] = none set, and then
+    goodput is just the request throughput."""
+    return [str(x) for x in summary.config.get("goodput", [])]
 
 
 # ---------------------------------------------------------------- one cell
@@ -128,6 +166,7 @@ class CellSummary:
     cell: dict[str, Any] = field(repr=False)
     points: dict[int, Point]
     variant: str = ""  # its values on the report's other varying axes ("env_variant=no-dg"): see with_variants
+    load: loadpoints.Point = field(default_factory=loadpoints.Point)  # its request rate and context depth
 
     @property
     def backend_text(self) -> str:
@@ -182,17 +221,70 @@ def cell_verdict(cell: dict[str, Any]) -> str:
 def summarize_cell(
     cell: dict[str, Any], threshold: float = DEFAULT_THRESHOLD, metric: str = RANK_METRIC
 ) -> CellSummary:
+    """The points of a cell at one request rate and context depth (a cell with load axes: one of load_slices)."""
     by_c: dict[int, list[dict[str, Any]]] = {}
     for run in cell.get("runs", []):
         by_c.setdefault(int(run["concurrency"]), []).append(run)
     points = {c: summarize_point(c, runs, threshold, metric) for c, runs in sorted(by_c.items())}
-    return CellSummary(cell, points)
+    loads = {(p.rate, p.depth) for p in map(loadpoints.of_window, cell.get("runs", []))}
+    rate, depth = loads.pop() if len(loads) == 1 else (0.0, 0)
+    return CellSummary(cell, points, load=loadpoints.Point(rate, depth))
 
 
 def summarize_cells(
     cells: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD, metric: str = RANK_METRIC
 ) -> list[CellSummary]:
-    return [summarize_cell(c, threshold, metric) for c in cells]
+    """One summary per cell, and per (request rate, context depth) of a cell with load axes (load_slices)."""
+    return [summarize_cell(part, threshold, metric) for c in cells for part in load_slices(c)]
+
+
+LOAD_LISTS = ("request_rates", "context_depths")
+
+
+def load_slices(cell: dict[str, Any]) -> list[dict[str, Any]]:
+    """A cell whose windows span several request rates or context depths (the load axes inside a cell), as one
+    cell per (rate, depth): its windows there, and a [config] that reads as a cell measured at that one rate and
+    depth. Every question is then ranked within the load held equal (the load keys are in the pairing key), and
+    such a slice compares with a cell that was given that rate alone. A cell of one load point is itself."""
+    groups: dict[tuple[float, int], list[dict[str, Any]]] = {}
+    for run in cell.get("runs", []):
+        p = loadpoints.of_window(run)
+        groups.setdefault((p.rate, p.depth), []).append(run)
+    if len(groups) <= 1:
+        return [cell]
+    out = []
+    for (rate, depth), runs in sorted(groups.items()):
+        config = {k: v for k, v in cell.get("config", {}).items() if k not in LOAD_LISTS}
+        for key, value in (("request_rate", rate), ("context_depth", depth)):
+            config.pop(key, None)
+            if value:  # at its default the key is left out, as a cell planned at that load records it
+                config[key] = value
+        out.append({**cell, "config": config, "runs": runs, "load_slice": True, "whole_config": cell.get("config", {})})
+    return out
+
+
+def whole_cell(s: CellSummary) -> dict[str, Any]:
+    """The cell a summary came from, with its own [config] (a load slice's says the one rate and depth)."""
+    return {**s.cell, "config": s.cell["whole_config"]} if s.cell.get("load_slice") else s.cell
+
+
+def distinct_cells(summaries: Iterable[CellSummary]) -> list[CellSummary]:
+    """The first summary of each cell: what is said once per cell (its verdict, failure, startup, time) is said
+    once, however many load slices it has."""
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for s in summaries:
+        key = (str(s.cell.get("sweep", "")), str(s.cell.get("host", "")), str(s.cell.get("cell_id", "")))
+        if key not in seen or not s.cell.get("cell_id"):
+            seen.add(key)
+            out.append(s)
+    return out
+
+
+def load_text(load: loadpoints.Point) -> str:
+    """ "2 req/s, depth 8192": a slice's load in words; "" for a closed loop at the [load] lengths."""
+    parts = ([f"{load.rate:g} req/s"] if load.rate else []) + ([f"depth {load.depth}"] if load.depth else [])
+    return ", ".join(parts)
 
 
 def hardware_label(cell: dict[str, Any]) -> str:
@@ -645,12 +737,13 @@ def startup_effects(group: Sequence[CellSummary]) -> list[str]:
     server failed to start, died or was INVALID where another value ran, everything else held equal. This is how
     an env rule shows its effect: the cell without it fails, the cell with it runs."""
     axes = [a for a in varying_axes(group) if a != "backend"]
+    group = distinct_cells(group)  # a cell, not each of its load slices, started or failed to
     lines = []
     for axis in axes:
         labels = _labels(group, axis)
         by_key: dict[str, list[CellSummary]] = {}
         for s in group:
-            by_key.setdefault(pairing_key(s.cell, axis), []).append(s)
+            by_key.setdefault(pairing_key(whole_cell(s), axis), []).append(s)
         for key in sorted(by_key):
             ran = sorted({labels[axis_value(s.config, axis)] for s in by_key[key] if s.rankable})
             for s in by_key[key]:

@@ -6,6 +6,7 @@ Host plumbing (bind address, port, paths) is left out, so the same cell on anoth
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 from agent.errors import UserError
-from agent.hostside import redact
+from agent.hostside import loadpoints, redact
 from agent.hostside.contracts import Facts
 from agent.planning import design, envrules
 from agent.planning.settings import (
@@ -136,6 +137,8 @@ class Cell:
             "seed": c.load.seed,
             "host_env": self.host_env,
             "shape": shape_vars(c.load),
+            # the load points, in the order the cell runs them (loadpoints.cell_points: the runner walks the same)
+            "points": [dataclasses.asdict(p) for p in loadpoints.cell_points(c.concurrency, shape_vars(c.load))],
             "telemetry": flat_dict(self.telemetry),
             "time_scale": float(self.host_env.get("SPARK_SIM_TIME_SCALE", "1")),  # the simulator's accelerated clock
             **({"cluster": self.cluster} if self.cluster else {}),
@@ -149,6 +152,7 @@ def shape_vars(load: LoadSettings) -> dict[str, Any]:
         key: getattr(load, key)
         for key in ("request_rate", "burstiness", "dataset", "range_ratio", "prefix_len", "prefix_group_size")
         + ("context_depth", "exact_lengths", "reset_prefix_cache", "goodput", "dataset_sha256")
+        + ("request_rates", "context_depths")
     }
     shape["dataset_src"] = load.dataset_path if load.dataset == "sharegpt" else ""
     return shape

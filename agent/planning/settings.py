@@ -75,7 +75,7 @@ class LoadSettings:
     seed: int = setting(0, toml=(int,))
     # Added with open-loop load, datasets and goodput (planning/loadspec.py checks them): left out of [config] (and
     # the id) at their defaults, which are today's closed loop of random words.
-    request_rate: float = setting(0.0, toml=(float, int), keep_default=False)  # req/s, open loop; 0 = closed loop
+    request_rate: float = setting(0.0, toml=(float, int, list), keep_default=False)  # req/s, open loop; 0 = closed loop
     burstiness: float = setting(1.0, toml=(float, int), keep_default=False)  # gamma shape; 1 = Poisson arrivals
     dataset: str = setting("random", toml=(str,), keep_default=False)  # random | sharegpt | prefix
     dataset_path: str = setting("", toml=(str,), keep_default=False)  # sharegpt: JSON file, relative to the spec
@@ -83,12 +83,17 @@ class LoadSettings:
     range_ratio: float = setting(0.0, toml=(float, int), keep_default=False)  # random: lengths within +-ratio
     prefix_len: int = setting(0, toml=(int,), keep_default=False)  # prefix: shared prefix tokens
     prefix_group_size: int = setting(1, toml=(int,), keep_default=False)  # prefix: prompts per shared prefix
-    context_depth: int = setting(0, toml=(int,), keep_default=False)  # every prompt this many tokens; 0 = off
+    context_depth: int = setting(0, toml=(int, list), keep_default=False)  # every prompt this many tokens; 0 = off
     exact_lengths: bool = setting(False, toml=(bool,), keep_default=False)  # lengths counted by /tokenize
     reset_prefix_cache: bool = setting(False, toml=(bool,), keep_default=False)  # POST /reset_prefix_cache
     goodput: list[str] = field(  # SLOs as `vllm bench serve --goodput` takes them: ["ttft:500", "tpot:50"] (ms)
         default_factory=list, metadata=meta(toml=(list,), keep_default=False)
     )
+    # The load axes inside a cell (issue 15): a spec's list of two or more rates or depths lands here (loadspec.py),
+    # and request_rate / context_depth keep their defaults; every (rate, depth, concurrency) is a point of the cell
+    # (hostside/loadpoints.py). Not spec keys themselves; left out of [config] (and the id) while empty.
+    request_rates: list[float] = field(default_factory=list, metadata=meta(keep_default=False))
+    context_depths: list[int] = field(default_factory=list, metadata=meta(keep_default=False))
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ class Comparison:
     only_b: list[str]
     not_compared: list[str]  # matched, but INVALID or failed on a side: never compared
     warnings: list[str] = field(default_factory=list)
+    rank_by: str = "throughput"  # a key of stats.RANK_BY: the metric B/A is judged on
 
     @property
     def regressions(self) -> list[PointDiff]:
@@ -75,7 +76,12 @@ def _needs_host(*sides: Sequence[CellSummary], with_image: bool = False) -> bool
 
 
 def _label(s: CellSummary, with_host: bool) -> str:
-    return f"{s.checkpoint} / {s.backend_text}" + (f" / {s.cell.get('host', '')}" if with_host else "")
+    load = stats.load_text(s.load) if s.cell.get("load_slice") else ""  # one rate/depth of a cell's load axes
+    return (
+        f"{s.checkpoint} / {s.backend_text}"
+        + (f" / {load}" if load else "")
+        + (f" / {s.cell.get('host', '')}" if with_host else "")
+    )
 
 
 def compare(
@@ -84,13 +90,16 @@ def compare(
     *,
     threshold: float = stats.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
+    rank_by: str = "throughput",
 ) -> Comparison:
-    side_a = stats.with_variants(stats.summarize_cells(cells_a, threshold))
-    side_b = stats.with_variants(stats.summarize_cells(cells_b, threshold))
+    """B against A at every point both measured, on the metric `rank_by` names (the report's ranking rule)."""
+    metric = stats.RANK_BY[rank_by][0]
+    side_a = stats.with_variants(stats.summarize_cells(cells_a, threshold, metric))
+    side_b = stats.with_variants(stats.summarize_cells(cells_b, threshold, metric))
     with_image = _needs_image(side_a, side_b)
     with_host = _needs_host(side_a, side_b, with_image=with_image)
     index_a, index_b = _index(side_a, with_host, with_image), _index(side_b, with_host, with_image)
-    result = Comparison([], [], [], [], warnings(side_a, side_b))
+    result = Comparison([], [], [], [], warnings(side_a, side_b), rank_by=rank_by)
     for key in sorted(index_a.keys() | index_b.keys(), key=lambda k: _label((index_a.get(k) or index_b[k]), with_host)):
         a, b = index_a.get(key), index_b.get(key)
         either = a or b
@@ -140,9 +149,12 @@ def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> st
         f"{len(cmp.diffs)} points compared: {n_reg} regression(s) and {n_imp} improvement(s) beyond the "
         f"noise, {len(cmp.diffs) - n_reg - n_imp} within the noise ({CANNOT_RANK}).",
         "",
+        f"Ranked by: {md(stats.RANK_BY[cmp.rank_by][1])} (`--rank-by {md(cmp.rank_by)}`).",
+        "",
     ]
+    unit = _unit(cmp.rank_by)
     lines += [
-        "| cell | c | A tok/s | A spread | B tok/s | B spread | B/A | verdict | rule |",
+        f"| cell | c | A {unit} | A spread | B {unit} | B spread | B/A | verdict | rule |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for d in cmp.diffs:
@@ -161,18 +173,24 @@ def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> st
     return "\n".join(lines) + "\n"
 
 
+def _unit(rank_by: str) -> str:
+    return "tok/s" if rank_by == "throughput" else f"{rank_by} req/s"
+
+
 def _med(p: Point) -> str:
-    return num(p.throughput.median if p.throughput else None)
+    """The median of the ranked metric (throughput, or goodput with --rank-by goodput)."""
+    return num(p.ranked.median, 1 if p.ranked is p.throughput else 2) if p.ranked else "–"
 
 
 def _spr(p: Point) -> str:
-    return (spread_text(p.throughput) + (" !" if p.unstable else "")) if p.throughput else "–"
+    return (spread_text(p.ranked) + (" !" if p.unstable else "")) if p.ranked else "–"
 
 
 def comparison_table(cmp: Comparison) -> Any:
     from rich.table import Table
 
-    table = Table(title="B / A, median output tok/s", caption=rich("; ".join(cmp.warnings)) or None)
+    title = f"B / A, median {stats.RANK_BY[cmp.rank_by][1]}"
+    table = Table(title=rich(title), caption=rich("; ".join(cmp.warnings)) or None)
     for col in ("cell", "c", "A", "B", "B/A", "verdict"):
         table.add_column(col, justify="left" if col in ("cell", "verdict") else "right")
     colour = {REGRESSION: "bold red", IMPROVEMENT: "green", WITHIN_NOISE: "dim"}

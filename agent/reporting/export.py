@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from agent.hostside import loadpoints
 from agent.judging.stats import cell_verdict, hardware_label
 from agent.planning.matrix import backend_label
 from agent.reporting.escape import csv_cell
@@ -72,6 +73,14 @@ RUN_COLUMNS = [
     "p99_e2el_ms",
     "spec_decode_acceptance_rate",
     "errors",
+    # the load point (issue 15: rate and depth vary inside a cell) and the tails; a window from before them reads
+    # as a closed loop at depth 0, with its percentiles left empty
+    "window",
+    "request_rate",
+    "context_depth",
+    "request_goodput",
+    *(f"{q}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for q in ("p50", "p90", "p95")),
+    "mean_e2el_ms",
 ]
 RENAMED = {"concurrency": "max_concurrency"}
 SKIPPED = {"schema", "cell_id", "metrics_delta", "telemetry", "warmup_telemetry", "server"}
@@ -108,7 +117,9 @@ def _flat(value: Any) -> Any:
 
 
 def run_fields(run: dict[str, Any]) -> dict[str, Any]:
+    point = loadpoints.of_window(run)
     out = {RENAMED.get(k, k): v for k, v in run.items() if k not in SKIPPED}
+    out.update(window=point.window(int(run.get("repeat", 0))), request_rate=point.rate, context_depth=point.depth)
     for k, v in run.get("metrics_delta", {}).items():
         out[f"metrics_delta.{k}"] = v
     for table in ("telemetry", "warmup_telemetry"):  # hostside WindowTelemetry; the timeline stays in the tree
@@ -127,7 +138,7 @@ def run_fields(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def rows(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One flat dict per measurement, ordered by cell then concurrency then repeat."""
+    """One flat dict per measurement, ordered by cell then load point (rate, depth, concurrency) then repeat."""
     return [{**cell_fields(cell), **run_fields(run)} for cell in cells for run in cell.get("runs", [])]
 
 

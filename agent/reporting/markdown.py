@@ -19,8 +19,8 @@ from agent.hostside.serving import launch_command
 from agent.judging import bandwidth, replicas, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
+from agent.reporting import loadreport, startup
 from agent.reporting import multinode as multinode_report
-from agent.reporting import startup
 from agent.reporting import telemetry as telemetry_report
 from agent.reporting.escape import md, md_code, md_fence, rich
 from agent.results.tree import LOST_FILE, load_cells
@@ -65,7 +65,8 @@ def _cell_order(s: CellSummary) -> tuple:
 
 
 def provenance(summaries: Sequence[CellSummary]) -> dict[str, Any]:
-    cells = [s.cell for s in summaries]
+    once = stats.distinct_cells(summaries)  # a cell with load axes has a summary per (rate, depth): counted once
+    cells = [s.cell for s in once]
     started = sorted(c["started_at"] for c in cells if c.get("started_at"))
     finished = sorted(c["finished_at"] for c in cells if c.get("finished_at"))
     return {
@@ -80,8 +81,8 @@ def provenance(summaries: Sequence[CellSummary]) -> dict[str, Any]:
         "wall_s": _span_s(started[0], finished[-1]) if started and finished else None,
         "cell_time_s": sum(float(c.get("elapsed_s", 0.0)) for c in cells),
         "cells": len(cells),
-        "verdicts": {v: sum(s.verdict == v for s in summaries) for v in ("valid", "invalid", "failed")},
-        "measurements": sum(len(c.get("runs", [])) for c in cells),
+        "verdicts": {v: sum(s.verdict == v for s in once) for v in ("valid", "invalid", "failed")},
+        "measurements": sum(len(s.cell.get("runs", [])) for s in summaries),
         "failed_runs": sum(len(s.failed_runs) for s in summaries),
         "unstable_points": sum(len(s.unstable_points) for s in summaries),
     }
@@ -159,8 +160,9 @@ def death_text(cell: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def cell_name(s: CellSummary) -> str:
-    """host/checkpoint/backend, as Markdown text."""
-    return md(f"{s.cell.get('host', '?')}/{s.checkpoint}/{s.backend_text}")
+    """host/checkpoint/backend (and the load slice: "@ 2 req/s, depth 8192"), as Markdown text."""
+    load = stats.load_text(s.load) if s.cell.get("load_slice") else ""
+    return md(f"{s.cell.get('host', '?')}/{s.checkpoint}/{s.backend_text}" + (f" @ {load}" if load else ""))
 
 
 def values_text(st: Stat | None) -> str:
@@ -270,19 +272,21 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out += ["## Provenance", ""] + provenance_lines(data) + [""]
     out += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
     out += ["## Medians", ""] + medians_table_md(data.summaries) + [""]
+    out += loadreport.sections(data.summaries)
     out += telemetry_report.sections(data.summaries)
     out += ["## Single stream vs the bandwidth ceiling (c=1)", ""]
     out += ceiling_lines(data.summaries) or ["No cell carries checkpoint_info.bytes_per_token: no ceiling.", ""]
     out += ["## Unstable points", ""] + _or_none(unstable_lines(data.summaries, data.threshold)) + [""]
     out += ["## Failed runs (left out of the medians)", ""] + _or_none(failed_run_lines(data.summaries)) + [""]
-    out += ["## INVALID cells (never ranked)", ""] + _or_none(invalid_lines(data.summaries)) + [""]
-    out += ["## Failed cells (never ranked)", ""] + _or_none(failed_cell_lines(data.summaries)) + [""]
-    out += ["## Startup and time spent", ""] + startup.time_share_lines(data.summaries) + [""]
-    out += startup.startup_lines(data.summaries) + [""]
+    once = stats.distinct_cells(data.summaries)  # what is said once per cell, whatever its load slices
+    out += ["## INVALID cells (never ranked)", ""] + _or_none(invalid_lines(once)) + [""]
+    out += ["## Failed cells (never ranked)", ""] + _or_none(failed_cell_lines(once)) + [""]
+    out += ["## Startup and time spent", ""] + startup.time_share_lines(once) + [""]
+    out += startup.startup_lines(once) + [""]
     if data.tune:
         out += ["## Adaptive tuning: skipped, stopped, undecided", ""] + startup.tune_lines(data.tune) + [""]
     out += replica_section(data.summaries, data.threshold)
-    out += multinode_report.node_lines(data.summaries)
+    out += multinode_report.node_lines(stats.distinct_cells(data.summaries))  # once per cell
     return "\n".join(out)
 
 
@@ -298,7 +302,7 @@ def replica_section(summaries: Sequence[CellSummary], threshold: float) -> list[
         flag = "**hosts disagree**" if p.disagree else ""
         medians = ", ".join(num(m) for m in p.medians)
         out.append(
-            f"| {md(p.cell_id)} | {p.concurrency} | {md(', '.join(p.hosts))} | {medians} | {pct(p.across_hosts)} | "
+            f"| {md(p.cell_id + (' @ ' + p.load if p.load else ''))} | {p.concurrency} | {md(', '.join(p.hosts))} | {medians} | {pct(p.across_hosts)} | "
             f"{pct(p.across_repeats)} | {flag} |"
         )
     return [*out, ""]
@@ -369,29 +373,40 @@ MEDIAN_COLUMNS = [
 ]
 
 
+def median_columns(summaries: Sequence[CellSummary]) -> list[str]:
+    """MEDIAN_COLUMNS, with a column per load dimension that varies (rate, depth) before `c`, and goodput after
+    the throughput where a cell set SLOs: a sweep without them reads as before."""
+    cols = list(MEDIAN_COLUMNS)
+    at = cols.index("c")
+    cols[at:at] = [name for name, _ in loadreport.varying_load(summaries)]
+    if loadreport.any_slo(summaries):
+        cols.insert(cols.index("min–max") + 1, "goodput req/s")
+    return cols
+
+
 def median_rows(summaries: Sequence[CellSummary]) -> list[list[str]]:
+    """The rows of the medians table, columns as median_columns(summaries)."""
+    varying = loadreport.varying_load(summaries)
+    slo = loadreport.any_slo(summaries)
     rows = []
     for s in summaries:
-        if not s.points:
-            rows.append(
-                [
-                    s.cell.get("host", ""),
-                    s.checkpoint,
-                    s.backend_text,
-                    s.verdict.upper(),
-                    "–",
-                    "–",
-                    "–",
-                    "–",
-                    "–",
-                    "–",
-                    "0",
-                    s.cell.get("failure_class", "") or "no measurements",
-                ]
-            )
-        for p in s.points.values():
-            rows.append(_point_row(s, p))
+        for p, cells in _base_rows(s):
+            at = MEDIAN_COLUMNS.index("c")
+            cells[at:at] = [value(s.load) for _, value in varying]
+            if slo:
+                goodput = p.tails.get(stats.GOODPUT) if p else None
+                shown = num(goodput.median, 2) if goodput and stats.slos(s) else "–"
+                cells.insert(MEDIAN_COLUMNS.index("min–max") + len(varying) + 1, shown)
+            rows.append(cells)
     return rows
+
+
+def _base_rows(s: CellSummary) -> list[tuple[Point | None, list[str]]]:
+    """(point, its MEDIAN_COLUMNS row) per point; a cell without points gets one row of dashes."""
+    if not s.points:
+        host, reason = s.cell.get("host", ""), s.cell.get("failure_class", "") or "no measurements"
+        return [(None, [host, s.checkpoint, s.backend_text, s.verdict.upper(), *["–"] * 6, "0", reason])]
+    return [(p, _point_row(s, p)) for p in s.points.values()]
 
 
 def _point_row(s: CellSummary, p: Point) -> list[str]:
@@ -418,8 +433,9 @@ def _point_row(s: CellSummary, p: Point) -> list[str]:
 
 
 def medians_table_md(summaries: Sequence[CellSummary]) -> list[str]:
-    head = "| " + " | ".join(MEDIAN_COLUMNS) + " |"
-    rule = "|" + "|".join("---" for _ in MEDIAN_COLUMNS) + "|"
+    columns = median_columns(summaries)
+    head = "| " + " | ".join(columns) + " |"
+    rule = "|" + "|".join("---" for _ in columns) + "|"
     return [head, rule] + ["| " + " | ".join(md(c) for c in r) + " |" for r in median_rows(summaries)]
 
 
@@ -550,7 +566,7 @@ def render_plots(data: ReportData) -> dict[str, bytes]:
 
     matplotlib.use("Agg")
     images = {name: _plot(data.summaries, title, ylabel, attr) for name, (title, ylabel, attr) in PLOTS.items()}
-    return images | telemetry_report.render_timelines(data.summaries)
+    return images | loadreport.rate_plot(data.summaries) | telemetry_report.render_timelines(data.summaries)
 
 
 def _plot(summaries: Sequence[CellSummary], title: str, ylabel: str, attr: str) -> bytes:
@@ -692,7 +708,7 @@ def terminal_table(
         table.add_row(  # cells are rich markup: host-derived text is escaped
             rich(s.cell.get("host", "")),
             rich(s.checkpoint),
-            rich(s.backend_text),
+            rich(s.backend_text + (f" @ {stats.load_text(s.load)}" if s.cell.get("load_slice") else "")),
             _verdict_markup(s),
             *[_cell_markup(s.points.get(c)) for c in conc],
         )

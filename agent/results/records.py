@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
+from agent.hostside import loadpoints
 from agent.hostside.contracts import Attestation, Facts, Measurement, RayNodeReport, StartupBreakdown
 from agent.planning.envrules import EnvProvenance
 from agent.planning.matrix import CellConfig, CheckpointInfo
@@ -145,8 +146,15 @@ class MeasurementRecord:
 
     @property
     def name(self) -> str:
-        """The file name: c008-r1.toml for concurrency 8, repeat 1."""
-        return run_name(self.window["concurrency"], self.window["repeat"])
+        """The file name: c008-r1.toml for concurrency 8, repeat 1; q2-c008-d8192-r1.toml at 2 req/s and a context
+        depth of 8192 (hostside/loadpoints.py)."""
+        point = self.point
+        return run_name(point.concurrency, self.window["repeat"], point.rate, point.depth)
+
+    @property
+    def point(self) -> loadpoints.Point:
+        """The load point the window measured (rate, depth, concurrency)."""
+        return loadpoints.of_window(self.window)
 
     def to_toml(self) -> dict[str, Any]:
         return {**self.window, "schema": self.schema, "cell_id": self.cell_id}

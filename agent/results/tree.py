@@ -17,7 +17,7 @@ from typing import Any
 
 import tomli_w
 
-from agent.hostside import atomic, redact
+from agent.hostside import atomic, loadpoints, redact
 from agent.reporting.escape import plain
 
 CELL_FILE = "cell.toml"
@@ -59,6 +59,7 @@ _RUN: dict[str, Any] = {
         int,
     ),
     "max_concurrent_requests": int,
+    "context_depth": int,
     "ok": bool,
     "error": str,
     "started_at": str,
@@ -73,6 +74,7 @@ _RUN: dict[str, Any] = {
             *(f"{s}_{m}_ms" for s in ("mean", "median", "p99") for m in ("ttft", "tpot", "itl")),
             "median_e2el_ms",
             "p99_e2el_ms",
+            "request_rate",
         ),
         _NUMBER,
     ),
@@ -80,8 +82,20 @@ _RUN: dict[str, Any] = {
 _REQUIRED = {"cell": ("cell_id", "host", "config"), "run": ("concurrency",)}
 
 
-def run_name(concurrency: int, repeat: int) -> str:
-    return f"c{concurrency:03d}-r{repeat}.toml"
+def run_name(concurrency: int, repeat: int, rate: float = 0.0, depth: int = 0) -> str:
+    """A window's file: c008-r1.toml, or q2-c008-d8192-r1.toml at a request rate and context depth."""
+    return loadpoints.Point(rate, depth, concurrency).window(repeat) + ".toml"
+
+
+def window_files(folder: Path) -> list[Path]:
+    """The window files of a cell folder (loadpoints.WINDOW names; trees from before the load axes hold cNNN-rK)."""
+    return sorted(p for p in Path(folder).glob("*-r*.toml") if loadpoints.WINDOW.fullmatch(p.stem))
+
+
+def point_key(run: dict[str, Any]) -> tuple[float, int, int, int]:
+    """How windows sort: rate, depth, concurrency, repeat (the order the cell ran them)."""
+    p = loadpoints.of_window(run)
+    return (p.rate, p.depth, p.concurrency, int(run.get("repeat", 0)))
 
 
 def clear_temp_files(root: Path, sweep: str) -> None:
@@ -225,16 +239,16 @@ def iter_cell_dirs(root: Path) -> Iterator[Path]:
 
 
 def load_cell(cell_path: Path, on_bad: Callable[[Path, str], None] = warn_bad_file) -> dict[str, Any]:
-    """cell.toml plus 'runs' (its measurements, sorted by concurrency then repeat) and 'dir'.
+    """cell.toml plus 'runs' (its measurements, sorted by point (rate, depth, concurrency) then repeat) and 'dir'.
     Raises BadFile for a bad cell.toml; a bad measurement is reported to `on_bad` and left out."""
     cell = redact.redact(read_checked(cell_path / CELL_FILE, "cell"))  # masked as read: reports built on it are clean
     runs = []
-    for path in sorted(cell_path.glob("c[0-9][0-9][0-9]-r*.toml")):
+    for path in window_files(cell_path):
         try:
             runs.append(redact.redact(read_checked(path, "run")))
         except BadFile as exc:
             on_bad(path, str(exc))
-    runs.sort(key=lambda r: (r.get("concurrency", 0), r.get("repeat", 0)))
+    runs.sort(key=point_key)
     cell["runs"] = runs
     cell["dir"] = str(cell_path)
     return cell

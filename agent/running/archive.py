@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from agent.hostside import loadpoints
 from agent.hostside.serving import DIED_FILE
 from agent.running.hostdata import BadHostData, one_line
 
@@ -30,7 +31,7 @@ MAX_PAX_BYTES = 64 * 1024  # one pax extended header (we only need path, size, m
 BLOCK = 512
 CHUNK = 64 * 1024
 
-RUN_FILE = re.compile(r"c[0-9]{3,7}-r[0-9]{1,6}\.json")
+RUN_FILE = re.compile(loadpoints.WINDOW.pattern + r"\.json")  # a window, named by its load point: exactly that grammar
 LEFTOVER = re.compile(r"\.tmp-[A-Za-z0-9_]{1,32}\.json")  # the load driver's temp file, when it was killed mid-write
 FIXED = {
     "server.log": MAX_LOG_BYTES,

@@ -1,6 +1,7 @@
 """Collect: turn what a host sent back (one tar per cell) into the results tree, then attest it.
 
-The tar holds server.log, launch.txt, serve.json (startup outcome), cNNN-rK.json (one per window) and died.json
+The tar holds server.log, launch.txt, serve.json (startup outcome), one JSON per window (named by its load point,
+hostside/loadpoints.py: c008-r1.json, q2-c008-d8192-r1.json) and died.json
 (only when the server died mid-cell).
 Measurements are written first, cell.toml last, each atomically: a crash never leaves a finished-looking cell.
 """
@@ -15,12 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from agent.hostside import clusterlog, logparse, redact, startuplog, utc
+from agent.hostside import clusterlog, loadpoints, logparse, redact, startuplog, utc
 from agent.hostside.contracts import Attestation, Facts, Failure, Measurement, RayNodeReport
 from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import cluster as cluster_verdict
 from agent.judging import verdict
-from agent.planning.matrix import Cell
+from agent.planning.matrix import Cell, shape_vars
 from agent.results import tree as results
 from agent.results.records import CellRecord, Launch, MeasurementRecord
 from agent.running import archive, hostdata, hostmemory
@@ -99,14 +100,19 @@ def kept_levels(cell: Cell) -> Callable[[Path], bool]:
     then those of the levels this run does not measure."""
     if not cell.keep_runs:
         return lambda path: False
-    now = {results.run_name(c, 1).split("-")[0] for c in cell.config.concurrency}  # "c004"
-    return lambda path: path.name.split("-")[0] not in now
+    now = set(loadpoints.cell_points(cell.config.concurrency, shape_vars(cell.config.load)))
+
+    def keep(path: Path) -> bool:
+        parsed = loadpoints.parse_window(path.stem)
+        return parsed is not None and parsed[0] not in now
+
+    return keep
 
 
 def _clear_previous(dest: Path, keep: Callable[[Path], bool] = lambda path: False) -> None:
     """A re-run (--fresh) replaces the cell whole: cell.toml goes first, so a crash here leaves it unfinished.
     `keep`: measurement files to leave in place (tune adding levels to a measured cell)."""
-    runs = [p for p in dest.glob("c[0-9]*-r*.toml") if not keep(p)]
+    runs = [p for p in results.window_files(dest) if not keep(p)]
     for path in [dest / results.CELL_FILE, *runs, dest / "server.log", dest / "launch.txt", *dest.glob("node-*.log")]:
         path.unlink(missing_ok=True)
     for leftover in dest.glob(STAGING_PREFIX + "*"):  # a controller killed while it was receiving
@@ -162,10 +168,12 @@ def _read_received(staging: Path, cell: Cell) -> dict[str, Any]:
     for path in sorted(staging.iterdir()):
         if archive.RUN_FILE.fullmatch(path.name):
             run = hostdata.run_result(_json(path), path.name)
-            name = results.run_name(run["concurrency"], run["repeat"])
-            if name != path.name.removesuffix(".json") + ".toml":
-                raise hostdata.BadHostData(f"{path.name} holds concurrency {run['concurrency']} repeat {run['repeat']}")
-            runs[name] = MeasurementRecord(cell.id, cast(Measurement, run)).to_toml()  # run_result checked it
+            record = MeasurementRecord(cell.id, cast(Measurement, run))  # run_result checked it
+            if record.name != path.name.removesuffix(".json") + ".toml":  # a window filed under another point
+                p = record.point
+                at = f" at rate {p.rate:g} depth {p.depth}" if p.rate or p.depth else ""
+                raise hostdata.BadHostData(f"{path.name} holds concurrency {p.concurrency} repeat {run['repeat']}{at}")
+            runs[record.name] = record.to_toml()
     died_path = staging / DIED_FILE
     died = hostdata.died_record(_json(died_path), DIED_FILE) if died_path.exists() else {}
     return {"serve": serve, "launch": launch, "runs": runs, "died": died}
@@ -254,8 +262,9 @@ def _mask_secrets(path: Path) -> None:
 def _death(cell: Cell, died: dict[str, Any], attestation: Attestation, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The [died] table: when and how the server died, the root cause from its log, which windows survive."""
     runtime: dict[str, Any] = dict(attestation.get("runtime_failure") or {})
-    collected = {(int(r["concurrency"]), int(r["repeat"])) for r in runs}
-    planned = [(c, r) for c in cell.config.concurrency for r in range(1, cell.config.repeats + 1)]
+    collected = {(loadpoints.of_window(r), int(r["repeat"])) for r in runs}
+    points = loadpoints.cell_points(cell.config.concurrency, shape_vars(cell.config.load))
+    planned = [(p, r) for p in points for r in range(1, cell.config.repeats + 1)]
     return {
         "at": utc.iso(died["at"]) if died["at"] else "",
         "detected_at": utc.iso(died["detected_at"]) if died["detected_at"] else "",
@@ -266,13 +275,9 @@ def _death(cell: Cell, died: dict[str, Any], attestation: Attestation, runs: lis
         "cause": runtime.get("class") or "other",
         "root_cause": runtime.get("root_cause") or died["how"],
         "evidence": list(runtime.get("evidence", [])),
-        "windows_kept": [_window(r["concurrency"], r["repeat"]) for r in runs if r["before_crash"]],
-        "windows_skipped": [_window(c, r) for c, r in planned if (c, r) not in collected],
+        "windows_kept": [loadpoints.of_window(r).window(int(r["repeat"])) for r in runs if r["before_crash"]],
+        "windows_skipped": [p.window(r) for p, r in planned if (p, r) not in collected],
     }
-
-
-def _window(concurrency: int, repeat: int) -> str:
-    return Path(results.run_name(int(concurrency), int(repeat))).stem
 
 
 def _record_death(record: CellRecord, death: dict[str, Any]) -> None:

@@ -15,16 +15,19 @@ from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
-from agent.planning.matrix import Cell
+from agent.hostside import loadpoints
+from agent.planning.matrix import Cell, shape_vars
 from agent.reporting.escape import rich
 from agent.results.records import CellRecord
 from agent.running import tasks
 
 
 def _cell_seconds(cell: Cell) -> float:
-    """Planned measuring time of a cell: every level runs warmup + repeats windows."""
+    """Planned measuring time of a cell: every load point (rate x depth x concurrency) runs warmup + repeats
+    windows."""
     c = cell.config
-    return len(c.concurrency) * (c.warmup + c.repeats) * c.duration_s
+    points = loadpoints.cell_points(c.concurrency, shape_vars(c.load))
+    return len(points) * (c.warmup + c.repeats) * c.duration_s
 
 
 class Progress:

@@ -37,6 +37,7 @@ class HistoryRow:
     failed: int
     change: str = ""  # "regression" / "improvement" / "cannot rank" against the previous image ("" = first)
     ratio: float = math.nan  # median / previous image's median
+    point: str = ""  # the load point, from the window's name: c008, or q2-c008-d8192 in a cell with load axes
 
     @property
     def median(self) -> float | None:
@@ -68,6 +69,7 @@ def query(engine: sa.Engine, selection: Selection, *, seed: int = stats.DEFAULT_
             cells.c.started_at,
             cells.c.verdict,
             measurements.c.concurrency,
+            measurements.c.window,
             measurements.c.ok,
             measurements.c.output_throughput,
         )
@@ -76,29 +78,30 @@ def query(engine: sa.Engine, selection: Selection, *, seed: int = stats.DEFAULT_
     )
     if selection.concurrency:
         q = q.where(measurements.c.concurrency.in_(selection.concurrency))
-    groups: dict[tuple[int, int], HistoryRow] = {}
+    groups: dict[tuple[int, str], HistoryRow] = {}
     with engine.connect() as conn:
         for r in conn.execute(q):
-            row = groups.get((r.id, r.concurrency))
+            point = str(r.window).rsplit("-r", 1)[0]  # a cell's windows at one load point, whatever the repeat
+            row = groups.get((r.id, point))
             if row is None:
-                row = groups[(r.id, r.concurrency)] = HistoryRow(
+                row = groups[(r.id, point)] = HistoryRow(
                     r.config_key, r.checkpoint, r.backend, r.host, r.concurrency, r.sweep, r.image,
-                    r.vllm_version, r.started_at, r.verdict, (), 0,
+                    r.vllm_version, r.started_at, r.verdict, (), 0, point=point,
                 )  # fmt: skip
             if r.ok:
                 row.values += (float(r.output_throughput),)
             else:
                 row.failed += 1
-    rows = sorted(groups.values(), key=lambda h: (h.config, h.config_key, h.host, h.concurrency, h.started_at))
+    rows = sorted(groups.values(), key=lambda h: (h.config, h.config_key, h.host, h.concurrency, h.point, h.started_at))
     mark_changes(rows, seed=seed)
     return rows
 
 
 def mark_changes(rows: Sequence[HistoryRow], *, seed: int = stats.DEFAULT_SEED) -> None:
-    """Each valid row against the last valid row before it (same config, host, concurrency) on another image."""
-    last: dict[tuple[str, str, int], HistoryRow] = {}
+    """Each valid row against the last valid row before it (same config, host, load point) on another image."""
+    last: dict[tuple[str, str, int, str], HistoryRow] = {}
     for row in rows:
-        key = (row.config_key, row.host, row.concurrency)
+        key = (row.config_key, row.host, row.concurrency, row.point)
         prev = last.get(key)
         if row.verdict != "valid" or not row.values:
             continue

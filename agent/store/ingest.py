@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from agent.errors import UserError
+from agent.hostside import loadpoints
 from agent.judging import stats
 from agent.reporting.compare import match_key
 from agent.reporting.escape import plain
@@ -48,7 +49,8 @@ def _digest(image: str) -> str:
 
 
 def _window_name(run: dict[str, Any]) -> str:
-    return tree.run_name(int(run["concurrency"]), int(run.get("repeat", 0))).removesuffix(".toml")
+    """The measurement's key in its cell: its load point and repeat (c008-r1, q2-c008-d8192-r1)."""
+    return loadpoints.of_window(run).window(int(run.get("repeat", 0)))
 
 
 def _text(value: Any, limit: int) -> str:

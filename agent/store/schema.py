@@ -69,7 +69,7 @@ measurements = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("cell_pk", sa.Integer, sa.ForeignKey("cells.id", ondelete="CASCADE"), nullable=False),
-    sa.Column("window", sa.String(64), nullable=False),  # c008-r1: the load point and the repeat
+    sa.Column("window", sa.String(64), nullable=False),  # c008-r1, q2-c008-d8192-r1: the load point and the repeat
     sa.Column("concurrency", sa.Integer, nullable=False),
     sa.Column("repeat", sa.Integer, nullable=False),
     sa.Column("ok", sa.Boolean, nullable=False),

@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from agent.errors import UserError
+from agent.results import tree
 from agent.store.schema import cells, hosts, measurements, sweeps
 
 COLUMNS: dict[str, sa.ColumnElement[Any]] = {
@@ -100,7 +101,7 @@ def joined() -> Any:
 
 def load(engine: sa.Engine, selection: Selection) -> list[dict[str, Any]]:
     """The selected cells as results/tree.load_cells tables: cell.toml's table + 'runs' (windows sorted by
-    concurrency, then repeat) + 'dir' (the folder it was ingested from)."""
+    load point (rate, depth, concurrency), then repeat) + 'dir' (the folder it was ingested from)."""
     query = sa.select(cells.c.id, cells.c.record, cells.c.source).select_from(joined()).where(*where(selection))
     with engine.connect() as conn:
         rows = conn.execute(query.order_by(cells.c.started_at, cells.c.id)).all()
@@ -108,7 +109,7 @@ def load(engine: sa.Engine, selection: Selection) -> list[dict[str, Any]]:
     out = []
     for r in rows:
         cell = dict(r.record)
-        cell["runs"] = sorted(runs.get(r.id, []), key=lambda w: (w.get("concurrency", 0), w.get("repeat", 0)))
+        cell["runs"] = sorted(runs.get(r.id, []), key=tree.point_key)
         cell["dir"] = r.source
         out.append(cell)
     return out

@@ -11,7 +11,10 @@ description:
   - Runs O(warmup) warmup windows, then O(repeats) measured windows of O(duration) seconds each, at O(level)
     requests in flight, against the OpenAI-compatible server at O(url) (on the host itself, so the network is not
     what gets measured).
-  - Each measured window is written to O(out_dir) as C(cNNN-rK.json) as soon as it is over; warmups are not stored.
+  - Each measured window is written to O(out_dir) as soon as it is over, named by its load point and repeat
+    (C(c008-r1.json) closed loop; C(q2.5-c008-d8192-r1.json) at 2.5 req/s and 8192-token prompts); warmups are
+    not stored.
+  - One task measures one load point; cell.yml loops the cell's points (rate x context depth x concurrency).
   - The logic is agent/hostside/loadgen.py (standard library only).
 options:
   url:
