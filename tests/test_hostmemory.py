@@ -155,14 +155,12 @@ def test_check_groups_by_what_each_host_last_had(tmp_path: Path) -> None:
     assert groups.explain(found)[0].startswith(f"spark-2: image ? vs sha256:{'ab' * 6}…")
 
 
-def test_a_host_new_to_the_image_takes_its_twins_logged_version() -> None:
-    """Same image digest, same vLLM: a host without a log yet joins its twins, instead of measuring every cell again;
-    without an image (process runtime) its own install may differ, so unknown stays apart."""
+def test_a_host_whose_log_has_not_said_takes_its_twins_logged_version() -> None:
+    """A version counts once known: a host without a log yet joins the twins whose logs agree, instead of measuring
+    every cell again; twins that disagree leave it nothing to join."""
     facts = {h: _facts() for h in ("spark-1", "spark-2", "spark-new")}
-    digests = dict.fromkeys(facts, DIGEST)
-    (one,) = groups.group_facts(facts, digests, {"spark-1": "0.24.0", "spark-2": "0.24.0"})
-    assert one.hosts == ("spark-1", "spark-2", "spark-new") and one.fingerprint.vllm_version == "0.24.0"
-    split = groups.group_facts(facts, digests, {"spark-1": "0.24.0", "spark-2": "0.23.0"})  # which one? none
+    for digests in (dict.fromkeys(facts, DIGEST), {}):  # docker hosts, or the process runtime
+        (one,) = groups.group_facts(facts, digests, {"spark-1": "0.24.0", "spark-2": "0.24.0"})
+        assert one.hosts == ("spark-1", "spark-2", "spark-new") and one.fingerprint.vllm_version == "0.24.0"
+    split = groups.group_facts(facts, {}, {"spark-1": "0.24.0", "spark-2": "0.23.0"})
     assert [g.hosts for g in split] == [("spark-1",), ("spark-2",), ("spark-new",)]
-    bare = groups.group_facts(facts, {}, {"spark-1": "0.24.0", "spark-2": "0.24.0"})
-    assert [g.hosts for g in bare] == [("spark-1", "spark-2"), ("spark-new",)]

@@ -91,11 +91,11 @@ def group_facts(
     digest each host holds and the vLLM version its log gave where known (running/hostmemory.py remembers both)."""
     digests, versions = image_digests or {}, dict(vllm_versions or {})
     prints = {host: fingerprint(f, digests.get(host, ""), versions.get(host, "")) for host, f in facts.items()}
-    # One image digest is one vLLM: a host new to this image (no log yet) takes the version its twins' logs gave,
-    # instead of a group of its own that would measure every cell again. Without an image (the process runtime)
-    # the installed vLLM is the host's own: unknown stays unknown.
+    # A version counts once known: a host whose log has not said yet (new to this image, or lost before its first
+    # cell) joins the twins whose logs agree, instead of a group of its own that measures every cell again. If its
+    # log later says otherwise, collect names it and the report never ranks it with them (stats.comparable).
     for host, fp in prints.items():
-        if fp.vllm_version or not fp.image_digest:
+        if fp.vllm_version:
             continue
         twins = {p.vllm_version for p in prints.values() if p.vllm_version and replace(p, vllm_version="") == fp}
         if len(twins) == 1:
