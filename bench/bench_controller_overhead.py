@@ -26,7 +26,7 @@ from agent import logs  # noqa: E402
 from agent.planning.inventory import load_inventory  # noqa: E402
 from agent.planning.spec import load_spec  # noqa: E402
 from agent.results import tree as results  # noqa: E402
-from agent.running.sweep import run_sweep  # noqa: E402
+from agent.running.follow import run_sweep  # noqa: E402
 from tests.sshd_hosts import inventory_for, start_fleet, stop_fleet  # noqa: E402
 
 BACKENDS = ["marlin", "flashinfer_b12x", "auto", "humming", "emulation", "flashinfer_cutlass", "b12x", "cutlass"]

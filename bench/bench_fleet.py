@@ -1,10 +1,12 @@
 """The fleet's speed-up and the host's idle time, on sshd test hosts with the simulated Spark (calibrated rate).
 
-1. A 12-cell matrix on 1 host, then on 4 equal hosts (attached sweep, the group's queue): wall time each, and the
-   ratio (issue 13 asks for at most 0.35).
-2. Host idle time between cells, attached (one Ansible run per cell) and detached (the host's runner runs its plan
-   back to back): from each cell.toml, per host in cell order, the gap between one cell's end and the next one's
-   start, and the time of each cell that is neither server startup nor measuring (per-cell overhead).
+1. A 12-cell matrix on 1 host, then on 4 equal hosts (attached sweep: hand-out, the hosts' runners, followed): wall
+   time each, and the ratio (issue 13 asks for at most 0.35), split into the fixed head (start → first cell starts:
+   facts, provision, hand-out), the cells (first start → last end) and the tail (last end → exit: the last look
+   and fetch).
+2. Host idle time between cells, attached (the sweep follows the runners) and detached (`--detach` + `collect
+   --wait`): from each cell.toml, per host in cell order, the gap between one cell's end and the next one's start,
+   and the time of each cell that is neither server startup nor measuring (per-cell overhead).
 
 Wall times include facts and provisioning (what a user waits for). The machine is shared: say its load average
 (printed) next to any figure.
@@ -74,6 +76,20 @@ def run(cmd: list[str]) -> float:
     return time.monotonic() - t0
 
 
+def phases(out: Path, sweep: str, t0: float, t1: float) -> str:
+    """head (start → first cell starts), cells (first start → last end), tail (last end → exit); whole seconds."""
+    cells = [results.read_toml(f) for f in (out / sweep).glob(f"*/*/{results.CELL_FILE}")]
+    first = min(stamp(c["started_at"]) for c in cells)
+    last = max(stamp(c["finished_at"]) for c in cells)
+    return f"head {first - t0:.0f} s, cells {last - first:.0f} s, tail {t1 - last:.0f} s"
+
+
+def timed(cmd: list[str], out: Path, sweep: str) -> tuple[float, str]:
+    t0 = time.time()
+    wall = run(cmd)
+    return wall, phases(out, sweep, t0, time.time())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--cells", type=int, default=12)
@@ -90,15 +106,34 @@ def main() -> int:
         inventory, first = str(fleet.inventory), fleet.hosts[0].name
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores")
         spec = spec_for(tmp, "one", args.cells, args.duration)
-        one = run(
-            [*CLI, "sweep", str(spec), "-i", inventory, "--limit", first, "--results", str(tmp / "r1"), "--no-progress"]
+        one, one_phases = timed(
+            [
+                *CLI,
+                "sweep",
+                str(spec),
+                "-i",
+                inventory,
+                "--limit",
+                first,
+                "--results",
+                str(tmp / "r1"),
+                "--no-progress",
+            ],
+            tmp / "r1",
+            "one",
         )
+        print(f"load average after 1 host: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         spec = spec_for(tmp, "many", args.cells, args.duration)
-        many = run([*CLI, "sweep", str(spec), "-i", inventory, "--results", str(tmp / "rn"), "--no-progress"])
+        many, many_phases = timed(
+            [*CLI, "sweep", str(spec), "-i", inventory, "--results", str(tmp / "rn"), "--no-progress"],
+            tmp / "rn",
+            "many",
+        )
+        print(f"load average after {args.hosts} hosts: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         spread = sorted(len(list(d.glob(f"*/{results.CELL_FILE}"))) for d in (tmp / "rn" / "many").iterdir())
         print(
-            f"{args.cells} cells, 1 host: {one:.1f} s; {args.hosts} hosts: {many:.1f} s; ratio {many / one:.2f} "
-            f"(cells per host {spread})"
+            f"{args.cells} cells, 1 host: {one:.1f} s ({one_phases}); {args.hosts} hosts: {many:.1f} s "
+            f"({many_phases}); ratio {many / one:.2f} (cells per host {spread})"
         )
         gaps_a, over_a = idle(tmp / "r1", "one")
         spec = spec_for(tmp, "detached", args.cells, args.duration)

@@ -16,7 +16,7 @@ import yaml
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
-from agent.running.sweep import run_sweep
+from agent.running.follow import run_sweep
 
 from .engine.fixtures import BASE_ENV
 from .sshd_hosts import inventory_for

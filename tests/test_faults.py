@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import time
@@ -64,7 +65,7 @@ def test_sigkill_at_random_points_then_resume_measures_every_cell_once(tmp_path,
 
 def test_a_host_lost_mid_sweep_is_named_and_a_rerun_measures_only_what_is_missing(tmp_path, sim_inventory, ssh_fleet):
     out = tmp_path / "results"
-    cmd = sweep_cmd(fault_spec(tmp_path, "hostloss", duration=3.0), sim_inventory, out)
+    cmd = sweep_cmd(fault_spec(tmp_path, "hostloss", duration=3.0), sim_inventory, out, "--lost-after", "5")
     b = ssh_fleet.host("spark-b")
     proc = start_cli(cmd)
     try:
@@ -83,7 +84,9 @@ def test_a_host_lost_mid_sweep_is_named_and_a_rerun_measures_only_what_is_missin
     rows = check_summary(err, out, "hostloss", PLANNED)
     assert rows["spark-a"]["measured"] == 2
     assert rows["spark-b"]["lost"] == 2 and rows["spark-b"]["measured"] == 0
-    assert "lost host spark-b: host spark-b became unreachable" in err
+    assert re.search(r"lost host spark-b: (no answer for \d+ s \(lost after 5 s\)|refused: unreachable)", err), err[
+        -3000:
+    ]
     (lost,) = list((out / "hostloss" / "spark-b").glob(f"*/{results.LOST_FILE}"))
     assert results.read_toml(lost)["reason"] == "host_lost"
     assert not stray_temp_files(out)
@@ -165,7 +168,8 @@ def fill(folder: Path) -> Path:
 
 def test_a_full_results_disk_is_one_clear_error_and_a_rerun_finishes(tmp_path, sim_inventory, ssh_fleet, small_disk):
     out = small_disk / "results"
-    cmd = sweep_cmd(fault_spec(tmp_path, "full"), sim_inventory, out, "--limit", "spark-a")
+    # 3 s windows: the first cell is collected while the runner is still on the second (it never waits for us)
+    cmd = sweep_cmd(fault_spec(tmp_path, "full", duration=3.0), sim_inventory, out, "--limit", "spark-a")
     proc = start_cli(cmd)
     try:
         deadline = time.monotonic() + 120
@@ -182,7 +186,8 @@ def test_a_full_results_disk_is_one_clear_error_and_a_rerun_finishes(tmp_path, s
     assert len(errors) == 1 and errors[0] == err.strip().splitlines()[-1], err[-3000:]
     assert f"the results folder {out} is full" in errors[0] and "No space left on device" in errors[0]
     rows = check_summary(err, out, "full", {"spark-a": 2})
-    assert rows["spark-a"]["measured"] == 1 and rows["spark-a"]["lost"] == 1
+    # the second cell is lost, unless the runner sealed it and it was stored before the disk filled (load-dependent)
+    assert rows["spark-a"]["measured"] >= 1 and rows["spark-a"]["measured"] + rows["spark-a"]["lost"] == 2
     assert not stray_temp_files(out)
     assert not list(out.rglob("*.tar")), "a partial archive was left behind"
     for path in out.rglob("*.toml"):
@@ -194,7 +199,8 @@ def test_a_full_results_disk_is_one_clear_error_and_a_rerun_finishes(tmp_path, s
     rerun = run_cli(cmd)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     rows = check_summary(rerun.stderr, out, "full", {"spark-a": 2})
-    assert rows["spark-a"] == {**rows["spark-a"], "measured": 1, "skipped": 1, "lost": 0}
+    # the runner had sealed the second cell before the disk filled: the re-run collects it rather than measuring again
+    assert rows["spark-a"]["lost"] == 0 and rows["spark-a"]["measured"] + rows["spark-a"]["skipped"] == 2
     assert all(finished_cells(out, "full")[c] == stamp for c, stamp in first.items())
 
 

@@ -13,7 +13,7 @@ from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
 from agent.running import collect
-from agent.running.sweep import run_sweep
+from agent.running.follow import run_sweep
 from tests.hostile import snapshot
 from tests.sshd_hosts import REPO, inventory_for
 from tests.test_sweep import engines_running, write_spec
@@ -69,6 +69,7 @@ def test_a_hostile_archive_over_ssh_fails_the_cell_and_touches_nothing_else(tmp_
     allowed |= {str(Path("results") / "store.sqlite")}  # the results store indexes each cell as it lands
     # what provisioning found on each host (its image digest), remembered for the next sweep's fingerprint
     allowed |= {str(Path("results", p)) for p in (".fleet", ".fleet/hosts", ".fleet/hosts/known.json")}
+    allowed |= {str(Path("results") / ".fleet"), str(Path("results") / ".fleet" / "hostile.json")}  # the hand-out
     stray = {p for p in new_or_changed if p not in allowed and not p.startswith(str(cell_dir.relative_to(tmp_path)))}
     assert stray == set()
     assert (root / "hostile" / "spark-b" / "keep.txt").read_text() == "mine\n"

@@ -14,7 +14,7 @@ from agent.hostside import loadgen, prompts
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
-from agent.running.sweep import run_sweep
+from agent.running.follow import run_sweep
 from tests.test_loadgen_sim import GB10_ENV, MODEL
 from tests.test_sim_support import SimServer
 from tests.test_sweep import SPEC

@@ -26,7 +26,7 @@ from agent.hostside import raynode, supervise
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
-from agent.running.sweep import run_sweep
+from agent.running.follow import run_sweep
 
 from .sshd_hosts import SIM_HOST_VARS, inventory_for, lose_host, restore_host
 

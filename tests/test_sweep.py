@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.hostside import supervise
+from agent.hostside import runner, supervise, utc
 from agent.hostside.contracts import Attestation, Facts
 from agent.planning import matrix
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
 from agent.results.records import CellRecord, MeasurementRecord
-from agent.running.sweep import run_sweep
+from agent.running.follow import run_sweep
 
 from .test_contracts import problems
 
@@ -181,7 +181,14 @@ def test_sigkill_mid_sweep_then_rerun_measures_only_unfinished(tmp_path, sim_inv
     first = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("killed/spark-a/*/cell.toml")}
     assert len(first) == 1
     assert not list(out.rglob("*.tmp")), "a killed controller must leave no partial file"
+    # the host's runner does not need the controller: it goes on and seals the other cells
+    workdir = str(ssh_fleet.host("spark-a").workdir)
+    deadline = time.monotonic() + 300
+    while runner.read_progress(workdir, "killed").get("state") != "finished" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert len(runner.read_progress(workdir, "killed")["sealed"]) == 3, "the runner stopped with its controller"
 
+    rerun_started = time.time()
     rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     # cutlass fails on the simulated GB10 (sm100 only): the cell is finished as failed and the exit says so
     assert rerun.returncode == 1, rerun.stderr[-2000:]
@@ -196,6 +203,8 @@ def test_sigkill_mid_sweep_then_rerun_measures_only_unfinished(tmp_path, sim_inv
     for d in out.glob("killed/spark-a/*"):
         names = sorted(p.name for p in d.iterdir())
         assert names.count("cell.toml") == 1 and not [n for n in names if n.endswith(".tmp")]
+        started = results.read_toml(d / "cell.toml")["started_at"]
+        assert started <= utc.iso(rerun_started), "the re-run collected what the runner sealed, it measured nothing"
     assert engines_running(ssh_fleet) == []
 
 

@@ -14,7 +14,8 @@ from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
 from agent.running import tasks
-from agent.running.sweep import gather_facts, plan_fleet, provision, run_sweep
+from agent.running.follow import run_sweep
+from agent.running.sweep import gather_facts, plan_fleet, provision
 
 from .sshd_hosts import inventory_for
 from .test_sweep import write_spec

@@ -12,6 +12,7 @@ from pathlib import Path
 from agent import logs
 from agent.commands import flags
 from agent.commands.status import pick_sweep
+from agent.errors import UserError
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.reporting.escape import plain as line
@@ -38,6 +39,8 @@ def run(args) -> int:
     logs.configure(args.log_format)
     root = Path(args.results)
     state = detach.load_state(root, pick_sweep(args.sweep, root))
+    if not state.spec:  # handed out by tune (no spec file of its own): its re-run collects what is left
+        raise UserError(f"sweep {state.sweep} was handed out by `tune`: run the same tune again to collect it")
     spec = load_spec(state.spec)
     hosts = load_inventory(state.inventory, ",".join(state.hosts()))
     total = 0

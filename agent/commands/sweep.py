@@ -20,8 +20,9 @@ from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
 from agent.running import detach
+from agent.running.follow import run_sweep
 from agent.running.progress import Progress
-from agent.running.sweep import SweepOutcome, run_sweep
+from agent.running.sweep import SweepOutcome
 
 log = structlog.get_logger("spark_agent.sweep")
 
@@ -57,6 +58,13 @@ def register(sub) -> None:
         action="store_true",
         help="hand each host its share and return; the hosts run it alone (then: status, collect)",
     )
+    p.add_argument(
+        "--lost-after",
+        type=flags.number(0, 86_400, low_open=False),
+        default=detach.LOST_AFTER_S,
+        help=f"declare a host lost after this many seconds without an answer; its cells go to the others of its "
+        f"group (default {detach.LOST_AFTER_S:.0f})",
+    )
     p.add_argument("--log-format", choices=["console", "json"], default="console")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
     p.set_defaults(func=run)
@@ -83,6 +91,8 @@ def run(args) -> int:
             evict=args.evict,
             progress=Progress(enabled=show),
             replicas=args.replicas,
+            spec_path=Path(args.spec),
+            lost_after=args.lost_after,
         )
     cells = results.load_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
     _print_table(cells, args.log_format)

@@ -376,6 +376,7 @@ class RunnerProgress(TypedDict, total=False):
     done: dict[str, CellDone]  # cell id -> how it ended
     alive: bool  # read_progress: the runner process still holds the host
     sealed: list[str]  # read_progress: done cells whose tar is there to collect
+    handout: str  # the plan's hand-out token the `done` entries belong to
 
 
 # --- a multi-node cell's Ray node: raynode.start writes it as its log's first line, clusterlog reads it back -------

@@ -50,7 +50,9 @@ def read_progress(workdir: str, sweep: str) -> RunnerProgress:
     holder = supervise.runner_holder(workdir)
     progress["alive"] = bool(holder) and holder.get("sweep") == sweep
     sealed = {p.stem for p in (Path(os.path.expanduser(workdir)) / "runs").glob("*.tar")}
-    progress["sealed"] = sorted(c for c in progress.get("done", {}) if c in sealed)
+    # a tar left by an earlier sweep of the same cell id is not this run's answer: only what this runner sealed
+    done = progress.get("done", {})
+    progress["sealed"] = sorted(c for c, d in done.items() if c in sealed and d.get("outcome") == "sealed")
     return progress
 
 
@@ -148,6 +150,7 @@ def run(workdir: str, sweep: str) -> int:
         progress = {}
     progress.update(sweep=sweep, state="running", pid=os.getpid(), current="", current_since="")
     progress.setdefault("done", {})
+    _same_handout(progress, _read_plan(workdir, sweep))
     progress.setdefault("started", utc.iso())
 
     def save() -> None:
@@ -163,6 +166,8 @@ def run(workdir: str, sweep: str) -> int:
     try:
         while True:
             plan = _read_plan(workdir, sweep)
+            if not _same_handout(progress, plan):
+                save()
             todo = [c for c in plan["cells"] if isinstance(c, dict) and c.get("id") not in progress["done"]]
             if not todo:
                 break
@@ -182,6 +187,16 @@ def run(workdir: str, sweep: str) -> int:
     progress["state"] = "finished"
     save()
     return 0
+
+
+def _same_handout(progress: dict[str, Any], plan: dict[str, Any]) -> bool:
+    """A plan from a new hand-out (a re-run, --fresh) starts from nothing: what this host did for an earlier one is
+    in the results tree already or measured again. Appended cells (a lost host's) keep the same hand-out."""
+    handout = str(plan.get("handout", ""))
+    if progress.get("handout", "") == handout:
+        return True
+    progress.update(handout=handout, done={})
+    return False
 
 
 def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDone:
@@ -231,6 +246,7 @@ def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDo
                     out_dir=str(serving.run_dir(workdir, cell["id"])),
                     workdir=workdir,
                     cell_id=cell["id"],
+                    time_scale=float(cell.get("time_scale", 1.0)),  # the simulator's accelerated clock
                     shape={**shape, "request_rate": point.rate, "context_depth": point.depth},
                     telemetry_opts={
                         **_first_only(cell.get("telemetry") or {}, n),

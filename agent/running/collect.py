@@ -365,3 +365,8 @@ def _launch_line(cell: Cell) -> str:
 def clear_incoming(root: Path, sweep: str) -> None:
     """Leftovers of a killed run are never half-counted: they are dropped and the cell is measured again."""
     shutil.rmtree(Path(root) / INCOMING / results.path_part(sweep, "sweep"), ignore_errors=True)
+
+
+def disk_full(text: str) -> bool:
+    """Whether an error (ours, or Ansible's fetch) says the controller's disk is full."""
+    return any(s in text for s in ("No space left on device", "Disk quota exceeded", "Errno 28]", "Errno 122]"))

@@ -11,7 +11,9 @@ to the other hosts of its group. Nothing a host says is trusted (progress is val
 
 from __future__ import annotations
 
+import errno
 import json
+import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,11 +35,12 @@ from agent.running import hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
 from agent.running.queue import estimated_seconds, longest_first
-from agent.running.sweep import prepare
+from agent.running.sweep import Prepared, prepare
 
 log = structlog.get_logger("spark_agent.detach")
 
 STATE_DIR = ".fleet"  # results/.fleet/<sweep>.json
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 LOST_AFTER_S = 120.0  # a host that has not answered for this long is lost: its unfinished cells go to the others
 
 
@@ -56,6 +59,10 @@ class FleetState:
     last_seen: dict[str, float] = field(default_factory=dict)  # host -> epoch s of its last answer
     lost: dict[str, str] = field(default_factory=dict)  # host -> why it was declared lost
     requeued: dict[str, str] = field(default_factory=dict)  # "host/cell" -> the host that took it over
+    handout: str = ""  # this hand-out's token, in every plan: a runner forgets what it did for an earlier one
+    finished: bool = False  # an attached sweep followed it to the end (a re-run has nothing to follow)
+    refused: dict[str, str] = field(default_factory=dict)  # host -> why it refused its share at hand-out (busy)
+    unstored: dict[str, str] = field(default_factory=dict)  # "host/cell" -> why storing its tar failed (not again)
 
     def hosts(self) -> list[str]:
         return sorted(self.assignment)
@@ -72,8 +79,12 @@ def save_state(results_root: Path, state: FleetState) -> None:
     path = state_path(results_root, state.sweep)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=1, sort_keys=True))
-    tmp.replace(path)  # whole or not at all: a killed controller never leaves half a record
+    try:
+        tmp.write_text(json.dumps(asdict(state), indent=1, sort_keys=True))
+        tmp.replace(path)  # whole or not at all: a killed controller never leaves half a record
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: the last whole record stays
+        raise
 
 
 def load_state(results_root: Path, sweep: str) -> FleetState:
@@ -106,12 +117,14 @@ def assign(
     it (so equal hosts end together), on `replicas` different hosts minus those that finished it earlier."""
     out: dict[str, list[str]] = {h: [] for g in groups for h in g.hosts}
     for g in groups:
-        by_id = {c.id: c for c in cells[g.hosts[0]]}
+        by_id = {c.id: c for h in g.hosts for c in cells[h]}  # tune may select a cell for some hosts only
+        planned = {h: {c.id for c in cells[h]} for h in g.hosts}
+        left = {h: {c.id for c in todo[h]} for h in g.hosts}
         load = dict.fromkeys(g.hosts, 0.0)
         for cid in longest_first(by_id.values()):
-            have = [h for h in g.hosts if cid not in {c.id for c in todo[h]}]
-            free = [h for h in g.hosts if h not in have]
-            for _ in range(max(0, replicas - len(have))):
+            have = [h for h in g.hosts if cid in planned[h] and cid not in left[h]]
+            free = [h for h in g.hosts if cid in left[h]]
+            for _ in range(min(len(free), max(0, replicas - len(have)))):
                 host = min(free, key=lambda h: (load[h], g.hosts.index(h)))
                 free.remove(host)
                 out[host].append(cid)
@@ -119,9 +132,14 @@ def assign(
     return out
 
 
-def host_plan(spec: Spec, cells: list[Cell], sweep: str) -> dict[str, Any]:
+def host_plan(spec: Spec, cells: list[Cell], sweep: str, handout: str = "") -> dict[str, Any]:
     """One host's plan file: who handed it out and the cells, as cell.yml's `cell` (the runner reads the same)."""
-    return {"sweep": sweep, "holder": controller_identity(spec.name, ""), "cells": [c.playbook_vars() for c in cells]}
+    return {
+        "sweep": sweep,
+        "holder": controller_identity(spec.name, ""),
+        "cells": [c.playbook_vars() for c in cells],
+        "handout": handout,
+    }
 
 
 def hand_out(
@@ -136,10 +154,20 @@ def hand_out(
 ) -> FleetState:
     """Prepare the sweep, give each host its share and start its runner; return at once (the hosts go on)."""
     prepared = prepare(spec, inventory, hosts, results_root, fresh, replicas)
+    state = record_hand_out(prepared, spec, spec_path, inventory, results_root, replicas)
+    start_hand_out(state, spec, prepared.cells, inventory, results_root, evict)
+    return state
+
+
+def record_hand_out(
+    prepared: Prepared, spec: Spec, spec_path: Path | None, inventory: Path, results_root: Path, replicas: int
+) -> FleetState:
+    """Split the prepared cells over the hosts and save the record, before any runner starts: a controller killed
+    from now on still knows its sweep."""
     assignment = assign(prepared.groups, prepared.cells, prepared.todo, replicas)
     state = FleetState(
         sweep=spec.name,
-        spec=str(Path(spec_path).resolve()),
+        spec=str(Path(spec_path).resolve()) if spec_path else "",
         inventory=str(Path(inventory).resolve()),
         replicas=replicas,
         started=utc.iso(),
@@ -147,14 +175,23 @@ def hand_out(
         assignment=assignment,
         facts={h: dict(f) for h, f in prepared.facts.items()},
         last_seen=dict.fromkeys(assignment, time.time()),
+        handout=secrets.token_hex(6),
     )
-    save_state(results_root, state)  # before any runner starts: a controller killed now still knows its sweep
-    refused = start_runners(state, spec, prepared.cells, inventory, evict, [h for h in assignment if assignment[h]])
-    for host, why in refused.items():
-        log.error("host_refused", host=host, error=why)
-        declare_lost(state, spec, prepared.cells, inventory, results_root, host, f"refused: {why}", evict)
     save_state(results_root, state)
     return state
+
+
+def start_hand_out(
+    state: FleetState, spec: Spec, cells: dict[str, list[Cell]], inventory: Path, results_root: Path, evict: bool
+) -> None:
+    """Start every runner that has cells; a host that refuses (busy: the holder named) is lost, its cells go on."""
+    refused = start_runners(state, spec, cells, inventory, evict, [h for h in state.hosts() if state.assignment[h]])
+    for host, why in refused.items():
+        log.error("host_refused", host=host, error=why)
+        if not why.startswith("unreachable: "):  # busy, no plan...: the host said no (an unreachable one is lost)
+            state.refused[host] = why
+        declare_lost(state, spec, cells, inventory, results_root, host, f"refused: {why}", evict)
+    save_state(results_root, state)
 
 
 def start_runners(
@@ -167,12 +204,27 @@ def start_runners(
     plans = {}
     for host in hosts:
         mine = {c.id: c for c in cells[host]}
-        plans[host] = host_plan(spec, [mine[cid] for cid in state.assignment[host]], state.sweep)
-    extravars = {"sweep": state.sweep, "plans": hostdata.unsafe(plans)}  # facts reach the cells: never a template
+        plans[host] = host_plan(spec, [mine[cid] for cid in state.assignment[host]], state.sweep, state.handout)
+    datasets = {  # a ShareGPT file goes to the host by its content hash, as cell.yml's bench step copies it
+        host: sorted(
+            {
+                (c["shape"]["dataset_src"], c["shape"]["dataset_sha256"])
+                for c in plans[host]["cells"]
+                if c["shape"]["dataset_src"]
+            }
+        )
+        for host in hosts
+    }
+    extravars = {
+        "sweep": state.sweep,
+        "plans": hostdata.unsafe(plans),  # facts reach the cells: never a template
+        "datasets": hostdata.unsafe({h: [{"src": src, "sha256": sha} for src, sha in d] for h, d in datasets.items()}),
+    }
     if evict:
         extravars["spark_evict"] = True
     run = fleet.run_playbook("fleet", inventory, extravars, limit=",".join(hosts))
-    problems = {h: hostdata.one_line(msg) for h, msg in {**run.unreachable, **run.failures}.items() if h in hosts}
+    problems = {h: hostdata.one_line(msg) for h, msg in run.failures.items() if h in hosts}
+    problems.update({h: f"unreachable: {hostdata.one_line(msg)}" for h, msg in run.unreachable.items() if h in hosts})
     for host in hosts:
         if host not in problems:
             state.last_seen[host] = time.time()
@@ -296,26 +348,38 @@ def collect_sweep(
     results_root: Path,
     lost_after: float = LOST_AFTER_S,
     evict: bool = False,
+    cells: dict[str, list[Cell]] | None = None,
+    hand_on: bool = True,
 ) -> Collected:
     """Bring back every sealed cell not yet in the results tree; declare silent hosts lost and hand their cells
-    on. Safe while the hosts run and safe to repeat: a cell already in the tree is not fetched again."""
+    on. Safe while the hosts run and safe to repeat: a cell already in the tree is not fetched again.
+    `cells`: the cells as handed out, when the caller has them (the attached sweep: tune's schedules, checkpoint
+    sizes); otherwise re-planned. hand_on=False: only bring back what is sealed (after a stop: nothing restarts)."""
     inventory = Path(state.inventory)
-    cells = replan(state, spec, hosts)
+    cells = cells if cells is not None else replan(state, spec, hosts)
     progress = poll(state, inventory)
     out = Collected(progress=progress)
     fetch: dict[str, list[str]] = {}
+    restart: list[str] = []
     for host, p in progress.items():
         if not p.answered:
             if host not in state.lost:
                 out.unanswered[host] = p.error
             continue
+        mine = set(state.assignment[host])  # what an earlier hand-out left on the host is not this sweep's answer
         for cid in p.sealed:
+            if cid not in mine or f"{host}/{cid}" in state.unstored:
+                continue
             if results.is_finished(results_root, state.sweep, host, cid):
                 out.already += 1
             else:
                 fetch.setdefault(host, []).append(cid)
         for cid, rec in p.done.items():
-            if rec["outcome"] == "host_error" and not results.is_finished(results_root, state.sweep, host, cid):
+            if (
+                cid in mine
+                and rec["outcome"] == "host_error"
+                and not results.is_finished(results_root, state.sweep, host, cid)
+            ):
                 out.failed[f"{host}/{cid}"] = rec["error"]
                 results.record_lost(results_root, state.sweep, host, cid, "host_failed", rec["error"], utc.iso())
         if p.alive and p.current:
@@ -327,8 +391,17 @@ def collect_sweep(
             left = [c for c in state.assignment[host] if c not in p.done]
             if left:
                 out.lost_now[host] = f"its runner is gone ({p.state}, {len(left)} cell(s) not run)"
+        elif p.state == "finished" and host not in state.lost and any(c not in p.done for c in state.assignment[host]):
+            restart.append(host)  # it ended just before cells were appended to its plan: start it again
+            out.still_running[host] = ""
     if fetch:
         out.new = fetch_and_store(state, cells, fetch, progress, results_root)
+    if not hand_on:
+        save_state(results_root, state)
+        return out
+    for host, why in start_runners(state, spec, cells, inventory, evict, restart).items():
+        del out.still_running[host]
+        out.lost_now[host] = f"its runner could not be started again: {why}"
     for host, why in out.lost_now.items():  # after the fetch: what it sealed is in the tree, not handed on
         declare_lost(state, spec, cells, inventory, results_root, host, why, evict)
     now = time.time()
@@ -364,15 +437,36 @@ def fetch_and_store(
         for cid in ids:
             done = progress[host].done.get(cid, {})
             started, finished = done.get("started", 0.0), done.get("finished", 0.0)
-            record = collecting.finalize_cell(
-                results_root, mine[cid], facts, started, finished, done.get("measure_s", 0.0)
-            )
+            try:
+                record = collecting.finalize_cell(
+                    results_root, mine[cid], facts, started, finished, done.get("measure_s", 0.0)
+                )
+            except Exception as exc:  # a bug or a surprise: this cell is lost, not the sweep (a full disk stops it)
+                if isinstance(exc, OSError) and (collecting.disk_full(str(exc)) or exc.errno in DISK_FULL):
+                    raise
+                why = hostdata.one_line(f"{exc.__class__.__name__}: {exc}")
+                log.error("cell_not_stored", host=host, cell=cid, error=why)
+                state.unstored[f"{host}/{cid}"] = why
+                collecting.incoming_tar(results_root, state.sweep, host, cid).unlink(missing_ok=True)
+                results.record_lost(results_root, state.sweep, host, cid, "lost", why, utc.iso())
+                continue
             if record is None:
-                log.warning("not_fetched", host=host, cell=cid, error=run.failures.get(host, "no archive"))
+                why = run.failures.get(host, "no archive")
+                if collecting.disk_full(why):  # the fetch could not write: every later one would fail too
+                    raise OSError(errno.ENOSPC, f"No space left on device: {hostdata.one_line(why)}")
+                log.warning("not_fetched", host=host, cell=cid, error=why)
                 continue
             results.clear_lost(results_root, state.sweep, host, cid)
             stored.setdefault(host, []).append(cid)
-            log.info("cell_collected", host=host, cell=cid, verdict=record.verdict)
+            log.info(
+                "cell_done",
+                host=host,
+                cell=cid,
+                label=mine[cid].label,
+                verdict=record.verdict,
+                failure=record.failure_class or None,
+                seconds=round(finished - started, 1),
+            )
     return stored
 
 

@@ -1,7 +1,8 @@
 """Live progress of a sweep (rich): one bar per host showing its cell, concurrency and ETA.
 
-Fed by ansible-runner events (a finished bench loop item = one concurrency level done). Thread-safe: each host's
-worker thread reports into the same display.
+An attached sweep feeds it from each look at the hosts' runners (cells done of the share, the cell running now and
+since when); a node-set sweep (one playbook per cell) from ansible-runner events (a finished bench loop item = one
+concurrency level done). Thread-safe: each host's worker thread reports into the same display.
 """
 
 from __future__ import annotations
@@ -77,12 +78,20 @@ class Progress:
         self._update(host, description=f"{rich(cell.label)} [dim]{cell.id}[/] starting server")
 
     def cell_finished(self, host: str, cell: Cell, record: CellRecord | None) -> None:
+        self.cell_done(host, cell, record.verdict if record else "lost")
+
+    def cell_done(self, host: str, cell: Cell, verdict: str) -> None:
         """Whatever the cell did not measure (a failed start skips its windows) is skipped on the bar too."""
         remaining = _cell_seconds(cell) - self.advanced.pop(host, 0.0)
-        verdict = record.verdict if record else "lost"
         self._update(
             host, advance=max(remaining, 0.0), description=f"{rich(cell.label)} [dim]{cell.id}[/] {rich(verdict)}"
         )
+
+    def runner_state(self, host: str, done: int, assigned: int, cell: Cell | None, since: str) -> None:
+        """What the host's runner said at the last look (attached sweep): cells done of its share, and the one it
+        is on since when (the host's clock, ISO UTC: host data, escaped)."""
+        now = f"{rich(cell.label)} [dim]{cell.id}[/] since {rich(since[11:19])}" if cell else "between cells"
+        self._update(host, description=f"{done}/{assigned} · {now}")
 
     def host_failed(self, host: str, message: str) -> None:
         self._update(host, description=f"[red]stopped: {rich(message[:80])}")

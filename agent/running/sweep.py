@@ -212,7 +212,7 @@ def checkpoint_infos(run: fleet.FleetRun, host: str) -> dict[str, CheckpointInfo
     return out
 
 
-def run_sweep(
+def run_node_sets(
     spec: Spec,
     inventory: Path,
     hosts: list[Host],
@@ -224,10 +224,10 @@ def run_sweep(
     replicas: int = 1,
     select: Callable[[dict[str, list[Cell]]], dict[str, list[Cell]]] | None = None,
 ) -> SweepOutcome:
-    """Measure every cell of the spec once per fingerprint group (on `replicas` different hosts of it): the hosts
-    of a group take cells from the group's queue, longest first. Returns what happened; the results tree holds the
-    numbers. `select` (agent/running/tune.py) picks, from every planned cell per host, the ones to run now and their
-    schedule (a cell keeps its planned id when only its concurrency levels or repeats are changed)."""
+    """A sweep of node-set cells (server.nodes > 1), one playbooks/cell.yml run per cell: each cell needs a Ray
+    cluster over its node set, started by the controller (tasks/cluster.yml), which one host's runner cannot do.
+    The hosts of a group take cells from the group's queue, longest first. Every other sweep follows the hosts'
+    runners (running/follow.py). `select`: as follow.run_sweep."""
     cancel = cancel or threading.Event()
     progress = progress or Progress(enabled=False)
     prepared = prepare(spec, inventory, hosts, results_root, fresh, replicas, select)
@@ -242,7 +242,7 @@ def run_sweep(
         sweep_dir=Path(results_root) / spec.name, hosts={}, warnings=warnings, groups=groups, replicas=replicas
     )
     for h in hosts:
-        skipped = {c.id: _stored_verdict(results_root, c) for c in cells[h.name] if c not in todo[h.name]}
+        skipped = {c.id: stored_verdict(results_root, c) for c in cells[h.name] if c not in todo[h.name]}
         outcome.hosts[h.name] = HostOutcome(host=h.name, planned=list(skipped), skipped=skipped)
     queues = {g.name: group_queue(g, cells, todo, replicas) for g in groups}
     stop = threading.Event()  # set by a controller-side fault: no new cells, the running ones finish
@@ -268,7 +268,7 @@ def run_sweep(
         cancel.set()
         log.warning("interrupted", action="stopping the server on every host")
         _join(runners, timeout=10)
-        _stop_our_playbooks()
+        stop_our_playbooks()
         teardown(inventory, hosts, spec.name)
         _join(runners, timeout=30)
     finally:
@@ -338,7 +338,7 @@ def prepare(
             check_replicas(replicas, regrouped)
         groups = regrouped
     except KeyboardInterrupt:
-        _stop_our_playbooks()  # facts and provisioning start no server: nothing to tear down
+        stop_our_playbooks()  # facts and provisioning start no server: nothing to tear down
         raise
     return Prepared(facts=facts, groups=groups, cells=cells, todo=todo, warnings=warnings)
 
@@ -402,7 +402,7 @@ def _settle_unserved(outcome: SweepOutcome, group: fleet_groups.HostGroup, queue
                 owed -= 1
 
 
-def _stored_verdict(root: Path, cell: Cell) -> str:
+def stored_verdict(root: Path, cell: Cell) -> str:
     try:
         return str(
             results.read_toml(results.cell_dir(root, cell.sweep, cell.host, cell.id) / results.CELL_FILE)["verdict"]
@@ -418,7 +418,7 @@ def _join(threads: list[threading.Thread], timeout: float | None = None) -> None
             t.join(timeout=0.2)
 
 
-def _stop_our_playbooks() -> None:
+def stop_our_playbooks() -> None:
     """ansible-runner's cancel does not always reach a running ansible-playbook (it runs in a session of its own
     and outlives us): stop every ansible-playbook we started, by PID, before the teardown runs."""
     for child in psutil.Process().children(recursive=True):
@@ -571,10 +571,6 @@ def _where(exc: BaseException) -> str:
     return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
 
 
-def _disk_full(text: str) -> bool:
-    return any(s in text for s in ("No space left on device", "Disk quota exceeded", "Errno 28]", "Errno 122]"))
-
-
 def run_cell(
     inventory: Path,
     host: Host,
@@ -637,14 +633,14 @@ def run_cell(
             or run.failures.get("*")
             or f"ansible {run.status}, nothing came back"
         )
-        if _disk_full(why):
+        if collect.disk_full(why):
             raise CellLost("controller", f"the results folder {results_root} is full ({hostdata.one_line(why)})")
         raise CellLost("interrupted" if cancel.is_set() else "lost", hostdata.one_line(why))
     measure_s = sum(i["elapsed_s"] for i in bench)
     try:
         record = collect.finalize_cell(results_root, cell, facts, started, time.time(), measure_s)
     except OSError as exc:
-        if _disk_full(str(exc)) or exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        if collect.disk_full(str(exc)) or exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise CellLost("controller", f"the results folder {results_root} is full ({exc.strerror or exc})") from exc
         raise
     if record is None:

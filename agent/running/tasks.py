@@ -35,6 +35,7 @@ CACHE = TaskRef("cache", "Cache folders", "spark_cache")
 RUNNER_START = TaskRef("fleet", "Start the runner", "spark_runner")
 RUNNER_STATUS = TaskRef("fleet_status", "Runner progress", "spark_runner")
 FETCH_SEALED = TaskRef("fleet_collect", "Fetch sealed cells", "ansible.builtin.fetch", loop=True)
+RUNNER_STOP = TaskRef("fleet_stop", "Stop the runner", "spark_runner")
 HUB = TaskRef("hub_checkpoint", "Download the checkpoint from the hub", "spark_hub")
 
 ALL = (
@@ -54,5 +55,6 @@ ALL = (
     RUNNER_STATUS,
     FETCH_SEALED,
     CACHE,
+    RUNNER_STOP,
     HUB,
 )

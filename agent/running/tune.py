@@ -2,7 +2,7 @@
 
 The decisions (which cell next, at which levels, how many windows, what is skipped) are agent/judging/sequential.py;
 this module only loops: read what the results tree holds, ask for the next steps, run exactly those cells through
-running/sweep.run_sweep (its `select` hook), and stop when the plan is done, the budget cannot fit the next step, or
+running/follow.run_sweep (its `select` hook: exactly those cells are handed out to the runners), and stop when the plan is done, the budget cannot fit the next step, or
 the run is interrupted. All state is the results tree, so a killed tune resumes where it was (a cell without
 cell.toml is measured again) and a re-run with the same data takes the same decisions.
 """
@@ -27,8 +27,9 @@ from agent.planning.inventory import Host
 from agent.planning.matrix import Cell, backend_label
 from agent.planning.spec import Spec
 from agent.results import tree as results
+from agent.running.follow import run_sweep
 from agent.running.progress import Progress
-from agent.running.sweep import SweepOutcome, run_sweep
+from agent.running.sweep import SweepOutcome
 
 log = structlog.get_logger("spark_agent.tune")
 
