@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shlex
 import shutil
 import tarfile
@@ -46,6 +47,47 @@ def read_env_file(path: str) -> dict[str, str]:
             key, _, value = line.partition("=")
             env[key.strip()] = value
     return env
+
+
+ENV_HEADER = "# spark-agent: environment of cell {id} (rules + overrides; see cell.toml [[env_provenance]])\n"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CELL_ID = re.compile(r"^[0-9a-f]{12}$")
+
+
+def env_file_text(cell_id: str, env: Mapping[str, object]) -> str:
+    """The text of a cell's env file: what read_env_file (and docker --env-file) reads back, keys sorted."""
+    lines = [ENV_HEADER.format(id=cell_id)]
+    for key, value in sorted(env.items()):
+        text = str(value)
+        if not _ENV_NAME.match(key) or "\n" in text or "\r" in text:
+            raise ServeError(f"cell {cell_id}: variable {key!r} cannot go into an env file (bad name or a newline)")
+        lines.append(f"{key}={text}\n")
+    return "".join(lines)
+
+
+def write_env_files(workdir: str, cells: Sequence[Mapping[str, Any]], check: bool = False) -> list[str]:
+    """Every cell's env file under <workdir>/env, owner-only, whole or not at all; only those whose text changed
+    are written. One call for all of a host's cells (a loop of Ansible copies cost a module run per cell).
+    Returns the ids written (or that would be, with check)."""
+    folder = Path(os.path.expanduser(workdir)) / "env"
+    changed = []
+    for cell in cells:
+        cell_id = str(cell.get("id", ""))
+        if not _CELL_ID.match(cell_id):
+            raise ServeError(f"{cell_id[:40]!r} is not a cell id (12 hex)")
+        text = env_file_text(cell_id, cell.get("env") or {})
+        path = folder / f"{cell_id}.env"
+        try:
+            same = path.read_text() == text and (path.stat().st_mode & 0o777) == 0o600
+        except OSError:
+            same = False
+        if same:
+            continue
+        changed.append(cell_id)
+        if not check:
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic.write_text(path, text)  # mkstemp: owner-only (0600)
+    return changed
 
 
 def launch_command(
