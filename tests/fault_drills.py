@@ -24,6 +24,7 @@ from agent.results import tree as results
 from agent.running import collect
 
 from .sshd_hosts import REPO, SshFleet
+from .terminal import ctrl_c_as_on_a_terminal
 from .test_sweep import write_spec
 
 CLI = [sys.executable, "-m", "agent.cli"]
@@ -55,14 +56,8 @@ def start_cli(cmd: list[str]) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=_ctrl_c_as_on_a_terminal,
+        preexec_fn=ctrl_c_as_on_a_terminal,
     )
-
-
-def _ctrl_c_as_on_a_terminal() -> None:
-    """A job started in the background by a shell inherits SIGINT ignored (POSIX); a terminal's foreground job
-    does not. Python turns SIGINT into KeyboardInterrupt only when it starts with the default disposition."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def descendants(proc: subprocess.Popen) -> list[psutil.Process]:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from .terminal import ctrl_c_as_on_a_terminal
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,6 +50,7 @@ def example_reports(sim_inventory, example_results) -> dict[str, str]:
                 "json",
             ],
             cwd=REPO,
+            preexec_fn=ctrl_c_as_on_a_terminal,  # stop_all stops it with SIGINT
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from .sshd_hosts import REPO, SshFleet, inventory_for
+from .terminal import ctrl_c_as_on_a_terminal
 
 pytestmark = pytest.mark.integration
 
@@ -133,7 +134,7 @@ def test_logs_follow_streams_new_lines_and_ctrl_c_leaves_nothing(ssh_fleet):
     log = _fake_running_cell(ssh_fleet, b"INFO started\n")
     proc = subprocess.Popen(
         CLI + ["logs", "spark-a", "--follow", "-i", str(ssh_fleet.inventory)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=ctrl_c_as_on_a_terminal,
     )  # fmt: skip
     try:
         assert proc.stdout is not None

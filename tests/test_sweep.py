@@ -22,6 +22,7 @@ from agent.results import tree as results
 from agent.results.records import CellRecord, MeasurementRecord
 from agent.running.follow import run_sweep
 
+from .terminal import ctrl_c_as_on_a_terminal
 from .test_contracts import problems
 
 pytestmark = pytest.mark.integration
@@ -260,7 +261,9 @@ def test_ctrl_c_stops_the_server_before_the_cli_exits(tmp_path, sim_inventory, s
         str(tmp_path / "results"),
         "--no-progress",
     ]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_on_a_terminal
+    )
     try:
         deadline = time.monotonic() + 600
         while not engines_running(ssh_fleet) and time.monotonic() < deadline:
