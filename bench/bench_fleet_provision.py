@@ -123,7 +123,12 @@ class Profile:
             return ""
         for p in chain:
             if p.pid in self.groups:
-                return self.groups[p.pid]
+                if p.pid == proc.pid or "dockerd" not in self.groups[p.pid]:
+                    return self.groups[p.pid]
+                try:  # dockerd's own children: containerd, and docker-untar (it unpacks each layer in a chroot)
+                    return f"dockerd's child {proc.name()}"
+                except psutil.Error:
+                    return ""
         if proc.pid == me:
             return "bench (the link proxy, ansible-runner)"
         if any(p.pid == me for p in chain):
