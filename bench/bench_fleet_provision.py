@@ -6,10 +6,21 @@ image's own registry reached through a rate-limited TCP proxy (every connection 
 link), a second real registry as the fleet's mirror, and the real provision playbook through Ansible.
 
     .venv/bin/python bench/bench_fleet_provision.py [--hosts 8] [--mb 200] [--link-mbps 80] [--without-mirror]
+        [--scale 1,2,4] [--profile]
 
 Times are wall seconds of the provision playbook. The image is a fresh random layer of --mb MB (random data does not
-compress, so the link carries all of it). On this 2-core machine all N "hosts" share the two cores for unpacking,
-which real Sparks do not: the N-host figures here are an upper bound.
+compress, so the link carries all of it). --scale also times the mirror run on the first K hosts; --profile prints
+each task's window (first start .. last end), the CPU seconds of each kind of process (dockerd, its docker-untar
+child, the registries, Ansible's forks and modules, this process: the link proxy and ansible-runner) per task, and
+the bytes written to disk.
+
+Where the time goes (2 shared cores, overlay2, docker 20.10; ARCHITECTURE.md "Fleet provisioning" has the figures):
+one host = its facts and files (~3 s) + 200 MB over the 80 Mbit/s link (21 s) + unpacking (~2 s). Eight hosts =
+facts (~2 s) + the seed (the same 21 s on the link; every host's other tasks run meanwhile, since the seed is started
+in the background) + eight dockerds pulling from the mirror at once: each spends ~2.2 s of CPU per 200 MB (fetch,
+two SHA-256 passes, unpack), so eight need at least 8 x 2.2 / 2 = 8.8 s on two idle cores, and 13-15 s while other
+work runs. Real Sparks unpack each on their own cores: there the fan-out is one host's unpack plus the mirror's egress
+(8 x the image over the fleet's link), and the N-host figures here are an upper bound.
 """
 
 from __future__ import annotations
