@@ -291,7 +291,7 @@ def provision(
         raise SystemExit(f"provision failed: {run.failures or run.unreachable}")
     for task, secs in durations.items():
         print(f"    {task}: {', '.join(f'{s:.1f}' for s in sorted(secs))} s")
-    if "Start seeding the image mirror" in windows and "Seed the image mirror" in windows:  # async: started, waited
+    if mirror and {"Start seeding the image mirror", "Seed the image mirror"} <= windows.keys():  # started, waited
         began, done = windows["Start seeding the image mirror"][0], windows["Seed the image mirror"][1]
         print(f"    seeding the mirror, in the background: {began:.1f} .. {done:.1f} s ({done - began:.1f} s)")
     if profile:
