@@ -12,6 +12,7 @@ Wall times include facts and provisioning (what a user waits for). The machine i
 (printed) next to any figure.
 
     SPARK_TEST_NET=127.0.1 python bench/bench_fleet.py [--cells 12] [--hosts 4] [--duration 2.0] [--keep DIR]
+        [--attached-only]
 """
 
 from __future__ import annotations
@@ -37,15 +38,19 @@ from tests.sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fle
 from tests.test_sweep import write_spec  # noqa: E402
 
 CLI = [sys.executable, "-m", "agent.cli"]
-ATTENTION = ["auto", "flash_attn", "triton_attn", "flashinfer", "flex_attention", "auto"]
 
 
 def spec_for(tmp: Path, name: str, cells: int, duration: float) -> Path:
-    """cells = 2 MoE backends x cells/2 attention backends (at most 10 distinct), one window per cell."""
-    attention = ["auto", "flash_attn", "triton_attn", "flashinfer", "flex_attention"][: max(1, cells // 2)]
+    """`cells` distinct cells (even, at most 20): 2 MoE backends x 2 memory fractions x cells/4 attention backends,
+    rounded up to whole attention backends, then the spec says exactly how many it plans; one window per cell."""
+    per = -(-cells // 4)  # attention backends needed
+    attention = ["auto", "flash_attn", "triton_attn", "flashinfer", "flex_attention"][:per]
     path = write_spec(tmp, name, backends=("marlin", "flashinfer_b12x"), duration=duration, concurrency=(1,), warmup=0)
     text = path.read_text().replace(
-        "[matrix]\n", "[matrix]\nattention_backend = " + str(attention).replace("'", '"') + "\n"
+        "[matrix]\n",
+        "[matrix]\nattention_backend = "
+        + str(attention).replace("'", '"')
+        + "\ngpu_memory_utilization = [0.85, 0.9]\n",
     )
     path.write_text(text)
     return path
@@ -68,9 +73,12 @@ def idle(out: Path, sweep: str) -> tuple[list[float], list[float]]:
     return gaps, overhead
 
 
-def run(cmd: list[str]) -> float:
+def run(cmd: list[str], log: Path | None = None) -> float:
+    """Wall seconds of one CLI run; its stderr (the structured log) is kept in `log` when given."""
     t0 = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if log is not None:
+        log.write_text(proc.stderr)
     if proc.returncode not in (0, 1):
         raise SystemExit(proc.stderr[-3000:])
     return time.monotonic() - t0
@@ -86,7 +94,7 @@ def phases(out: Path, sweep: str, t0: float, t1: float) -> str:
 
 def timed(cmd: list[str], out: Path, sweep: str) -> tuple[float, str]:
     t0 = time.time()
-    wall = run(cmd)
+    wall = run(cmd, out.parent / f"{sweep}.log")
     return wall, phases(out, sweep, t0, time.time())
 
 
@@ -95,7 +103,8 @@ def main() -> int:
     parser.add_argument("--cells", type=int, default=12)
     parser.add_argument("--hosts", type=int, default=4)
     parser.add_argument("--duration", type=float, default=2.0, help="the measurement window of each cell, s")
-    parser.add_argument("--keep", help="keep the hosts' and results' folders here")
+    parser.add_argument("--keep", help="keep the hosts' and results' folders (and each sweep's log) here")
+    parser.add_argument("--attached-only", action="store_true", help="skip the detached run (idle time, part 2)")
     args = parser.parse_args()
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="bench-fleet-"))
     fleet = start_fleet(tmp / "fleet", count=args.hosts)
@@ -131,11 +140,14 @@ def main() -> int:
         )
         print(f"load average after {args.hosts} hosts: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         spread = sorted(len(list(d.glob(f"*/{results.CELL_FILE}"))) for d in (tmp / "rn" / "many").iterdir())
+        planned = len(list((tmp / "r1" / "one").glob(f"*/*/{results.CELL_FILE}")))
         print(
-            f"{args.cells} cells, 1 host: {one:.1f} s ({one_phases}); {args.hosts} hosts: {many:.1f} s "
+            f"{planned} cells, 1 host: {one:.1f} s ({one_phases}); {args.hosts} hosts: {many:.1f} s "
             f"({many_phases}); ratio {many / one:.2f} (cells per host {spread})"
         )
         gaps_a, over_a = idle(tmp / "r1", "one")
+        if args.attached_only:
+            return 0
         spec = spec_for(tmp, "detached", args.cells, args.duration)
         t0 = time.monotonic()
         run([*CLI, "sweep", str(spec), "-i", inventory, "--limit", first, "--results", str(tmp / "rd"), "--detach"])

@@ -1,47 +1,77 @@
-"""The attached sweep's pieces that need no host: when it looks again, what it hands out for tune's selection, and
+"""The attached sweep's pieces that need no host: a look that waits for the runner's progress to change, what it hands out for tune's selection, and
 the runner forgetting an earlier hand-out's cells (the integration tests run it over sshd hosts)."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import threading
 import time
 
 import pytest
 
-from agent.hostside import runner, utc
+from agent.hostside import runner, supervise, utc
 from agent.planning import groups
 from agent.planning.matrix import plan_cells
 from agent.running import detach
-from agent.running.follow import FAST_LOOK_S, SLOW_LOOK_S, next_look
 
 from .test_queue import FACTS, _cells
 
 pytestmark = pytest.mark.unit
 
 
-def _looked(**hosts: detach.HostProgress) -> detach.Collected:
-    return detach.Collected(progress=hosts, still_running={h: p.current for h, p in hosts.items() if p.alive})
+def _write_progress(workdir, sweep: str, **fields) -> None:
+    folder = runner.sweep_dir(str(workdir), sweep)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / runner.PROGRESS).write_text(json.dumps({"sweep": sweep, "state": "running", "done": {}, **fields}))
 
 
-def test_the_next_look_is_soon_only_when_a_cell_should_be_ending(tmp_path):
-    _, cells = _cells(tmp_path, "a")  # one level, 1 warmup + 3 repeats of 1 s: 4 s planned
-    cell = cells[0]
-    by_id = {cell.id: cell}
-    now = time.time()
+def test_a_look_waits_on_the_host_until_the_progress_changes(tmp_path):
+    """A look with the last look's token returns when a cell ends (after the runner's next write settles), after
+    wait_s when nothing changes, and at once without a token or without a live runner."""
+    workdir, sweep = str(tmp_path), "s"
+    _write_progress(tmp_path, sweep, current="aaaaaaaaaaaa")
+    holder = {
+        "user": "u",
+        "controller_host": "c",
+        "controller_pid": 1,
+        "since": utc.iso(),
+        "sweep": sweep,
+        "cell_id": "",
+    }
+    lock = supervise.acquire_runner_lock(workdir, holder, sweep)  # this process plays the live runner
+    try:
+        seen = runner.progress_token(runner.read_progress(workdir, sweep))
+        t0 = time.monotonic()
+        assert runner.progress_token(runner.await_progress(workdir, sweep, seen, wait_s=0.6, poll_s=0.1)) == seen
+        assert 0.6 <= time.monotonic() - t0 < 3
+        t0 = time.monotonic()
+        assert runner.await_progress(workdir, sweep, "", wait_s=5)["current"] == "aaaaaaaaaaaa"
+        assert time.monotonic() - t0 < 1, "no token: nothing to wait for"
 
-    def on_it(started: float) -> detach.HostProgress:
-        return detach.HostProgress(
-            "a", True, state="running", alive=True, current=cell.id, current_since=utc.iso(started)
-        )
+        def cell_ends() -> None:
+            time.sleep(0.3)
+            done = {"aaaaaaaaaaaa": {"outcome": "sealed", "error": "", "started": 1.0, "finished": 2.0, "measure_s": 1}}
+            _write_progress(tmp_path, sweep, current="", done=done)
+            time.sleep(0.05)  # the runner reads the plan and starts the next cell a moment later
+            _write_progress(tmp_path, sweep, current="bbbbbbbbbbbb", done=done)
 
-    planned = next_look(_looked(a=on_it(now + 60)), by_id, now)  # a long way from its end (clock skew: a hint)
-    assert planned == SLOW_LOOK_S
-    assert next_look(_looked(a=on_it(now - 60)), by_id, now) == FAST_LOOK_S  # overdue: look soon
-    between = detach.HostProgress("a", True, state="running", alive=True)
-    assert next_look(_looked(a=between), by_id, now) == FAST_LOOK_S
-    silent = detach.Collected(progress={}, unanswered={"a": "unreachable"})
-    assert next_look(silent, by_id, now) == FAST_LOOK_S
+        writer = threading.Thread(target=cell_ends)
+        t0 = time.monotonic()
+        writer.start()
+        got = runner.await_progress(workdir, sweep, seen, wait_s=10, poll_s=0.1, settle_s=0.3)
+        writer.join()
+        assert time.monotonic() - t0 < 3, "a change ends the wait"
+        assert got["current"] == "bbbbbbbbbbbb" and "aaaaaaaaaaaa" in got["done"], "the settled state, both writes"
+        seen = runner.progress_token(got)
+    finally:
+        os.close(lock)  # the runner dies: its record stays, naming a process that is not this one
+    record = supervise.state_dir(workdir) / supervise.RUNNER_FILE
+    record.write_text(json.dumps({**json.loads(record.read_text()), "runner_pid": 1}))
+    t0 = time.monotonic()
+    assert runner.await_progress(workdir, sweep, seen, wait_s=10)["alive"] is False
+    assert time.monotonic() - t0 < 1, "no live runner: nothing will change, no wait"
 
 
 def test_a_selection_for_some_hosts_only_is_handed_to_those_hosts(tmp_path):
@@ -79,3 +109,22 @@ def test_a_runner_forgets_what_it_did_for_an_earlier_hand_out(tmp_path):
             signal.signal(sig, handler)
     after = json.loads((folder / runner.PROGRESS).read_text())
     assert after["handout"] == "new" and after["done"] == {} and after["state"] == "finished"
+
+
+def test_the_plan_is_written_whole_owner_only_with_the_serve_env_and_once(tmp_path):
+    """spark_runner hands a host its plan and starts the runner in one module run: runner.write_plan."""
+    workdir, sweep = str(tmp_path), "s"
+    plan = {"sweep": sweep, "handout": "h1", "cells": [{"id": "aaaaaaaaaaaa"}], "host": {"url": "http://x:1"}}
+    secret = {"HF_TOKEN": "hf_not_in_the_controllers_plan"}
+    assert runner.write_plan(workdir, sweep, plan, secret, check=True) is True
+    assert not (runner.sweep_dir(workdir, sweep) / runner.PLAN).exists(), "check mode writes nothing"
+    assert runner.write_plan(workdir, sweep, plan, secret) is True
+    path = runner.sweep_dir(workdir, sweep) / runner.PLAN
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    written = json.loads(path.read_text())
+    assert written["host"] == {"url": "http://x:1", "serve_env": secret} and written["cells"] == plan["cells"]
+    assert runner.write_plan(workdir, sweep, plan, secret) is False, "the same plan again: nothing changes"
+    more = {**plan, "cells": [*plan["cells"], {"id": "bbbbbbbbbbbb"}]}
+    assert runner.write_plan(workdir, sweep, more, secret) is True  # a lost host's cell appended for the live runner
+    with pytest.raises(runner.HostError, match="not a plan"):
+        runner.write_plan(workdir, sweep, {"cells": "all"}, {})

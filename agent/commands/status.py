@@ -36,7 +36,7 @@ def run(args) -> int:
     logs.configure(args.log_format)
     root = Path(args.results)
     state = detach.load_state(root, pick_sweep(args.sweep, root))
-    progress = detach.poll(state, Path(state.inventory))
+    progress, _ = detach.poll(state, Path(state.inventory))
     detach.save_state(root, state)
     out = sys.stdout
     print(f"sweep {state.sweep}: started {state.started}, replicas {state.replicas}", file=out)

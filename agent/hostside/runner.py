@@ -1,8 +1,8 @@
 """The host's share of a detached sweep, run back to back with no controller connected. Standard library only.
 
-The controller hands each host a plan file (`<workdir>/sweeps/<sweep>/plan.json`, written by the fleet playbook,
-mode 0600: it carries the server's environment) and starts this runner through the spark_runner module, which forks
-it off like the cell supervisor (supervise.py). The runner re-reads the plan before each cell, so the controller can
+The controller hands each host a plan file (`<workdir>/sweeps/<sweep>/plan.json`, mode 0600: it carries the
+server's environment) and starts this runner, both through one spark_runner module run, which forks it off like the
+cell supervisor (supervise.py). The runner re-reads the plan before each cell, so the controller can
 append cells (those of a lost host) while it runs. Each cell is the same serve → bench → teardown + seal as
 playbooks/cell.yml, through the same functions (serving.serve_cell, bench_level, teardown_cell); the sealed tar
 waits in `runs/<cell>.tar` until a controller collects it.
@@ -15,6 +15,7 @@ caller of supervise.acquire_lock is refused with that name. progress.json says w
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -30,6 +31,7 @@ from .errors import HostError
 PLAN = "plan.json"
 PROGRESS = "progress.json"
 LOG = "runner.log"
+MAX_WAIT_S = 60.0  # a look waits on the host at most this long (the controller's SSH keepalive allows 45 s of silence)
 
 
 def sweep_dir(workdir: str, sweep: str) -> Path:
@@ -54,6 +56,52 @@ def read_progress(workdir: str, sweep: str) -> RunnerProgress:
     done = progress.get("done", {})
     progress["sealed"] = sorted(c for c, d in done.items() if c in sealed and d.get("outcome") == "sealed")
     return progress
+
+
+def progress_token(progress: RunnerProgress) -> str:
+    """What a look saw of the progress: it changes when a cell starts or ends and when the runner stops or dies."""
+    seen = {k: progress.get(k) for k in ("state", "handout", "current", "done", "alive", "sealed")}
+    return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def await_progress(
+    workdir: str, sweep: str, seen: str = "", wait_s: float = 0.0, poll_s: float = 0.5, settle_s: float = 0.3
+) -> RunnerProgress:
+    """read_progress, as soon as it differs from what the caller saw last (`seen`, a progress_token), or after
+    `wait_s`: a look that waits here returns the moment a cell ends, where looking again and again would cost an
+    ansible-playbook run each time. It returns at once when the runner is not alive (nothing will change), and
+    when its caller went away (the SSH session that started this process ended: its parent changed). A change is
+    read again after `settle_s`: the runner writes "cell done" and "next cell" (or "finished") a moment apart."""
+    deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
+    parent = os.getppid()
+    while True:
+        progress = read_progress(workdir, sweep)
+        if not seen or not progress.get("alive"):
+            return progress
+        if progress_token(progress) != seen:
+            time.sleep(settle_s)
+            return read_progress(workdir, sweep)
+        if time.monotonic() >= deadline or os.getppid() != parent:
+            return progress
+        time.sleep(poll_s)
+
+
+def write_plan(workdir: str, sweep: str, plan: dict[str, Any], serve_env: dict[str, str], check: bool = False) -> bool:
+    """The host's plan as the controller handed it, with the server's plumbing env (it may hold a token) in its
+    host part: `<workdir>/sweeps/<sweep>/plan.json`, owner-only, whole or not at all. Returns whether it changed."""
+    if not isinstance(plan.get("cells"), list) or not isinstance(plan.get("host", {}), dict):
+        raise HostError(f"sweep {sweep}: not a plan (no cells)")
+    whole = {**plan, "host": {**plan.get("host", {}), "serve_env": dict(serve_env)}}
+    path = sweep_dir(workdir, sweep) / PLAN
+    try:
+        same = json.loads(path.read_text()) == whole and (path.stat().st_mode & 0o777) == 0o600
+    except (OSError, ValueError):
+        same = False
+    if same or check:
+        return not same
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    atomic.write_json(path, whole)  # mkstemp: owner-only (0600)
+    return True
 
 
 def start(workdir: str, sweep: str) -> dict[str, Any]:

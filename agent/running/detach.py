@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import secrets
 import time
 from dataclasses import asdict, dataclass, field
@@ -42,6 +43,7 @@ log = structlog.get_logger("spark_agent.detach")
 STATE_DIR = ".fleet"  # results/.fleet/<sweep>.json
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 LOST_AFTER_S = 120.0  # a host that has not answered for this long is lost: its unfinished cells go to the others
+MAX_LOOK_WAIT_S = 30.0  # a look that waits for a change: well inside SSH's keepalive (3 x 15 s) and LOST_AFTER_S
 
 
 @dataclass
@@ -243,6 +245,7 @@ class HostProgress:
     current_since: str = ""
     done: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell id -> CellDone
     sealed: list[str] = field(default_factory=list)
+    token: str = ""  # what this look saw (runner.progress_token): the next look waits for it to change
 
 
 _STATES = ("", "running", "finished", "stopped")
@@ -284,25 +287,51 @@ def checked_progress(value: Any, host: str) -> HostProgress:
     )
 
 
-def poll(state: FleetState, inventory: Path) -> dict[str, HostProgress]:
-    """Every host's runner progress (fleet_status.yml: read-only). A host that does not answer is reported, and
-    keeps its last_seen time (lost after LOST_AFTER_S)."""
+_TOKEN = re.compile(r"[0-9a-f]{16}")
+
+
+def poll(
+    state: FleetState,
+    inventory: Path,
+    wait_s: float = 0.0,
+    seen: dict[str, str] | None = None,
+    want: dict[str, list[str]] | None = None,
+    results_root: Path | None = None,
+) -> tuple[dict[str, HostProgress], fleet.FleetRun]:
+    """Every host's runner progress (fleet_status.yml: read-only on the hosts). A host that does not answer is
+    reported, and keeps its last_seen time (lost after LOST_AFTER_S). With `seen` (host -> the token of the last
+    look), each host answers once its progress differs from it, or after `wait_s`. The cells of `want` (host -> ids,
+    the controller's own) that a runner says are sealed are fetched by the same run into results_root/.incoming."""
     hosts = state.hosts()
-    run = fleet.run_playbook(tasks.RUNNER_STATUS.playbook, inventory, {"sweep": state.sweep}, limit=",".join(hosts))
+    extravars: dict[str, Any] = {"sweep": state.sweep}
+    if wait_s and seen:
+        extravars.update(wait_s=min(wait_s, MAX_LOOK_WAIT_S), seen=hostdata.unsafe(seen))
+    if want and results_root is not None:
+        extravars.update(want=want, spark_results_dir=str(Path(results_root).resolve()))
+    run = fleet.run_playbook(tasks.RUNNER_STATUS.playbook, inventory, extravars, limit=",".join(hosts))
     out = {}
     for host in hosts:
-        problem = run.unreachable.get(host) or run.failures.get(host)
+        answer = run.results.get(host, {}).get(tasks.RUNNER_STATUS.name)
+        problem = (
+            run.unreachable.get(host)
+            or run.failed_tasks.get(host, {}).get(tasks.RUNNER_STATUS.name)
+            or ("" if isinstance(answer, dict) else run.failures.get(host) or run.failures.get("*") or "no answer")
+        )
         if problem:
             out[host] = HostProgress(host=host, answered=False, error=hostdata.one_line(problem))
             continue
-        answer = run.results.get(host, {}).get(tasks.RUNNER_STATUS.name, {})
+        assert isinstance(answer, dict)
         try:
-            out[host] = checked_progress(answer.get("progress", {}) if isinstance(answer, dict) else None, host)
+            out[host] = checked_progress(answer.get("progress", {}), host)
+            token = answer.get("token", "")
+            if not (isinstance(token, str) and _TOKEN.fullmatch(token)):
+                raise hostdata.BadHostData(f"host {host}: runner token: not 16 hex digits")
+            out[host].token = token
         except hostdata.BadHostData as exc:
             out[host] = HostProgress(host=host, answered=False, error=exc.reason)
             continue
         state.last_seen[host] = time.time()
-    return out
+    return out, run
 
 
 # ---------------------------------------------------------------------------------------------- collect
@@ -350,14 +379,26 @@ def collect_sweep(
     evict: bool = False,
     cells: dict[str, list[Cell]] | None = None,
     hand_on: bool = True,
+    wait_s: float = 0.0,
+    seen: dict[str, str] | None = None,
 ) -> Collected:
     """Bring back every sealed cell not yet in the results tree; declare silent hosts lost and hand their cells
     on. Safe while the hosts run and safe to repeat: a cell already in the tree is not fetched again.
     `cells`: the cells as handed out, when the caller has them (the attached sweep: tune's schedules, checkpoint
-    sizes); otherwise re-planned. hand_on=False: only bring back what is sealed (after a stop: nothing restarts)."""
+    sizes); otherwise re-planned. hand_on=False: only bring back what is sealed (after a stop: nothing restarts).
+    wait_s + seen (host -> token of the last look): the look waits on each host for its progress to change, so it
+    returns as a cell ends (the attached sweep follows this way); the sealed cells come back in the same run."""
     inventory = Path(state.inventory)
     cells = cells if cells is not None else replan(state, spec, hosts)
-    progress = poll(state, inventory)
+    want = {
+        host: [
+            cid
+            for cid in ids
+            if f"{host}/{cid}" not in state.unstored and not results.is_finished(results_root, state.sweep, host, cid)
+        ]
+        for host, ids in state.assignment.items()
+    }
+    progress, look = poll(state, inventory, wait_s, seen, {h: ids for h, ids in want.items() if ids}, results_root)
     out = Collected(progress=progress)
     fetch: dict[str, list[str]] = {}
     restart: list[str] = []
@@ -395,7 +436,7 @@ def collect_sweep(
             restart.append(host)  # it ended just before cells were appended to its plan: start it again
             out.still_running[host] = ""
     if fetch:
-        out.new = fetch_and_store(state, cells, fetch, progress, results_root)
+        out.new = store_fetched(state, cells, fetch, progress, results_root, look)
     if not hand_on:
         save_state(results_root, state)
         return out
@@ -416,20 +457,16 @@ def collect_sweep(
     return out
 
 
-def fetch_and_store(
+def store_fetched(
     state: FleetState,
     cells: dict[str, list[Cell]],
     fetch: dict[str, list[str]],
     progress: dict[str, HostProgress],
     results_root: Path,
+    look: fleet.FleetRun,
 ) -> dict[str, list[str]]:
-    """fleet_collect.yml fetches the tars into results/.incoming; each is then checked and stored (collect.py)."""
-    run = fleet.run_playbook(
-        tasks.FETCH_SEALED.playbook,
-        Path(state.inventory),
-        {"sweep": state.sweep, "fetch": fetch, "spark_results_dir": str(Path(results_root).resolve())},
-        limit=",".join(fetch),
-    )
+    """The look (fleet_status.yml) fetched the sealed tars into results/.incoming; each is checked and stored now
+    (collect.py). A tar that did not come is named with the fetch's failure and waits for the next look."""
     stored: dict[str, list[str]] = {}
     for host, ids in fetch.items():
         mine = {c.id: c for c in cells[host]}
@@ -451,7 +488,11 @@ def fetch_and_store(
                 results.record_lost(results_root, state.sweep, host, cid, "lost", why, utc.iso())
                 continue
             if record is None:
-                why = run.failures.get(host, "no archive")
+                why = (
+                    look.failed_tasks.get(host, {}).get(tasks.FETCH_SEALED.name)
+                    or look.unreachable.get(host)
+                    or "no archive"
+                )
                 if collecting.disk_full(why):  # the fetch could not write: every later one would fail too
                     raise OSError(errno.ENOSPC, f"No space left on device: {hostdata.one_line(why)}")
                 log.warning("not_fetched", host=host, cell=cid, error=why)

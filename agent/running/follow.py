@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from calendar import timegm
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +28,6 @@ from agent.results import tree as results
 from agent.running import collect, detach, tasks
 from agent.running import playbooks as fleet
 from agent.running.progress import Progress
-from agent.running.queue import estimated_seconds
 from agent.running.sweep import (
     HostOutcome,
     Prepared,
@@ -43,8 +41,8 @@ from agent.running.sweep import (
 
 log = structlog.get_logger("spark_agent.sweep")
 
-FAST_LOOK_S = 2.0  # a cell is about to end (or a host is silent): look again soon
-SLOW_LOOK_S = 10.0  # every host is mid-cell: each look is an ansible-playbook run, keep the controller's CPU low
+LOOK_WAIT_S = 10.0  # a look waits on each host this long for its progress to change (progress shown this often)
+SILENT_LOOK_S = 2.0  # with a host silent, looks come at most this often (each is an ansible-playbook run)
 
 
 def run_sweep(
@@ -139,16 +137,33 @@ class _Following:
         by_id = {c.id: c for cs in self.cells.values() for c in cs}
         if show:
             self.progress.start({h: [by_id[c] for c in ids] for h, ids in state.assignment.items() if ids})
+        seen: dict[str, str] = {}  # host -> what the last look saw: the next one waits on the host for a change
+        wait_s = LOOK_WAIT_S
         while True:
             if self.cancel.is_set():
                 raise KeyboardInterrupt
+            began = time.monotonic()
             got = detach.collect_sweep(
-                state, self.spec, self.hosts, self.root, self.lost_after, self.evict, cells=self.cells, hand_on=hand_on
+                state,
+                self.spec,
+                self.hosts,
+                self.root,
+                self.lost_after,
+                self.evict,
+                cells=self.cells,
+                hand_on=hand_on,
+                wait_s=wait_s,
+                seen=seen,
             )
+            seen = {h: p.token for h, p in got.progress.items() if p.answered and p.token}
             self._took(got, state, by_id, show)
             if got.finished or not (hand_on or got.still_running):
                 break
-            self.cancel.wait(next_look(got, by_id, time.time()))
+            # A silent host fails its look at once: look again every SILENT_LOOK_S (not faster), so that it is
+            # declared lost on time, without the others' waits in between.
+            wait_s = SILENT_LOOK_S if got.unanswered else LOOK_WAIT_S
+            if got.unanswered:
+                self.cancel.wait(max(0.0, SILENT_LOOK_S - (time.monotonic() - began)))
         state.finished = True
         detach.save_state(self.root, state)
 
@@ -220,26 +235,6 @@ class _Following:
             detach.save_state(self.root, state)
         except OSError as exc:
             log.error("record_not_saved", error=str(exc))
-
-
-def next_look(got: detach.Collected, by_id: dict[str, Cell], now: float) -> float:
-    """Seconds until the next look: soon when a cell should be ending (its planned windows since it started) or a
-    host is silent or between cells; otherwise up to SLOW_LOOK_S. A cell's start is the host's clock: only a hint."""
-    waits = []
-    for p in got.progress.values():
-        if not p.alive:
-            continue
-        cell = by_id.get(p.current)
-        if cell is None or not p.current_since:
-            return FAST_LOOK_S
-        try:
-            since = float(timegm(time.strptime(p.current_since[:19], "%Y-%m-%dT%H:%M:%S")))
-        except ValueError:
-            return FAST_LOOK_S
-        waits.append(since + estimated_seconds(cell) - now)
-    if got.unanswered or not waits:
-        return FAST_LOOK_S
-    return min(max(min(waits), FAST_LOOK_S), SLOW_LOOK_S)
 
 
 def _still_to_do(

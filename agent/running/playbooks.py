@@ -166,6 +166,7 @@ def run_playbook(
     tags: str | None = None,
     on_event: EventHook | None = None,
     cancel: threading.Event | None = None,
+    skip_tags: str | None = None,
 ) -> FleetRun:
     """Run one playbook with ansible-runner and return what happened on each host.
 
@@ -178,7 +179,7 @@ def run_playbook(
         target=_run_in_thread,
         name="ansible-runner",
         daemon=True,
-        args=(playbook, inventory, extravars, limit, tags, on_event, cancel, outcome),
+        args=(playbook, inventory, extravars, limit, tags, skip_tags, on_event, cancel, outcome),
     )
     worker.start()
     try:
@@ -193,14 +194,14 @@ def run_playbook(
     return outcome["run"]
 
 
-def _run_in_thread(playbook, inventory, extravars, limit, tags, on_event, cancel, outcome) -> None:
+def _run_in_thread(playbook, inventory, extravars, limit, tags, skip_tags, on_event, cancel, outcome) -> None:
     try:
-        outcome["run"] = _run(playbook, inventory, extravars, limit, tags, on_event, cancel)
+        outcome["run"] = _run(playbook, inventory, extravars, limit, tags, skip_tags, on_event, cancel)
     except BaseException as exc:  # handed to the caller's thread
         outcome["error"] = exc
 
 
-def _run(playbook, inventory, extravars, limit, tags, on_event, cancel) -> FleetRun:
+def _run(playbook, inventory, extravars, limit, tags, skip_tags, on_event, cancel) -> FleetRun:
     run = FleetRun(rc=-1, status="unstarted")
     collector = _Collector(run, on_event)
     private = Path(tempfile.mkdtemp(prefix="spark-agent-runner-"))  # 0700
@@ -212,6 +213,7 @@ def _run(playbook, inventory, extravars, limit, tags, on_event, cancel) -> Fleet
             inventory=str(Path(inventory).resolve()),
             limit=limit,
             tags=tags,
+            skip_tags=skip_tags,
             envvars=ansible_env(),
             event_handler=collector,
             cancel_callback=cancel.is_set,

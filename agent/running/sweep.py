@@ -184,6 +184,7 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
         inventory,
         {"image": spec.image, "more_images": more_images, "cells_by_host": by_host, "checkpoints": checkpoints},
         limit=_limit(hosts),
+        skip_tags=tasks.FACTS.tag,  # gathered a moment ago by gather_facts: the plan rests on those
     )
     _raise_host_errors(run, "provisioning")
     fleetcopy.check_image_digests(run, hosts, spec.image)  # one image on every host, mirror or not

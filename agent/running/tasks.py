@@ -35,7 +35,7 @@ INSPECT = TaskRef("inspect", "Inspect checkpoint", "spark_inspect")
 CACHE = TaskRef("cache", "Cache folders", "spark_cache")
 RUNNER_START = TaskRef("fleet", "Start the runner", "spark_runner")
 RUNNER_STATUS = TaskRef("fleet_status", "Runner progress", "spark_runner")
-FETCH_SEALED = TaskRef("fleet_collect", "Fetch sealed cells", "ansible.builtin.fetch", loop=True)
+FETCH_SEALED = TaskRef("fleet_status", "Fetch sealed cells", "ansible.builtin.fetch", loop=True)  # in the same look
 RUNNER_STOP = TaskRef("fleet_stop", "Stop the runner", "spark_runner")
 HUB = TaskRef("hub_checkpoint", "Download the checkpoint from the hub", "spark_hub")
 

@@ -9,10 +9,13 @@ module: spark_runner
 short_description: Start, report or stop the host-side runner of a detached spark-agent sweep
 description:
   - C(started) forks the runner of sweep O(sweep), which runs the cells of C(<workdir>/sweeps/<sweep>/plan.json)
-    back to back (serve, bench, teardown, seal), with no controller connected. It holds the host for the whole
+    back to back (serve, bench, teardown, seal), with no controller connected. With O(plan), it first writes that
+    file (owner-only), with O(serve_env) in it. It holds the host for the whole
     sweep, so anyone else who wants to start a server here is refused with the holder named. Idempotent, a runner
     of this sweep that already runs is left alone (it re-reads the plan before each cell).
   - C(status) reports the runner's progress (done, running now, sealed) and whether it is alive. Changes nothing.
+    With O(wait_s), it first waits on the host until the progress differs from O(seen) (the C(token) of an earlier
+    look), so that one look returns the moment a cell starts or ends instead of the controller asking repeatedly.
   - C(stopped) stops the runner and its current server (that cell is not sealed).
   - The logic is agent/hostside/runner.py (standard library only).
 options:
@@ -29,6 +32,27 @@ options:
     description: The sweep's name (a plain folder name).
     type: str
     required: true
+  plan:
+    description:
+      - C(started) only. The host's share as the controller hands it out (C(sweep), C(holder), C(handout),
+        C(cells), C(host)), written to the plan file before the runner starts. A live runner re-reads it before
+        each cell, so a plan with more cells hands them to it.
+    type: dict
+  serve_env:
+    description: C(started) with O(plan). The server's plumbing environment, kept in the plan file only (never
+      logged; it may hold a token).
+    type: dict
+    default: {}
+  wait_s:
+    description:
+      - C(status) only. Wait up to this many seconds (at most 60) for the progress to change from O(seen). It
+        returns at once when O(seen) is empty, when the runner is not alive, or when the progress already differs.
+    type: float
+    default: 0
+  seen:
+    description: C(status) only. The C(token) an earlier look returned; empty for none.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -39,11 +63,19 @@ author: spark-agent
 """
 
 EXAMPLES = r"""
-- name: Start the runner of the sweep
+- name: Start the runner of the sweep (its plan file is there already)
   spark_runner:
     state: started
     workdir: ~/.spark-agent
     sweep: gb10-nvfp4
+
+- name: Hand the host its plan and start the runner
+  spark_runner:
+    state: started
+    workdir: ~/.spark-agent
+    sweep: gb10-nvfp4
+    plan: "{{ plans[inventory_hostname] }}"
+    serve_env: "{{ spark_serve_env }}"
 
 - name: Runner progress
   spark_runner:
@@ -51,9 +83,21 @@ EXAMPLES = r"""
     workdir: ~/.spark-agent
     sweep: gb10-nvfp4
   register: progress
+
+- name: Runner progress, once it differs from what the last look saw (or after 10 s)
+  spark_runner:
+    state: status
+    workdir: ~/.spark-agent
+    sweep: gb10-nvfp4
+    wait_s: 10
+    seen: "{{ progress.token }}"
 """
 
 RETURN = r"""
+planned:
+  description: The plan file was written (it was missing or different; state=started with plan).
+  type: bool
+  returned: state=started
 started:
   description: A runner was started by this task (state=started).
   type: bool
@@ -68,6 +112,10 @@ progress:
       C(current_since); C(done), cell id to outcome; C(updated)), with C(alive) (the runner process runs) and
       C(sealed) (done cells whose packed run folder waits to be collected). Empty when no runner ever ran this sweep.
   type: dict
+  returned: state=status
+token:
+  description: A short digest of what this look saw of the progress; give it as O(seen) to wait for a change.
+  type: str
   returned: state=status
 holder:
   description: Who holds the host with a runner (any sweep); empty when no runner runs.
@@ -97,6 +145,10 @@ ARGUMENT_SPEC = {
     "state": {"type": "str", "default": "status", "choices": ["started", "status", "stopped"]},
     "workdir": {"type": "str", "required": True},
     "sweep": {"type": "str", "required": True},
+    "plan": {"type": "dict"},
+    "serve_env": {"type": "dict", "default": {}, "no_log": True},
+    "wait_s": {"type": "float", "default": 0.0},
+    "seen": {"type": "str", "default": ""},
 }
 
 
@@ -106,23 +158,34 @@ def main() -> None:
     workdir, sweep = p["workdir"], p["sweep"]
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", sweep):
         module.fail_json(msg=f"sweep {sweep!r}: give a plain name (letters, digits, . _ -)")
-    holder = supervise.runner_holder(workdir)
+    if not 0 <= p["wait_s"] <= runner.MAX_WAIT_S:
+        module.fail_json(msg=f"wait_s {p['wait_s']}: give 0 to {runner.MAX_WAIT_S:.0f} seconds")
     if p["state"] == "status":
-        module.exit_json(changed=False, progress=runner.read_progress(workdir, sweep), holder=holder)
+        progress = runner.await_progress(workdir, sweep, p["seen"], p["wait_s"])
+        token = runner.progress_token(progress)
+        module.exit_json(changed=False, progress=progress, token=token, holder=supervise.runner_holder(workdir))
+    holder = supervise.runner_holder(workdir)
     if p["state"] == "stopped":
         ours = holder.get("sweep") == sweep
         if module.check_mode or not ours:
             module.exit_json(changed=ours, stopped=False, holder=holder)
         module.exit_json(changed=True, stopped=runner.stop(workdir, sweep), holder=holder)
-    if module.check_mode:
-        module.exit_json(changed=holder.get("sweep") != sweep, started=False, pid=0, holder=holder)
     try:
+        planned = p["plan"] is not None and runner.write_plan(
+            workdir, sweep, p["plan"], p["serve_env"], check=module.check_mode
+        )
+        if module.check_mode:
+            module.exit_json(
+                changed=planned or holder.get("sweep") != sweep, planned=planned, started=False, pid=0, holder=holder
+            )
         result = runner.start(workdir, sweep)
     except supervise.HostBusy as exc:
         module.fail_json(msg=str(exc), holder=exc.holder, busy=True, host_error=True)
     except HostError as exc:
         module.fail_json(msg=str(exc), host_error=True)
-    module.exit_json(changed=result["started"], holder=supervise.runner_holder(workdir), **result)
+    module.exit_json(
+        changed=planned or result["started"], planned=planned, holder=supervise.runner_holder(workdir), **result
+    )
 
 
 if __name__ == "__main__":
