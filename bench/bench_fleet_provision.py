@@ -18,7 +18,7 @@ Where the time goes (2 shared cores, overlay2, docker 20.10; ARCHITECTURE.md "Fl
 one host = its facts and files (~3 s) + 200 MB over the 80 Mbit/s link (21 s) + unpacking (~2 s). Eight hosts =
 facts (~2 s) + the seed (the same 21 s on the link; every host's other tasks run meanwhile, since the seed is started
 in the background) + eight dockerds pulling from the mirror at once: each spends ~2.2 s of CPU per 200 MB (fetch,
-two SHA-256 passes, unpack), so eight need at least 8 x 2.2 / 2 = 8.8 s on two idle cores, and 13-15 s while other
+two SHA-256 passes, unpack), so eight need at least 8 x 2.2 / 2 = 8.8 s on two idle cores, and 11-15 s while other
 work runs. Real Sparks unpack each on their own cores: there the fan-out is one host's unpack plus the mirror's egress
 (8 x the image over the fleet's link), and the N-host figures here are an upper bound.
 """
