@@ -117,3 +117,30 @@ def test_a_host_with_only_the_mirrors_copy_runs_and_verifies_the_pinned_digest(
         sdocker.stop(name, timeout_s=5, docker_env=env)
         server.log_follower.wait(timeout=10)
         sdocker.remove(name, env)
+
+
+def test_the_seed_runs_in_the_background_and_its_failure_fails_the_provision(dockerd, sim_image, tmp_path):
+    """The seed is started before the other hosts' tasks and waited for before the pull: the module's own error
+    (here, a mirror nobody listens on) still fails the run, on the seed's task, naming the mirror."""
+    from tests.fixtures_docker import free_port
+
+    mirror = f"127.0.0.1:{free_port()}"  # nothing listens there
+    inventory = dockerd.inventory(
+        tmp_path / "inventory.yml",
+        {"spark-a": {"spark_runtime": "docker", "spark_image_mirror": mirror, "spark_workdir": str(tmp_path / "a")}},
+    )
+    order: list[str] = []
+    run = fleet.run_playbook(
+        "provision",
+        inventory,
+        {"image": sim_image},
+        on_event=lambda e: order.append(e.get("event_data", {}).get("task", "")),
+    )
+    assert not run.ok and tasks.MIRROR.name in run.failures["spark-a"] and mirror in run.failures["spark-a"]
+    seen = list(dict.fromkeys(t for t in order if t))
+    assert (
+        seen.index("Start seeding the image mirror")
+        < seen.index("Write the env file of every cell")
+        < seen.index(tasks.MIRROR.name)
+    ), "the seed overlaps the other tasks, and is waited for after them"
+    assert tasks.IMAGE.name not in seen, "no host pulls before the seed is done"

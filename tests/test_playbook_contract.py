@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 TASK_KEYWORDS = {
     "name", "register", "when", "loop", "loop_control", "tags", "failed_when", "changed_when", "no_log",
     "environment", "vars", "block", "always", "rescue", "become", "become_user", "delegate_to", "ignore_errors",
-    "until", "retries", "delay", "notify", "args", "check_mode", "run_once", "throttle", "timeout",
+    "until", "retries", "delay", "notify", "args", "check_mode", "run_once", "throttle", "timeout", "async", "poll",
 }  # fmt: skip
 IMPORTS = {"ansible.builtin.import_tasks", "ansible.builtin.include_tasks", "import_tasks", "include_tasks"}
 # Variables that hold the server's environment (may carry tokens).

@@ -20,7 +20,8 @@ class TaskRef:
 
 
 FACTS = TaskRef("provision", "Gather host facts", "spark_facts", tag="facts")
-MIRROR = TaskRef("provision", "Seed the image mirror", "spark_image")
+# The seed runs in the background (async); this task waits for it and carries spark_image's result.
+MIRROR = TaskRef("provision", "Seed the image mirror", "ansible.builtin.async_status")
 IMAGE = TaskRef("provision", "Pull the image by digest", "spark_image")  # read by the tests (changed or not)
 CHECKPOINTS = TaskRef("provision", "Inspect the checkpoints on the host", "spark_inspect", loop=True, tag="checkpoints")
 SHARE = TaskRef("copy_checkpoint", "Serve the checkpoint", "spark_share")
