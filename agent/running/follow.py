@@ -143,18 +143,7 @@ class _Following:
             if self.cancel.is_set():
                 raise KeyboardInterrupt
             began = time.monotonic()
-            got = detach.collect_sweep(
-                state,
-                self.spec,
-                self.hosts,
-                self.root,
-                self.lost_after,
-                self.evict,
-                cells=self.cells,
-                hand_on=hand_on,
-                wait_s=wait_s,
-                seen=seen,
-            )
+            got = self._look(state, hand_on, wait_s, seen)
             seen = {h: p.token for h, p in got.progress.items() if p.answered and p.token}
             self._took(got, state, by_id, show)
             if got.finished or not (hand_on or got.still_running):
@@ -166,6 +155,23 @@ class _Following:
                 self.cancel.wait(max(0.0, SILENT_LOOK_S - (time.monotonic() - began)))
         state.finished = True
         detach.save_state(self.root, state)
+
+    def _look(
+        self, state: detach.FleetState, hand_on: bool, wait_s: float = 0.0, seen: dict[str, str] | None = None
+    ) -> detach.Collected:
+        """One look at every runner, the sealed cells brought back (detach.collect_sweep)."""
+        return detach.collect_sweep(
+            state,
+            self.spec,
+            self.hosts,
+            self.root,
+            self.lost_after,
+            self.evict,
+            cells=self.cells,
+            hand_on=hand_on,
+            wait_s=wait_s,
+            seen=seen,
+        )
 
     def _took(self, got: detach.Collected, state: detach.FleetState, by_id: dict[str, Cell], show: bool) -> None:
         self.last = got
@@ -211,16 +217,7 @@ class _Following:
         on = {h: p.current for h, p in (self.last.progress if self.last else {}).items() if p.answered and p.current}
         if reason != "controller":  # with the disk full, a fetch fails again: the sealed tars wait on the hosts
             try:
-                got = detach.collect_sweep(
-                    state,
-                    self.spec,
-                    self.hosts,
-                    self.root,
-                    self.lost_after,
-                    self.evict,
-                    cells=self.cells,
-                    hand_on=False,
-                )
+                got = self._look(state, hand_on=False)
                 self.collected.update((h, c) for h, ids in got.new.items() for c in ids)
             except (OSError, UserError) as exc:
                 log.error("final_collect_failed", error=str(exc))
