@@ -92,14 +92,16 @@ def test_sigkilled_controller_leaves_no_playbook(tmp_path):
 
 
 def test_guard_is_off_for_plain_ansible_runs():
-    sys.path.insert(0, str(REPO / "playbooks" / "callback_plugins"))
-    try:
-        import spark_parent_guard
-    finally:
-        sys.path.pop(0)
-    assert spark_parent_guard.guard_parent(None) == "off"
-    assert spark_parent_guard.guard_parent("not-a-pid") == "off"
-    assert spark_parent_guard.guard_parent("1") == "parent gone"  # our parent is not init
+    """In a child process: the guard arms PR_SET_PDEATHSIG in whatever process calls it (never in pytest itself), and
+    whether pytest's own parent is init depends on how it was started."""
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); import spark_parent_guard as g; "
+        "print(g.guard_parent(None), g.guard_parent('not-a-pid'), g.guard_parent(str(os.getpid())), "
+        "g.guard_parent(str(os.getppid())), sep=',')"
+    )
+    plugins = str(REPO / "playbooks" / "callback_plugins")
+    out = subprocess.run([sys.executable, "-c", code, plugins], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "off,off,parent gone,armed"  # no pid, not a pid, a pid that is not the parent, the parent
 
 
 def test_ansible_doc_shows_the_callback():
