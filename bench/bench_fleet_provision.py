@@ -44,6 +44,7 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from agent import logs  # noqa: E402
 from agent.hostside import docker as sdocker  # noqa: E402
 from agent.running import playbooks as fleet  # noqa: E402
 from tests.fixtures_docker import (  # noqa: E402
@@ -315,6 +316,7 @@ def main() -> None:
         "--proxy-mirror", action="store_true", help="the mirror is a pull-through cache of the image's registry"
     )
     args = ap.parse_args()
+    logs.configure("console")  # info and up: the per-event hook's debug lines are not the bench's output
 
     origin = start_daemon()  # its registry is the image's own registry
     extra: list[DockerDaemon] = []
