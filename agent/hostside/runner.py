@@ -31,7 +31,7 @@ from .errors import HostError
 PLAN = "plan.json"
 PROGRESS = "progress.json"
 LOG = "runner.log"
-MAX_WAIT_S = 60.0  # a look waits on the host at most this long (the controller's SSH keepalive allows 45 s of silence)
+MAX_WAIT_S = 60.0  # a look waits on the host at most this long (a bound on what a controller may ask)
 
 
 def sweep_dir(workdir: str, sweep: str) -> Path:

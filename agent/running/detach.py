@@ -43,7 +43,6 @@ log = structlog.get_logger("spark_agent.detach")
 STATE_DIR = ".fleet"  # results/.fleet/<sweep>.json
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 LOST_AFTER_S = 120.0  # a host that has not answered for this long is lost: its unfinished cells go to the others
-MAX_LOOK_WAIT_S = 30.0  # a look that waits for a change: well inside SSH's keepalive (3 x 15 s) and LOST_AFTER_S
 
 
 @dataclass
@@ -305,7 +304,7 @@ def poll(
     hosts = state.hosts()
     extravars: dict[str, Any] = {"sweep": state.sweep}
     if wait_s and seen:
-        extravars.update(wait_s=min(wait_s, MAX_LOOK_WAIT_S), seen=hostdata.unsafe(seen))
+        extravars.update(wait_s=wait_s, seen=hostdata.unsafe(seen))  # the module bounds it (runner.MAX_WAIT_S)
     if want and results_root is not None:
         extravars.update(want=want, spark_results_dir=str(Path(results_root).resolve()))
     run = fleet.run_playbook(tasks.RUNNER_STATUS.playbook, inventory, extravars, limit=",".join(hosts))
@@ -408,13 +407,12 @@ def collect_sweep(
                 out.unanswered[host] = p.error
             continue
         mine = set(state.assignment[host])  # what an earlier hand-out left on the host is not this sweep's answer
+        wanted = set(want[host])  # mine, not stored yet, not refused by an earlier store: fetched by the look
         for cid in p.sealed:
-            if cid not in mine or f"{host}/{cid}" in state.unstored:
-                continue
-            if results.is_finished(results_root, state.sweep, host, cid):
-                out.already += 1
-            else:
+            if cid in wanted:
                 fetch.setdefault(host, []).append(cid)
+            elif cid in mine and f"{host}/{cid}" not in state.unstored:
+                out.already += 1
         for cid, rec in p.done.items():
             if (
                 cid in mine
