@@ -22,18 +22,25 @@ agent() { "$PY" -m agent.cli "$@"; }
 case "${1:-}" in
 start)
   mkdir -p "$WORK" "$RESULTS"
+  if [[ -s $WORK/sweep.pid ]] && kill -0 "$(cat "$WORK/sweep.pid")" 2>/dev/null; then
+    echo "a sweep is running already (pid $(cat "$WORK/sweep.pid")): bench/gpu/run.sh wait SECONDS" >&2; exit 2
+  fi
+  rm -f "$WORK/sweep.pid"
   { date -u +%FT%TZ; echo "cwd=$ROOT"; echo "spark-agent sweep $SPEC -i $INVENTORY --results $RESULTS --no-progress"
     git -C "$ROOT" rev-parse HEAD 2>/dev/null; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
   } > "$WORK/command.txt"
-  cd "$ROOT" && setsid nohup "$PY" -m agent.cli sweep "$SPEC" -i "$INVENTORY" --results "$RESULTS" --no-progress \
+  # the sweep's own PID, written by the new session's leader before it execs: `$!` would be this shell's subshell,
+  # which the device tool ends with the command (the 2026-12-02 run read that as "the sweep ended")
+  cd "$ROOT" && setsid bash -c 'echo $$ > "$0"; exec "$@"' "$WORK/sweep.pid" \
+    "$PY" -m agent.cli sweep "$SPEC" -i "$INVENTORY" --results "$RESULTS" --no-progress \
     > "$WORK/sweep.log" 2>&1 < /dev/null &
-  echo $! > "$WORK/sweep.pid"
+  for _ in 1 2 3 4 5 6 7 8 9 10; do [[ -s $WORK/sweep.pid ]] && break; sleep 0.2; done
   echo "sweep started, pid $(cat "$WORK/sweep.pid")"
   ;;
 wait)
   limit=${2:-500}; t0=$(date +%s); pid=$(cat "$WORK/sweep.pid")
   while kill -0 "$pid" 2>/dev/null && (( $(date +%s) - t0 < limit )); do
-    sleep 10; echo "$(date -u +%T) cells done: $(grep -c cell_done "$WORK/sweep.log"); $(grep -o "cell_done .*" "$WORK/sweep.log" | tail -1 | cut -c1-160)"
+    sleep 10; echo "$(date -u +%T) cells done: $(grep -ac cell_done "$WORK/sweep.log"); $(grep -ao "cell_done .*" "$WORK/sweep.log" | tail -1 | cut -c1-160)"
   done
   if ! kill -0 "$pid" 2>/dev/null; then
     echo "sweep ended"; tail -20 "$WORK/sweep.log"
