@@ -257,6 +257,7 @@ _NEEDLES = (
     "Fatal Python error",
     "spark-agent supervisor:",
     "Got fatal signal",
+    "[shutdown] ",  # 0.24+: the server was told to stop; what dies after it is no mid-run death
     # capability gates, FlashInfer's version check and DeepGEMM's C++ asserts, as pasted without their exception
     "requires SM",
     "requires sm_",
@@ -551,6 +552,7 @@ class Follower:
         self._fail_lines: list[str] = []
         self._death: dict[str, Any] = {"class": "", "root_cause": "", "evidence": []}  # dying after readiness
         self._death_dying = False
+        self._stopping = False  # the server was told to stop (0.24+: "[shutdown] ... signal=SIGTERM")
         self._partial = ""
         self._cluster = clusterlog.ClusterFollower()
         self._open = ""  # a line whose brackets are not closed yet: wrapped lines that continue it are joined
@@ -968,6 +970,12 @@ class Follower:
     def _watch_death(self, level: str, msg: str, line: str) -> None:
         """After readiness: lines that say the engine died mid-run and why. They name the root cause of a death
         the host saw (the supervisor's exit line, a dead /health); on their own they prove nothing."""
+        if msg.startswith("[shutdown] ") and ("signal=SIG" in msg or "shutdown triggered" in msg):
+            self._stopping = True
+        if self._stopping:
+            # vLLM 0.24 tears the engine down under the API server's output handler, which then logs
+            # EngineDeadError (tests/data/logs/vllm-0.24-h200/h200-fp8-deep_gemm.log): a stop, not a death
+            return
         death = self._death
         cls = _death_cause_of(msg)
         if cls:
