@@ -65,3 +65,23 @@ def test_engine_init_capture_kv_and_ready():
 def test_nothing_known_is_minus_one_and_long_lines_are_cut():
     b = startuplog.parse(["x" * 10_000_000, "Loading weights took 1" + "9" * 100 + " seconds"])
     assert b == startuplog.empty()
+
+
+H200 = Path(__file__).parent / "data" / "logs" / "vllm-0.24-h200"
+
+
+def test_vllm_024_engine_init_in_seconds_short_form_and_deepgemm_warmup():
+    """Real 0.24.0 on an H200: "took 229.81 s (compilation: 23.43 s)", and a DeepGEMM warmup bar of 02:30 that
+    is most of a cold start: it is its own phase, not part of "KV etc."."""
+    b = startuplog.parse_file(str(H200 / "h200-fp8-triton.log"))
+    assert b["engine_init_s"] == pytest.approx(229.81)
+    assert b["kernel_warmup_s"] == 150.0
+    assert b["compile_s"] == pytest.approx(23.43) and b["graph_capture_s"] == 6.0
+    assert b["kv_cache_s"] == pytest.approx(229.81 - 23.43 - 6.0 - 150.0)
+
+
+def test_a_warm_kernel_cache_gives_a_zero_warmup_and_a_log_without_the_bar_none():
+    assert startuplog.parse_file(str(H200 / "h200-fp8-marlin.log"))["kernel_warmup_s"] == 0.0
+    assert startuplog.parse_file(str(H200 / "h200-fp8-cutlass.log"))["kernel_warmup_s"] == -1.0
+    hours = "DeepGEMM warmup: 100%|##########| 9/9 [1:02:03<00:00,  1.0it/s]"
+    assert startuplog.parse_text(hours)["kernel_warmup_s"] == 3723.0

@@ -349,8 +349,9 @@ class StartupBreakdown(TypedDict):
     compile_cache: str  # warm | cold | ""
     cache_load_s: float  # "Directly load the compiled graph(s) ... from the cache, took X s" (summed)
     graph_capture_s: float  # "Graph capturing finished in X secs"
-    engine_init_s: float  # "init engine (profile, create kv cache, warmup model) took X seconds"
-    kv_cache_s: float  # engine init minus compile and capture: profiling, KV cache, warmup (>= 0)
+    engine_init_s: float  # "init engine (profile, create kv cache, warmup model) took X seconds" (0.24: "X s (...)")
+    kernel_warmup_s: float  # "DeepGEMM warmup: 100%|...| N/N [MM:SS<...": JIT kernels built at start (0.24, Hopper)
+    kv_cache_s: float  # engine init minus compile, capture and kernel warmup: profiling, KV cache (>= 0)
     ready_s: float  # first log line to "Application startup complete." (from the log's timestamps)
 
 

@@ -12,6 +12,9 @@ The forms are those of public vLLM logs 0.7-0.3x (docs/vllm-notes.md, fixtures i
       | torch.compile and initial profiling run took 12.1 s in total
   Graph capturing finished in 14 secs, took 0.52 GiB
   init engine (profile, create kv cache, warmup model) took 61.30 seconds
+      (0.24: "took 229.81 s (compilation: 23.43 s)")
+  DeepGEMM warmup: 100%|##########| 645/645 [02:30<00:00,  4.30it/s]     (0.24 on Hopper: kernels JIT-built at
+      start, the bulk of a cold start: tests/data/logs/vllm-0.24-h200/h200-fp8-triton.log)
   Application startup complete.
 """
 
@@ -32,7 +35,9 @@ _MODEL_LOADING = re.compile(r"Model loading took [\d.]{1,12} GiB (?:memory )?and
 _CACHE_HIT = re.compile(r"Directly load the compiled graph\(s\) for [^\n]{0,200}? from the cache, took " + _NUMBER)
 _COMPILE_TOTAL = re.compile(r"torch\.compile (?:takes|took|and initial profiling run took) " + _NUMBER + " s in total")
 _CAPTURE = re.compile(r"Graph capturing finished in " + _NUMBER + " secs")
-_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUMBER + " seconds")
+_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUMBER + r" s(?:econds|\b)")
+# tqdm's last redraw of the bar: "N/N [MM:SS<" or "[H:MM:SS<" (elapsed before the "<")
+_WARMUP = re.compile(r"warmup: {0,3}100%[^\[]{0,200}\[(?:(\d{1,3}):)?(\d{1,2}):(\d\d)<")
 
 
 def empty() -> StartupBreakdown:
@@ -43,6 +48,7 @@ def empty() -> StartupBreakdown:
         cache_load_s=-1.0,
         graph_capture_s=-1.0,
         engine_init_s=-1.0,
+        kernel_warmup_s=-1.0,
         kv_cache_s=-1.0,
         ready_s=-1.0,
     )
@@ -60,6 +66,11 @@ def parse(lines: Iterable[str]) -> StartupBreakdown:
         if stamp is not None:
             first = stamp if first is None else first
             last = stamp
+        if "DeepGEMM warmup" in line:  # a progress bar: its pieces come as one line (CR) or several
+            for m in _WARMUP.finditer(line):
+                h, mm, ss = m.groups()
+                out["kernel_warmup_s"] = float(int(h or 0) * 3600 + int(mm) * 60 + int(ss))
+            continue
         if "oading weights took" in line or ("Model loading took" in line and out["weights_s"] < 0):
             m = _WEIGHTS.search(line) or _MODEL_LOADING.search(line)
             out["weights_s"] = float(m.group(1)) if m else out["weights_s"]
@@ -87,7 +98,7 @@ def parse(lines: Iterable[str]) -> StartupBreakdown:
     if hits:
         out["cache_load_s"] = round(cache_load, 3)
     if out["engine_init_s"] >= 0:
-        spent = max(0.0, out["compile_s"]) + max(0.0, out["graph_capture_s"])
+        spent = max(0.0, out["compile_s"]) + max(0.0, out["graph_capture_s"]) + max(0.0, out["kernel_warmup_s"])
         out["kv_cache_s"] = round(max(0.0, out["engine_init_s"] - spent), 3)
     return out
 

@@ -11,7 +11,7 @@ from agent.judging.stats import CellSummary
 from agent.reporting.escape import md
 from agent.results import tree as results
 
-COLUMNS = ["host", "checkpoint", "backend", "weights s", "compile s", "cache", "capture s", "KV etc. s", "ready s"]
+COLUMNS = ["host", "checkpoint", "backend", "weights s", "compile s", "cache", "capture s", "warmup s", "KV etc. s", "ready s"]
 
 
 def _s(value: Any) -> str:
@@ -34,6 +34,7 @@ def startup_lines(summaries: Sequence[CellSummary]) -> list[str]:
                 _s(b.get("compile_s", -1)),
                 md(str(b.get("compile_cache", "")) or "?"),
                 _s(b.get("graph_capture_s", -1)),
+                _s(b.get("kernel_warmup_s", -1)),  # older cell.toml files lack it: "–"
                 _s(b.get("kv_cache_s", -1)),
                 _s(ready),
             ]
@@ -44,8 +45,9 @@ def startup_lines(summaries: Sequence[CellSummary]) -> list[str]:
     notes = [
         "",
         "Seconds as the server log states them (a simulated Spark states simulated seconds). `cache`: warm = the",
-        "compiled graphs were loaded from the image's cache folder, cold = compiled; `KV etc.` = engine init minus",
-        "compile and capture (profiling, KV cache, warmup); `ready` = until /health answered.",
+        "compiled graphs were loaded from the image's cache folder, cold = compiled; `warmup` = kernels JIT-built at start",
+        "(vLLM 0.24's DeepGEMM warmup); `KV etc.` = engine init minus compile, capture and warmup (profiling, KV",
+        "cache); `ready` = until /health answered.",
     ]
     return head + ["| " + " | ".join(r) + " |" for r in rows] + notes
 
