@@ -116,3 +116,19 @@ def test_no_tracked_file_names_a_developer_machine_path() -> None:
         for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
             offenders += [f"{name}:{number}: {m.group(0)}" for m in DEV_PATH.finditer(line)]
     assert offenders == [], "paths of a developer's machine:\n" + "\n".join(offenders)
+
+
+CITED_DOC = re.compile(r"(?<![\w/.-])((?:docs/[\w.-]+|bench/README)\.md)")
+
+
+def test_the_docs_the_code_cites_exist() -> None:
+    """A comment or message that sends the reader to a page under docs/ (or bench/README.md) names a page that exists."""
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    missing = []
+    for name in files:
+        if name.startswith(QUOTED) or not name.endswith((".py", ".md", ".toml", ".yml", ".yaml", ".sh", ".cfg")):
+            continue
+        for cited in set(CITED_DOC.findall((REPO / name).read_text(errors="replace"))):
+            if not (REPO / cited).is_file():
+                missing.append(f"{name}: {cited}")
+    assert missing == []
