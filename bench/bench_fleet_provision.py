@@ -14,7 +14,7 @@ each task's window (first start .. last end), the CPU seconds of each kind of pr
 child, the registries, Ansible's forks and modules, this process: the link proxy and ansible-runner) per task, and
 the bytes written to disk.
 
-Where the time goes (2 shared cores, overlay2, docker 20.10; ARCHITECTURE.md "Fleet provisioning" has the figures):
+Where the time goes (2 shared cores, overlay2, docker 20.10; bench/README.md "Fleet provisioning" has the figures):
 one host = its facts and files (~3 s) + 200 MB over the 80 Mbit/s link (21 s) + unpacking (~2 s). Eight hosts =
 facts (~2 s) + the seed (the same 21 s on the link; every host's other tasks run meanwhile, since the seed is started
 in the background) + eight dockerds pulling from the mirror at once: each spends ~2.2 s of CPU per 200 MB (fetch,

@@ -1,6 +1,6 @@
 """Does the simulated Spark's accelerated clock change any decision? The same seeds at time scale 1 and K.
 
-    /work/bin/it python bench/bench_time_scale.py                      # seeds 1 2 3, K = 10, 5 s windows
+    python bench/bench_time_scale.py                               # seeds 1 2 3, K = 10, 5 s windows
     python bench/bench_time_scale.py --seeds 1 2 --scale 20 --duration 10 --address 127.0.7.200
 
 For each seed and scale: start the real simulator (`python -m agent.sim serve`, --sim-seed, --sim-time-scale) for

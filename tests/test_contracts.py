@@ -328,7 +328,7 @@ def test_measurement_record_round_trips_through_its_file(tmp_path: Path):
 
 
 def test_fixture_trees_are_read_as_records(tmp_path: Path):
-    """The trees the report tests build (ARCHITECTURE.md's example, without the keys added since) read back."""
+    """The trees the report tests build (docs/results-tree.md's example, without the keys added since) read back."""
     write_cell(tmp_path, backend="marlin", values={1: [50.0, 51.0], 4: [150.0, "HTTP 500"]})
     write_cell(tmp_path, backend="auto", values={1: [40.0]}, checkpoint_info={"bytes_per_token": 123})
     cells = list(tree.iter_cell_dirs(tmp_path))

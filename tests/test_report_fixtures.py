@@ -1,4 +1,4 @@
-"""Builds results trees exactly per ARCHITECTURE.md (cell.toml + cNNN-rK.toml via atomic_write_toml).
+"""Builds results trees exactly per docs/results-tree.md (cell.toml + cNNN-rK.toml via atomic_write_toml).
 
 Shared by the report/stats/compare/export tests and bench/bench_report.py. Holds no tests itself.
 """

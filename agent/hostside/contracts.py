@@ -2,7 +2,7 @@
 
 Standard library only, and only types: nothing here runs. Each TypedDict is the JSON a host-side producer
 returns or writes (and so what Ansible carries back and what collect reads), and is the type of the matching
-table in the results tree (ARCHITECTURE.md). A producer that gains a key gains it here first.
+table in the results tree (docs/results-tree.md). A producer that gains a key gains it here first.
 
 `Failure` uses the functional form because its first key is `class`, a Python keyword.
 """

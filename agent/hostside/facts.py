@@ -1,7 +1,7 @@
 """Host facts: what GPU, driver, memory, disk, container runtime and Python a host has.
 
 Runs ON the host (standard library only) and on the controller. The result is the [facts] table of
-a cell (ARCHITECTURE.md) and its `fingerprint` identifies the host's stable setup.
+a cell (docs/results-tree.md) and its `fingerprint` identifies the host's stable setup.
 `python3 -m agent.hostside.facts [--simulate-gpu gb10] [--cache-dir DIR]` prints the facts as JSON.
 
 Which architecture a GPU is (gb10, h200, ...) comes from agent/rules/gpus.toml; the rules are

@@ -1,6 +1,6 @@
 """The records of the results tree, typed: cell.toml (CellRecord) and cNNN-rK.toml (MeasurementRecord).
 
-to_toml() gives the table exactly as ARCHITECTURE.md describes it (and as schema 1 trees hold it); from_toml()
+to_toml() gives the table exactly as docs/results-tree.md describes it (and as schema 1 trees hold it); from_toml()
 reads it back, older trees included (a key recorded later takes its default). What a host produced keeps its
 host-side type (agent/hostside/contracts.py). Readers that only look values up (stats, reports, export) may
 still read the plain tables of tree.load_cells.

@@ -1,6 +1,6 @@
 """The results tree: atomic writes, resume, reading back.
 
-Layout (see ARCHITECTURE.md): results/<sweep>/<host>/<cell_id>/{cell.toml, server.log, launch.txt, cNNN-rK.toml}.
+Layout (docs/results-tree.md): results/<sweep>/<host>/<cell_id>/{cell.toml, server.log, launch.txt, cNNN-rK.toml}.
 cell.toml is written last; its presence means the cell is finished. A cell that was started but whose results never
 arrived gets lost.toml instead (why, and when): resume only looks for cell.toml, so a lost cell is measured again.
 """
@@ -25,7 +25,7 @@ LOST_FILE = "lost.toml"
 SCHEMA = 1
 MAX_TOML_BYTES = 16 * 1024 * 1024  # a cell.toml holds a few KB; a bigger file is not ours
 
-# The types of what readers use, from ARCHITECTURE.md's contract. A key that is present must have its type
+# The types of what readers use, from the contract in docs/results-tree.md. A key that is present must have its type
 # (numbers finite); the keys in _REQUIRED must be present. Anything else is left as it is.
 _NUMBER = (int, float)
 _CONFIG = {

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: spark_facts
 short_description: GPU, driver, CUDA, memory, disk, docker/nvidia runtime and python facts of a host
 description:
-  - Returns the [facts] table of a cell (see ARCHITECTURE.md) as C(spark_facts), also set as a host fact.
+  - Returns the [facts] table of a cell (see docs/results-tree.md) as C(spark_facts), also set as a host fact.
   - Each note (no nvidia-smi, an unknown GPU architecture so no rules apply, ...) becomes a warning.
   - The logic is agent/hostside/facts.py (standard library only).
 options:

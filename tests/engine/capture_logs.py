@@ -42,9 +42,16 @@ def load_for(server, seconds: float, concurrency: int = 4) -> None:
         list(pool.map(worker, range(concurrency)))
 
 
+def scrub_home(log: Path) -> None:
+    """The capturing machine's home folder (the interpreter's path in tracebacks) becomes `~/` in a tracked log."""
+    home = str(Path.home()).rstrip("/") + "/"
+    log.write_text(log.read_text(errors="replace").replace(home, "~/"))
+
+
 def capture_serving(python, model, name, extra_args=(), env=None):
     with running_server(python, model, OUT / name, list(extra_args), env) as server:
         load_for(server, STATS_INTERVAL_S + 3)
+    scrub_home(OUT / name)
     print(f"wrote {OUT / name}")
 
 
@@ -54,6 +61,7 @@ def capture_failure(python, model, name, extra_args):
         code = wait_exit(server)
     finally:
         stop_server(server)
+    scrub_home(OUT / name)
     print(f"wrote {OUT / name} (exit {code})")
 
 
