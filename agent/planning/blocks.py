@@ -171,14 +171,16 @@ def _place(blocks: list[list[Cell]], hosts: Sequence[str], estimate: Mapping[str
     size = {id(b): sum(estimate[c.id] for c in b) for b in blocks}
     load: dict[str, list[Cell]] = {h: [] for h in hosts}
     total = dict.fromkeys(hosts, 0.0)
-    for i, block in sorted(enumerate(blocks), key=lambda ib: (-size[id(ib[1])], ib[0])):
+    for _i, block in sorted(enumerate(blocks), key=lambda ib: (-size[id(ib[1])], ib[0])):
         host = min(hosts, key=lambda h: (total[h], hosts.index(h)))
         load[host] += block
         total[host] += size[id(block)]
     return load
 
 
-def _wall(load: Mapping[str, list[Cell]], ref: Cell | None, full: Sequence[Cell], estimate: Mapping[str, float]) -> float:
+def _wall(
+    load: Mapping[str, list[Cell]], ref: Cell | None, full: Sequence[Cell], estimate: Mapping[str, float]
+) -> float:
     """The busiest host's seconds, with a reference cell on every host in use but the one that has the base."""
     used = [h for h in load if load[h]]
     base = (ref.reference_of or ref.id) if ref is not None else ""
@@ -187,4 +189,3 @@ def _wall(load: Mapping[str, list[Cell]], ref: Cell | None, full: Sequence[Cell]
         (sum(estimate[c.id] for c in load[h]) + (0.0 if any(c.id == base for c in load[h]) else extra) for h in used),
         default=0.0,
     )
-

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -191,6 +192,7 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     else:
         for q in rec.questions:
             lines += _question_lines(q, heading=True)
+    lines += host_lines(rec)
     if rec.effects:
         lines += ["", "Effect on startup (all else held equal):", ""] + [f"- {md(e)}" for e in rec.effects]
     if rec.choice and not rec.winner_cells:  # a sparse design may leave the winning combination out
@@ -218,6 +220,34 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     return lines + [""]
 
 
+def host_lines(rec: Recommendation) -> list[str]:
+    """Which comparisons crossed hosts, the host effects divided out of them and what they cost in noise; the
+    hosts whose comparisons were refused. Nothing when every comparison stayed on one host."""
+    crossed = [(q.axis, m) for q in rec.questions for m in q.matchups if m.ranking.across]
+    shown = rec.hosts.shown()
+    if not crossed and not shown:
+        return []
+    total = sum(len(q.matchups) for q in rec.questions)
+    per_axis: dict[str, int] = {}
+    for axis, _ in crossed:
+        per_axis[axis] = per_axis.get(axis, 0) + 1
+    used = [m.ranking.widened for _, m in crossed if m.ranking.ci is not None]
+    lines = ["", f"Across hosts: {len(crossed)} of {total} comparisons crossed hosts of this kind"]
+    if per_axis:
+        lines[-1] += " (" + ", ".join(f"{md(a)}: {n}" for a, n in per_axis.items()) + ")"
+    if used:
+        lines[-1] += (
+            f"; each host's measured effect was divided out, which widened their intervals by "
+            f"{statistics.median(used):.0%} (median)"
+        )
+    lines[-1] += "."
+    lines.append("")
+    lines += [f"- host effect: {md(e.words())}" + (f"; **{md(e.outlier)}**" if e.outlier else "") for e in shown]
+    refused = sorted({m.ranking.rule.split("refused: ", 1)[1] for _, m in crossed if "refused: " in m.ranking.rule})
+    lines += [f"- not compared: {md(why)}" for why in refused]
+    return lines
+
+
 def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
     """One axis: its winner and margin (or why none), the values measured slower, per concurrency, what was held."""
     held = ", ".join(q.held) if q.held else "every other setting"
@@ -225,7 +255,7 @@ def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
     if heading:
         verdict = f"**{md(q.winner)}**" if q.winner else f"**{CANNOT_RANK}**"
         lines += [f"#### {md(q.axis)}: {verdict}", "", f"{md(q.reason)}.", ""]
-    lines.append(f"Held equal: {md(held)} (and always the host, the load and the schedule).")
+    lines.append(f"Held equal: {md(held)} (and always the kind of machine, the load and the schedule).")
     if q.winner and q.versus:
         runner_up = min(q.versus, key=lambda v: v.ratio_median)
         lines += [

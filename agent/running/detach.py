@@ -563,6 +563,8 @@ def declare_lost(
     by_id = {c.id: c for c in cells[host]}
     touched: set[str] = set()
     for cid in unfinished:
+        if by_id[cid].reference_of:  # a reference measures this host's effect: no use on another host
+            continue
         free = [h for h in others if cid not in state.assignment[h]]
         if not free:
             log.error("cell_unserved", host=host, cell=cid, error="no other host of the group can take it")

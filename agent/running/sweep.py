@@ -20,10 +20,9 @@ import structlog
 
 from agent.errors import UserError
 from agent.hostside.contracts import Facts
-from agent.planning import blocks
+from agent.planning import blocks, multinode
 from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
-from agent.planning import multinode
 from agent.planning.inventory import Host, check_reachable
 from agent.planning.matrix import Cell, CheckpointInfo
 from agent.planning.spec import Spec
