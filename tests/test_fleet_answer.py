@@ -55,7 +55,7 @@ def sweep_and_report(fleet, out: Path, limit: str) -> tuple[str, str]:
 
 
 def answer(report: str) -> str:
-    found = re.search(r"\*\*(Run [^*]+|Cannot rank)\.?\*\*", report)
+    found = re.search(r"\*\*(Run .+?|Cannot rank)\.?\*\*", report)
     assert found, report[:2000]
     return found.group(1)
 

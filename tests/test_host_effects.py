@@ -111,7 +111,8 @@ def test_a_host_40pct_slower_is_outside_the_group_and_refused():
     assert all(m.ranking.outcome == stats.CANNOT_RANK for m in refused)
     # two hosts 40% apart: neither can be called the odd one, the comparison is refused all the same
     effects = hosteffect.estimate(stats.summarize_cells(cells[:1] + cells[3:]))
-    assert effects.across("h1", "h3")[0] is None and "not one kind of machine" in effects.across("h1", "h3")[1]
+    assert effects.across("h1", "h3")[0] is None
+    assert "h3 ran 4" in effects.across("h1", "h3")[1] and "not one kind of machine" in effects.across("h1", "h3")[1]
 
 
 def test_no_shared_cell_means_no_cross_host_order():
@@ -189,3 +190,19 @@ def test_detach_assign_uses_the_blocked_plan_and_says_so():
     # --replicas 2: every full cell on two hosts, no reference cells
     out2 = detach.assign(g, cells, cells, 2)
     assert sum(len(ids) for ids in out2.values()) == 18
+
+
+def test_a_one_level_spec_measures_its_base_cell_again_as_the_reference(tmp_path):
+    text = (EXAMPLES / "quick.toml").read_text().replace("concurrency = [1, 4]", "concurrency = [4]")
+    text = text.replace('"flashinfer_b12x"]', '"flashinfer_b12x", "flashinfer_cutlass"]')
+    (tmp_path / "one-level.toml").write_text(text)
+    spec = load_spec(tmp_path / "one-level.toml")
+    cells = blocks.with_reference(plan_cells(spec, "s1", FACTS, {"spark_runtime": "process"}))
+    assert len(cells) == 3 and not any(c.reference_of for c in cells)  # the reference is a cell already planned
+    plan = blocks.plan_group(["s1", "s2"], cells, {}, {c.id: estimated_seconds(c) for c in cells})
+    assert plan.base and sorted(len(ids) for ids in plan.assignment.values()) == [2, 2]
+    assert sum(ids.count(plan.base) for ids in plan.assignment.values()) == 2  # on both hosts: a replica
+    # two cells of one level: the reference would cost as much as the cell it saves, so one host measures both
+    two = [c for c in cells if c.config.moe_backend != "flashinfer_cutlass"]
+    plan = blocks.plan_group(["s1", "s2"], two, {}, {c.id: estimated_seconds(c) for c in two})
+    assert plan.base == "" and plan.spread == () and not plan.assignment["s2"]

@@ -101,9 +101,10 @@ class HostEffects:
                 return None, self.effects[h].outlier
         gap = self.effects[ha].log.minus(self.effects[hb].log)
         if abs(gap.value) > math.log1p(MAX_EFFECT):
+            slow, fast = (ha, hb) if gap.value < 0 else (hb, ha)
             return None, (
-                f"{ha} and {hb} differ by {math.expm1(abs(gap.value)):.0%} on shared cells, more than the "
-                f"{MAX_EFFECT:.0%} a group's hosts may: not one kind of machine"
+                f"{slow} ran {-math.expm1(-abs(gap.value)):.0%} slower than {fast} on shared cells, more than the "
+                f"{MAX_EFFECT:.0%} a group's hosts may differ: not one kind of machine"
             )
         return gap, ""
 
@@ -180,13 +181,12 @@ def _pairwise(h: str, base: str, shared: list[dict[str, Estimate]]) -> tuple[Est
 
 def rank_across(a: Sequence[float], b: Sequence[float], effect: Estimate) -> tuple[float, tuple[float, float], float]:
     """a's repeats against b's, on hosts whose log speed ratio is `effect`: (the ratio with the host effect divided
-    out, its interval, how much the host effect widened that interval: 0.25 = 25% wider)."""
+    out, its interval, how much the host effect added to its standard error: 0.25 = 25% more)."""
     raw = of_repeats(a).minus(of_repeats(b))
     adjusted = combine(raw.value - effect.value, [of_repeats(a), of_repeats(b), effect])
     lo, hi = adjusted.interval()
-    raw_lo, raw_hi = raw.interval()
-    widened = (hi - lo) / (raw_hi - raw_lo) - 1.0 if raw_hi > raw_lo else 0.0
-    return math.exp(adjusted.value), (math.exp(lo), math.exp(hi)), max(0.0, widened)
+    widened = math.sqrt(adjusted.var / raw.var) - 1.0 if raw.var > 0 else 0.0
+    return math.exp(adjusted.value), (math.exp(lo), math.exp(hi)), widened
 
 
 def t_quantile(p: float, df: float) -> float:

@@ -312,7 +312,7 @@ class Ranking:
     rule: str  # why, in words
     ci: tuple[float, float] | None = None
     across: str = ""  # "spark-1 vs spark-2": the two cells ran on different hosts (the host effect divided out)
-    widened: float = 0.0  # how much wider the host effect made the interval (0.3 = 30%)
+    widened: float = 0.0  # how much the host effect added to the standard error (0.3 = 30%)
 
 
 def ranges_overlap(a: Sequence[float], b: Sequence[float]) -> bool:

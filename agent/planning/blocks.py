@@ -124,6 +124,7 @@ def plan_group(
     used = [h for h in hosts if load[h]]
     base = ""
     references: dict[str, str] = {}
+    home = ""
     if len(used) > 1 and ref is not None:
         base = ref.reference_of or ref.id
         home = next(h for h in used if any(c.id == base for c in load[h]))
@@ -131,16 +132,17 @@ def plan_group(
     assignment: dict[str, list[str]] = {}
     for h in hosts:
         order = [c.id for c in sorted(load[h], key=lambda c: (c.id != base, -estimate[c.id]))]
-        if h in references and references[h] != base:
-            order.insert(0, references[h])
-        assignment[h] = [cid for cid in order if h not in done.get(cid, set()) and not _elsewhere(cid, h, done, ref)]
+        mine = references.get(h, "")
+        if mine and h != home:  # the reference first; a one-level base is itself measured again there
+            order.insert(0, mine)
+        assignment[h] = [
+            cid for cid in order if h not in done.get(cid, set()) and (cid == mine or not _elsewhere(cid, h, done))
+        ]
     return Plan(tuple(hosts), assignment, spread if len(used) > 1 else (), base, references, wall, one_host)
 
 
-def _elsewhere(cid: str, host: str, done: Mapping[str, set[str]], ref: Cell | None) -> bool:
-    """A full cell finished on another host of the group is measured (once per group); a reference is per host."""
-    if ref is not None and cid == ref.id and ref.reference_of:
-        return False
+def _elsewhere(cid: str, host: str, done: Mapping[str, set[str]]) -> bool:
+    """A full cell finished on another host of the group is measured (once per group)."""
     return bool(done.get(cid, set()) - {host})
 
 

@@ -237,8 +237,8 @@ def host_lines(rec: Recommendation) -> list[str]:
         lines[-1] += " (" + ", ".join(f"{md(a)}: {n}" for a, n in per_axis.items()) + ")"
     if used:
         lines[-1] += (
-            f"; each host's measured effect was divided out, which widened their intervals by "
-            f"{statistics.median(used):.0%} (median)"
+            f"; each host's measured effect was divided out, and its uncertainty added "
+            f"{statistics.median(used):.0%} to their standard errors (median)"
         )
     lines[-1] += "."
     lines.append("")
