@@ -1,7 +1,8 @@
-"""The fleet keeps the answer: examples/quick.toml over one, two and three equal sshd hosts (the simulated GB10 at its
-calibrated rate, which sleeps) gives the same "what to run"; the split plan measures a reference cell, the report says
-which comparisons crossed hosts and the host effect it divided out; a 5% slower host is a measured effect that does
-not flip the answer; a 40% slower host is refused with the reason. Through the CLI, as a user runs it."""
+"""The fleet keeps the answer, through the CLI on sshd hosts (the simulated GB10 at its calibrated rate, which
+sleeps): examples/quick.toml gives the same "what to run" on one host and on three; a four-cell sweep (two checkpoints
+x two backends) is split by checkpoint over two hosts with a reference cell, and the report says which comparisons
+crossed hosts and the host effect it divided out; a 5% slower host is a measured effect that does not flip the answer;
+a 40% slower host is refused with the reason; a calibration replaces the reference cell."""
 
 from __future__ import annotations
 
@@ -44,14 +45,23 @@ def three(tmp_path_factory):
         stop_fleet(fleet)
 
 
-def sweep_and_report(fleet, out: Path, limit: str) -> tuple[str, str]:
-    """sweep quick.toml on the hosts in `limit`, then report: (the sweep's output, report.md)."""
-    args = ["sweep", str(QUICK), "-i", str(fleet.inventory), "--limit", limit, "--results", str(out)]
-    run = subprocess.run([*CLI, *args, "--duration", "1"], cwd=REPO, capture_output=True, text=True, timeout=400)
+def four_cells(tmp: Path) -> Path:
+    """quick.toml with a second checkpoint: two checkpoints x two backends, the sweep named "four"."""
+    text = QUICK.read_text().replace('name = "quick"', 'name = "four"')
+    text = text.replace("[server]", '[[checkpoints]]\nname = "nv"\nmodel = "nv"\nquant = "nvfp4"\n\n[server]')
+    (tmp / "four.toml").write_text(text)
+    return tmp / "four.toml"
+
+
+def sweep_and_report(fleet, out: Path, limit: str, spec: Path = QUICK) -> tuple[str, str]:
+    """sweep the spec on the hosts in `limit`, then report: (the sweep's output, report.md)."""
+    args = ["sweep", str(spec), "-i", str(fleet.inventory), "--limit", limit, "--results", str(out)]
+    run = subprocess.run([*CLI, *args, "--duration", "0.5"], cwd=REPO, capture_output=True, text=True, timeout=400)
     assert run.returncode == 0, run.stdout + run.stderr
-    rep = subprocess.run([*CLI, "report", str(out / "quick")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    name = "four" if spec != QUICK else "quick"
+    rep = subprocess.run([*CLI, "report", str(out / name)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert rep.returncode == 0, rep.stdout + rep.stderr
-    return run.stdout + run.stderr, (out / "quick" / "report.md").read_text()
+    return run.stdout + run.stderr, (out / name / "report.md").read_text()
 
 
 def answer(report: str) -> str:
@@ -60,26 +70,45 @@ def answer(report: str) -> str:
     return found.group(1)
 
 
-def test_equal_hosts_give_the_one_host_answer_and_say_what_crossed(tmp_path, three):
+def test_quick_gives_the_one_host_answer_on_three_hosts(tmp_path, three):
     _, one = sweep_and_report(three, tmp_path / "one", "spark-a")
-    said, two = sweep_and_report(three, tmp_path / "two", "spark-a,spark-b")
-    assert answer(one) == answer(two) == "Run marlin"
-    # the plan was stated, and split the two backends with a reference cell on the second host
-    assert "reference" in said and "spread over 2 hosts" in said
-    refs = list((tmp_path / "two" / "quick").glob("*/*/cell.toml"))
-    assert len(refs) == 3  # two cells and one reference
+    _, more = sweep_and_report(three, tmp_path / "three", "spark-a,spark-b,spark-c")
+    assert answer(one) == answer(more) == "Run marlin"
+
+
+def test_a_split_sweep_measures_a_reference_and_a_5pct_slower_host_is_a_measured_effect(tmp_path, three):
+    spec = four_cells(tmp_path)
+    said, report = sweep_and_report(three, tmp_path / "two", "spark-a,spark-b", spec)
+    # the plan was stated: one checkpoint per host, a reference cell on the second host
+    assert "checkpoint spread over 2 hosts" in said and "reference" in said
+    assert len(list((tmp_path / "two" / "four").glob("*/*/cell.toml"))) == 5  # four cells and one reference
+    assert answer(report).startswith("Run ") and "marlin" in answer(report)
     # the report names the comparisons that crossed hosts and the effect divided out: spark-b is 5% slower
-    assert "Across hosts:" in two and "crossed hosts" in two
-    effect = re.search(r"host effect: spark-(\w) ran ([\d.]+)% ± ([\d.]+)% (slower|faster) than spark-(\w)", two)
-    assert effect, two
+    assert "Across hosts:" in report and "crossed hosts" in report
+    effect = re.search(r"host effect: spark-(\w) ran ([\d.]+)% ± ([\d.]+)% (slower|faster) than spark-(\w)", report)
+    assert effect, report
     signed = float(effect.group(2)) * (-1 if effect.group(4) == "slower" else 1)
     if effect.group(1) == "a":  # the base is whichever host is best connected: the sign turns with it
         signed = -signed
-    assert -9.0 < signed < -1.0, effect.group(0)  # the sim's 0.95, within the repeats' noise
+    assert -12.0 < signed < 2.0, effect.group(0)  # the sim's 0.95, within the repeats' noise
 
 
 def test_a_host_40pct_slower_is_refused_with_the_reason(tmp_path, three):
-    _, report = sweep_and_report(three, tmp_path / "slow", "spark-a,spark-c")
-    assert "not one kind of machine" in report, report
-    # what one host could compare on its own (the reference level, on spark-c) is still ranked there
-    assert answer(report) in ("Run marlin", "Cannot rank")
+    _, report = sweep_and_report(three, tmp_path / "slow", "spark-a,spark-c", four_cells(tmp_path))
+    assert "spark-c ran 4" in report and "not one kind of machine" in report, report
+    # the backend question is answered on each host on its own; only the checkpoint question had to cross
+    assert "marlin" in answer(report)
+
+
+def test_a_calibration_replaces_the_reference_cell_and_the_report_says_so(tmp_path, three):
+    out = tmp_path / "cal"
+    args = ["calibrate", str(QUICK), "-i", str(three.inventory), "--limit", "spark-a,spark-b", "--results", str(out)]
+    cal = subprocess.run([*CLI, *args, "--duration", "0.5"], cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert cal.returncode == 0, cal.stdout + cal.stderr
+    assert re.search(r"spark-[ab] ran [\d.]+% ± [\d.]+% (slower|faster) than spark-[ab]", cal.stderr), cal.stderr
+    assert len(list((out / "calibrate").glob("*/*/cell.toml"))) == 2  # the reference, once on each host
+    said, report = sweep_and_report(three, out, "spark-a,spark-b", four_cells(tmp_path))
+    assert "from `spark-agent calibrate`" in said and "no reference cell" in said
+    assert len(list((out / "four").glob("*/*/cell.toml"))) == 4  # the four cells, no reference of its own
+    assert "Host effects also measured by 2 cell(s) of" in report and "spark-agent calibrate" in report
+    assert "marlin" in answer(report) and "host effect: spark-" in report

@@ -158,13 +158,24 @@ def test_nvfp4_spreads_checkpoints_and_keeps_each_checkpoints_questions_on_one_h
     assert "checkpoint spread over 3 hosts" in plan.words(by_id)[0]
 
 
-def test_quick_on_two_hosts_splits_its_two_backends_with_a_reference():
+def test_quick_on_two_hosts_stays_on_one_host_a_split_would_not_pay_for_its_reference():
     cells, plan = _plan("quick.toml", ["s1", "s2"])
+    assert plan.spread == () and plan.base == "" and not plan.assignment["s2"]
+    assert len(plan.assignment["s1"]) == 2
+
+
+def test_four_cells_on_two_hosts_split_by_checkpoint_with_a_reference_at_the_top_level(tmp_path):
+    text = (EXAMPLES / "quick.toml").read_text()
+    text = text.replace("[server]", '[[checkpoints]]\nname = "nv"\nmodel = "nv"\nquant = "nvfp4"\n\n[server]')
+    (tmp_path / "four.toml").write_text(text)
+    spec = load_spec(tmp_path / "four.toml")
+    cells = blocks.with_reference(plan_cells(spec, "s1", FACTS, {"spark_runtime": "process"}))
+    plan = blocks.plan_group(["s1", "s2"], cells, {}, {c.id: estimated_seconds(c) for c in cells})
     by_id = {c.id: c for c in cells}
-    assert plan.spread == (blocks.EVERY_CELL,)
-    ref = by_id[plan.references["s2"] if plan.references["s2"] != plan.base else plan.references["s1"]]
-    assert ref.reference_of == plan.base and ref.config.concurrency == [4]
-    assert plan.wall_s < plan.one_host_s
+    assert plan.spread == ("checkpoint",)
+    other = next(h for h in plan.hosts if plan.references[h] != plan.base)
+    ref = by_id[plan.references[other]]
+    assert ref.reference_of == plan.base and ref.config.concurrency == [4] and plan.assignment[other][0] == ref.id
 
 
 def test_resume_hands_out_only_what_is_missing():

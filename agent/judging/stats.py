@@ -634,10 +634,15 @@ def _beats(rankings: list[Ranking]) -> bool:
 
 
 def recommend(
-    summaries: Sequence[CellSummary], *, seed: int = DEFAULT_SEED, metric: str = RANK_METRIC
+    summaries: Sequence[CellSummary],
+    *,
+    seed: int = DEFAULT_SEED,
+    metric: str = RANK_METRIC,
+    calibration: Sequence[CellSummary] = (),
 ) -> list[Recommendation]:
     """One recommendation per (hardware, quant format), in a stable order; hardware whose server logs gave
-    different vLLM versions is one recommendation per version (never ranked together)."""
+    different vLLM versions is one recommendation per version (never ranked together). `calibration`: cells of a
+    recent `spark-agent calibrate`, used only to measure host effects."""
     groups: dict[tuple[str, str, str], list[CellSummary]] = {}
     for s in summaries:
         groups.setdefault((s.hardware, s.quant, logged_version(s.cell)), []).append(s)
@@ -646,7 +651,12 @@ def recommend(
         versions[(hw, q)] = versions.get((hw, q), 0) + 1
     return [
         _recommend_group(
-            hw if versions[(hw, q)] == 1 else f"{hw} · vLLM {v or '?'}", q, groups[(hw, q, v)], seed, metric
+            hw if versions[(hw, q)] == 1 else f"{hw} · vLLM {v or '?'}",
+            q,
+            groups[(hw, q, v)],
+            seed,
+            metric,
+            calibration,
         )
         for hw, q, v in sorted(groups)
     ]
@@ -671,10 +681,13 @@ def varying_axes(cells: Sequence[CellSummary]) -> list[str]:
     return [a for a in axes if len({axis_value(s.config, a) for s in cells}) > 1]
 
 
-def _recommend_group(hardware: str, quant: str, group: list[CellSummary], seed: int, metric: str) -> Recommendation:
+def _recommend_group(
+    hardware: str, quant: str, group: list[CellSummary], seed: int, metric: str, calibration: Sequence[CellSummary]
+) -> Recommendation:
     valid = [s for s in group if s.rankable]
     axes = varying_axes(valid) or ["backend"]
-    effects = hosteffect.estimate(valid)
+    machines = {comparable(s.cell) for s in valid}
+    effects = hosteffect.estimate(valid + [s for s in calibration if s.rankable and comparable(s.cell) in machines])
     questions = [_question(axis, [a for a in axes if a != axis], valid, seed, effects) for axis in axes]
     choice = {q.axis: q.winner for q in questions if q.winner}
     return Recommendation(

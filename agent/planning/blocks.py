@@ -9,8 +9,8 @@ at one concurrency level (the highest: the most tokens, the least relative noise
 the others is measured in this sweep, and the ranking divides it out (stats.rank_hosts).
 
 Among the ways to split (no split, each subset of the other axes, every cell alone), the planner takes the one with
-the least estimated wall time, reference cells included, preferring the coarser split when two are within
-TIE of each other (fewer comparisons cross hosts). Pure: plans from the cells and the hosts, nothing else, so a re-run
+the least estimated wall time (windows, loading the weights and a server start per cell), reference cells
+included, preferring the coarser split unless a finer one saves more than TIE (fewer comparisons cross hosts). Pure: plans from the cells and the hosts, nothing else, so a re-run
 with the same hosts plans the same.
 """
 
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from agent.judging.stats import axes_of, axis_value
 from agent.planning.matrix import Cell, cell_id
 
-TIE = 0.02  # plans within 2% of the best wall time count as equal: the coarser one wins
+TIE = 0.10  # a finer split must save more than 10% to be worth its extra hosts and comparisons across them
+START_S = 60.0  # what a server start costs a cell, for planning: a warm vLLM start on a Spark (cold: minutes)
 MAX_SUBSET_AXES = 6  # beyond this many varying axes only the whole set and each axis alone are tried
 # MoE backends that run on every CUDA architecture (generic kernels, not arch-specific ones): the reference cell is
 # taken from these first, because a reference that fails to start measures nothing.
@@ -43,6 +44,7 @@ class Plan:
     references: dict[str, str]  # host -> the reference cell it measures (the base itself on the base's host)
     wall_s: float  # the busiest host's estimated seconds
     one_host_s: float  # every cell on one host
+    calibration_age: float | None = None  # days: the host effects come from `spark-agent calibrate`, this old
 
     def words(self, cells: Mapping[str, Cell]) -> list[str]:
         """The plan in lines a person reads before the sweep starts."""
@@ -56,6 +58,11 @@ class Plan:
             f"plan: {', '.join(self.spread)} spread over {len(used)} hosts, {kept} compared on one host; "
             f"about {self.wall_s / max(self.one_host_s, 1e-9):.2f}x the time of one host"
         ]
+        if self.calibration_age is not None:
+            lines.append(
+                f"plan: host effects from `spark-agent calibrate` ({self.calibration_age:.1f} days old, same image): "
+                "no reference cell"
+            )
         if self.base:
             ref = cells[self.base]
             others = [h for h, cid in sorted(self.references.items()) if cid != self.base or h != self.home]
@@ -74,11 +81,12 @@ class Plan:
         )
 
 
-def reference_cell(cells: Sequence[Cell]) -> Cell | None:
+def reference_cell(cells: Sequence[Cell], minimum: int = 2) -> Cell | None:
     """The group's reference: a cell likely to start anywhere (a portable MoE backend, no speculative decoding, the
-    default env), at its highest concurrency alone. None when there is nothing to compare (fewer than two cells)."""
+    default env), at its highest concurrency alone. None when there is nothing to compare (fewer than `minimum`
+    cells)."""
     full = [c for c in cells if not c.reference_of]
-    if len(full) < 2:
+    if not full or len(full) < minimum:
         return None
 
     def rank(c: Cell) -> tuple[int, int, int]:
@@ -107,11 +115,17 @@ def plan_group(
     cells: Sequence[Cell],
     done: Mapping[str, set[str]],
     estimate: Mapping[str, float],
+    calibrated: Mapping[str, float] | None = None,
 ) -> Plan:
     """The plan of one group: `cells` its planned cells (the same on every host, reference included), `done` cell id
-    -> hosts that finished it (resume), `estimate` cell id -> seconds."""
+    -> hosts that finished it (resume), `estimate` cell id -> seconds, `calibrated` host -> age in days of its
+    recent calibration (running/calibration.py): when it covers every host, no reference cell is needed."""
     full = [c for c in cells if not c.reference_of]
     ref = next((c for c in cells if c.reference_of), None) or reference_cell(full)
+    estimate = {cid: s + START_S for cid, s in estimate.items()}  # every cell, a reference too, starts a server
+    calibrated = calibrated or {}
+    if ref is not None and all(h in calibrated for h in hosts):
+        ref = None  # every host's effect is known from its calibration: nothing to measure again
     one_host = sum(estimate[c.id] for c in full)
     best: tuple[float, list[list[Cell]], tuple[str, ...], dict[str, list[Cell]]] | None = None
     for spread, blocks in _splits(full):
@@ -138,7 +152,8 @@ def plan_group(
         assignment[h] = [
             cid for cid in order if h not in done.get(cid, set()) and (cid == mine or not _elsewhere(cid, h, done))
         ]
-    return Plan(tuple(hosts), assignment, spread if len(used) > 1 else (), base, references, wall, one_host)
+    age = max((calibrated[h] for h in used), default=0.0) if ref is None and len(used) > 1 and calibrated else None
+    return Plan(tuple(hosts), assignment, spread if len(used) > 1 else (), base, references, wall, one_host, age)
 
 
 def _elsewhere(cid: str, host: str, done: Mapping[str, set[str]]) -> bool:

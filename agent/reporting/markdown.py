@@ -43,6 +43,7 @@ class ReportData:
     tune: list[dict[str, Any]] = field(default_factory=list)  # results/<sweep>/tune.toml records
     lost: list[str] = field(default_factory=list)  # sweep/host/cell of cells started but without results
     rank_by: str = "throughput"  # a key of stats.RANK_BY
+    calibration: str = ""  # "results/calibrate, 0.3 days old": host effects also from that calibration
 
 
 def build(
@@ -51,10 +52,13 @@ def build(
     threshold: float = stats.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
     rank_by: str = "throughput",
+    calibration: Sequence[dict[str, Any]] = (),
 ) -> ReportData:
+    """`calibration`: cells of a recent `spark-agent calibrate` (host effects only, never ranked)."""
     metric = stats.RANK_BY[rank_by][0]
     summaries = stats.with_variants(sorted(stats.summarize_cells(cells, threshold, metric), key=_cell_order))
-    recs = stats.recommend(summaries, seed=seed, metric=metric)
+    calibrated = stats.summarize_cells(calibration, threshold, metric)
+    recs = stats.recommend(summaries, seed=seed, metric=metric, calibration=calibrated)
     return ReportData(summaries, recs, provenance(summaries), threshold, seed, rank_by=rank_by)
 
 
@@ -296,6 +300,8 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     p = data.provenance
     out = [f"# spark-agent report: {md(', '.join(p['sweeps']) or 'results')}", ""]
     out += ["## What to run", ""]
+    if data.calibration:
+        out += [f"Host effects also measured by {md(data.calibration)}.", ""]
     for rec in data.recommendations:
         out += verdict_lines(rec) + telemetry_report.recommendation_caveat(rec)
     out += ["## Problems", ""] + problem_lines(data) + [""]
@@ -790,7 +796,21 @@ def write_report(
     lost = [str(p.parent.relative_to(results_dir)) for p in sorted(results_dir.rglob(LOST_FILE))]
     tune = startup.load_tune_records(results_dir)
     out = Path(out_dir or results_dir)
-    return write_report_cells(cells, out, threshold=threshold, seed=seed, lost=lost, tune=tune, rank_by=rank_by)
+    calibrated = _calibration(results_dir, cells)
+    return write_report_cells(
+        cells, out, threshold=threshold, seed=seed, lost=lost, tune=tune, rank_by=rank_by, calibration=calibrated
+    )
+
+
+def _calibration(results_dir: Path, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recent calibration cells next to a sweep's folder, of the images its cells ran (none for the calibration
+    itself, or for a whole results tree, which holds them already)."""
+    from agent.running import calibration
+
+    if results_dir.name == calibration.SWEEP or (results_dir / calibration.SWEEP).is_dir():
+        return []
+    images = {c.get("config", {}).get("image") for c in cells}
+    return [c for c in calibration.recent(results_dir.parent) if c.get("config", {}).get("image") in images]
 
 
 def write_report_cells(
@@ -802,12 +822,17 @@ def write_report_cells(
     lost: Sequence[str] = (),
     tune: Sequence[dict[str, Any]] = (),
     rank_by: str = "throughput",
+    calibration: Sequence[dict[str, Any]] = (),
 ) -> list[Path]:
     """report.md, report.html and the PNGs of these cells (a tree's, or a store selection's) into out. A store
     selection has no lost cells or tune records (they are files of the tree, not cells)."""
     from agent.reporting import htmlpage as report_html
+    from agent.running.calibration import age_days
 
-    data = build(cells, threshold=threshold, seed=seed, rank_by=rank_by)
+    data = build(cells, threshold=threshold, seed=seed, rank_by=rank_by, calibration=calibration)
+    ages = [a for a in (age_days(c) for c in calibration) if a is not None]
+    if ages:
+        data.calibration = f"{len(calibration)} cell(s) of `spark-agent calibrate`, {max(ages):.1f} days old at most"
     data.lost = list(lost)
     data.tune = list(tune)
     images = render_plots(data)

@@ -32,8 +32,8 @@ from agent.planning.inventory import Host
 from agent.planning.matrix import Cell
 from agent.planning.spec import Spec
 from agent.results import tree as results
+from agent.running import calibration, hostdata, tasks
 from agent.running import collect as collecting
-from agent.running import hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
 from agent.running.queue import estimated_seconds, longest_first
@@ -118,11 +118,13 @@ def assign(
     todo: dict[str, list[Cell]],
     replicas: int,
     plans: list[str] | None = None,
+    calibrated: dict[str, float] | None = None,
 ) -> dict[str, list[str]]:
     """Each group's unfinished cells over its hosts. Once per group (replicas 1): the blocked plan of
     planning/blocks.py, comparison sets kept on one host and a reference cell where they are split. With --replicas
     K: longest first, each to the least-loaded host that has not got it, on K different hosts minus those that
-    finished it earlier (the replicas themselves measure the host effects). `plans` gets the plan in words."""
+    finished it earlier (the replicas themselves measure the host effects); calibration.EVERY_HOST: on every host
+    of the group. `plans` gets the plan in words; `calibrated`: hosts with a recent calibration (no reference)."""
     out: dict[str, list[str]] = {h: [] for g in groups for h in g.hosts}
     for g in groups:
         by_id = {c.id: c for h in g.hosts for c in cells[h]}  # tune may select a cell for some hosts only
@@ -132,7 +134,7 @@ def assign(
         if replicas == 1 and len(g.hosts) > 1:
             done = {cid: {h for h in g.hosts if cid in planned[h] and cid not in left[h]} for cid in by_id}
             estimate = {cid: estimated_seconds(c) for cid, c in by_id.items()}
-            blocked = blocks.plan_group(g.hosts, list(by_id.values()), done, estimate)
+            blocked = blocks.plan_group(g.hosts, list(by_id.values()), done, estimate, calibrated)
             for h in g.hosts:
                 out[h] = [cid for cid in blocked.assignment[h] if cid in left[h]]
                 load[h] = sum(estimate[cid] for cid in out[h])
@@ -143,12 +145,13 @@ def assign(
             leftovers = [cid for cid in longest_first(by_id.values()) if cid not in assigned | finished]
         else:
             leftovers = longest_first(c for c in by_id.values() if not c.reference_of)
+        want = len(g.hosts) if replicas == calibration.EVERY_HOST else replicas
         for cid in leftovers:  # (the blocked plan leaves only cells it could not give to the host it chose)
             if by_id[cid].reference_of:
                 continue
             have = [h for h in g.hosts if cid in planned[h] and cid not in left[h]]
             free = [h for h in g.hosts if cid in left[h] and cid not in out[h]]
-            for _ in range(min(len(free), max(0, replicas - len(have)))):
+            for _ in range(min(len(free), max(0, want - len(have)))):
                 host = min(free, key=lambda h: (load[h], g.hosts.index(h)))
                 free.remove(host)
                 out[host].append(cid)
@@ -189,7 +192,8 @@ def record_hand_out(
     """Split the prepared cells over the hosts and save the record, before any runner starts: a controller killed
     from now on still knows its sweep."""
     plans: list[str] = []
-    assignment = assign(prepared.groups, prepared.cells, prepared.todo, replicas, plans)
+    calibrated = calibration.calibrated_hosts(results_root, spec.image) if spec.name != calibration.SWEEP else {}
+    assignment = assign(prepared.groups, prepared.cells, prepared.todo, replicas, plans, calibrated)
     for line in plans:
         log.info("fleet_plan", plan=line)
     state = FleetState(
