@@ -159,7 +159,7 @@ def test_nvfp4_spreads_checkpoints_and_keeps_each_checkpoints_questions_on_one_h
 
 
 def test_quick_on_two_hosts_stays_on_one_host_a_split_would_not_pay_for_its_reference():
-    cells, plan = _plan("quick.toml", ["s1", "s2"])
+    _, plan = _plan("quick.toml", ["s1", "s2"])
     assert plan.spread == () and plan.base == "" and not plan.assignment["s2"]
     assert len(plan.assignment["s1"]) == 2
 

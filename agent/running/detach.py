@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import structlog
 
+from agent import logs
 from agent.errors import UserError
 from agent.hostside import utc
 from agent.hostside.contracts import Facts
@@ -195,7 +196,7 @@ def record_hand_out(
     calibrated = calibration.calibrated_hosts(results_root, spec.image) if spec.name != calibration.SWEEP else {}
     assignment = assign(prepared.groups, prepared.cells, prepared.todo, replicas, plans, calibrated)
     for line in plans:
-        log.info("fleet_plan", plan=line)
+        logs.say("fleet_plan", line)
     state = FleetState(
         sweep=spec.name,
         spec=str(Path(spec_path).resolve()) if spec_path else "",
@@ -570,6 +571,9 @@ def declare_lost(
         if by_id[cid].reference_of:  # a reference measures this host's effect: no use on another host
             continue
         free = [h for h in others if cid not in state.assignment[h]]
+        if not free and (twin := next((h for h in others if cid in state.assignment[h]), "")):
+            state.requeued[f"{host}/{cid}"] = twin  # another host measures that very cell already (a reference)
+            continue
         if not free:
             log.error("cell_unserved", host=host, cell=cid, error="no other host of the group can take it")
             continue
