@@ -111,6 +111,11 @@ def test_the_group_queue_spreads_cells_and_a_lost_host_costs_only_its_cell(tmp_p
     row = parse_summary(err)["spark-a"]  # its share, handed out at the start, went to the others: requeued
     assert "lost host spark-a" in err and row["requeued"] == row["planned"] >= 1 and not row["measured"], err[-3000:]
     assert proc.returncode == 0, err[-3000:]  # every cell measured, so nothing is missing
+    # the answer still comes out of the survivors (or the report names the comparison it could not make)
+    report = cli("report", str(out / "queue"))
+    assert report.returncode == 0, report.stderr[-3000:]
+    what = (out / "queue" / "report.md").read_text().split("## Problems")[0]
+    assert "**Run " in what or "not compared: " in what, what
 
 
 def test_detached_sweep_survives_its_controller_and_refuses_a_second_one(tmp_path, six):
