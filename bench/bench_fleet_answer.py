@@ -68,7 +68,7 @@ def run(example: Path, hosts: list[str], inventory: Path, duration: float, out: 
     args = ["sweep", str(example), "-i", str(inventory), "--limit", ",".join(hosts), "--results", str(out)]
     proc = subprocess.run([*CLI, *args, "--duration", str(duration)], cwd=REPO, capture_output=True, text=True)
     wall = time.monotonic() - start
-    if proc.returncode != 0:
+    if proc.returncode not in (0, 1):  # 1: some cell failed or was INVALID, as gb10-fp8's four backends must
         tail = (proc.stdout + proc.stderr)[-600:]
         raise SystemExit(f"{example.name} on {len(hosts)} host(s) failed ({proc.returncode}): {tail}")
     summaries = stats.summarize_cells(load_cells(out))
