@@ -38,7 +38,20 @@ def _keep(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableM
     return event
 
 
+FORMAT = {"fmt": "console"}  # what configure() was last given
+
+
+def say(event: str, line: str) -> None:
+    """A line a person must read whatever the log level (a plan, a choice made for them): plain on the console,
+    an info event (`event`, line=...) in JSON lines."""
+    if FORMAT["fmt"] == "json":
+        structlog.get_logger("spark_agent").info(event, line=line)
+    else:
+        print(plain(redact.redact_text(line)), file=sys.stderr)
+
+
 def configure(fmt: str = "console", verbose: bool = False) -> None:
+    FORMAT["fmt"] = fmt
     level = logging.DEBUG if verbose else logging.INFO
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(

@@ -101,7 +101,9 @@ def test_the_group_queue_spreads_cells_and_a_lost_host_costs_only_its_cell(tmp_p
         runner.stop(str(a.workdir), "queue")  # the lost host's runner went on with its own plan, alone
         supervise.stop(str(a.workdir))
     cells = stored(out, "queue")
-    assert len(cells) == 6 and all(len(hosts) == 1 for hosts in cells.values()), cells  # once per group
+    # once per group, but for the reference: this one-level spec's reference is a cell measured again on each host
+    # that took part (planning/blocks.py), so that their host effects are known
+    assert len(cells) == 6 and sum(len(hosts) > 1 for hosts in cells.values()) <= 1, cells
     assert len({h for hosts in cells.values() for h in hosts}) >= 3, f"cells were not spread: {cells}"
     (lost,) = list((out / "queue" / "spark-a").glob(f"*/{results.LOST_FILE}"))
     assert results.read_toml(lost)["reason"] == "host_lost"
@@ -109,10 +111,15 @@ def test_the_group_queue_spreads_cells_and_a_lost_host_costs_only_its_cell(tmp_p
     row = parse_summary(err)["spark-a"]  # its share, handed out at the start, went to the others: requeued
     assert "lost host spark-a" in err and row["requeued"] == row["planned"] >= 1 and not row["measured"], err[-3000:]
     assert proc.returncode == 0, err[-3000:]  # every cell measured, so nothing is missing
+    # the answer still comes out of the survivors (or the report names the comparison it could not make)
+    report = cli("report", str(out / "queue"))
+    assert report.returncode == 0, report.stderr[-3000:]
+    what = (out / "queue" / "report.md").read_text().split("## Problems")[0]
+    assert "**Run " in what or "not compared: " in what, what
 
 
 def test_detached_sweep_survives_its_controller_and_refuses_a_second_one(tmp_path, six):
-    """8 cells handed to 2 hosts (4 each), the controller gone at once; a second controller is refused with the holder
+    """8 cells handed to 2 hosts (4 each, and the reference cell again on the second), the controller gone at once; a second controller is refused with the holder
     named; `collect --wait` is SIGKILLed mid-way; status and collect later get every cell, a second collect nothing."""
     out = tmp_path / "results"
     pair = ["spark-b", "spark-c"]
@@ -123,7 +130,8 @@ def test_detached_sweep_survives_its_controller_and_refuses_a_second_one(tmp_pat
     )
     started = cli("sweep", str(spec), "-i", str(six.inventory), "--limit", hosts, "--results", str(out), "--detach")
     assert started.returncode == 0, started.stderr[-3000:]
-    assert all(f"{h}: 4 cell(s)" in started.stderr for h in pair), started.stderr[-2000:]
+    shares = {h: int(re.search(rf"{h}: (\d+) cell\(s\)", started.stderr).group(1)) for h in pair}  # type: ignore[union-attr]
+    assert sorted(shares.values()) == [4, 5], started.stderr[-2000:]
 
     # spark-b's runner is frozen (SIGSTOP) while the second controller comes: busy, whatever the machine's load
     runner_pid = supervise.runner_holder(str(six.host("spark-b").workdir))["runner_pid"]
@@ -160,16 +168,17 @@ def test_detached_sweep_survives_its_controller_and_refuses_a_second_one(tmp_pat
     while time.monotonic() < deadline:
         status = cli("status", "detached", "--results", str(out))
         assert status.returncode == 0, status.stderr
-        if status.stdout.count("finished, 4/4 done, 4 sealed") == 2:
+        if all(f"finished, {n}/{n} done, {n} sealed" in status.stdout for n in shares.values()):
             break
         time.sleep(1)
-    assert status.stdout.count("finished, 4/4 done, 4 sealed") == 2, status.stdout
+    assert all(f"finished, {n}/{n} done, {n} sealed" in status.stdout for n in shares.values()), status.stdout
     first = cli("collect", "--results", str(out))
     assert first.returncode == 0, first.stderr[-3000:]
     cells = stored(out, "detached")
-    assert len(cells) == 8 and sorted(h for hs in cells.values() for h in hs) == sorted(pair * 4), cells
+    hosts_of = sorted(h for hs in cells.values() for h in hs)
+    assert len(cells) == 8 and hosts_of == sorted(h for h, n in shares.items() for _ in range(n)), cells
     windows = {p.stem for p in (out / "detached").glob("*/*/q*-c001-r1.toml")}
-    assert windows == {"q3-c001-r1", "q6-c001-r1"} and len(list((out / "detached").glob("*/*/q*-r1.toml"))) == 16
+    assert windows == {"q3-c001-r1", "q6-c001-r1"} and len(list((out / "detached").glob("*/*/q*-r1.toml"))) == 18
     again = cli("collect", "detached", "--results", str(out))
-    assert "collected 0 new cell(s) (8 already here)" in again.stderr, again.stderr
+    assert "collected 0 new cell(s) (9 already here)" in again.stderr, again.stderr
     assert not [e for h in six.hosts for e in supervise.find_engines(str(h.workdir), scope="workdir")]

@@ -6,6 +6,7 @@ Commands are thin: parse, call one function of the library, print.
 NAMES = [
     "sweep",
     "tune",
+    "calibrate",
     "status",
     "collect",
     "check",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.hostside import loadpoints
+from agent.judging import hosteffect
 from agent.planning.matrix import BACKEND_FIELDS, backend_label
 from agent.planning.settings import LoadSettings, ServerSettings, flat_names, toml_schema
 
@@ -310,6 +311,8 @@ class Ranking:
     ratio: float  # median(a) / median(b)
     rule: str  # why, in words
     ci: tuple[float, float] | None = None
+    across: str = ""  # "spark-1 vs spark-2": the two cells ran on different hosts (the host effect divided out)
+    widened: float = 0.0  # how much the host effect added to the standard error (0.3 = 30%)
 
 
 def ranges_overlap(a: Sequence[float], b: Sequence[float]) -> bool:
@@ -506,6 +509,7 @@ class Recommendation:
     failed: list[CellSummary]
     effects: list[str]  # one axis value runs where another fails to start or is INVALID, all else held equal
     metric: str = RANK_METRIC
+    hosts: hosteffect.HostEffects = field(default_factory=hosteffect.HostEffects)  # each host's measured speed
 
     @property
     def undecided(self) -> list[Question]:
@@ -521,25 +525,71 @@ class Recommendation:
         return self.questions[0].per_concurrency if len(self.questions) == 1 else {}
 
 
-def matchups(group: Sequence[CellSummary], axis: str = "backend", *, seed: int = DEFAULT_SEED) -> list[Matchup]:
-    """Every pair of rankable cells that differ only on `axis`, at every concurrency both measured."""
+def matchups(
+    group: Sequence[CellSummary],
+    axis: str = "backend",
+    *,
+    seed: int = DEFAULT_SEED,
+    effects: hosteffect.HostEffects | None = None,
+) -> list[Matchup]:
+    """Every pair of rankable cells that differ only on `axis`, at every concurrency both measured. Cells on one
+    host are paired first; two values measured at a level only on different hosts (of one fingerprint) are ranked
+    with the host effect divided out (rank_across), or refused with the reason when it is not known."""
     labels = _labels(group, axis)
     by_key: dict[str, list[CellSummary]] = {}
     for s in group:
         if s.rankable:
-            by_key.setdefault(pairing_key(s.cell, axis), []).append(s)
+            by_key.setdefault(comparison_key(s.cell, axis), []).append(s)
     out = []
     for key in sorted(by_key):
-        cells = sorted(by_key[key], key=lambda s: labels[axis_value(s.config, axis)])
-        for i, x in enumerate(cells):
-            for y in cells[i + 1 :]:
-                a, b = labels[axis_value(x.config, axis)], labels[axis_value(y.config, axis)]
-                if a == b:
-                    continue
-                for c in sorted(set(x.points) & set(y.points)):
-                    ranking = rank_pair(x.points[c].values, y.points[c].values, seed=seed)
-                    out.append(Matchup(x.checkpoint, c, a, b, ranking))
+        cells = sorted(by_key[key], key=lambda s: (labels[axis_value(s.config, axis)], _host(s)))
+        values = sorted({labels[axis_value(s.config, axis)] for s in cells})
+        for i, a in enumerate(values):
+            for b in values[i + 1 :]:
+                xs = [s for s in cells if labels[axis_value(s.config, axis)] == a]
+                ys = [s for s in cells if labels[axis_value(s.config, axis)] == b]
+                for c in sorted({c for s in xs for c in s.points} & {c for s in ys for c in s.points}):
+                    pairs = [(x, y) for x in xs for y in ys if c in x.points and c in y.points]
+                    local = [(x, y) for x, y in pairs if _host(x) == _host(y)]
+                    for x, y in local or pairs:
+                        if _host(x) == _host(y):
+                            ranking = rank_pair(x.points[c].values, y.points[c].values, seed=seed)
+                        else:
+                            ranking = rank_hosts(x, y, c, effects or hosteffect.HostEffects())
+                        out.append(Matchup(x.checkpoint, c, a, b, ranking))
     return out
+
+
+def comparison_key(cell: dict[str, Any], axis: str = "backend") -> str:
+    """What two cells must share to be ranked on `axis`: their config minus that axis and the schedule, and one kind
+    of machine (the fingerprint and logged vLLM, not the host: hosts of one group differ by a measured effect)."""
+    skip = axis_keys(axis) + SCHEDULE_FIELDS
+    config = {k: v for k, v in cell.get("config", {}).items() if k not in skip}
+    return json.dumps({"machine": comparable(cell), **config}, sort_keys=True, default=str)
+
+
+def _host(s: CellSummary) -> str:
+    return str(s.cell.get("host", ""))
+
+
+def rank_hosts(x: CellSummary, y: CellSummary, c: int, effects: hosteffect.HostEffects) -> Ranking:
+    """x against y at level c, measured on different hosts of one group: the ratio with the host effect divided
+    out and its uncertainty added; CANNOT_RANK (with why) when the effect is unknown or too large."""
+    a, b = x.points[c].values, y.points[c].values
+    across = f"{_host(x)} vs {_host(y)}"
+    ratio = _ratio(a, b)
+    if len(a) < MIN_REPEATS or len(b) < MIN_REPEATS:
+        return Ranking(CANNOT_RANK, ratio, f"fewer than {MIN_REPEATS} successful repeats", None, across)
+    effect, why = effects.across(_host(x), _host(y))
+    if effect is None:
+        return Ranking(CANNOT_RANK, ratio, f"across hosts, refused: {why}", None, across)
+    adjusted, ci, widened = hosteffect.rank_across(a, b, effect)
+    pct = f"{hosteffect.CONFIDENCE:.0%}"
+    if ci[0] > 1 or ci[1] < 1:
+        rule = f"across hosts, host effect divided out: {pct} interval excludes 1"
+        return Ranking("a" if ci[0] > 1 else "b", adjusted, rule, ci, across, widened)
+    rule = f"across hosts, host effect divided out: {pct} interval includes 1"
+    return Ranking(CANNOT_RANK, adjusted, rule, ci, across, widened)
 
 
 def _labels(group: Sequence[CellSummary], axis: str) -> dict[str, str]:
@@ -560,7 +610,8 @@ def _score(ms: Iterable[Matchup]) -> dict[tuple[str, str], list[Ranking]]:
 def _flip(r: Ranking) -> Ranking:
     outcome = {"a": "b", "b": "a"}.get(r.outcome, r.outcome)
     ci = (1 / r.ci[1], 1 / r.ci[0]) if r.ci else None
-    return Ranking(outcome, 1 / r.ratio if r.ratio else math.inf, r.rule, ci)
+    across = " vs ".join(reversed(r.across.split(" vs "))) if r.across else ""
+    return Ranking(outcome, 1 / r.ratio if r.ratio else math.inf, r.rule, ci, across, r.widened)
 
 
 def dominant(candidates: Sequence[str], ms: Sequence[Matchup], same: dict[str, str] | None = None) -> str | None:
@@ -583,10 +634,15 @@ def _beats(rankings: list[Ranking]) -> bool:
 
 
 def recommend(
-    summaries: Sequence[CellSummary], *, seed: int = DEFAULT_SEED, metric: str = RANK_METRIC
+    summaries: Sequence[CellSummary],
+    *,
+    seed: int = DEFAULT_SEED,
+    metric: str = RANK_METRIC,
+    calibration: Sequence[CellSummary] = (),
 ) -> list[Recommendation]:
     """One recommendation per (hardware, quant format), in a stable order; hardware whose server logs gave
-    different vLLM versions is one recommendation per version (never ranked together)."""
+    different vLLM versions is one recommendation per version (never ranked together). `calibration`: cells of a
+    recent `spark-agent calibrate`, used only to measure host effects."""
     groups: dict[tuple[str, str, str], list[CellSummary]] = {}
     for s in summaries:
         groups.setdefault((s.hardware, s.quant, logged_version(s.cell)), []).append(s)
@@ -595,7 +651,12 @@ def recommend(
         versions[(hw, q)] = versions.get((hw, q), 0) + 1
     return [
         _recommend_group(
-            hw if versions[(hw, q)] == 1 else f"{hw} · vLLM {v or '?'}", q, groups[(hw, q, v)], seed, metric
+            hw if versions[(hw, q)] == 1 else f"{hw} · vLLM {v or '?'}",
+            q,
+            groups[(hw, q, v)],
+            seed,
+            metric,
+            calibration,
         )
         for hw, q, v in sorted(groups)
     ]
@@ -620,10 +681,14 @@ def varying_axes(cells: Sequence[CellSummary]) -> list[str]:
     return [a for a in axes if len({axis_value(s.config, a) for s in cells}) > 1]
 
 
-def _recommend_group(hardware: str, quant: str, group: list[CellSummary], seed: int, metric: str) -> Recommendation:
+def _recommend_group(
+    hardware: str, quant: str, group: list[CellSummary], seed: int, metric: str, calibration: Sequence[CellSummary]
+) -> Recommendation:
     valid = [s for s in group if s.rankable]
     axes = varying_axes(valid) or ["backend"]
-    questions = [_question(axis, [a for a in axes if a != axis], valid, seed) for axis in axes]
+    machines = {comparable(s.cell) for s in valid}
+    effects = hosteffect.estimate(valid + [s for s in calibration if s.rankable and comparable(s.cell) in machines])
+    questions = [_question(axis, [a for a in axes if a != axis], valid, seed, effects) for axis in axes]
     choice = {q.axis: q.winner for q in questions if q.winner}
     return Recommendation(
         hardware=hardware,
@@ -637,6 +702,7 @@ def _recommend_group(hardware: str, quant: str, group: list[CellSummary], seed: 
         failed=[s for s in group if s.verdict == "failed"],
         effects=startup_effects(group),
         metric=metric,
+        hosts=effects,
     )
 
 
@@ -645,8 +711,10 @@ def _choice_words(choice: dict[str, str]) -> list[str]:
     return [v if axis in ("checkpoint", "backend") else f"{axis}={v}" for axis, v in choice.items()]
 
 
-def _question(axis: str, held: list[str], valid: list[CellSummary], seed: int) -> Question:
-    ms = matchups(valid, axis, seed=seed)
+def _question(
+    axis: str, held: list[str], valid: list[CellSummary], seed: int, effects: hosteffect.HostEffects
+) -> Question:
+    ms = matchups(valid, axis, seed=seed, effects=effects)
     labels = _labels(valid, axis)
     candidates = sorted({labels[axis_value(s.config, axis)] for s in valid})
     same = _auto_aliases(valid, candidates) if axis == "backend" else {}

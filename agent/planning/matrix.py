@@ -108,6 +108,7 @@ class Cell:
 
     keep_runs: bool = False  # tune adds levels to a measured cell: its windows at levels not run now are kept
     axes_label: str = ""  # the values of the sweep's other varying axes ("env=no-dg max_num_seqs=8")
+    reference_of: str = ""  # a reference cell (planning/blocks.py): the id of the full cell it measures one level of
 
     @property
     def label(self) -> str:
@@ -117,7 +118,8 @@ class Cell:
         parts = [c.checkpoint, backend_label(c.to_dict())]
         if c.server.speculative:
             parts.append("spec=" + c.speculative_method)
-        return " ".join(parts + ([self.axes_label] if self.axes_label else []))
+        ref = [f"(reference, c={self.config.concurrency[0]})"] if self.reference_of else []
+        return " ".join(parts + ([self.axes_label] if self.axes_label else []) + ref)
 
     def playbook_vars(self) -> dict[str, Any]:
         """What cell.yml needs as `cell`."""

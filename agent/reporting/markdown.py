@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,6 +43,7 @@ class ReportData:
     tune: list[dict[str, Any]] = field(default_factory=list)  # results/<sweep>/tune.toml records
     lost: list[str] = field(default_factory=list)  # sweep/host/cell of cells started but without results
     rank_by: str = "throughput"  # a key of stats.RANK_BY
+    calibration: str = ""  # "results/calibrate, 0.3 days old": host effects also from that calibration
 
 
 def build(
@@ -50,10 +52,13 @@ def build(
     threshold: float = stats.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
     rank_by: str = "throughput",
+    calibration: Sequence[dict[str, Any]] = (),
 ) -> ReportData:
+    """`calibration`: cells of a recent `spark-agent calibrate` (host effects only, never ranked)."""
     metric = stats.RANK_BY[rank_by][0]
     summaries = stats.with_variants(sorted(stats.summarize_cells(cells, threshold, metric), key=_cell_order))
-    recs = stats.recommend(summaries, seed=seed, metric=metric)
+    calibrated = stats.summarize_cells(calibration, threshold, metric)
+    recs = stats.recommend(summaries, seed=seed, metric=metric, calibration=calibrated)
     return ReportData(summaries, recs, provenance(summaries), threshold, seed, rank_by=rank_by)
 
 
@@ -191,6 +196,7 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     else:
         for q in rec.questions:
             lines += _question_lines(q, heading=True)
+    lines += host_lines(rec)
     if rec.effects:
         lines += ["", "Effect on startup (all else held equal):", ""] + [f"- {md(e)}" for e in rec.effects]
     if rec.choice and not rec.winner_cells:  # a sparse design may leave the winning combination out
@@ -218,6 +224,34 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     return lines + [""]
 
 
+def host_lines(rec: Recommendation) -> list[str]:
+    """Which comparisons crossed hosts, the host effects divided out of them and what they cost in noise; the
+    hosts whose comparisons were refused. Nothing when every comparison stayed on one host."""
+    crossed = [(q.axis, m) for q in rec.questions for m in q.matchups if m.ranking.across]
+    shown = rec.hosts.shown()
+    if not crossed and not shown:
+        return []
+    total = sum(len(q.matchups) for q in rec.questions)
+    per_axis: dict[str, int] = {}
+    for axis, _ in crossed:
+        per_axis[axis] = per_axis.get(axis, 0) + 1
+    used = [m.ranking.widened for _, m in crossed if m.ranking.ci is not None]
+    lines = ["", f"Across hosts: {len(crossed)} of {total} comparisons crossed hosts of this kind"]
+    if per_axis:
+        lines[-1] += " (" + ", ".join(f"{md(a)}: {n}" for a, n in per_axis.items()) + ")"
+    if used:
+        lines[-1] += (
+            f"; each host's measured effect was divided out, and its uncertainty added "
+            f"{statistics.median(used):.0%} to their standard errors (median)"
+        )
+    lines[-1] += "."
+    lines.append("")
+    lines += [f"- host effect: {md(e.words())}" + (f"; **{md(e.outlier)}**" if e.outlier else "") for e in shown]
+    refused = sorted({m.ranking.rule.split("refused: ", 1)[1] for _, m in crossed if "refused: " in m.ranking.rule})
+    lines += [f"- not compared: {md(why)}" for why in refused]
+    return lines
+
+
 def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
     """One axis: its winner and margin (or why none), the values measured slower, per concurrency, what was held."""
     held = ", ".join(q.held) if q.held else "every other setting"
@@ -225,7 +259,7 @@ def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
     if heading:
         verdict = f"**{md(q.winner)}**" if q.winner else f"**{CANNOT_RANK}**"
         lines += [f"#### {md(q.axis)}: {verdict}", "", f"{md(q.reason)}.", ""]
-    lines.append(f"Held equal: {md(held)} (and always the host, the load and the schedule).")
+    lines.append(f"Held equal: {md(held)} (and always the kind of machine, the load and the schedule).")
     if q.winner and q.versus:
         runner_up = min(q.versus, key=lambda v: v.ratio_median)
         lines += [
@@ -266,6 +300,8 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     p = data.provenance
     out = [f"# spark-agent report: {md(', '.join(p['sweeps']) or 'results')}", ""]
     out += ["## What to run", ""]
+    if data.calibration:
+        out += [f"Host effects also measured by {md(data.calibration)}.", ""]
     for rec in data.recommendations:
         out += verdict_lines(rec) + telemetry_report.recommendation_caveat(rec)
     out += ["## Problems", ""] + problem_lines(data) + [""]
@@ -760,7 +796,21 @@ def write_report(
     lost = [str(p.parent.relative_to(results_dir)) for p in sorted(results_dir.rglob(LOST_FILE))]
     tune = startup.load_tune_records(results_dir)
     out = Path(out_dir or results_dir)
-    return write_report_cells(cells, out, threshold=threshold, seed=seed, lost=lost, tune=tune, rank_by=rank_by)
+    calibrated = _calibration(results_dir, cells)
+    return write_report_cells(
+        cells, out, threshold=threshold, seed=seed, lost=lost, tune=tune, rank_by=rank_by, calibration=calibrated
+    )
+
+
+def _calibration(results_dir: Path, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recent calibration cells next to a sweep's folder, of the images its cells ran (none for the calibration
+    itself, or for a whole results tree, which holds them already)."""
+    from agent.running import calibration
+
+    if results_dir.name == calibration.SWEEP or (results_dir / calibration.SWEEP).is_dir():
+        return []
+    images = {c.get("config", {}).get("image") for c in cells}
+    return [c for c in calibration.recent(results_dir.parent) if c.get("config", {}).get("image") in images]
 
 
 def write_report_cells(
@@ -772,12 +822,17 @@ def write_report_cells(
     lost: Sequence[str] = (),
     tune: Sequence[dict[str, Any]] = (),
     rank_by: str = "throughput",
+    calibration: Sequence[dict[str, Any]] = (),
 ) -> list[Path]:
     """report.md, report.html and the PNGs of these cells (a tree's, or a store selection's) into out. A store
     selection has no lost cells or tune records (they are files of the tree, not cells)."""
     from agent.reporting import htmlpage as report_html
+    from agent.running.calibration import age_days
 
-    data = build(cells, threshold=threshold, seed=seed, rank_by=rank_by)
+    data = build(cells, threshold=threshold, seed=seed, rank_by=rank_by, calibration=calibration)
+    ages = [a for a in (age_days(c) for c in calibration) if a is not None]
+    if ages:
+        data.calibration = f"{len(calibration)} cell(s) of `spark-agent calibrate`, {max(ages):.1f} days old at most"
     data.lost = list(lost)
     data.tune = list(tune)
     images = render_plots(data)

@@ -22,17 +22,19 @@ from typing import Any, cast
 
 import structlog
 
+from agent import logs
 from agent.errors import UserError
 from agent.hostside import utc
 from agent.hostside.contracts import Facts
+from agent.planning import blocks
 from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
 from agent.planning.inventory import Host
 from agent.planning.matrix import Cell
 from agent.planning.spec import Spec
 from agent.results import tree as results
+from agent.running import calibration, hostdata, tasks
 from agent.running import collect as collecting
-from agent.running import hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
 from agent.running.queue import estimated_seconds, longest_first
@@ -112,20 +114,45 @@ def known_sweeps(results_root: Path) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- hand out
 def assign(
-    groups: list[fleet_groups.HostGroup], cells: dict[str, list[Cell]], todo: dict[str, list[Cell]], replicas: int
+    groups: list[fleet_groups.HostGroup],
+    cells: dict[str, list[Cell]],
+    todo: dict[str, list[Cell]],
+    replicas: int,
+    plans: list[str] | None = None,
+    calibrated: dict[str, float] | None = None,
 ) -> dict[str, list[str]]:
-    """Each group's unfinished cells over its hosts: longest first, each to the least-loaded host that has not got
-    it (so equal hosts end together), on `replicas` different hosts minus those that finished it earlier."""
+    """Each group's unfinished cells over its hosts. Once per group (replicas 1): the blocked plan of
+    planning/blocks.py, comparison sets kept on one host and a reference cell where they are split. With --replicas
+    K: longest first, each to the least-loaded host that has not got it, on K different hosts minus those that
+    finished it earlier (the replicas themselves measure the host effects); calibration.EVERY_HOST: on every host
+    of the group. `plans` gets the plan in words; `calibrated`: hosts with a recent calibration (no reference)."""
     out: dict[str, list[str]] = {h: [] for g in groups for h in g.hosts}
     for g in groups:
         by_id = {c.id: c for h in g.hosts for c in cells[h]}  # tune may select a cell for some hosts only
         planned = {h: {c.id for c in cells[h]} for h in g.hosts}
         left = {h: {c.id for c in todo[h]} for h in g.hosts}
         load = dict.fromkeys(g.hosts, 0.0)
-        for cid in longest_first(by_id.values()):
+        if replicas == 1 and len(g.hosts) > 1:
+            done = {cid: {h for h in g.hosts if cid in planned[h] and cid not in left[h]} for cid in by_id}
+            estimate = {cid: estimated_seconds(c) for cid, c in by_id.items()}
+            blocked = blocks.plan_group(g.hosts, list(by_id.values()), done, estimate, calibrated)
+            for h in g.hosts:
+                out[h] = [cid for cid in blocked.assignment[h] if cid in left[h]]
+                load[h] = sum(estimate[cid] for cid in out[h])
+            if plans is not None:
+                plans += [f"{g.name}: {line}" for line in blocked.words(by_id)]
+            assigned = {cid for h in g.hosts for cid in out[h]}
+            finished = {cid for cid, hs in done.items() if hs}
+            leftovers = [cid for cid in longest_first(by_id.values()) if cid not in assigned | finished]
+        else:
+            leftovers = longest_first(c for c in by_id.values() if not c.reference_of)
+        want = len(g.hosts) if replicas == calibration.EVERY_HOST else replicas
+        for cid in leftovers:  # (the blocked plan leaves only cells it could not give to the host it chose)
+            if by_id[cid].reference_of:
+                continue
             have = [h for h in g.hosts if cid in planned[h] and cid not in left[h]]
-            free = [h for h in g.hosts if cid in left[h]]
-            for _ in range(min(len(free), max(0, replicas - len(have)))):
+            free = [h for h in g.hosts if cid in left[h] and cid not in out[h]]
+            for _ in range(min(len(free), max(0, want - len(have)))):
                 host = min(free, key=lambda h: (load[h], g.hosts.index(h)))
                 free.remove(host)
                 out[host].append(cid)
@@ -165,7 +192,11 @@ def record_hand_out(
 ) -> FleetState:
     """Split the prepared cells over the hosts and save the record, before any runner starts: a controller killed
     from now on still knows its sweep."""
-    assignment = assign(prepared.groups, prepared.cells, prepared.todo, replicas)
+    plans: list[str] = []
+    calibrated = calibration.calibrated_hosts(results_root, spec.image) if spec.name != calibration.SWEEP else {}
+    assignment = assign(prepared.groups, prepared.cells, prepared.todo, replicas, plans, calibrated)
+    for line in plans:
+        logs.say("fleet_plan", line)
     state = FleetState(
         sweep=spec.name,
         spec=str(Path(spec_path).resolve()) if spec_path else "",
@@ -358,7 +389,10 @@ def replan(state: FleetState, spec: Spec, hosts: list[Host]) -> dict[str, list[C
     missing = [h for h in state.hosts() if h not in by_name]
     if missing:
         raise UserError(f"{state.inventory}: host {missing[0]} of sweep {state.sweep} is no longer in the inventory")
-    cells = {h: plan.plan_cells(spec, h, cast(Facts, state.facts[h]), by_name[h].vars) for h in state.hosts()}
+    cells = {
+        h: blocks.with_reference(plan.plan_cells(spec, h, cast(Facts, state.facts[h]), by_name[h].vars))
+        for h in state.hosts()
+    }
     for host, ids in state.assignment.items():
         known = {c.id for c in cells[host]}
         if any(cid not in known for cid in ids):
@@ -534,7 +568,12 @@ def declare_lost(
     by_id = {c.id: c for c in cells[host]}
     touched: set[str] = set()
     for cid in unfinished:
+        if by_id[cid].reference_of:  # a reference measures this host's effect: no use on another host
+            continue
         free = [h for h in others if cid not in state.assignment[h]]
+        if not free and (twin := next((h for h in others if cid in state.assignment[h]), "")):
+            state.requeued[f"{host}/{cid}"] = twin  # another host measures that very cell already (a reference)
+            continue
         if not free:
             log.error("cell_unserved", host=host, cell=cid, error="no other host of the group can take it")
             continue

@@ -20,9 +20,9 @@ import structlog
 
 from agent.errors import UserError
 from agent.hostside.contracts import Facts
+from agent.planning import blocks, multinode
 from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
-from agent.planning import multinode
 from agent.planning.inventory import Host, check_reachable
 from agent.planning.matrix import Cell, CheckpointInfo
 from agent.planning.spec import Spec
@@ -166,7 +166,8 @@ def plan_fleet(spec: Spec, hosts: list[Host], facts: dict[str, Facts]) -> dict[s
         for note in notes:
             log.warning("plan_note", note=note)
         return cells
-    return {h.name: plan.plan_cells(spec, h.name, facts[h.name], h.vars) for h in hosts}
+    # every host plans its group's reference cell too (an env file is cheap); detach.assign hands it out where needed
+    return {h.name: blocks.with_reference(plan.plan_cells(spec, h.name, facts[h.name], h.vars)) for h in hosts}
 
 
 def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, list[Cell]]) -> fleet.FleetRun:
@@ -321,8 +322,8 @@ def prepare(
         show_groups(groups)
         check_replicas(replicas, groups)
         cells = plan_fleet(spec, hosts, facts)
-        if select is not None:
-            cells = select(cells)
+        if select is not None:  # tune picks among the spec's own cells (its rounds rank within one host)
+            cells = select({h: [c for c in cs if not c.reference_of] for h, cs in cells.items()})
         for host, cs in cells.items():
             for note in sorted({n for c in cs for n in c.notes}):
                 log.warning("plan_note", host=host, note=note)

@@ -71,7 +71,9 @@ async def serve(opts: Options, plan: Plan, log: VllmLog, ranks: cluster.Cluster 
     loop = asyncio.get_running_loop()
     seed = opts.sim["seed"] if opts.sim["seed"] is not None else random.SystemRandom().randrange(2**32)
     rng = random.Random(seed)
-    rate = RateModel(plan, opts.sim["rate"] == "unlimited", rng, float(opts.sim.get("time_scale") or 1.0))
+    # a slower or faster machine (--sim-speed) is a clock running at that fraction: tokens and prefill alike
+    clock = float(opts.sim.get("time_scale") or 1.0) * float(opts.sim.get("speed") or 1.0)
+    rate = RateModel(plan, opts.sim["rate"] == "unlimited", rng, clock)
     if ranks is not None:
         rate.compute_scale, rate.comm_s = ranks.step_cost()
     engine = Engine(rate, opts.max_num_seqs, plan.kv_tokens, rng, opts.sim["drop_streams"], prefix_caching(opts))

@@ -51,6 +51,7 @@ SIM_FLAGS = {
     "drop_streams": (float, 0.0),  # fault: this fraction of streams is cut mid-response
     "silent_fallback": (str, ""),  # fault: the named MoE backend loads whatever was requested
     "throttle_after": (float, None),  # fault: the GPU throttles (thermal) after N s of busy time (sim/gpu.py)
+    "speed": (float, 1.0),  # this machine's speed against a typical one (0.95: a host 5% slower; host effects)
 }
 
 
@@ -151,6 +152,8 @@ def _check_sim(sim: dict, cal: dict) -> None:
         raise UsageError(f"--sim-rate {sim['rate']}: choose calibrated or unlimited")
     if sim["crash_kind"] not in CRASH_KINDS:
         raise UsageError(f"--sim-crash-kind {sim['crash_kind']}: choose one of {', '.join(CRASH_KINDS)}")
+    if not 0.05 <= sim["speed"] <= 20:
+        raise UsageError(f"--sim-speed {sim['speed']}: give a factor from 0.05 to 20 (1 = a typical machine)")
     if sim["crash_at_request"] < 0:
         raise UsageError(f"--sim-crash-at-request {sim['crash_at_request']}: give a request number >= 1 (0 = off)")
 
