@@ -279,3 +279,19 @@ def test_every_listed_release_names_its_source():
     for entry in versions:
         assert entry["source"].startswith("vllm-project/vllm vllm/envs.py @ v") and len(entry["sha256"]) == 64
         assert entry["names"] and all(name.startswith("VLLM_") for name in entry["names"])
+
+
+def test_hopper_fp8_block_moe_cutlass_fails_from_the_real_h200_run():
+    """agent/rules/env.toml h200-fp8-block-moe-cutlass, from docs/runs/h200-fp8-moe: cutlass is refused on an H200
+    with vLLM 0.24.0; triton, deep_gemm and marlin started there, so no rule fires for them."""
+    rule = "h200-fp8-block-moe-cutlass"
+    (launch,) = extract("vllm serve Qwen/Qwen3-30B-A3B-FP8 --moe-backend cutlass\n", "cmd")
+    result = lint(launch, "0.24.0", arch="h200")
+    failing = [f for f in result.findings if f.rule == rule]
+    assert failing and "unsupported_moe_backend" in failing[0].message and "disabled for this" in failing[0].message
+    assert result.fixed is not None and result.fixed.flag("--moe-backend") == "triton"
+    assert rule not in rules_of(lint(launch, "0.24.0", arch="gb10"))  # the chip decides
+    assert rule not in rules_of(lint(launch, "0.25.0", arch="h200"))  # measured on 0.24 only
+    for started in ("triton", "deep_gemm", "marlin"):
+        (other,) = extract(f"vllm serve Qwen/Qwen3-30B-A3B-FP8 --moe-backend {started}\n", "cmd")
+        assert not [f for f in lint(other, "0.24.0", arch="h200").findings if f.severity == "error"]

@@ -67,8 +67,8 @@ def parse(lines: Iterable[str]) -> StartupBreakdown:
             first = stamp if first is None else first
             last = stamp
         if "DeepGEMM warmup" in line:  # a progress bar: its pieces come as one line (CR) or several
-            for m in _WARMUP.finditer(line):
-                h, mm, ss = m.groups()
+            for bar in _WARMUP.finditer(line):
+                h, mm, ss = bar.groups()
                 out["kernel_warmup_s"] = float(int(h or 0) * 3600 + int(mm) * 60 + int(ss))
             continue
         if "oading weights took" in line or ("Model loading took" in line and out["weights_s"] < 0):

@@ -11,7 +11,18 @@ from agent.judging.stats import CellSummary
 from agent.reporting.escape import md
 from agent.results import tree as results
 
-COLUMNS = ["host", "checkpoint", "backend", "weights s", "compile s", "cache", "capture s", "warmup s", "KV etc. s", "ready s"]
+COLUMNS = [
+    "host",
+    "checkpoint",
+    "backend",
+    "weights s",
+    "compile s",
+    "cache",
+    "capture s",
+    "warmup s",
+    "KV etc. s",
+    "ready s",
+]
 
 
 def _s(value: Any) -> str:

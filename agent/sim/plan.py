@@ -232,6 +232,10 @@ def make_plan(opts: Options, env: dict) -> Plan:
     plan.moe_candidates = candidates(plan.version, plan.quant)
     _select_attention(plan, opts, env, hw)
     _select_moe(plan, opts, env, hw)
+    # a chip measured on real vLLM states its own lists (calibration: hardware.h200); auto's omits what auto skips
+    own = hw.get(f"{plan.quant}_moe_candidates" + ("" if opts.moe_backend else "_auto"))
+    if own:
+        plan.moe_candidates = list(own)
     _check_env(plan, env, hw)
     _check_spec(plan, opts, ckpt)
     _check_memory(plan, opts, ckpt, hw)

@@ -167,19 +167,19 @@ class Startup:
     def _attention(self) -> None:
         plan = self.plan
         self.log.info(ENGINE, "gpu_model_runner.py:3520", f"Starting to load model {self.opts.model}...")
+        self._linear_lines()  # real 0.24.0: the linear kernel is chosen before attention (tests/data/logs/vllm-0.24-h200)
         if plan.attention_explicit:
             self.log.info(ENGINE, "cuda.py:353", f"Using AttentionBackendEnum.{plan.attention} backend.")
         else:
-            valid = calibration.load()["attention"]["valid"]
+            valid = self._hw().get("attention_valid") or calibration.load()["attention"]["valid"]
             end = "" if not calibration.at_least(plan.version, "0.13") else "."
             self.log.info(
                 ENGINE,
-                "cuda.py:367",
+                self._hw().get("attention_site", "cuda.py:367"),
                 f"Using {plan.attention} attention backend out of potential backends: {valid}{end}",
             )
 
     def _kernels(self) -> None:
-        self._linear_lines()
         if self.plan.quant == "nvfp4" and self.plan.moe_loaded == "marlin":
             self.log.warning(
                 ENGINE,
@@ -215,14 +215,22 @@ class Startup:
                     "linear.py:96",
                     f"--linear-backend={requested} was requested, but no FP8 kernel exists for block-quantized layers; falling back to normal kernel selection for this layer.",
                 )
+            hw = self._hw()
+            kernel = kernels.get(requested) if requested else hw.get("fp8_linear_kernel", kernels["auto"])
             self.log.info(
                 ENGINE,
-                "kernels.py:143",
-                f"Selected {kernels.get(requested or 'auto', kernels['auto'])} for {cal['fp8_method']}",
+                hw.get("linear_site", "kernels.py:143"),
+                f"Selected {kernel or kernels['auto']} for {cal['fp8_method']}",
             )
 
+    def _hw(self) -> dict:
+        return calibration.load()["hardware"][self.plan.hardware]
+
     def _moe_where(self) -> str:
-        return "nvfp4.py:312" if self.plan.quant == "nvfp4" else "fp8.py:298"
+        if self.plan.quant == "nvfp4":
+            return "nvfp4.py:312"
+        site = self._hw().get("moe_site", {})  # measured sites (h200): auto is said from the oracle's
+        return site.get("explicit" if self.opts.moe_backend else "auto", "fp8.py:298")
 
     def moe_line(self) -> str:
         """The MoE attestation line in this version's wording (facts: 0.15+, 0.14, 0.12-0.13)."""
@@ -232,7 +240,8 @@ class Startup:
         if calibration.at_least(plan.version, cal["versions"]["moe_line_since"]):
             if plan.quant == "nvfp4":
                 return f"Using '{enum}' NvFp4 MoE backend out of potential backends: {plan.moe_candidates}"
-            return f"Using {enum} Fp8 MoE backend out of potential backends: {plan.moe_candidates}"
+            end = "." if calibration.at_least(plan.version, cal["versions"]["moe_line_period_since"]) else ""
+            return f"Using {enum} Fp8 MoE backend out of potential backends: {plan.moe_candidates}{end}"
         if calibration.at_least(plan.version, "0.14"):
             if plan.quant == "nvfp4":
                 return f"Using {enum} backend for NvFp4 MoE"
