@@ -32,13 +32,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="override every measurement window, seconds (default: the example's)",
     )
     p.add_argument("--fresh", action="store_true", help="measure again what an earlier demo measured")
+    p.add_argument(
+        "--port",
+        type=_port,
+        default=None,
+        help="the simulated server's port (default: the embedded inventory's, 18000), when that one is taken",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from agent.cli import main  # the same sweep and report a user would run, argument checks and all
 
-    sweep = ["sweep", str(SPEC), "-i", str(DEFAULT_INVENTORY), "--results", str(args.results)]
+    inventory = DEFAULT_INVENTORY if args.port is None else _inventory_on_port(Path(args.results), args.port)
+    sweep = ["sweep", str(SPEC), "-i", str(inventory), "--results", str(args.results)]
     sweep += ["--duration", str(args.duration)] if args.duration is not None else []
     sweep += ["--fresh"] if args.fresh else []
     print(f"demo: spark-agent {' '.join(sweep[:2])} (the simulated Spark on this machine)", file=sys.stderr)
@@ -57,6 +64,24 @@ def run(args: argparse.Namespace) -> int:
         f"next, a real fleet: spark-agent init HOST...; spark-agent sweep {EXAMPLES / 'gb10-nvfp4.toml'} -i {INIT_OUT}"
     )
     return rc
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1024 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"--port {text[:20]!r}: give a whole number from 1024 to 65535")
+    return int(text)
+
+
+def _inventory_on_port(results: Path, port: int) -> Path:
+    """The embedded default with another port, kept next to the results (the sweep records which inventory ran)."""
+    import yaml
+
+    inventory = yaml.safe_load(DEFAULT_INVENTORY.read_text(encoding="utf-8"))
+    inventory["all"]["hosts"]["localhost"]["spark_port"] = port
+    results.mkdir(parents=True, exist_ok=True)
+    path = results / f"demo-inventory-{port}.yml"
+    path.write_text(yaml.safe_dump(inventory, sort_keys=False), encoding="utf-8")
+    return path
 
 
 def what_to_run(markdown: str) -> list[str]:
