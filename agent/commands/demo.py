@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--port",
         type=_port,
         default=None,
-        help="the simulated server's port (default: the embedded inventory's, 18000), when that one is taken",
+        help="the simulated server's port (default: the embedded inventory's, 18000), to run beside another "
+        "server on this machine (then only servers of this demo's work dir count as its own)",
     )
     p.set_defaults(func=run)
 
@@ -77,7 +78,11 @@ def _inventory_on_port(results: Path, port: int) -> Path:
     import yaml
 
     inventory = yaml.safe_load(DEFAULT_INVENTORY.read_text(encoding="utf-8"))
-    inventory["all"]["hosts"]["localhost"]["spark_port"] = port
+    host = inventory["all"]["hosts"]["localhost"]
+    host["spark_port"] = port
+    # beside another server (another demo, a test): only what this work dir started is ours to stop or to mind
+    host["spark_host_scope"] = "workdir"
+    host["spark_workdir"] = f"{host['spark_workdir']}-{port}"
     results.mkdir(parents=True, exist_ok=True)
     path = results / f"demo-inventory-{port}.yml"
     path.write_text(yaml.safe_dump(inventory, sort_keys=False), encoding="utf-8")
