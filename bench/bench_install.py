@@ -85,9 +85,7 @@ def one_python(python: str, wheel: Path, extras: str, runs: int, demo: bool, wor
         out["install"] = "failed: " + " ".join(str(exc).split())[-400:]
         return out
     out["install_s"] = round(time.perf_counter() - start, 1)
-    home = work / f"home-{version}"
-    home.mkdir()
-    env = user_env(bin_dir, home)
+    env = user_env(bin_dir)
     exe = str(bin_dir / "spark-agent")
     out["version"] = subprocess.run([exe, "--version"], env=env, capture_output=True, text=True).stdout.strip()
     out.update(sizes(venv))

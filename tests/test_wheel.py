@@ -25,20 +25,19 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> tuple[Path, Path]:
-    """(the venv's bin, a user's home): the wheel and its dependencies, nothing else."""
+def installed(tmp_path_factory) -> Path:
+    """The venv's bin: the wheel and its dependencies, nothing else."""
     root = tmp_path_factory.mktemp("wheel")
     assert REPO not in root.parents
     wheel = build_wheel(root / "dist")
-    return install(wheel, root / "venv"), root / "home"
+    return install(wheel, root / "venv")
 
 
-def spark_agent(bin_dir: Path, home: Path, cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    home.mkdir(exist_ok=True)
+def spark_agent(bin_dir: Path, cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(bin_dir / "spark-agent"), *args],
         cwd=cwd,
-        env=user_env(bin_dir, home),
+        env=user_env(bin_dir),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -46,7 +45,7 @@ def spark_agent(bin_dir: Path, home: Path, cwd: Path, *args: str, timeout: int =
 
 
 def test_the_wheel_carries_what_the_controller_reads(installed):
-    bin_dir, _ = installed
+    bin_dir = installed
     code = "from agent import paths; print(paths.DATA); print(paths.PLAYBOOKS / 'cell.yml')"
     done = subprocess.run([str(bin_dir / "python"), "-c", code], capture_output=True, text=True, cwd="/", timeout=60)
     data, cell = done.stdout.split()
@@ -55,34 +54,35 @@ def test_the_wheel_carries_what_the_controller_reads(installed):
 
 
 def test_demo_report_lint_attest_from_any_folder(installed, tmp_path):
-    bin_dir, home = installed
-    version = spark_agent(bin_dir, home, tmp_path, "--version")
+    bin_dir = installed
+    version = spark_agent(bin_dir, tmp_path, "--version")
     assert version.returncode == 0 and "vLLM versions its rules know" in version.stdout, version.stderr
 
-    demo = spark_agent(bin_dir, home, tmp_path, "demo", "--duration", "1", "--port", str(free_port()))
+    # its own port and work dir (~/.spark-agent/local-PORT): beside other demos and tests on this machine
+    demo = spark_agent(bin_dir, tmp_path, "demo", "--duration", "1", "--port", str(free_port()))
     assert demo.returncode == 0, demo.stderr[-3000:]
     assert "## What to run" in demo.stdout and "report: results/quick/report.md" in demo.stdout, demo.stdout
     sweep = tmp_path / "results" / "quick"
     cells = sorted(p.parent for p in sweep.glob("localhost/*/cell.toml"))
     assert len(cells) == 2  # marlin and flashinfer_b12x, measured
 
-    report = spark_agent(bin_dir, home, tmp_path, "report", "results/quick", "-o", "again")
+    report = spark_agent(bin_dir, tmp_path, "report", "results/quick", "-o", "again")
     assert report.returncode == 0, report.stderr
     assert "## What to run" in (tmp_path / "again" / "report.md").read_text()
 
     (tmp_path / "launch.sh").write_text(
         "vllm serve org/model-NVFP4 --moe-backend marlin --gpu-memory-utilization 0.95\n"
     )
-    lint = spark_agent(bin_dir, home, tmp_path, "lint", "launch.sh", "--gpu", "gb10")  # its rules, from the wheel
+    lint = spark_agent(bin_dir, tmp_path, "lint", "launch.sh", "--gpu", "gb10")  # its rules, from the wheel
     assert lint.returncode == 1 and "[gb10-gpu-memory-utilization]" in lint.stdout, lint.stdout + lint.stderr
 
-    attest = spark_agent(bin_dir, home, tmp_path, "attest", str(cells[0] / "server.log"), "--json")
+    attest = spark_agent(bin_dir, tmp_path, "attest", str(cells[0] / "server.log"), "--json")
     assert attest.returncode == 0, attest.stdout + attest.stderr
     assert json.loads(attest.stdout)["verdict"]["verdict"] == "valid"
 
 
 def test_a_missing_extra_is_one_line_from_the_wheel(installed, tmp_path):
-    bin_dir, home = installed
-    done = spark_agent(bin_dir, home, tmp_path, "store", "info", "--store", "postgresql+psycopg://u@127.0.0.1:9/db")
+    bin_dir = installed
+    done = spark_agent(bin_dir, tmp_path, "store", "info", "--store", "postgresql+psycopg://u@127.0.0.1:9/db")
     assert done.returncode == 2
     assert done.stderr.strip().endswith("pip install 'spark-agent[postgres]'"), done.stderr

@@ -42,11 +42,11 @@ def install(wheel: Path, venv: Path, python: str = sys.executable, extras: str =
     return venv / "bin"
 
 
-def user_env(bin_dir: Path, home: Path) -> dict[str, str]:
-    """A user's shell: the venv's bin on PATH, no PYTHONPATH (nothing of the checkout can leak in)."""
+def user_env(bin_dir: Path) -> dict[str, str]:
+    """A user's shell: the venv's bin on PATH, no PYTHONPATH (nothing of the checkout can leak in). HOME stays:
+    Ansible's fetch expands a work dir's ~ from the passwd entry, the host side from $HOME; they must agree."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    env["HOME"] = str(home)
     return env
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-import tomllib
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -18,6 +17,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from agent.compat import tomllib
 from agent.errors import UserError, missing_extra
 from agent.hostside import redact
 
