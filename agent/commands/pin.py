@@ -7,9 +7,9 @@ host's registry access really yields, multi-arch manifests included.
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
-from agent.compat import tomllib
 from agent.errors import UserError
 from agent.hostside import atomic
 from agent.paths import DEFAULT_INVENTORY

@@ -20,11 +20,11 @@ For the report (agent/report.py):
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from agent.compat import tomllib
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
 

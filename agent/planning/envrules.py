@@ -10,11 +10,11 @@ from __future__ import annotations
 import functools
 import json
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from agent.compat import tomllib
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
 from agent.hostside.contracts import Facts

@@ -9,12 +9,12 @@ import json
 import math
 import re
 import shlex
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agent.compat import tomllib
 from agent.errors import UserError
 from agent.hostside import docker
 from agent.planning import design as axes_design

@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 import re
 import sys
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
-from agent.compat import tomllib
 from agent.hostside import atomic, loadpoints, redact
 from agent.reporting.escape import plain
 

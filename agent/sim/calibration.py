@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import bisect
+import tomllib
 from functools import lru_cache
 from pathlib import Path
-
-from agent.compat import tomllib
 
 PATH = Path(__file__).with_name("calibration.toml")
 

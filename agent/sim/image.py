@@ -25,7 +25,7 @@ from ..hostside import docker as sdocker
 PYTHON = "/usr/bin/python3"  # Debian's python3 (apt: python3-minimal)
 BUSYBOX = "/bin/busybox"  # Debian's busybox-static: one static binary
 AGENT_ROOT = Path(__file__).resolve().parents[1]  # the `agent` package folder (agent/paths.py is not in the image)
-AGENT_PARTS = ("__init__.py", "errors.py", "compat.py", "sim", "hostside")  # errors.py, compat.py: tiny, stdlib only
+AGENT_PARTS = ("__init__.py", "errors.py", "sim", "hostside")  # errors.py: tiny, stdlib only
 SITE = "/opt/spark-agent"  # where `agent` lives in the image (PYTHONPATH)
 
 # Standard-library parts a server never needs: tests, GUIs, terminals, build tools, old databases, NIS

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import tomllib
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -17,7 +18,6 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from agent.compat import tomllib
 from agent.errors import UserError, missing_extra
 from agent.hostside import redact
 
