@@ -86,3 +86,19 @@ def test_a_missing_extra_is_one_line_from_the_wheel(installed, tmp_path):
     done = spark_agent(bin_dir, tmp_path, "store", "info", "--store", "postgresql+psycopg://u@127.0.0.1:9/db")
     assert done.returncode == 2
     assert done.stderr.strip().endswith("pip install 'spark-agent[postgres]'"), done.stderr
+
+
+def test_a_sweep_over_ssh_hosts_from_the_wheel(installed, sim_inventory, tmp_path):
+    """The installed controller pushes its packaged playbooks over real SSH (the test hosts, simulated Sparks)."""
+    bin_dir = installed
+    quick = subprocess.run(
+        [str(bin_dir / "python"), "-c", "from agent.paths import EXAMPLES; print(EXAMPLES / 'quick.toml')"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    args = ["sweep", quick, "-i", str(sim_inventory), "--duration", "1", "--results", "out", "--no-progress"]
+    sweep = spark_agent(bin_dir, tmp_path, *args, "--limit", "spark-a")
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    cells = list((tmp_path / "out" / "quick" / "spark-a").glob("*/cell.toml"))
+    assert len(cells) == 2
