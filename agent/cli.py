@@ -54,7 +54,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="spark-agent", description=DESCRIPTION, epilog="New here? `spark-agent demo` (no hardware)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for unexpected errors")
     parser.add_argument("--version", action=_Version)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
     for name, (module_name, line) in COMMANDS.items():
         if only is None or name == only:
             _register(sub, module_name)
