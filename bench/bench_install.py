@@ -82,7 +82,7 @@ def one_python(python: str, wheel: Path, extras: str, runs: int, demo: bool, wor
     try:
         bin_dir = install(wheel, venv, python=python, extras=extras)
     except RuntimeError as exc:
-        out["install"] = "failed: " + " ".join(str(exc).split())[-400:]
+        out["install"] = "failed: " + str(exc).strip().splitlines()[-1][:300]  # pip's last line says why
         return out
     out["install_s"] = round(time.perf_counter() - start, 1)
     env = user_env(bin_dir)
