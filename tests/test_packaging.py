@@ -47,6 +47,8 @@ def test_the_wheel_lists_every_package_of_agent():
     listed = set(config["packages"])
     assert on_disk - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
     assert config["package-dir"]["agent.data"] == "."
+    # agent.data's folder is the root: a module there would ship as agent/data/NAME.py (move it under agent/ or tests/)
+    assert sorted(p.name for p in REPO.glob("*.py")) == []
     for pattern in config["package-data"]["agent.data"]:  # each pattern still names files
         assert list(REPO.glob(pattern)), pattern
 
