@@ -12,3 +12,8 @@ class UserError(Exception):
         message = redact.redact_text(message)
         super().__init__(message)
         self.message = message
+
+
+def missing_extra(extra: str, feature: str) -> UserError:
+    """A feature whose optional dependencies are not installed: which extra to install, in one line (exit 2)."""
+    return UserError(f"{feature} needs the [{extra}] extra: pip install 'spark-agent[{extra}]'")

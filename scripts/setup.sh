@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a fresh machine: system packages (apt), then a virtualenv with spark-agent and its test tools.
-# Idempotent and quick when everything is already there. Sourced by demo.sh and test.sh.
+# Idempotent and quick when everything is already there. Sourced by test.sh (demo.sh needs none of this).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SPARK_AGENT_VENV:-$REPO/.venv}"

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.paths import REPO
 from agent.running import playbooks as fleet
+
+REPO = Path(__file__).resolve().parent.parent  # the checkout these tests run from
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.paths import REPO
-
 from .module_specs import LIBRARY, MODULES, argument_spec, load
+
+REPO = Path(__file__).resolve().parent.parent  # the checkout these tests run from
 
 pytestmark = pytest.mark.integration
 

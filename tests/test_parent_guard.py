@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.paths import REPO
+REPO = Path(__file__).resolve().parent.parent  # the checkout these tests run from
 
 pytestmark = pytest.mark.integration
 

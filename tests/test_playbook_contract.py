@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.paths import PLAYBOOKS, REPO
+from agent.paths import PLAYBOOKS
 from agent.running import tasks
 
 from .module_specs import argument_spec
+
+REPO = Path(__file__).resolve().parent.parent  # the checkout these tests run from
 
 pytestmark = pytest.mark.unit
 

@@ -16,6 +16,7 @@ from rich.console import Console
 from agent import logs
 from agent.commands import flags
 from agent.paths import DEFAULT_INVENTORY
+from agent.planning import multinode
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.results import tree as results
@@ -78,6 +79,7 @@ def run(args) -> int:
     if args.duration is not None:
         spec = spec.with_duration(args.duration)
     hosts = load_inventory(args.inventory, args.limit)
+    multinode.require_ray(spec, hosts)
     if args.detach:
         return _detach(args, spec, hosts)
     show = not args.no_progress and args.log_format == "console" and sys.stderr.isatty()

@@ -22,7 +22,7 @@ from typing import Any
 from agent.errors import UserError
 from agent.hostside import redact
 from agent.hostside.docker import MIRROR_RE
-from agent.paths import DEFAULT_INVENTORY, PLAYBOOKS
+from agent.paths import AGENT, DEFAULT_INVENTORY, PLAYBOOKS
 from agent.planning import vault
 
 RUNTIMES = ("docker", "process")
@@ -260,7 +260,7 @@ def _templated(loader: Any, host_vars: dict[str, Any]) -> dict[str, Any]:
     """Host vars as a playbook run sees them (Jinja filled in), so what we record is what runs."""
     from ansible.template import Templar
 
-    magic = {"ansible_playbook_python": sys.executable, "playbook_dir": str(PLAYBOOKS)}
+    magic = {"ansible_playbook_python": sys.executable, "playbook_dir": str(PLAYBOOKS), "spark_agent_dir": str(AGENT)}
     merged = {**dict(host_vars), **magic}
     templar = Templar(loader=loader, variables=merged)
     out = {}

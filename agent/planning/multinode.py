@@ -8,13 +8,15 @@ cell on another pair of Sparks keeps its id. Nothing here touches a host.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib.util
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from agent.errors import UserError
+from agent.errors import UserError, missing_extra
 from agent.hostside.contracts import Facts
 from agent.planning import envrules, nodesets
+from agent.planning.inventory import Host
 from agent.planning.matrix import Cell, plan_cells
 from agent.planning.spec import Spec
 
@@ -114,3 +116,12 @@ def plan_fleet(
         cells[s.head] = plan_set(spec, s, facts, host_vars)
     warnings = [f"host {h} serves no multi-node cell: {why}" for h, why in choice.unused.items()]
     return cells, warnings
+
+
+def require_ray(spec: Spec, hosts: Sequence[Host]) -> None:
+    """A multi-node sweep on the simulated Spark runs its ranks on Ray from this Python (the simulator is this
+    package): without the [multinode] extra it would fail on the hosts, after provisioning. Real Sparks run Ray
+    from their vLLM image: the controller itself never needs it."""
+    simulated = any(h.vars.get("spark_simulate_gpu") for h in hosts)
+    if spec.server.nodes > 1 and simulated and importlib.util.find_spec("ray") is None:
+        raise missing_extra("multinode", "a multi-node sweep on the simulated Spark")

@@ -21,7 +21,7 @@ import ansible_runner
 import structlog
 
 from agent.errors import UserError
-from agent.paths import ANSIBLE_CFG, PLAYBOOKS
+from agent.paths import AGENT, ANSIBLE_CFG, PLAYBOOKS
 from agent.planning import vault
 from agent.running.hostdata import one_line
 
@@ -206,7 +206,7 @@ def _run(playbook, inventory, extravars, limit, tags, skip_tags, on_event, cance
     collector = _Collector(run, on_event)
     private = Path(tempfile.mkdtemp(prefix="spark-agent-runner-"))  # 0700
     try:
-        write_extravars(private, extravars or {})
+        write_extravars(private, {"spark_agent_dir": str(AGENT), **(extravars or {})})
         runner = ansible_runner.run(
             private_data_dir=str(private),
             playbook=str(playbook_path(playbook)),

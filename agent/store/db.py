@@ -18,7 +18,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from agent.errors import UserError
+from agent.errors import UserError, missing_extra
 from agent.hostside import redact
 
 ENV_URL = "SPARK_AGENT_STORE"
@@ -123,6 +123,10 @@ def _connect(url: str) -> sa.Engine:
             pass
     except sa.exc.NoSuchModuleError:
         raise UserError(f"store URL {shown(url)!r}: unknown database kind (use sqlite or postgresql+psycopg)") from None
+    except ImportError as exc:  # the URL's driver is not installed (psycopg comes with the [postgres] extra)
+        if parsed.get_backend_name() == "postgresql":
+            raise missing_extra("postgres", f"store {shown(url)}") from None
+        raise UserError(f"store {shown(url)}: its database driver is not installed ({exc.name})") from None
     except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
         reason = " ".join(str(exc.orig or exc).split())[:200]
         raise UserError(

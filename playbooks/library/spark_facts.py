@@ -29,7 +29,7 @@ options:
   gpu_rules_toml:
     description:
       - Text of agent/rules/gpus.toml, to classify the GPU on the host, e.g.
-        C("{{ lookup('file', playbook_dir ~ '/../agent/rules/gpus.toml') }}").
+        C("{{ lookup('file', spark_agent_dir ~ '/rules/gpus.toml') }}").
       - Without it arch/sm stay empty and the controller classifies the GPU.
     type: str
     default: ""
@@ -42,7 +42,7 @@ attributes:
 EXAMPLES = r"""
 - name: Gather host facts
   spark_facts:
-    gpu_rules_toml: "{{ lookup('file', playbook_dir ~ '/../agent/rules/gpus.toml') }}"
+    gpu_rules_toml: "{{ lookup('file', spark_agent_dir ~ '/rules/gpus.toml') }}"
   register: host_facts
 
 - name: Pretend to be a GB10 (the simulated Spark)

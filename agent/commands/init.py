@@ -1,0 +1,120 @@
+"""`spark-agent init ADDRESS[:PORT]... [-o FILE] [--user U] [--key FILE] [--yes]`: write a starter inventory for
+these hosts (group `sparks`, named spark-1, spark-2, ... in the order given), then walk `trust`: show each host's SSH
+key fingerprint and record it in known_hosts once you have compared it with the host's console."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from agent.errors import UserError
+
+DEFAULT_OUT = "spark-inventory.yml"
+GROUP = "sparks"
+
+HEADER = """\
+# Written by `spark-agent init`. Edit freely: it is a plain Ansible inventory.
+#   spark-agent check -i {out}
+#   spark-agent sweep SPEC.toml -i {out}        (a spec to start from: {examples}/gb10-nvfp4.toml)
+# Host keys are checked: `spark-agent trust {group} -i {out}` records a new host's key after you compare it.
+# Secrets (e.g. HF_TOKEN under spark_serve_env) belong vaulted (ansible-vault encrypt_string); then add
+# --vault-password-file FILE to each command.
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "init",
+        help="write a starter inventory for a list of hosts, then record their SSH keys (trust)",
+        description=__doc__,
+    )
+    p.add_argument("hosts", nargs="+", metavar="ADDRESS[:PORT]", help="each Spark's address (IPv6: [ADDR]:PORT)")
+    p.add_argument("-o", "--out", default=DEFAULT_OUT, help=f"inventory to write (default: ./{DEFAULT_OUT})")
+    p.add_argument("--user", default="nvidia", help="SSH user on the hosts (default %(default)s)")
+    p.add_argument("--key", default="~/.ssh/id_ed25519", help="SSH private key file (default %(default)s)")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    p.add_argument("--no-trust", action="store_true", help="only write the inventory (run `trust` later)")
+    p.add_argument("--yes", action="store_true", help="trust: record without asking (after checking fingerprints)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise UserError(f"{out} exists: pass --force to overwrite it, or -o ANOTHER.yml")
+    text = inventory_text(args.hosts, args.user, args.key, str(out))
+    if not out.parent.is_dir():
+        raise UserError(f"-o {out}: folder {out.parent} does not exist")
+    _check(text, out)  # the loader every command uses must accept what we write, before it exists
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    print(f"wrote {out}: {len(args.hosts)} host(s) in group {GROUP}", file=sys.stderr)
+    if args.no_trust:
+        print(f"next: spark-agent trust {GROUP} -i {out}", file=sys.stderr)
+        return 0
+    from agent.commands import trust
+
+    try:
+        return trust.run(argparse.Namespace(hosts=[GROUP], inventory=str(out), yes=args.yes))
+    except UserError as exc:
+        raise UserError(f"{exc.message} (the inventory is written; then: spark-agent trust {GROUP} -i {out})") from None
+
+
+def inventory_text(hosts: list[str], user: str, key: str, out: str) -> str:
+    import yaml
+
+    from agent.planning.inventory import USER
+
+    if not USER.match(user):
+        raise UserError(f"--user {user!r}: letters, digits, _ . @ - only")
+    if not key or any(c in key for c in "\n\r\0"):
+        raise UserError("--key: give the path of an SSH private key file")
+    members = {}
+    for number, given in enumerate(hosts, 1):
+        address, port = split_host(given)
+        entry: dict[str, object] = {"ansible_host": address}
+        if port != 22:
+            entry["ansible_port"] = port
+        members[f"spark-{number}"] = entry
+    group = {
+        "hosts": members,
+        "vars": {
+            "ansible_user": user,
+            "ansible_ssh_private_key_file": key,
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "spark_runtime": "docker",
+        },
+    }
+    body = yaml.safe_dump({"all": {"children": {GROUP: group}}}, sort_keys=False, default_flow_style=False)
+    from agent.paths import EXAMPLES
+
+    return HEADER.format(out=out, group=GROUP, examples=EXAMPLES) + body
+
+
+def split_host(given: str) -> tuple[str, int]:
+    """ADDRESS, ADDRESS:PORT or [IPV6]:PORT; a bare IPv6 address has no port."""
+    from agent.planning.inventory import ADDRESS, SHELL_META
+
+    address, port_text = given, ""
+    if given.startswith("[") and "]:" in given:
+        address, port_text = given[1:].split("]:", 1)
+    elif given.count(":") == 1:
+        address, port_text = given.split(":", 1)
+    port = int(port_text) if port_text.isdigit() else (22 if not port_text else 0)
+    if not ADDRESS.match(address) or SHELL_META.search(address.strip("[]")) or not 0 < port < 65536:
+        raise UserError(f"host {given!r}: give ADDRESS, ADDRESS:PORT or [IPV6]:PORT (port 1-65535)")
+    return address, port
+
+
+def _check(text: str, out: Path) -> None:
+    import tempfile
+
+    from agent.planning.inventory import load_inventory
+
+    with tempfile.TemporaryDirectory(prefix="spark-agent-init-") as folder:
+        trial = Path(folder) / out.name
+        trial.write_text(text, encoding="utf-8")
+        load_inventory(trial)

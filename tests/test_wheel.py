@@ -1,0 +1,104 @@
+"""The package as a user gets it: the wheel, built from the checkout, installed into a fresh venv in a temporary
+folder outside the repository, then run from another folder: --version, demo, report, lint, attest. Nothing of the
+checkout is on the path (tests/wheel_venv.user_env), so a file the wheel forgot fails here.
+
+One Python (the one running pytest) keeps CI short; bench/bench_install.py --pythons checks 3.11-3.13."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .wheel_venv import REPO, build_wheel, install, user_env
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The venv's bin: the wheel and its dependencies, nothing else."""
+    root = tmp_path_factory.mktemp("wheel")
+    assert REPO not in root.parents
+    wheel = build_wheel(root / "dist")
+    return install(wheel, root / "venv")
+
+
+def spark_agent(bin_dir: Path, cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(bin_dir / "spark-agent"), *args],
+        cwd=cwd,
+        env=user_env(bin_dir),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_the_wheel_carries_what_the_controller_reads(installed):
+    bin_dir = installed
+    code = "from agent import paths; print(paths.DATA); print(paths.PLAYBOOKS / 'cell.yml')"
+    done = subprocess.run([str(bin_dir / "python"), "-c", code], capture_output=True, text=True, cwd="/", timeout=60)
+    data, cell = done.stdout.split()
+    assert "site-packages" in data and Path(data).name == "data" and Path(cell).is_file()
+    assert not str(data).startswith(str(REPO))
+
+
+def test_demo_report_lint_attest_from_any_folder(installed, tmp_path):
+    bin_dir = installed
+    version = spark_agent(bin_dir, tmp_path, "--version")
+    assert version.returncode == 0 and "vLLM versions its rules know" in version.stdout, version.stderr
+
+    # its own port and work dir (~/.spark-agent/local-PORT): beside other demos and tests on this machine
+    demo = spark_agent(bin_dir, tmp_path, "demo", "--duration", "1", "--port", str(free_port()))
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    assert "## What to run" in demo.stdout and "report: results/quick/report.md" in demo.stdout, demo.stdout
+    sweep = tmp_path / "results" / "quick"
+    cells = sorted(p.parent for p in sweep.glob("localhost/*/cell.toml"))
+    assert len(cells) == 2  # marlin and flashinfer_b12x, measured
+
+    report = spark_agent(bin_dir, tmp_path, "report", "results/quick", "-o", "again")
+    assert report.returncode == 0, report.stderr
+    assert "## What to run" in (tmp_path / "again" / "report.md").read_text()
+
+    (tmp_path / "launch.sh").write_text(
+        "vllm serve org/model-NVFP4 --moe-backend marlin --gpu-memory-utilization 0.95\n"
+    )
+    lint = spark_agent(bin_dir, tmp_path, "lint", "launch.sh", "--gpu", "gb10")  # its rules, from the wheel
+    assert lint.returncode == 1 and "[gb10-gpu-memory-utilization]" in lint.stdout, lint.stdout + lint.stderr
+
+    attest = spark_agent(bin_dir, tmp_path, "attest", str(cells[0] / "server.log"), "--json")
+    assert attest.returncode == 0, attest.stdout + attest.stderr
+    assert json.loads(attest.stdout)["verdict"]["verdict"] == "valid"
+
+
+def test_a_missing_extra_is_one_line_from_the_wheel(installed, tmp_path):
+    bin_dir = installed
+    done = spark_agent(bin_dir, tmp_path, "store", "info", "--store", "postgresql+psycopg://u@127.0.0.1:9/db")
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("pip install 'spark-agent[postgres]'"), done.stderr
+
+
+def test_a_sweep_over_ssh_hosts_from_the_wheel(installed, sim_inventory, tmp_path):
+    """The installed controller pushes its packaged playbooks over real SSH (the test hosts, simulated Sparks)."""
+    bin_dir = installed
+    quick = subprocess.run(
+        [str(bin_dir / "python"), "-c", "from agent.paths import EXAMPLES; print(EXAMPLES / 'quick.toml')"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    args = ["sweep", quick, "-i", str(sim_inventory), "--duration", "1", "--results", "out", "--no-progress"]
+    sweep = spark_agent(bin_dir, tmp_path, *args, "--limit", "spark-a")
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    cells = list((tmp_path / "out" / "quick" / "spark-a").glob("*/cell.toml"))
+    assert len(cells) == 2
