@@ -20,7 +20,9 @@ from agent.errors import UserError
 
 MAX_BYTES = 4 * 1024 * 1024  # a script, a compose file or a model card; anything bigger is not one
 MAX_LAUNCHES = 256
-MAX_YAML_NODES = 100_000  # YAML aliases can make a small file a huge tree: walk at most this many nodes
+MAX_YAML_NODES = 100_000  # YAML aliases can make a small file a huge tree: its size counted through them, at most
+MAX_YAML_ALIASES = 1_000  # a compose file reuses a block a few times (`<<: *defaults`); a bomb needs thousands
+MAX_YAML_DEPTH = 64  # a manifest is a few levels deep; deeper is an attack on the recursive composer
 
 # `docker run` options that take a value as the next word (the rest are switches, or `--opt=value`).
 _DOCKER_VALUE_OPTS = {
@@ -36,6 +38,16 @@ _FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)")
 _INLINE_CODE = re.compile(r"`([^`\n]{1,2000})`")
 _FENCED = re.compile(r"^\s*(?:```|~~~)", re.M)  # a Markdown text with code blocks: only they are read
 _YAML_HINT = re.compile(r"^(?:services|apiVersion|kind|spec|containers|command|args)\s*:", re.M)
+_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+_SHELLS = {"sh", "bash", "zsh", "dash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "/usr/bin/env"}
+# Flags only vLLM's server takes: `docker run IMAGE serve ...` of an image whose name does not say vLLM is one
+# when these follow.
+_VLLM_FLAGS = {
+    "--tensor-parallel-size", "-tp", "--gpu-memory-utilization", "--max-model-len", "--served-model-name",
+    "--quantization", "--kv-cache-dtype", "--max-num-seqs", "--enforce-eager", "--moe-backend",
+    "--speculative-config", "--trust-remote-code", "--enable-prefix-caching", "--max-num-batched-tokens",
+}  # fmt: skip
+_DIFF = re.compile(r"^(?:@@ |\+\+\+ |--- a/|diff --git )", re.M)
 
 
 @dataclass
@@ -110,11 +122,36 @@ def read_text(data: bytes, source: str) -> str:
     return text
 
 
+def _is_diff(text: str) -> bool:
+    """A unified diff, or lines pasted from one (each starts with +, - or a space, and some add)."""
+    if _DIFF.search(text):
+        return True
+    lines = [line for line in text.split("\n") if line.strip()]
+    return any(line.startswith("+") for line in lines) and all(line[0] in "+- " for line in lines)
+
+
+def undiff(text: str) -> str:
+    """A unified diff as the text it makes: `+` lines without their `+`, removed lines blank (line numbers kept)."""
+    out = []
+    for line in text.split("\n"):
+        if line.startswith(("+++", "---", "@@", "diff --git", "index ")) or line.startswith("-"):
+            out.append("")
+        elif line.startswith(("+", " ")):
+            out.append(line[1:])
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def extract(text: str, source: str) -> list[Launch]:
     """Every `vllm serve` invocation in a text (see the module docstring); [] when there is none."""
     launches: list[Launch] = []
+    if not _FENCED.search(text) and _is_diff(text):  # a patch: the launch it adds
+        text = undiff(text)
     if _FENCED.search(text):
         for first_line, lang, block in _fenced_blocks(text):
+            if lang in ("diff", "patch") or (not lang and _is_diff(block)):
+                block, lang = undiff(block), ""
             launches += _extract_block(block, source, first_line, lang)
         if not launches:  # a card that gives its command inline: `vllm serve ...` in a sentence
             for n, line in enumerate(text.splitlines(), 1):
@@ -189,13 +226,15 @@ def _expand(word: str, variables: dict[str, str]) -> str:
     return _VAR.sub(one, word) if "$" in word else word
 
 
-def _from_shell(text: str, source: str, first_line: int) -> list[Launch]:
+def _from_shell(
+    text: str, source: str, first_line: int, inherited: dict[str, tuple[str, int]] | None = None
+) -> list[Launch]:
     launches: list[Launch] = []
-    variables: dict[str, str] = {}  # every assignment of the script (for $VAR in later lines)
-    exported: dict[str, tuple[str, int]] = {}  # what later commands inherit
+    exported: dict[str, tuple[str, int]] = dict(inherited or {})  # what later commands inherit
+    variables: dict[str, str] = {k: v for k, (v, _) in exported.items()}  # every assignment (for $VAR later)
     for n, command in _logical_lines(text):
         line_no = first_line + n - 1
-        words = _words(command)
+        words = _words(command[1:] if command.startswith("$ ") else command)
         for segment in _segments(words):
             segment = [_expand(w, variables) for w in segment]
             if segment and segment[0] == "export":
@@ -214,9 +253,7 @@ def _from_shell(text: str, source: str, first_line: int) -> list[Launch]:
             if not segment:
                 variables.update({k: v for k, (v, _) in prefix.items()})
                 continue
-            launch = _launch_of(segment, source, line_no, {**exported, **prefix})
-            if launch:
-                launches.append(launch)
+            launches += _launch_of(segment, source, line_no, {**exported, **prefix})
     return launches
 
 
@@ -241,31 +278,53 @@ def _segments(words: list[str]) -> Iterator[list[str]]:
     yield current
 
 
-def _launch_of(words: list[str], source: str, line: int, env: dict[str, tuple[str, int]]) -> Launch | None:
-    """A launch when these words run `vllm serve` (directly, via the OpenAI server module, or in `docker run`)."""
+def _launch_of(words: list[str], source: str, line: int, env: dict[str, tuple[str, int]]) -> list[Launch]:
+    """The launches these words run: `vllm serve` (directly, via the OpenAI server module, in `docker run`), or
+    a script given to a shell (`bash -c "..."`, `docker exec C sh -c "..."`) that runs one."""
     for i in range(len(words) - 1):
-        if words[i].endswith("docker") and words[i + 1] == "run":
+        if words[i].endswith(("docker", "podman")) and words[i + 1] == "run":
             return _docker_run(words[i + 2 :], source, line, env)
+        if words[i].endswith(("docker", "podman")) and words[i + 1] == "exec":  # a running container: no image
+            found = _docker_run(words[i + 2 :], source, line, {})  # and none of this shell's variables
+            for one in found:
+                one.image = ""
+            return found
         if words[i].endswith("docker") and words[i + 2 : i + 3] == ["run"] and words[i + 1] in ("compose", "container"):
             found = _docker_run(words[i + 3 :], source, line, env)  # `docker compose run SERVICE ...` too
-            if found and words[i + 1] == "compose":
-                found.image = ""  # a service name, not an image: its compose file says which
+            for one in found if words[i + 1] == "compose" else ():
+                one.image = ""  # a service name, not an image: its compose file says which
             return found
     serve = _serve_args(words)
-    return _launch(source, line, "shell", serve, env, "") if serve is not None else None
+    if serve is not None:
+        return [_launch(source, line, "shell", serve, env, "")]
+    script = _shell_script(words)
+    return _from_shell(script, source, line, env) if script else []
+
+
+def _shell_script(words: list[str]) -> str:
+    """The script of `sh -c SCRIPT` (bash -lc, env bash -c ...) among these words; "" when there is none."""
+    for i, word in enumerate(words[:-2] if len(words) > 2 else []):
+        if word in _SHELLS or word.endswith(("/sh", "/bash")):
+            flag = words[i + 1]
+            if flag.startswith("-") and not flag.startswith("--") and "c" in flag:
+                return words[i + 2]
+    return ""
 
 
 def _serve_args(words: list[str]) -> list[str] | None:
     for i, word in enumerate(words):
         if (word == "vllm" or word.endswith("/vllm")) and i + 1 < len(words) and words[i + 1] == "serve":
             return words[i + 2 :]
-        if word == "-m" and i + 1 < len(words) and words[i + 1] == "vllm.entrypoints.openai.api_server":
+        if word == "-m" and i + 1 < len(words) and words[i + 1] in _SERVER_MODULES:
             return words[i + 2 :]
+        if word == "-m" and words[i + 1 : i + 3] == ["vllm.entrypoints.cli.main", "serve"]:
+            return words[i + 3 :]
     return None
 
 
-def _docker_run(words: list[str], source: str, line: int, env: dict[str, tuple[str, int]]) -> Launch | None:
+def _docker_run(words: list[str], source: str, line: int, env: dict[str, tuple[str, int]]) -> list[Launch]:
     container_env: dict[str, tuple[str, int]] = {}
+    entrypoint = ""
     i = 0
     while i < len(words):
         word = words[i]
@@ -279,22 +338,37 @@ def _docker_run(words: list[str], source: str, line: int, env: dict[str, tuple[s
                 container_env[m[1]] = (m[2], line)
             elif val in env:
                 container_env[val] = env[val]  # `-e NAME` passes the caller's value
+        if key == "--entrypoint":
+            entrypoint = val if eq else (words[i + 1] if i + 1 < len(words) else "")
         if key in _DOCKER_VALUE_OPTS and not eq:
             i += 1
         i += 1
     if i >= len(words):
-        return None
+        return []
     image, rest = words[i], words[i + 1 :]
-    serve = _serve_args(rest) or _entrypoint_args(image, rest)
+    if entrypoint:  # `--entrypoint python3 IMAGE -m vllm...`, `--entrypoint vllm IMAGE serve ...`
+        rest = [*_words(entrypoint), *rest]
+    serve = _serve_args(rest)
     if serve is None:
-        return None
-    return _launch(source, line, "docker", serve, container_env, image)
+        script = _shell_script(rest)
+        if script:  # `docker run IMAGE bash -c "... vllm serve ..."`: the script's launches, in this container
+            found = _from_shell(script, source, line)
+            for one in found:
+                one.kind, one.image = "docker", image
+                for name, (value, at) in container_env.items():
+                    one.env.setdefault(name, value)
+                    one.env_lines.setdefault(name, at)
+            return found
+        serve = _entrypoint_args(image, rest)
+    if serve is None:
+        return []
+    return [_launch(source, line, "docker", serve, container_env, image)]
 
 
 def _entrypoint_args(image: str, words: list[str]) -> list[str] | None:
     """The server's arguments when the image's entrypoint is vLLM: the OpenAI image takes them directly, an image
     whose entrypoint is `vllm` takes `serve ARGS`."""
-    if words and words[0] == "serve" and "vllm" in image:
+    if words and words[0] == "serve" and ("vllm" in image.lower() or _VLLM_FLAGS & {w.split("=")[0] for w in words}):
         return words[1:]
     if _is_openai_image(image):
         return words
@@ -324,8 +398,10 @@ def _launch(source: str, line: int, kind: str, args: list[str], env: dict[str, t
 def _from_yaml(text: str, source: str, first_line: int) -> list[Launch] | None:
     """Launches of a YAML text; None when it is no YAML (then it is read as shell)."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError:
+        docs = [d for d in yaml.load_all(text, Loader=_BoundedLoader) if d is not None]
+    except _YamlBomb as exc:
+        raise UserError(f"{source}:{first_line + exc.line}: {exc.why}: refused; pass the file without it") from None
+    except (yaml.YAMLError, RecursionError):
         return None
     if not docs or not all(isinstance(d, (dict, list)) for d in docs):
         return None
@@ -345,6 +421,70 @@ def _from_yaml(text: str, source: str, first_line: int) -> list[Launch] | None:
                     line = first_line + _line_of(text, value.strip().splitlines()[0])
                     out += _from_shell(value, source, line)
     return out
+
+
+class _YamlBomb(Exception):
+    def __init__(self, why: str, line: int) -> None:
+        super().__init__(why)
+        self.why, self.line = why, line
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses, while composing, what makes a small text a huge tree: more than MAX_YAML_ALIASES
+    aliases, nesting deeper than MAX_YAML_DEPTH, or a document whose size counted through its aliases passes
+    MAX_YAML_NODES (a billion-laughs bomb shares its nodes, so building it is cheap: walking it is not)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                raise _YamlBomb(f"more than {MAX_YAML_ALIASES} YAML aliases", self.peek_event().start_mark.line)
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _YamlBomb(f"YAML nested deeper than {MAX_YAML_DEPTH}", self.peek_event().start_mark.line)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        if _expanded_size(node) > MAX_YAML_NODES:
+            raise _YamlBomb(f"YAML that expands past {MAX_YAML_NODES} nodes through its aliases", node.start_mark.line)
+        return node
+
+
+def _expanded_size(root: Any) -> int:
+    """Nodes of a composed YAML document counted through its aliases (a shared node counts at each use), stopping
+    early past MAX_YAML_NODES; a node that contains itself counts as too big. Linear in the distinct nodes."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if done:
+            sizes[key] = min(MAX_YAML_NODES + 1, 1 + sum(sizes.get(id(c), MAX_YAML_NODES + 1) for c in children))
+            continue
+        if key in sizes:
+            continue
+        sizes[key] = MAX_YAML_NODES + 1  # in progress: met again below itself, it is a cycle
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _containers(node: Any, budget: list[int]) -> Iterator[dict[str, Any]]:
@@ -377,7 +517,7 @@ def _strings(node: Any, budget: list[int]) -> Iterator[tuple[str, None]]:
 
 def _container(c: dict[str, Any], name: str, text: str, source: str, first_line: int, kind: str) -> list[Launch]:
     """A compose service or a Kubernetes container: image + entrypoint/command + command/args + environment."""
-    image = str(c.get("image") or "")
+    image = _expand(str(c.get("image") or ""), {})  # ${IMAGE:-vllm/vllm-openai:v0.11.0}: its default
     at = first_line + _line_of(text, f"{name}:" if kind == "compose" and name else f"image: {image}")
     words: list[str] = []
     for key in ("entrypoint", "command", "args"):
@@ -387,8 +527,11 @@ def _container(c: dict[str, Any], name: str, text: str, source: str, first_line:
         elif isinstance(value, list):
             words += [str(v) for v in value]
     env = {k: (v, first_line + _line_of(text, k, at - first_line)) for k, v in _container_env(c).items()}
-    if len(words) >= 3 and words[0] in ("sh", "bash", "/bin/sh", "/bin/bash") and words[1] in ("-c", "-lc"):
-        found = _from_shell(" ".join(words[2:]), source, at)  # `sh -c "...; vllm serve ..."`
+    script = _shell_script(words)
+    if script and _serve_args(words) is None:
+        if words.index(script) < len(words) - 1:  # k8s `command: [sh, -c]` + `args: ["vllm serve", ...]` pieces
+            script = " ".join(words[words.index(script) :])
+        found = _from_shell(script, source, at)  # `sh -c "...; vllm serve ..."`
         for launch in found:
             launch.kind, launch.image = kind, image
             for k, (v, n) in env.items():
