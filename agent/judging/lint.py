@@ -18,7 +18,7 @@ from agent.errors import UserError
 from agent.hostside import facts as hostfacts
 from agent.hostside.contracts import Facts
 from agent.hostside.logparse import normalise_backend
-from agent.planning import envrules
+from agent.planning import envrules, launchfix
 from agent.planning.launch import Launch
 
 SEVERITIES = ("note", "warning", "error")
@@ -109,6 +109,7 @@ def lint(launch: Launch, target: Target) -> Result:
     _dead(result, fixed, rules, parsed)
     _unknown(result, rules, parsed, version)
     _fails(result, fixed, rules, target.arch, quant, parsed)
+    _fails_of_fix(launch, fixed, rules, target.arch, quant, parsed)
     _speculative(result, fixed, quant)
     _conflicts(result, rules)
     _flags(result, rules, parsed, version)
@@ -161,8 +162,13 @@ def _dead(result: Result, fixed: Launch, rules: dict, version: envrules.Version 
         line = result.launch.env_lines.get(name, 0)
         use = f"use {entry['replacement']} instead"
         if not entry.get("vllm") or (version is not None and envrules.in_range(version, entry["vllm"])):
-            _add(result, entry["id"], "error", f"{name} is dead: {entry['reason']}; {use}", line, f"drop {name}")
+            flag = str(entry.get("replacement", ""))
+            value = launchfix.replacement(name, result.launch.env[name], flag, result.launch.env)
+            fix = f"drop {name}" + (f", add {flag} {value}" if value else "")
+            _add(result, entry["id"], "error", f"{name} is dead: {entry['reason']}; {use}", line, fix)
             fixed.env.pop(name, None)
+            if value and fixed.flag(flag) is None:
+                _set_flag(fixed, flag, value)
         elif version is None:
             why = f"{name} is dead in vLLM {entry['vllm']} and the version is unknown (pass --vllm-version)"
             _add(result, entry["id"], "warning", f"{why}: {entry['reason']}; {use}", line)
@@ -215,6 +221,20 @@ def _fails(result: Result, fixed: Launch, rules: dict, arch: str, quant: str, ve
                 f"{' with ' + quant if quant else ''} (a {entry['class']} failure): {entry['reason']}"
             )
             _add(result, entry["id"], "error", message, fix=fix)
+
+
+def _fails_of_fix(
+    launch: Launch, fixed: Launch, rules: dict, arch: str, quant: str, version: envrules.Version | None
+) -> None:
+    """A backend the fixes chose (a dead variable's flag) must not be one that fails here: its rule's fix, or
+    no flag (vLLM's own choice) when the rule knows none."""
+    for entry in rules.get("fails", []):
+        if _applies(entry, arch, quant, version) and _backend(fixed, entry["axis"]) == entry["backend"]:
+            if entry.get("fix"):
+                _set_flag(fixed, entry["axis"], entry["fix"])
+            elif launch.flag(entry["axis"]) is None:
+                _set_flag(fixed, entry["axis"], "")
+                fixed.args = fixed.args[:-2]
 
 
 def _speculative(result: Result, fixed: Launch, quant: str) -> None:
