@@ -23,6 +23,21 @@ from agent.planning.launch import Launch
 
 SEVERITIES = ("note", "warning", "error")
 _QUANT_WORDS = (("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("fp4", "nvfp4"), ("fp8", "fp8"), ("bf16", "bf16"))
+# Hub checkpoints whose names do not say their quant: `quantization_config` of each one's config.json on
+# huggingface.co (https://huggingface.co/<id>/blob/main/config.json), read 2026.
+HUB_QUANT = {
+    "openai/gpt-oss-120b": "mxfp4",
+    "openai/gpt-oss-20b": "mxfp4",
+    "deepseek-ai/deepseek-v3": "fp8",
+    "deepseek-ai/deepseek-v3-0324": "fp8",
+    "deepseek-ai/deepseek-r1": "fp8",
+    "deepseek-ai/deepseek-r1-0528": "fp8",
+    "moonshotai/kimi-k2-instruct": "fp8",
+    "minimaxai/minimax-m2": "fp8",
+}
+# NGC vLLM images (nvcr.io/nvidia/vllm:YY.MM-py3) by the vLLM release they ship. 25.11 -> 0.11.0: the image's own
+# version line in vllm-project/vllm#30163 (tests/data/logs/public-fragments/SOURCES.md). Other tags stay unknown.
+NGC_VLLM = {"25.11": "0.11.0"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,8 @@ def target_for(arch: str, vllm_version: str, quant: str = "") -> Target:
 def image_version(image: str) -> str:
     """The vLLM version an image's tag names (`vllm/vllm-openai:v0.12.0` -> 0.12.0); "" when it names none."""
     tag = image.split("@")[0].rsplit(":", 1)[1] if ":" in image.split("@")[0].rsplit("/", 1)[-1] else ""
+    if "nvcr.io/nvidia/vllm" in image and tag.split("-")[0] in NGC_VLLM:
+        return NGC_VLLM[tag.split("-")[0]]
     version = envrules.parse_version(tag) if tag.startswith(("v0.", "0.", "v1.", "1.")) else None
     return ".".join(map(str, version)) if version else ""
 
@@ -90,11 +107,30 @@ def quant_of(launch: Launch, checkpoint: dict[str, Any] | None) -> str:
         for word, quant in _QUANT_WORDS:
             if word in text:
                 return quant
+    config = _config_quant(launch.model)
+    if config:
+        return config
+    hub = HUB_QUANT.get(launch.model.lower().strip("/"))
+    if hub:
+        return hub
     name = launch.model.lower().replace("-", "").replace("_", "")
     for word, quant in _QUANT_WORDS:
         if word in name:
             return quant
     return ""
+
+
+def _config_quant(model: str) -> str:
+    """The quant a local checkpoint's config.json says (`quantization_config`: quant_method / quant_algo / fmt)."""
+    path = Path(model) / "config.json" if model and not model.startswith(("http:", "https:")) else None
+    try:
+        if not path or not path.is_file() or path.stat().st_size > 4 * 1024 * 1024:
+            return ""
+        conf = json.loads(path.read_text(encoding="utf-8")).get("quantization_config")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    text = json.dumps(conf).lower() if isinstance(conf, dict) else ""
+    return next((quant for word, quant in _QUANT_WORDS if word in text), "")
 
 
 def lint(launch: Launch, target: Target) -> Result:
