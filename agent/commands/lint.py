@@ -76,7 +76,9 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failing else 0
 
 
-def _fix(text: str, source: str, results: list[checks.Result], args: argparse.Namespace, arch: str, threshold: int) -> int:
+def _fix(
+    text: str, source: str, results: list[checks.Result], args: argparse.Namespace, arch: str, threshold: int
+) -> int:
     """The whole text with every fix in place (last launch first: line numbers above stay true), then linted again."""
     from agent.planning import launchfix
 
@@ -87,7 +89,10 @@ def _fix(text: str, source: str, results: list[checks.Result], args: argparse.Na
             text = done.text
             undone += [f"{source}:{r.launch.line}: could not {what}" for what in done.undone]
     text = launchfix.finish(text)
-    again = [checks.lint(one, checks.target_for(arch, args.vllm_version, args.quant)) for one in launches.extract(text, source)]
+    again = [
+        checks.lint(one, checks.target_for(arch, args.vllm_version, args.quant))
+        for one in launches.extract(text, source)
+    ]
     left = [f for r in again for f in r.findings if checks.SEVERITIES.index(f.severity) >= threshold]
     out = sys.stderr if args.format != "text" else sys.stdout
     for line in undone:

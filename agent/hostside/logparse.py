@@ -341,7 +341,9 @@ _ENGINE_INIT = re.compile(r"Initializing an? (?:V\d )?LLM engine (?:\(v([^)\s]+)
 _CONFIG_MODEL = re.compile(r"(?:^|[ ,])model='([^']*)'")
 _CONFIG_SPEC = re.compile(r"speculative_config=SpeculativeConfig\(method='([\w-]+)'(?:.*?num_spec_tokens=(\d+))?")
 # V0 (0.5-0.8): the draft model stands where the method does; "[ngram]" is the n-gram proposer.
-_CONFIG_DRAFT = re.compile(r"speculative_config=SpeculativeConfig\(draft_model='?([^',)]{1,300})'?(?:, num_spec_tokens=(\d+))?")
+_CONFIG_DRAFT = re.compile(
+    r"speculative_config=SpeculativeConfig\(draft_model='?([^',)]{1,300})'?(?:, num_spec_tokens=(\d+))?"
+)
 _CONFIG_QUANT = re.compile(r"(?:^|[ ,])quantization=(\w{1,40})")
 # 0.5-0.6: a GPTQ/AWQ checkpoint upgraded to the Marlin kernels ("... is convertible to gptq_marlin during runtime").
 _CONVERTIBLE = re.compile(r"convertible to (\w{1,40}) during runtime")

@@ -454,7 +454,7 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def compose_document(self) -> Any:
         node = super().compose_document()
-        if _expanded_size(node) > MAX_YAML_NODES:
+        if node is not None and _expanded_size(node) > MAX_YAML_NODES:
             raise _YamlBomb(f"YAML that expands past {MAX_YAML_NODES} nodes through its aliases", node.start_mark.line)
         return node
 

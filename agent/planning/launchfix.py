@@ -105,9 +105,8 @@ def _flag_changes(launch: Launch, fixed: Launch) -> list[tuple[str, str]]:
     changes = []
     args = fixed.args
     for i, arg in enumerate(args):
-        if arg.startswith("--") and "=" not in arg and i + 1 < len(args):
-            if launch.flag(arg) != args[i + 1]:
-                changes.append((arg, args[i + 1]))
+        if arg.startswith("--") and "=" not in arg and i + 1 < len(args) and launch.flag(arg) != args[i + 1]:
+            changes.append((arg, args[i + 1]))
     return changes
 
 
@@ -142,7 +141,7 @@ def _add_env(lines: list[str], start: int, launch: Launch, name: str, value: str
             item = re.match(r"^(\s*)-\s*(name:)?", lines[i + 1].lstrip(_GONE))
             if item and item.group(2):
                 pad = item.group(1)
-                lines[i + 1 : i + 1] = [f'{pad}- name: {name}', f'{pad}  value: "{value}"']
+                lines[i + 1 : i + 1] = [f"{pad}- name: {name}", f'{pad}  value: "{value}"']
                 return True
             if item:
                 lines.insert(i + 1, f"{item.group(1)}- {name}={value}")
