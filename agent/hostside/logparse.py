@@ -33,11 +33,12 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # journald, docker compose (`svc-1  | `). They may nest (compose + timestamps), hence a loop.
 _WRAPPER = re.compile(
     r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?: (?:stdout|stderr) [FP])? "
-    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: "
+    r"|[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: "  # journald, in any locale's month
     r"|[\w.-]+\s*\| )"
 )
 # "(" optional: a pasted line that lost its first characters still has "Worker_TP3 pid=7)" (or "orker_TP3 pid=7)").
-_PROC_TAGS = re.compile(r"^(?:\s*\(?[\w.-]+ pid=\d+(?:, ip=[\d.]+)?\))+\s*")
+# "(APIServer pid=1)", "(VllmWorker TP4 pid=7)", "(VllmWorker rank=2 pid=7)", "(RayWorkerWrapper pid=7, ip=10.0.0.2)"
+_PROC_TAGS = re.compile(r"^(?:\s*\(?[\w.-]+(?: [\w.=-]{1,40})? pid=\d+(?:, ip=[\d.]+)?\))+\s*")
 _HEADER = re.compile(
     r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./<>-]+:\d+\]\s?"
 )
@@ -54,7 +55,7 @@ _LATE_HEADER = re.compile(
 )
 # Two log lines pasted onto one: a second header inside a line starts a new line.
 _EMBEDDED_HEADER = re.compile(
-    r"\s(?=\([\w.-]+ pid=\d+\)\s|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d|INFO:\s{4})"
+    r"\s(?=\([\w.-]+(?: [\w.=-]{1,40})? pid=\d+\)\s|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d|INFO:\s{4})"
 )  # uvicorn's own lines start "INFO:     "
 
 
@@ -622,6 +623,7 @@ class Follower:
         self._open_lines = 0
         self._repairs = dict.fromkeys(_REPAIRS, 0)
         self._disabled = ""  # a "... is disabled for this configuration" warning (see _DISABLED)
+        self._probe = 256  # lines still looked at for a vLLM prefix while none was seen (see _probe_line)
 
     # -- input --
     def feed(self, text: str) -> None:
@@ -655,6 +657,8 @@ class Follower:
                 self._cluster.feed(line)
             if not self._server_seen and _SERVER_MARKERS.search(line):
                 self._server_seen = True
+            if self._probe and not self._f["vllm_log_lines"]:
+                self._probe_line(line)
             if "\r" in line:  # progress bars redraw with CR; each piece is its own line
                 for piece in line.split("\r"):
                     if _PREFILTER.search(piece):
@@ -681,6 +685,16 @@ class Follower:
         if self._partial or self._partial_cut:
             self._feed_held()
         self._close_open()
+
+    def _probe_line(self, line: str) -> None:
+        """A log whose first lines hold no fact is still vLLM's when they carry its prefix: the first such line
+        counts (then this check stops, and it stops for good after 256 lines: a cost only at the start)."""
+        self._probe -= 1
+        if ("INFO" in line or "WARN" in line or "ERROR" in line or "DEBUG" in line) and not _PREFILTER.search(line):
+            level, _, damaged = split_header_damaged(clean(line))
+            if level and not damaged:
+                self._f["vllm_log_lines"] += 1
+                self._probe = 0
 
     # -- wrapped lines: a list or call whose brackets close on a later line (pasted, or wrapped by a terminal) --
     def _continues(self, line: str) -> bool:
@@ -1216,6 +1230,7 @@ def _recognised(f: Attestation) -> bool:
         or f["startup_complete"]
         or (failure and failure.get("class") not in ("other", ENDED_BEFORE_READY))
         or f["quantization"]
+        or f["spec_acceptance_rates"]
         or f["runtime_failure"]
     )
 
