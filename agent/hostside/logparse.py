@@ -289,6 +289,8 @@ _NEEDLES = (
     "is not defined for option",
     "No valid attention backend",
     "ValidationError",
+    "Namespace(",  # 0.4-0.6: "args: Namespace(model='...', quantization='gptq', ...)"
+    "Detected that the model can run with",
     "ssertion error",
     "untimeError",
     "alueError",
@@ -347,7 +349,11 @@ _CONFIG_DRAFT = re.compile(
 )
 _CONFIG_QUANT = re.compile(r"(?:^|[ ,])quantization=(\w{1,40})")
 # 0.5-0.6: a GPTQ/AWQ checkpoint upgraded to the Marlin kernels ("... is convertible to gptq_marlin during runtime").
-_CONVERTIBLE = re.compile(r"convertible to (\w{1,40}) during runtime")
+_CONVERTIBLE = re.compile(r"convertible to (\w{1,40}) during runtime|you specified quantization=\w{1,40} explicitly, so forcing (\w{1,40})")
+# 0.4-0.6 print their arguments as an argparse Namespace: the model and the quantization are read from it.
+_NAMESPACE = re.compile(r"args: Namespace\(")
+_NAMESPACE_MODEL = re.compile(r"[(, ]model(?:_tag)?='([^']{1,300})'")
+_NAMESPACE_QUANT = re.compile(r"[(, ]quantization='(\w{1,40})'")
 _ARGS = re.compile(r"non-default args: (\{.*)")
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: ([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -434,6 +440,7 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
                 r"|invalid choice|ambiguous option|expected one argument)"
             ),
             re.compile(r"ValidationError: \d{1,4} validation errors? for \w{0,60}(?:Config|Args)\b"),
+            _Guarded("does not match the quantization method", r"Quantization method specified in the model config"),
         ),
     ),
     ("attention_backend_invalid", (re.compile(r"Selected backend \S+ is not valid for this configuration"),)),
@@ -949,7 +956,15 @@ class Follower:
             return
         m = _CONVERTIBLE.search(msg)
         if m:
-            f["quantization"] = f["quantization"] or m.group(1)
+            f["quantization"] = f["quantization"] or m.group(1) or m.group(2)
+            return
+        if _NAMESPACE.search(msg):
+            m = _NAMESPACE_MODEL.search(msg)
+            if m and not f["served_model"]:
+                f["served_model"] = m.group(1)
+            m = _NAMESPACE_QUANT.search(msg)
+            if m and not f["quantization"]:
+                f["quantization"] = m.group(1)
             return
         if _READY.search(msg):
             self.ready = True
