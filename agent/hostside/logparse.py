@@ -166,6 +166,7 @@ def normalise_backend(name: str) -> str:
     if "." in s:  # an enum repr: AttentionBackendEnum.FLASHINFER, NvFp4LinearBackend.CUTLASS
         s = s.rsplit(".", 1)[1]
     s = re.sub(r"[\s\-]+", "_", s).lower()
+    s = re.sub(r"_(?:mxfp4|mxfp8|bf16)(?=_|$)", "", s)  # "FlashInfer MXFP4 MXFP8 TRTLLM": the quant is no name
     if s in ("", "auto", "none"):
         return ""
     s = _ALIASES.get(s, s)
@@ -364,6 +365,8 @@ _MOE_FORMS = (
     (" backend for ", re.compile(r"Using ([\w -]{1,80}?) backend for (\w+) MoE")),  # 0.12-0.14: Marlin ... FP8 MoE
     ("MoE TRTLLM", re.compile(r"Using (FlashInfer) (FP8) MoE (TRTLLM) backend")),  # 0.12: ... for SM100
     ("FusedMoE", re.compile(r"Using (Marlin|FlashInfer [\w-]+)(?: kernels)? for ModelOpt(\w+?)FusedMoE")),  # NVFP4
+    # 0.10-0.13 gpt-oss (mxfp4.py): "Using FlashInfer MXFP4 BF16 backend for SM90", "... for Blackwell-class GPU"
+    ("MXFP4 ", re.compile(r"Using (FlashInfer (MXFP4)(?: [A-Z0-9]{2,8}){0,3}) backend")),
 )
 _ATTN_FORMS = (
     # auto (+ "out of potential backends"), and 0.2x short form
@@ -882,7 +885,7 @@ class Follower:
         self._other(msg, line)
 
     def _moe(self, m: re.Match[str], line: str) -> None:
-        raw = " ".join(m.groups()[0:1] + m.groups()[2:])  # 0.12's "FlashInfer ... TRTLLM" has the name in two parts
+        raw = " ".join(g for g in m.groups()[0:1] + m.groups()[2:] if g)  # 0.12's "FlashInfer ... TRTLLM": two parts
         spec = self._f["speculative"]
         if self._in_draft:
             if not spec["draft_moe_backend_raw"]:
