@@ -30,11 +30,12 @@ from .contracts import Attestation, Failure
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # Wrappers users' tools put in front of each line: Kubernetes (CRI), `docker logs --timestamps`,
-# journald, docker compose (`svc-1  | `). They may nest (compose + timestamps), hence a loop.
+# journald, docker compose (`svc-1  | `), a Markdown quote. They may nest (compose + timestamps), hence a loop.
 _WRAPPER = re.compile(
     r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?: (?:stdout|stderr) [FP])? "
     r"|[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: "  # journald, in any locale's month
-    r"|[\w.-]+\s*\| )"
+    r"|[\w.-]+\s*\| "
+    r"|>(?: ?>)* )"  # a Markdown quote of someone's log (a reply on an issue)
 )
 # "(" optional: a pasted line that lost its first characters still has "Worker_TP3 pid=7)" (or "orker_TP3 pid=7)").
 # "(APIServer pid=1)", "(VllmWorker TP4 pid=7)", "(VllmWorker rank=2 pid=7)", "(RayWorkerWrapper pid=7, ip=10.0.0.2)"

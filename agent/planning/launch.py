@@ -47,6 +47,8 @@ _VLLM_FLAGS = {
     "--quantization", "--kv-cache-dtype", "--max-num-seqs", "--enforce-eager", "--moe-backend",
     "--speculative-config", "--trust-remote-code", "--enable-prefix-caching", "--max-num-batched-tokens",
 }  # fmt: skip
+# What a paste puts before a command: a Markdown quote ("> "), the shell's continuation prompt ("> "), its prompt.
+_PROMPT = re.compile(r"^\s*(?:>\s?)+(?=\S)|^\s*\$\s+")
 _DIFF = re.compile(r"^(?:@@ |\+\+\+ |--- a/|diff --git )", re.M)
 
 
@@ -194,7 +196,7 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
     """(line number, command) with backslash-continued lines joined."""
     buf, start = "", 0
     for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.rstrip()
+        line = _PROMPT.sub("", raw.rstrip())
         if not buf:
             start = n
         if line.endswith("\\"):
