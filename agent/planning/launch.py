@@ -8,6 +8,7 @@ MAX_YAML_NODES) and a bad one is one line naming the file (UserError, exit 2).
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterator
@@ -33,10 +34,10 @@ _DOCKER_VALUE_OPTS = {
 }  # fmt: skip
 _STOP = {";", "&&", "||", "|", "&", ")", "(", ">", ">>", "<", ">&", "&>", "<<", "|&"}
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-_VAR = re.compile(r"\$(?:\{([A-Za-z_]\w*|\d)(?::?-([^}]*))?\}|([A-Za-z_]\w*))")  # ${1:-default} too
-_FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)")
+_VAR = re.compile(r"\$(?:\{([A-Za-z_]\w*|\d)(?::?([-+])([^}]*))?\}|([A-Za-z_]\w*))")  # ${1:-default}, ${X:+word}
+_FENCE = re.compile(r"^\s*(?:>\s*)*(```+|~~~+)\s*([\w+-]*)")  # inside a Markdown quote too
 _INLINE_CODE = re.compile(r"`([^`\n]{1,2000})`")
-_FENCED = re.compile(r"^\s*(?:```|~~~)", re.M)  # a Markdown text with code blocks: only they are read
+_FENCED = re.compile(r"^\s*(?:>\s*)*(?:```|~~~)", re.M)  # a Markdown text with code blocks: only they are read
 _YAML_HINT = re.compile(r"^(?:services|apiVersion|kind|spec|containers|command|args)\s*:", re.M)
 _SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _SHELLS = {"sh", "bash", "zsh", "dash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "/usr/bin/env"}
@@ -46,9 +47,16 @@ _VLLM_FLAGS = {
     "--tensor-parallel-size", "-tp", "--gpu-memory-utilization", "--max-model-len", "--served-model-name",
     "--quantization", "--kv-cache-dtype", "--max-num-seqs", "--enforce-eager", "--moe-backend",
     "--speculative-config", "--trust-remote-code", "--enable-prefix-caching", "--max-num-batched-tokens",
+    "--model",
 }  # fmt: skip
 # What a paste puts before a command: a Markdown quote ("> "), the shell's continuation prompt ("> "), its prompt.
-_PROMPT = re.compile(r"^\s*(?:>\s?)+(?=\S)|^\s*\$\s+")
+_PROMPT = re.compile(r"^\s*(?:>\s*)+(?=\S)|^\s*\$\s+")
+_DOCKERFILE = re.compile(r"^FROM\s+\S+.*$(?:.|\n)*^(?:ENTRYPOINT|CMD)\s", re.M | re.I)
+_DOCKERFILE_LINE = re.compile(r"^\s*(FROM|ENV|ENTRYPOINT|CMD)\s+(.*)$", re.I)
+# ${X:+words}: its words when X is set; taken out before the line is split into words (they may hold quotes).
+_PLUS = re.compile(r"\$\{([A-Za-z_]\w*):?\+([^}]{0,500})\}")
+_SUBST = re.compile(r"\$\([^()`]{0,500}\)|`[^`]{0,500}`")
+_K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _DIFF = re.compile(r"^(?:@@ |\+\+\+ |--- a/|diff --git )", re.M)
 
 
@@ -165,6 +173,8 @@ def extract(text: str, source: str) -> list[Launch]:
 
 
 def _extract_block(text: str, source: str, first_line: int, lang: str) -> list[Launch]:
+    if lang == "dockerfile" or (lang == "" and _DOCKERFILE.search(text)):
+        return _from_dockerfile(text, source, first_line)
     if lang in ("yaml", "yml") or (lang == "" and _YAML_HINT.search(text)):
         found = _from_yaml(text, source, first_line)
         if found is not None:
@@ -183,10 +193,63 @@ def _fenced_blocks(text: str) -> Iterator[tuple[int, str, str]]:
             continue
         fence, lang, start = m.group(1), m.group(2).lower(), i + 1
         i += 1
-        while i < len(lines) and not lines[i].strip().startswith(fence):
+        while i < len(lines) and not lines[i].strip().lstrip("> ").startswith(fence):
             i += 1
         yield start + 1, lang, "\n".join(lines[start:i])
         i += 1
+
+
+# --- Dockerfile: ENV, then ENTRYPOINT + CMD (exec or shell form) -------------------------------------------
+
+
+def _from_dockerfile(text: str, source: str, first_line: int) -> list[Launch]:
+    image, env, entrypoint, cmd, at = "", {}, [], [], first_line
+    for n, line in _logical_lines(text):
+        m = _DOCKERFILE_LINE.match(line)
+        if not m:
+            continue
+        op, rest, line_no = m.group(1).upper(), m.group(2).strip(), first_line + n - 1
+        if op == "FROM":
+            image, env, entrypoint, cmd = rest.split()[0] if rest else "", {}, [], []  # a new stage starts over
+        elif op == "ENV":
+            pairs = _words(rest)
+            if len(pairs) >= 2 and "=" not in pairs[0]:  # the old form: ENV NAME value
+                env[pairs[0]] = (" ".join(pairs[1:]), line_no)
+            for word in pairs:
+                m2 = _ASSIGN.match(word)
+                if m2:
+                    env[m2[1]] = (m2[2], line_no)
+        elif op in ("ENTRYPOINT", "CMD"):
+            words = _exec_form(rest)
+            if op == "ENTRYPOINT":
+                entrypoint, cmd, at = words, [], line_no
+            else:
+                cmd, at = words, (at if entrypoint else line_no)
+    words = [_expand(w, {k: v for k, (v, _) in env.items()}) for w in entrypoint + cmd]
+    found = _launch_of(words, source, at, env) if words else []
+    for one in found:
+        one.kind, one.image = "dockerfile", one.image or image
+    if not found and image and (_is_openai_image(image) or "vllm" in image.lower()):
+        serve = _entrypoint_args(image, words)
+        if serve is not None:
+            found = [_launch(source, at, "dockerfile", serve, env, image)]
+    return found
+
+
+def _unplus(text: str, variables: dict[str, str]) -> str:
+    return _PLUS.sub(lambda m: m.group(2) if variables.get(m.group(1)) else "", text) if "${" in text else text
+
+
+def _exec_form(rest: str) -> list[str]:
+    """`["vllm", "serve", "m"]` (JSON) or a shell command line (run by /bin/sh -c: its words)."""
+    if rest.startswith("["):
+        try:
+            value = json.loads(rest)
+        except ValueError:
+            value = None
+        if isinstance(value, list):
+            return [str(v) for v in value]
+    return _words(_unplus(rest, {}))
 
 
 # --- shell -------------------------------------------------------------------------------------------
@@ -209,6 +272,8 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def _words(command: str) -> list[str]:
+    if "$(" in command or "`" in command:  # a command substitution is one word here, never a subshell's brackets
+        command = _SUBST.sub("CMD_SUBST", command)
     lex = shlex.shlex(command, posix=True, punctuation_chars=True)
     lex.whitespace_split = True
     lex.commenters = "#"
@@ -220,10 +285,12 @@ def _words(command: str) -> list[str]:
 
 def _expand(word: str, variables: dict[str, str]) -> str:
     def one(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(3)
+        name = m.group(1) or m.group(4)
+        if m.group(2) == "+":  # ${X:+word}: the word when X is set, nothing when it is not
+            return m.group(3) if variables.get(name) else ""
         if name in variables:
             return variables[name]
-        return m.group(2) if m.group(2) is not None else m.group(0)
+        return m.group(3) if m.group(2) == "-" else m.group(0)
 
     return _VAR.sub(one, word) if "$" in word else word
 
@@ -236,7 +303,7 @@ def _from_shell(
     variables: dict[str, str] = {k: v for k, (v, _) in exported.items()}  # every assignment (for $VAR later)
     for n, command in _logical_lines(text):
         line_no = first_line + n - 1
-        words = _words(command[1:] if command.startswith("$ ") else command)
+        words = _words(_unplus(command[1:] if command.startswith("$ ") else command, variables))
         for segment in _segments(words):
             segment = [_expand(w, variables) for w in segment]
             if segment and segment[0] == "export":
@@ -370,11 +437,17 @@ def _docker_run(words: list[str], source: str, line: int, env: dict[str, tuple[s
 def _entrypoint_args(image: str, words: list[str]) -> list[str] | None:
     """The server's arguments when the image's entrypoint is vLLM: the OpenAI image takes them directly, an image
     whose entrypoint is `vllm` takes `serve ARGS`."""
-    if words and words[0] == "serve" and ("vllm" in image.lower() or _VLLM_FLAGS & {w.split("=")[0] for w in words}):
+    if words and words[0] == "serve" and ("vllm" in image.lower() or _VLLM_FLAGS & _flag_names(words)):
         return words[1:]
     if _is_openai_image(image):
         return words
+    if "vllm" in image.lower() and words and words[0].startswith("-") and _VLLM_FLAGS & _flag_names(words):
+        return words  # an image named for vLLM whose entrypoint takes the server's flags (vastai/vllm, my-vllm)
     return None
+
+
+def _flag_names(words: list[str]) -> set[str]:
+    return {w.split("=")[0].replace("_", "-") for w in words if w.startswith("-")}
 
 
 def _is_openai_image(image: str) -> bool:
@@ -529,6 +602,8 @@ def _container(c: dict[str, Any], name: str, text: str, source: str, first_line:
         elif isinstance(value, list):
             words += [str(v) for v in value]
     env = {k: (v, first_line + _line_of(text, k, at - first_line)) for k, v in _container_env(c).items()}
+    if kind == "kubernetes":  # Kubernetes expands $(VAR) in command and args from the container's env
+        words = [_K8S_VAR.sub(lambda m: env[m.group(1)][0] if m.group(1) in env else m.group(0), w) for w in words]
     script = _shell_script(words)
     if script and _serve_args(words) is None:
         if words.index(script) < len(words) - 1:  # k8s `command: [sh, -c]` + `args: ["vllm serve", ...]` pieces
