@@ -191,3 +191,25 @@ def test_hostile_yaml_is_refused_in_bounded_time(text):
     with pytest.raises(UserError, match="refused"):
         extract(text, "bomb.yml")
     assert time.perf_counter() - t0 < 5
+
+
+def test_ngc_image_tags_name_their_vllm_release_and_unknown_tags_stay_unknown():
+    from agent.judging.lint import image_version, ngc_vllm
+
+    table = ngc_vllm()
+    assert table and all(image_version(f"nvcr.io/nvidia/vllm:{tag}-py3") == v for tag, v in table.items())
+    assert image_version("nvcr.io/nvidia/vllm:99.99-py3") == ""
+
+
+def test_the_checkpoint_quant_comes_from_its_config_json(tmp_path):
+    import json as _json
+
+    from agent.judging.lint import quant_of
+
+    (tmp_path / "config.json").write_text(
+        _json.dumps({"quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4"}})
+    )
+    (launch,) = extract(f"vllm serve {tmp_path}", "x")
+    assert quant_of(launch, None) == "nvfp4"
+    (hub,) = extract("vllm serve openai/gpt-oss-120b", "x")
+    assert quant_of(hub, None) == "mxfp4"

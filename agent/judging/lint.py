@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import difflib
 import json
+import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent import paths
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
 from agent.hostside.contracts import Facts
@@ -35,9 +37,12 @@ HUB_QUANT = {
     "moonshotai/kimi-k2-instruct": "fp8",
     "minimaxai/minimax-m2": "fp8",
 }
-# NGC vLLM images (nvcr.io/nvidia/vllm:YY.MM-py3) by the vLLM release they ship. 25.11 -> 0.11.0: the image's own
-# version line in vllm-project/vllm#30163 (tests/data/logs/public-fragments/SOURCES.md). Other tags stay unknown.
-NGC_VLLM = {"25.11": "0.11.0"}
+
+
+def ngc_vllm() -> dict[str, str]:
+    """NVIDIA's vLLM image tag (YY.MM) -> the vLLM release it ships (agent/rules/ngc_vllm.toml, each entry cited)."""
+    data = tomllib.loads((paths.RULES / "ngc_vllm.toml").read_text())
+    return {str(e["tag"]): str(e["vllm"]) for e in data.get("image", [])}
 
 
 @dataclass(frozen=True)
@@ -91,8 +96,8 @@ def target_for(arch: str, vllm_version: str, quant: str = "") -> Target:
 def image_version(image: str) -> str:
     """The vLLM version an image's tag names (`vllm/vllm-openai:v0.12.0` -> 0.12.0); "" when it names none."""
     tag = image.split("@")[0].rsplit(":", 1)[1] if ":" in image.split("@")[0].rsplit("/", 1)[-1] else ""
-    if "nvcr.io/nvidia/vllm" in image and tag.split("-")[0] in NGC_VLLM:
-        return NGC_VLLM[tag.split("-")[0]]
+    if "nvcr.io/nvidia/vllm" in image:
+        return ngc_vllm().get(tag.split("-")[0], "")
     version = envrules.parse_version(tag) if tag.startswith(("v0.", "0.", "v1.", "1.")) else None
     return ".".join(map(str, version)) if version else ""
 
