@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if not found:
         raise UserError(f"{source}: no `vllm serve` found; pass a command line, script, compose file or model card")
     arch = _arch(args)
-    results = [checks.lint(one, checks.target_for(arch, args.vllm_version, args.quant)) for one in found]
+    target = checks.target_for(arch, args.vllm_version, args.quant, args.host or "", args.inventory or "")
+    results = [checks.lint(one, target) for one in found]
     findings = [f for r in results for f in r.findings]
     if args.format == "json":
         shown = {
@@ -90,7 +91,7 @@ def _fix(
             undone += [f"{source}:{r.launch.line}: could not {what}" for what in done.undone]
     text = launchfix.finish(text)
     again = [
-        checks.lint(one, checks.target_for(arch, args.vllm_version, args.quant))
+        checks.lint(one, checks.target_for(arch, args.vllm_version, args.quant, args.host or "", args.inventory or ""))
         for one in launches.extract(text, source)
     ]
     left = [f for r in again for f in r.findings if checks.SEVERITIES.index(f.severity) >= threshold]

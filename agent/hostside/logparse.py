@@ -351,7 +351,9 @@ _CONFIG_DRAFT = re.compile(
 )
 _CONFIG_QUANT = re.compile(r"(?:^|[ ,])quantization=(\w{1,40})")
 # 0.5-0.6: a GPTQ/AWQ checkpoint upgraded to the Marlin kernels ("... is convertible to gptq_marlin during runtime").
-_CONVERTIBLE = re.compile(r"convertible to (\w{1,40}) during runtime|you specified quantization=\w{1,40} explicitly, so forcing (\w{1,40})")
+_CONVERTIBLE = re.compile(
+    r"convertible to (\w{1,40}) during runtime|you specified quantization=\w{1,40} explicitly, so forcing (\w{1,40})"
+)
 # 0.4-0.6 print their arguments as an argparse Namespace: the model and the quantization are read from it.
 _NAMESPACE = re.compile(r"args: Namespace\(")
 _NAMESPACE_MODEL = re.compile(r"[(, ]model(?:_tag)?='([^']{1,300})'")

@@ -63,6 +63,8 @@ class Target:
     gpu: dict[str, Any]
     vllm_version: str
     quant: str = ""  # "" = read from the launch (--quantization, the model's name, its weights)
+    host: str = ""  # a checkpoint given as a path is read on this host (with `inventory`), else on this machine
+    inventory: str = ""
 
 
 @dataclass
@@ -88,9 +90,9 @@ class Result:
         }
 
 
-def target_for(arch: str, vllm_version: str, quant: str = "") -> Target:
+def target_for(arch: str, vllm_version: str, quant: str = "", host: str = "", inventory: str = "") -> Target:
     gpus = hostfacts.load_gpu_rules()
-    return Target(arch=arch, gpu=gpus.get(arch, {}), vllm_version=vllm_version, quant=quant)
+    return Target(arch, gpus.get(arch, {}), vllm_version, quant, host, inventory)
 
 
 def image_version(image: str) -> str:
@@ -139,7 +141,7 @@ def _config_quant(model: str) -> str:
 
 
 def lint(launch: Launch, target: Target) -> Result:
-    checkpoint = _checkpoint(launch.model)
+    checkpoint = _checkpoint(launch.model, target)
     version = target.vllm_version or image_version(launch.image)
     quant = target.quant or quant_of(launch, checkpoint)
     result = Result(launch=launch, quant=quant, vllm_version=version)
@@ -376,8 +378,16 @@ def _image(result: Result) -> None:
         )
 
 
-def _checkpoint(model: str) -> dict[str, Any] | None:
-    """The safetensors summary of a checkpoint folder on this machine; None for a hub id or an unreadable one."""
+def _checkpoint(model: str, target: Target | None = None) -> dict[str, Any] | None:
+    """The safetensors summary (with config.json's quantization_config) of a checkpoint folder: on the target's host
+    when lint was given --host H -i INVENTORY, else on this machine; None for a hub id or one that cannot be read."""
+    if target and target.host and target.inventory and model.startswith("/"):
+        from agent.judging.checkpoints import inspect_remote
+
+        try:
+            return dict(inspect_remote(model, target.host, target.inventory))
+        except UserError:
+            return None
     if not model or not Path(model).is_dir():
         return None
     from agent.hostside.safetensors import inspect_checkpoint

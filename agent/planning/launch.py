@@ -203,7 +203,10 @@ def _fenced_blocks(text: str) -> Iterator[tuple[int, str, str]]:
 
 
 def _from_dockerfile(text: str, source: str, first_line: int) -> list[Launch]:
-    image, env, entrypoint, cmd, at = "", {}, [], [], first_line
+    image, at = "", first_line
+    env: dict[str, tuple[str, int]] = {}
+    entrypoint: list[str] = []
+    cmd: list[str] = []
     for n, line in _logical_lines(text):
         m = _DOCKERFILE_LINE.match(line)
         if not m:
