@@ -213,3 +213,18 @@ def test_the_checkpoint_quant_comes_from_its_config_json(tmp_path):
     assert quant_of(launch, None) == "nvfp4"
     (hub,) = extract("vllm serve openai/gpt-oss-120b", "x")
     assert quant_of(hub, None) == "mxfp4"
+
+
+def test_a_quiet_uvicorn_still_gives_the_ready_time():
+    from agent.hostside import startuplog
+
+    text = "\n".join(
+        [
+            "INFO 05-01 10:00:00 [api_server.py:1] vLLM API server version 0.9.0",
+            "INFO 05-01 10:00:40 [core.py:1] init engine (profile, create kv cache, warmup model) took 30.00 seconds",
+            "INFO 05-01 10:00:41 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000",
+            "INFO 05-01 10:00:42 [launcher.py:1] Route: /v1/chat/completions, Methods: POST",
+        ]
+    )
+    assert startuplog.parse_text(text)["ready_s"] == 42.0
+    assert parse(text)["startup_complete"]
