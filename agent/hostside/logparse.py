@@ -960,11 +960,11 @@ class Follower:
         if "acceptance rate" in msg or "Drafted: " in msg:
             self._acceptance(msg)
             return
-        m = _CONVERTIBLE.search(msg)
+        m = _CONVERTIBLE.search(msg) if "convertible to" in msg or "so forcing" in msg else None
         if m:
             f["quantization"] = f["quantization"] or m.group(1) or m.group(2)
             return
-        if _NAMESPACE.search(msg):
+        if "Namespace(" in msg and _NAMESPACE.search(msg):
             m = _NAMESPACE_MODEL.search(msg)
             if m and not f["served_model"]:
                 f["served_model"] = m.group(1)
