@@ -1202,7 +1202,12 @@ class Follower:
         else:
             cause = self._last_exception or self._last_error
             evidence = self._evidence_lines() + [c for c in (self._last_error, self._last_exception) if c]
-            cls = "engine_init_failed" if self._dying else ("other" if cause else ENDED_BEFORE_READY)
+            # A dying engine whose traceback was cut before its exception: say the cause is missing, never guess.
+            cls = (
+                ("engine_init_failed" if cause else ROOT_CAUSE_MISSING)
+                if self._dying
+                else ("other" if cause else ENDED_BEFORE_READY)
+            )
             failure = Failure(
                 {
                     "class": cls,
