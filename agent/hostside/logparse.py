@@ -35,7 +35,8 @@ _WRAPPER = re.compile(
     r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?: (?:stdout|stderr) [FP])? "
     r"|[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: "  # journald, in any locale's month
     r"|[\w.-]+\s*\| "
-    r"|>(?: ?>)* )"  # a Markdown quote of someone's log (a reply on an issue)
+    r"|>(?: ?>)* "  # a Markdown quote of someone's log (a reply on an issue)
+    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\] )"  # a CI runner's stamp (Buildkite, GitHub Actions)
 )
 # "(" optional: a pasted line that lost its first characters still has "Worker_TP3 pid=7)" (or "orker_TP3 pid=7)").
 # "(APIServer pid=1)", "(VllmWorker TP4 pid=7)", "(VllmWorker rank=2 pid=7)", "(RayWorkerWrapper pid=7, ip=10.0.0.2)"
@@ -291,6 +292,7 @@ _NEEDLES = (
     "is not defined for option",
     "No valid attention backend",
     "ValidationError",
+    'File "',  # a traceback's frame: vLLM's own, pasted without the exception, still says a start failed
     "Namespace(",  # 0.4-0.6: "args: Namespace(model='...', quantization='gptq', ...)"
     "Detected that the model can run with",
     "ssertion error",
@@ -511,7 +513,8 @@ _DEATH_CAUSES = (
     ("killed_by_signal", re.compile(r"killed by signal \d+|Fatal Python error: (?:Segmentation fault|Aborted)")),
 )
 SUPERVISOR_PREFIX = "spark-agent supervisor: "  # lines the host-side supervisor appends to a server's log
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::|$)")
+# "ValueError: ...", "torch.OutOfMemoryError: ...", and Ray's wrapper "ray.exceptions.RayTaskError(ValueError): ..."
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?:\(\w{1,80}\))?(?::|$)")
 # A traceback's frame and caret lines: never the root cause, even when logged at ERROR level.
 _FRAME_LINE = re.compile(r"^(?:\s|Traceback|File \"|\^)")
 _MOE_CLASSES = ("no_moe_backend", "unsupported_moe_backend", "unsupported_backend")
@@ -636,6 +639,7 @@ class Follower:
         self._open_lines = 0
         self._repairs = dict.fromkeys(_REPAIRS, 0)
         self._disabled = ""  # a "... is disabled for this configuration" warning (see _DISABLED)
+        self._error_frames = False
         self._probe = 256  # lines still looked at for a vLLM prefix while none was seen (see _probe_line)
 
     # -- input --
@@ -1098,6 +1102,8 @@ class Follower:
                 self._declare("engine_init_failed", msg)
         elif level in ("ERROR", "CRITICAL") and not _FRAME_LINE.match(msg):
             self._last_error = msg
+        elif level in ("ERROR", "CRITICAL") or ("/vllm/" in msg and msg.lstrip().startswith('File "')):
+            self._error_frames = True  # a traceback (logged as errors, or vLLM's own frames): something failed
 
     def _watch_death(self, level: str, msg: str, line: str) -> None:
         """After readiness: lines that say the engine died mid-run and why. They name the root cause of a death
@@ -1206,7 +1212,7 @@ class Follower:
             cls = (
                 ("engine_init_failed" if cause else ROOT_CAUSE_MISSING)
                 if self._dying
-                else ("other" if cause else ENDED_BEFORE_READY)
+                else ("other" if cause else (ROOT_CAUSE_MISSING if self._error_frames else ENDED_BEFORE_READY))
             )
             failure = Failure(
                 {
