@@ -91,7 +91,9 @@ FRAGMENTS = Path(__file__).parent / "data" / "logs" / "public-fragments"
 
 def test_a_pasted_fragment_is_attested_with_low_confidence(capsys):
     rc, out = run_json(capsys, str(FRAGMENTS / "v0.24-rtx5090-prefixless-marlin.log"), "--expect", "moe=marlin")
-    assert rc == 3 and out["facts"]["confidence"] == "low" and out["facts"]["moe_backend"] == "marlin"  # not ready: never valid
+    assert (
+        rc == 3 and out["facts"]["confidence"] == "low" and out["facts"]["moe_backend"] == "marlin"
+    )  # not ready: never valid
     assert any("lower confidence" in note for note in out["verdict"]["notes"])
 
 
