@@ -228,3 +228,16 @@ def test_a_quiet_uvicorn_still_gives_the_ready_time():
     )
     assert startuplog.parse_text(text)["ready_s"] == 42.0
     assert parse(text)["startup_complete"]
+
+
+def test_a_disabled_warning_never_hides_a_cause_the_log_names():
+    text = "\n".join(
+        [
+            "WARNING 09-02 10:00:00 [fused_moe.py:1] DeepGEMM is disabled for this configuration",
+            "ERROR 09-02 10:00:01 [core.py:1] EngineCore failed to start.",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        ]
+    )
+    assert parse(text)["failure"]["class"] == "oom"
+    bare = text.replace("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "AssertionError")
+    assert parse(bare)["failure"]["class"] == "unsupported_backend"

@@ -522,7 +522,8 @@ ENDED_BEFORE_READY = "ended_before_ready"  # no error, no readiness: a cut log o
 # "X is disabled for this configuration": fatal when raised; a warning only explains a start that then fails with
 # no cause of its own (the failure becomes this backend's).
 _DISABLED = re.compile(r"([\w.-]{1,80}(?: [\w.-]{1,80}){0,3}) (?:is|are) disabled for this configuration")
-_GENERIC = ("other", ENDED_BEFORE_READY, "engine_init_failed", "root_cause_not_in_excerpt")
+_UNEXPLAINED = (ENDED_BEFORE_READY, "root_cause_not_in_excerpt")
+_BARE_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w+(?:Error|Exception)?:?\s*$")  # "AssertionError" with no message
 # Backend names as messages spell them (class names, flag values, words): the failure's `backend`.
 _BACKEND_WORDS = re.compile(
     r"(?i)(?<![a-z0-9])(flashinfer[_ -]?(?:cutlass|trtllm|trt-llm|tensorrt[_-]llm|cutedsl|cute[_-]dsl|b12x|mla)?"
@@ -1222,7 +1223,10 @@ class Follower:
                     "draft_model": self._in_draft,
                 }
             )
-        if self._disabled and failure["class"] in _GENERIC:  # the start failed with nothing more specific
+        unexplained = failure["class"] in _UNEXPLAINED or (
+            failure["class"] in ("other", "engine_init_failed") and _BARE_EXCEPTION.match(failure["root_cause"])
+        )
+        if self._disabled and unexplained:  # the start failed with nothing more specific
             failure["class"] = "unsupported_backend"
             failure["root_cause"] = self._disabled
         self._name_backend(failure)
@@ -1349,7 +1353,9 @@ class _Repr:
                 self.token()
                 self.items(")", depth + 1, keyed="=")
                 return self.text[start : self.pos][:2000]
-            return {"True": True, "False": False, "None": None}.get(name, name)
+            return {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}.get(
+                name, name
+            )
         if kind == 4:
             return m.group(4)[1:-1]
         opener = m.group(6)
