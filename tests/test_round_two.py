@@ -173,6 +173,15 @@ def test_launches_that_do_not_spell_vllm_serve(text, model, kind):
     assert [(one.model, one.kind) for one in found] == [(model, kind)]
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["env VLLM_USE_DEEP_GEMM=0 vllm serve org/m", "sudo -E VLLM_USE_DEEP_GEMM=0 nohup vllm serve org/m &"],
+)
+def test_command_wrappers_pass_their_assignments(text):
+    (found,) = extract(text, "x")
+    assert found.model == "org/m" and found.env == {"VLLM_USE_DEEP_GEMM": "0"}
+
+
 def test_exported_variables_reach_a_later_bash_c_launch():
     found = extract("export VLLM_USE_DEEP_GEMM=0\nbash -lc 'vllm serve org/m'", "x")
     assert found[0].env == {"VLLM_USE_DEEP_GEMM": "0"}

@@ -39,6 +39,7 @@ _FENCE = re.compile(r"^\s*(?:>\s*)*(```+|~~~+)\s*([\w+-]*)")  # inside a Markdow
 _INLINE_CODE = re.compile(r"`([^`\n]{1,2000})`")
 _FENCED = re.compile(r"^\s*(?:>\s*)*(?:```|~~~)", re.M)  # a Markdown text with code blocks: only they are read
 _YAML_HINT = re.compile(r"^(?:services|apiVersion|kind|spec|containers|command|args)\s*:", re.M)
+_WRAPPERS = {"env", "sudo", "nohup", "exec", "time", "nice", "setsid", "stdbuf", "taskset", "numactl", "command"}
 _SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _SHELLS = {"sh", "bash", "zsh", "dash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "/usr/bin/env"}
 # Flags only vLLM's server takes: `docker run IMAGE serve ...` of an image whose name does not say vLLM is one
@@ -317,16 +318,31 @@ def _from_shell(
                         exported[m[1]] = (m[2], line_no)
                 continue
             prefix: dict[str, tuple[str, int]] = {}
-            while segment and _ASSIGN.match(segment[0]):
+            wrapped = False  # `env A=1 ...`, `sudo -E ...`, `nohup ...`: the command after them is the one that runs
+            while segment:
                 m = _ASSIGN.match(segment[0])
-                assert m is not None
-                prefix[m[1]] = (m[2], line_no)
-                segment = segment[1:]
+                if m:
+                    prefix[m[1]] = (m[2], line_no)
+                    segment = segment[1:]
+                elif segment[0] in _WRAPPERS:
+                    wrapped, segment = True, _after_wrapper(segment)
+                else:
+                    break
             if not segment:
+                if wrapped:
+                    continue
                 variables.update({k: v for k, (v, _) in prefix.items()})
                 continue
             launches += _launch_of(segment, source, line_no, {**exported, **prefix})
     return launches
+
+
+def _after_wrapper(words: list[str]) -> list[str]:
+    """The words after a command wrapper and its options (`nice -n 10`, `sudo -E -u root`, `env -i`)."""
+    i = 1
+    while i < len(words) and words[i].startswith("-"):
+        i += 2 if words[i] in ("-n", "-u", "-g", "-C") and i + 1 < len(words) else 1
+    return words[i:]
 
 
 def _segments(words: list[str]) -> Iterator[list[str]]:
