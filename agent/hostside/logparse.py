@@ -675,7 +675,7 @@ class Follower:
                 self._cluster.feed(line)
             if not self._server_seen and _SERVER_MARKERS.search(line):
                 self._server_seen = True
-            if self._probe and not self._f["vllm_log_lines"]:
+            if self._probe:  # only at the start of a log that has shown no vLLM line yet
                 self._probe_line(line)
             if "\r" in line:  # progress bars redraw with CR; each piece is its own line
                 for piece in line.split("\r"):
@@ -814,6 +814,7 @@ class Follower:
             self._repairs["damaged"] += 1
         if level:
             self._f["vllm_log_lines"] += 1
+            self._probe = 0
         if ("..." in msg or "\u2026" in msg) and _ELLIPSIS.search(msg):
             self._repairs["ellipsis"] += 1
         if not self.ready:
