@@ -250,3 +250,26 @@ def test_a_disabled_warning_never_hides_a_cause_the_log_names():
     assert parse(text)["failure"]["class"] == "oom"
     bare = text.replace("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "AssertionError")
     assert parse(bare)["failure"]["class"] == "unsupported_backend"
+
+
+@pytest.mark.parametrize(
+    "line,quant",
+    [
+        (
+            "WARNING 04-25 12:26:07 config.py:169] gptq quantization is not fully optimized yet. The speed can be slower "
+            "than non-quantized models.",
+            "gptq",
+        ),
+        ("INFO 05-01 config.py:1] The model is serialized in Marlin format. Using Marlin kernel.", "marlin"),
+    ],
+)
+def test_old_quantization_wordings(line, quant):
+    assert parse(line)["quantization"] == quant
+
+
+def test_a_v0_namespace_names_the_draft_model():
+    facts = parse(
+        "INFO 10-16 api_server.py:1] args: Namespace(model='m', speculative_model='[ngram]', "
+        "num_speculative_tokens=5, quantization=None)"
+    )
+    assert facts["speculative"]["method"] == "ngram" and facts["speculative"]["num_speculative_tokens"] == 5

@@ -295,6 +295,8 @@ _NEEDLES = (
     'File "',  # a traceback's frame: vLLM's own, pasted without the exception, still says a start failed
     "Namespace(",  # 0.4-0.6: "args: Namespace(model='...', quantization='gptq', ...)"
     "Detected that the model can run with",
+    "quantization is not fully optimized",  # 0.2-0.6: "awq quantization is not fully optimized yet"
+    "serialized in ",  # 0.4-0.5: "The model is serialized in Marlin format. Using Marlin kernel."
     "ssertion error",
     "untimeError",
     "alueError",
@@ -353,6 +355,9 @@ _CONFIG_DRAFT = re.compile(
 )
 _CONFIG_QUANT = re.compile(r"(?:^|[ ,])quantization=(\w{1,40})")
 # 0.5-0.6: a GPTQ/AWQ checkpoint upgraded to the Marlin kernels ("... is convertible to gptq_marlin during runtime").
+_QUANT_WORDED = re.compile(
+    r"(?:^|\s)(\w{1,40}) quantization is not fully optimized|model is serialized in (\w{1,40}) format"
+)
 _CONVERTIBLE = re.compile(
     r"convertible to (\w{1,40}) during runtime|you specified quantization=\w{1,40} explicitly, so forcing (\w{1,40})"
 )
@@ -360,6 +365,8 @@ _CONVERTIBLE = re.compile(
 _NAMESPACE = re.compile(r"args: Namespace\(")
 _NAMESPACE_MODEL = re.compile(r"[(, ]model(?:_tag)?='([^']{1,300})'")
 _NAMESPACE_QUANT = re.compile(r"[(, ]quantization='(\w{1,40})'")
+_NAMESPACE_SPEC = re.compile(r"[(, ]speculative_model='([^']{1,300})'")
+_NAMESPACE_SPEC_TOKENS = re.compile(r"[(, ]num_speculative_tokens=(\d{1,4})\b")
 _ARGS = re.compile(r"non-default args: (\{.*)")
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: ([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -977,6 +984,17 @@ class Follower:
             m = _NAMESPACE_QUANT.search(msg)
             if m and not f["quantization"]:
                 f["quantization"] = m.group(1)
+            m = _NAMESPACE_SPEC.search(msg)
+            spec = f["speculative"]
+            if m and not spec["method"]:
+                spec["method"] = _draft_method(m.group(1))
+                m = _NAMESPACE_SPEC_TOKENS.search(msg)
+                spec["num_speculative_tokens"] = int(m.group(1)) if m else spec["num_speculative_tokens"]
+            return
+        if "quantization is not fully" in msg or "serialized in " in msg:
+            m = _QUANT_WORDED.search(msg)
+            if m and not f["quantization"]:
+                f["quantization"] = (m.group(1) or m.group(2)).lower()
             return
         if _READY.search(msg):
             self.ready = True
