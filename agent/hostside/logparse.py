@@ -296,7 +296,6 @@ _NEEDLES = (
     "Namespace(",  # 0.4-0.6: "args: Namespace(model='...', quantization='gptq', ...)"
     "Detected that the model can run with",
     "quantization is not fully optimized",  # 0.2-0.6: "awq quantization is not fully optimized yet"
-    "serialized in ",  # 0.4-0.5: "The model is serialized in Marlin format. Using Marlin kernel."
     "ssertion error",
     "untimeError",
     "alueError",
