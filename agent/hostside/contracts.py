@@ -59,7 +59,7 @@ class Facts(TypedDict, total=False):
 _FailureKeys = TypedDict(
     "_FailureKeys",
     {
-        "class": str,  # deep_gemm_assert | no_moe_backend | oom | health_timeout | engine_init_failed | other | ...
+        "class": str,  # deep_gemm_assert | no_moe_backend | unsupported_backend | invalid_args | oom | ended_before_ready | ...
         "evidence": list[str],  # the log lines that show it
         "root_cause": str,  # one line a person can act on
     },
