@@ -273,3 +273,12 @@ def test_a_v0_namespace_names_the_draft_model():
         "num_speculative_tokens=5, quantization=None)"
     )
     assert facts["speculative"]["method"] == "ngram" and facts["speculative"]["num_speculative_tokens"] == 5
+
+
+def test_an_info_note_that_something_is_disabled_explains_nothing():
+    text = "INFO 09-02 10:00:00 [compilation.py:1] Cudagraph capture is disabled for this configuration"
+    assert parse(text)["failure"]["class"] == "ended_before_ready"
+    warning = text.replace("INFO", "WARNING")
+    assert parse(warning)["failure"]["class"] == "ended_before_ready"  # a log that just ends shows no failure
+    died = warning + "\nRuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+    assert parse(died)["failure"]["class"] == "unsupported_backend"

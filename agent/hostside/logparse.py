@@ -51,7 +51,9 @@ _LEVEL_OF = {level[i:]: level for level in _LEVELS for i in range(len(level) - 2
 _DAMAGED_HEADER = re.compile(r"^([A-Z]{0,8})\s*[\d-]{0,5} ?\d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./<>-]+:\d+\]\s?")
 # A header abbreviated by hand ("INFO ... Using X", "WARNING [config.py:12] ...") and one behind other text (a shell
 # prompt, a tool's own prefix): the level still says it is vLLM's logger speaking.
-_LAX_HEADER = re.compile(r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):?\s+(?:\.\.\.|\u2026|\[[\w./<>-]+:\d+\])\s*")
+_LAX_HEADER = re.compile(
+    r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):?\s+(?:[\d:.,-]{1,12}\s+){0,2}(?:\.\.\.|\u2026|\[[\w./<>-]+:\d+\])\s*"
+)
 _LATE_HEADER = re.compile(
     r"\s(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./<>-]+:\d+\]\s?"
 )
@@ -528,7 +530,7 @@ ENDED_BEFORE_READY = "ended_before_ready"  # no error, no readiness: a cut log o
 # "X is disabled for this configuration": fatal when raised; a warning only explains a start that then fails with
 # no cause of its own (the failure becomes this backend's).
 _DISABLED = re.compile(r"([\w.-]{1,80}(?: [\w.-]{1,80}){0,3}) (?:is|are) disabled for this configuration")
-_UNEXPLAINED = (ENDED_BEFORE_READY, "root_cause_not_in_excerpt")
+_UNEXPLAINED = ("root_cause_not_in_excerpt",)  # a start that failed, its cause not shown (a log that just ends: no)
 _BARE_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w+(?:Error|Exception)?:?\s*$")  # "AssertionError" with no message
 # Backend names as messages spell them (class names, flag values, words): the failure's `backend`.
 _BACKEND_WORDS = re.compile(
@@ -1090,7 +1092,7 @@ class Follower:
         if not cls and "disabled for this" in msg and _DISABLED.search(msg):
             if level in ("ERROR", "CRITICAL") or _EXCEPTION_LINE.match(msg) or "ssert" in msg:
                 cls = "unsupported_backend"
-            else:
+            elif level not in ("INFO", "DEBUG"):  # a warning (or a bare paste); an INFO note explains nothing
                 self._disabled = self._disabled or msg
                 self._keep(line)
                 return
