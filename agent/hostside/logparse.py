@@ -239,7 +239,7 @@ _NEEDLES = (
     "Uvicorn running",
     "Starting vLLM API server",
     "Available routes",
-    "Route: /",
+    "Methods: ",  # the route list: "Route: /v1/chat/completions, Methods: POST"
     "Draft acceptance rate",
     "Loading draft",
     "--linear-backend=",
@@ -293,11 +293,10 @@ _NEEDLES = (
     "exit_code == 0",
     "is not defined for option",
     "No valid attention backend",
-    "ValidationError",
     'File "',  # a traceback's frame: vLLM's own, pasted without the exception, still says a start failed
     "Namespace(",  # 0.4-0.6: "args: Namespace(model='...', quantization='gptq', ...)"
     "Detected that the model can run with",
-    "quantization is not fully optimized",  # 0.2-0.6: "awq quantization is not fully optimized yet"
+    "The speed can be slower",  # 0.2-0.6: "awq quantization is not fully optimized yet. The speed can be ..."
     "ssertion error",
     "untimeError",
     "alueError",
