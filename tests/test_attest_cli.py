@@ -91,7 +91,9 @@ FRAGMENTS = Path(__file__).parent / "data" / "logs" / "public-fragments"
 
 def test_a_pasted_fragment_is_attested_with_low_confidence(capsys):
     rc, out = run_json(capsys, str(FRAGMENTS / "v0.24-rtx5090-prefixless-marlin.log"), "--expect", "moe=marlin")
-    assert rc == 0 and out["facts"]["confidence"] == "low" and out["facts"]["moe_backend"] == "marlin"
+    assert (
+        rc == 3 and out["facts"]["confidence"] == "low" and out["facts"]["moe_backend"] == "marlin"
+    )  # not ready: never valid
     assert any("lower confidence" in note for note in out["verdict"]["notes"])
 
 
@@ -102,3 +104,23 @@ def test_a_fragment_from_stdin_in_a_real_process():
     )
     out = json.loads(proc.stdout)
     assert proc.returncode == 3 and out["facts"]["failure"]["class"] == "root_cause_not_in_excerpt"
+
+
+@pytest.mark.parametrize(
+    "paste,key,value",
+    [
+        ("INFO ... Using Marlin backend\n", "moe_backend", "marlin"),
+        (
+            "Speculative metrics: Draft acceptance rate: 0.642, System efficiency: 0.598\n",
+            "spec_acceptance_rates",
+            [0.642],
+        ),
+        ("$ vllm serve m\nvllm: error: unrecognized arguments: --omni\n", "failure", None),
+    ],
+)
+def test_a_paste_with_one_known_message_is_attested_never_refused(tmp_path, capsys, paste, key, value):
+    log = tmp_path / "paste.log"
+    log.write_text(paste)
+    rc, out = run_json(capsys, str(log))
+    assert rc in (1, 3) and out["facts"]["confidence"] == "low"  # never 2, never valid (it ends before ready)
+    assert out["facts"][key] == value if value is not None else out["facts"]["failure"]["class"] == "invalid_args"

@@ -161,4 +161,4 @@ def test_the_follower_stops_on_a_wrapped_fatal_line_at_once():
 
 def test_text_that_is_no_vllm_log_has_no_confidence():
     facts = parse("hello\nworld: (1, 2\nthis is not a log")
-    assert facts["confidence"] == "" and facts["failure"]["class"] == "other"
+    assert facts["confidence"] == "" and facts["failure"]["class"] == "ended_before_ready"

@@ -311,7 +311,7 @@ def test_cut_off_anywhere_never_raises_and_keeps_what_came_before():
         if cut > moe_end:
             assert f["moe_backend"] == "marlin"
         if not f["startup_complete"]:
-            assert f["failure"]["class"] == "other"  # never reached readiness: says so, not a crash
+            assert f["failure"]["class"] == "ended_before_ready"  # never reached readiness: says so, not a crash
 
 
 def test_offline_llm_api_log_is_ready_without_a_server():

@@ -42,9 +42,14 @@ CASES = {
     "unsupported_moe_backend": [
         "ValueError: moe_backend='b12x' is not supported for FP8 MoE. Expected one of ['triton', 'deep_gemm']"
     ],
-    "backend_unsupported_config": [
+    "unsupported_backend": [
         "ValueError: VLLM_CUTLASS NvFp4 MoE backend does not support the deployment "
-        "configuration since the current device capability 12.1 is not supported."
+        "configuration since the current device capability 12.1 is not supported.",
+        "AssertionError: FusedMoE flashinfer kernels are only supported for Llama4",
+        "RuntimeError: FlashInfer TRTLLM MoE is disabled for this configuration",
+    ],
+    "invalid_args": [
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
     ],
     "attention_backend_invalid": [
         "ValueError: Selected backend AttentionBackendEnum.FLASHMLA is not valid for this "
@@ -82,6 +87,8 @@ def test_each_failure_class(cls):
     assert failure["root_cause"] in CASES[cls]
     assert set(failure["evidence"]) & {c for c in CASES[cls]}
     assert failure["draft_model"] is False
+    if cls == "unsupported_backend":  # the backend is named, whichever way the message says it
+        assert failure["backend"] in ("cutlass", "flashinfer", "flashinfer_trtllm")
 
 
 def test_nv_err_no_memory_is_oom():

@@ -127,7 +127,7 @@ def _looks_like_vllm(facts: dict) -> bool:
         facts["vllm_log_lines"]
         or facts["confidence"]
         or facts["vllm_version"]
-        or facts["failure"].get("class") not in (None, "other")
+        or facts["failure"].get("class") not in (None, "other", logparse.ENDED_BEFORE_READY)
         or facts["failure"].get("evidence")
     )
 

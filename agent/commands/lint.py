@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if not found:
         raise UserError(f"{source}: no `vllm serve` found; pass a command line, script, compose file or model card")
     arch = _arch(args)
-    results = [checks.lint(one, checks.target_for(arch, args.vllm_version, args.quant)) for one in found]
+    target = checks.target_for(arch, args.vllm_version, args.quant, args.host or "", args.inventory or "")
+    results = [checks.lint(one, target) for one in found]
     findings = [f for r in results for f in r.findings]
     if args.format == "json":
         shown = {
@@ -70,7 +71,38 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_text(results, arch, args.fix)
     threshold = checks.SEVERITIES.index(args.fail_on)
-    return 1 if any(checks.SEVERITIES.index(f.severity) >= threshold for f in findings) else 0
+    failing = any(checks.SEVERITIES.index(f.severity) >= threshold for f in findings)
+    if args.fix:  # the exit status is the fixed text's: 0 only when what --fix wrote lints clean
+        return _fix(text, source, results, args, arch, threshold)
+    return 1 if failing else 0
+
+
+def _fix(
+    text: str, source: str, results: list[checks.Result], args: argparse.Namespace, arch: str, threshold: int
+) -> int:
+    """The whole text with every fix in place (last launch first: line numbers above stay true), then linted again."""
+    from agent.planning import launchfix
+
+    undone: list[str] = []
+    for r in sorted(results, key=lambda r: -r.launch.line):
+        if r.fixed:
+            done = launchfix.apply(text, r.launch, r.fixed)
+            text = done.text
+            undone += [f"{source}:{r.launch.line}: could not {what}" for what in done.undone]
+    text = launchfix.finish(text)
+    again = [
+        checks.lint(one, checks.target_for(arch, args.vllm_version, args.quant, args.host or "", args.inventory or ""))
+        for one in launches.extract(text, source)
+    ]
+    left = [f for r in again for f in r.findings if checks.SEVERITIES.index(f.severity) >= threshold]
+    out = sys.stderr if args.format != "text" else sys.stdout
+    for line in undone:
+        print(f"note: {line}", file=out)
+    for f in left:
+        print(f"still: {f.severity} [{f.rule}] {f.message}", file=out)
+    print(f"--- fixed text ({'lints clean' if not left else f'{len(left)} finding(s) --fix cannot fix'}) ---", file=out)
+    print(redact.redact_text(text), file=out)
+    return 1 if left or undone else 0
 
 
 def _read(path: str) -> bytes:

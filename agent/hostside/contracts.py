@@ -59,7 +59,7 @@ class Facts(TypedDict, total=False):
 _FailureKeys = TypedDict(
     "_FailureKeys",
     {
-        "class": str,  # deep_gemm_assert | no_moe_backend | oom | health_timeout | engine_init_failed | other | ...
+        "class": str,  # deep_gemm_assert | no_moe_backend | unsupported_backend | invalid_args | oom | ended_before_ready | ...
         "evidence": list[str],  # the log lines that show it
         "root_cause": str,  # one line a person can act on
     },
@@ -72,6 +72,7 @@ class Failure(_FailureKeys, total=False):
     timeout, a server that exited without a word) has no draft_model."""
 
     draft_model: bool  # it happened while the speculative draft model loaded
+    backend: str  # unsupported_backend: the backend that cannot run this chip, model or configuration
 
 
 # --- attestation: hostside.logparse.parse() / Follower.facts() -> the [attestation] table --------------------------
@@ -115,6 +116,7 @@ class Attestation(TypedDict):
     moe_backend: str
     moe_backend_raw: str
     moe_quant: str
+    quantization: str  # the checkpoint's method as vLLM ran it (--quantization, the engine config): awq_marlin, fp8
     attention_backend: str
     linear_kernels: list[str]
     linear_backend: str  # the one backend of linear_kernels, "mixed", or ""

@@ -30,14 +30,17 @@ from .contracts import Attestation, Failure
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # Wrappers users' tools put in front of each line: Kubernetes (CRI), `docker logs --timestamps`,
-# journald, docker compose (`svc-1  | `). They may nest (compose + timestamps), hence a loop.
+# journald, docker compose (`svc-1  | `), a Markdown quote. They may nest (compose + timestamps), hence a loop.
 _WRAPPER = re.compile(
     r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?: (?:stdout|stderr) [FP])? "
-    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: "
-    r"|[\w.-]+\s*\| )"
+    r"|[^\W\d_]{3,5}\.? [ \d]\d \d\d:\d\d:\d\d \S+ [^\s:\[]+(?:\[\d+\])?: "  # journald, in any locale's month
+    r"|[\w.-]+\s*\| "
+    r"|>(?: ?>)* "  # a Markdown quote of someone's log (a reply on an issue)
+    r"|\[\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\] )"  # a CI runner's stamp (Buildkite, GitHub Actions)
 )
 # "(" optional: a pasted line that lost its first characters still has "Worker_TP3 pid=7)" (or "orker_TP3 pid=7)").
-_PROC_TAGS = re.compile(r"^(?:\s*\(?[\w.-]+ pid=\d+(?:, ip=[\d.]+)?\))+\s*")
+# "(APIServer pid=1)", "(VllmWorker TP4 pid=7)", "(VllmWorker rank=2 pid=7)", "(RayWorkerWrapper pid=7, ip=10.0.0.2)"
+_PROC_TAGS = re.compile(r"^(?:\s*\(?[\w.-]+(?: [\w.=-]{1,40})? pid=\d+(?:, ip=[\d.]+)?\))+\s*")
 _HEADER = re.compile(
     r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./<>-]+:\d+\]\s?"
 )
@@ -46,9 +49,17 @@ _LEVELS = ("DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL")
 # still vLLM's, recognised by its clock and [file:line]. A level cut to 3+ characters still names one level.
 _LEVEL_OF = {level[i:]: level for level in _LEVELS for i in range(len(level) - 2)}
 _DAMAGED_HEADER = re.compile(r"^([A-Z]{0,8})\s*[\d-]{0,5} ?\d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./<>-]+:\d+\]\s?")
+# A header abbreviated by hand ("INFO ... Using X", "WARNING [config.py:12] ...") and one behind other text (a shell
+# prompt, a tool's own prefix): the level still says it is vLLM's logger speaking.
+_LAX_HEADER = re.compile(
+    r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):?\s+(?:[\d:.,-]{1,12}\s+){0,2}(?:\.\.\.|\u2026|\[[\w./<>-]+:\d+\])\s*"
+)
+_LATE_HEADER = re.compile(
+    r"\s(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w./<>-]+:\d+\]\s?"
+)
 # Two log lines pasted onto one: a second header inside a line starts a new line.
 _EMBEDDED_HEADER = re.compile(
-    r"\s(?=\([\w.-]+ pid=\d+\)\s|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d|INFO:\s{4})"
+    r"\s(?=\([\w.-]+(?: [\w.=-]{1,40})? pid=\d+\)\s|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d|INFO:\s{4})"
 )  # uvicorn's own lines start "INFO:     "
 
 
@@ -84,6 +95,12 @@ def split_header_damaged(line: str) -> tuple[str, str, bool]:
         m = _DAMAGED_HEADER.match(line)
         if m:
             return _LEVEL_OF.get(m.group(1), "?"), line[m.end() :], True
+    m = _LAX_HEADER.match(line)
+    if m:
+        return m.group(1), line[m.end() :], True
+    m = _LATE_HEADER.search(line, 0, 256) if ":" in line else None
+    if m:
+        return m.group(1), line[m.end() :], True
     return "", line, damaged
 
 
@@ -153,6 +170,7 @@ def normalise_backend(name: str) -> str:
     if "." in s:  # an enum repr: AttentionBackendEnum.FLASHINFER, NvFp4LinearBackend.CUTLASS
         s = s.rsplit(".", 1)[1]
     s = re.sub(r"[\s\-]+", "_", s).lower()
+    s = re.sub(r"_(?:mxfp4|mxfp8|bf16)(?=_|$)", "", s)  # "FlashInfer MXFP4 MXFP8 TRTLLM": the quant is no name
     if s in ("", "auto", "none"):
         return ""
     s = _ALIASES.get(s, s)
@@ -219,6 +237,9 @@ _NEEDLES = (
     "KV cache size",
     "Application startup complete",
     "Uvicorn running",
+    "Starting vLLM API server",
+    "Available routes",
+    "Methods: ",  # the route list: "Route: /v1/chat/completions, Methods: POST"
     "Draft acceptance rate",
     "Loading draft",
     "--linear-backend=",
@@ -273,6 +294,10 @@ _NEEDLES = (
     "exit_code == 0",
     "is not defined for option",
     "No valid attention backend",
+    'File "',  # a traceback's frame: vLLM's own, pasted without the exception, still says a start failed
+    "Namespace(",  # 0.4-0.6: "args: Namespace(model='...', quantization='gptq', ...)"
+    "Detected that the model can run with",
+    "The speed can be slower",  # 0.2-0.6: "awq quantization is not fully optimized yet. The speed can be ..."
     "ssertion error",
     "untimeError",
     "alueError",
@@ -322,9 +347,27 @@ _VERSION_FORMS = (
     _Then("\u2588", r"\bversion (\d\S*)\s*$"),  # the logo
 )
 _LOGO_MODEL = _Then("\u2588", r"\bmodel\s+(\S+)\s*$")
-_ENGINE_INIT = re.compile(r"Initializing an? (?:V1 )?LLM engine \(v([^)\s]+)\) with config: (.*)")
+_ENGINE_INIT = re.compile(r"Initializing an? (?:V\d )?LLM engine (?:\(v([^)\s]+)\) )?with config: (.*)")  # V0, V1, 0.2
 _CONFIG_MODEL = re.compile(r"(?:^|[ ,])model='([^']*)'")
 _CONFIG_SPEC = re.compile(r"speculative_config=SpeculativeConfig\(method='([\w-]+)'(?:.*?num_spec_tokens=(\d+))?")
+# V0 (0.5-0.8): the draft model stands where the method does; "[ngram]" is the n-gram proposer.
+_CONFIG_DRAFT = re.compile(
+    r"speculative_config=SpeculativeConfig\(draft_model='?([^',)]{1,300})'?(?:, num_spec_tokens=(\d+))?"
+)
+_CONFIG_QUANT = re.compile(r"(?:^|[ ,])quantization=(\w{1,40})")
+# 0.5-0.6: a GPTQ/AWQ checkpoint upgraded to the Marlin kernels ("... is convertible to gptq_marlin during runtime").
+_QUANT_WORDED = re.compile(
+    r"(?:^|\s)(\w{1,40}) quantization is not fully optimized|model is serialized in (\w{1,40}) format"
+)
+_CONVERTIBLE = re.compile(
+    r"convertible to (\w{1,40}) during runtime|you specified quantization=\w{1,40} explicitly, so forcing (\w{1,40})"
+)
+# 0.4-0.6 print their arguments as an argparse Namespace: the model and the quantization are read from it.
+_NAMESPACE = re.compile(r"args: Namespace\(")
+_NAMESPACE_MODEL = re.compile(r"[(, ]model(?:_tag)?='([^']{1,300})'")
+_NAMESPACE_QUANT = re.compile(r"[(, ]quantization='(\w{1,40})'")
+_NAMESPACE_SPEC = re.compile(r"[(, ]speculative_model='([^']{1,300})'")
+_NAMESPACE_SPEC_TOKENS = re.compile(r"[(, ]num_speculative_tokens=(\d{1,4})\b")
 _ARGS = re.compile(r"non-default args: (\{.*)")
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: ([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -335,11 +378,20 @@ _MOE_FORMS = (
     (" backend for ", re.compile(r"Using ([\w -]{1,80}?) backend for (\w+) MoE")),  # 0.12-0.14: Marlin ... FP8 MoE
     ("MoE TRTLLM", re.compile(r"Using (FlashInfer) (FP8) MoE (TRTLLM) backend")),  # 0.12: ... for SM100
     ("FusedMoE", re.compile(r"Using (Marlin|FlashInfer [\w-]+)(?: kernels)? for ModelOpt(\w+?)FusedMoE")),  # NVFP4
+    # 0.10-0.13 gpt-oss (mxfp4.py): "Using FlashInfer MXFP4 BF16 backend for SM90", "... for Blackwell-class GPU"
+    ("MXFP4 ", re.compile(r"Using (FlashInfer (MXFP4)(?: [A-Z0-9]{2,8}){0,3}) backend")),
 )
 _ATTN_FORMS = (
     # auto (+ "out of potential backends"), and 0.2x short form
     (" attention backend", re.compile(r"Using ([\w.]+) attention backend")),
-    (" backend", re.compile(r"Using ((?:AttentionBackendEnum|_Backend)\.\w+|[A-Z][A-Z0-9_]+) backend\.?\s*$")),
+    # V0 / 0.2x short forms: "Using Flash Attention backend.", "Using XFormers backend.", "Using FLASHINFER backend"
+    (
+        " backend",
+        re.compile(
+            r"Using ((?:AttentionBackendEnum|_Backend)\.\w+|'?[A-Z][\w-]{0,40}'?(?: [A-Z][\w-]{0,40}){0,2})"
+            r" backend\.?\s*$"
+        ),
+    ),
     (" backend on V1 engine", re.compile(r"Using ([\w ]{1,80}?) backend on V1 engine")),  # old V1
 )
 _LINEAR_FORMS = (
@@ -356,13 +408,21 @@ _ALL_REDUCE = re.compile(r"all[-_ ]?reduce|allreduce|AllReduce|custom_ar", re.I)
 _DRAFT_START = re.compile(r"Loading (?:drafter|draft) model")
 _MODEL_LOAD = re.compile(r"(?:Model loading|Loading model weights) took ([\d.]+) Gi?B(?: memory)?(?: and ([\d.]+) s)?")
 _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
-_ACCEPT_PCT = re.compile(r"Avg Draft acceptance rate: ([\d.]+)%")
-_ACCEPT_FRAC = re.compile(r"Draft acceptance rate: ([\d.]+)(?!\d*%)")
+# Every version's wording: V0 "Speculative metrics: Draft acceptance rate: 0.651" (a fraction), 0.8-0.9 V1
+# "SpecDecoding metrics: Draft acceptance rate: 57.1%", 0.10+ "... Avg Draft acceptance rate: 72.9%", and lines
+# that give only the counts ("Accepted: 245 tokens, Drafted: 300 tokens").
+_ACCEPT_RATE = re.compile(r"Draft acceptance rate: ([\d.]{1,20})(%?)")
+_ACCEPT_COUNTS = re.compile(r"Accepted: (\d{1,20}) tokens, Drafted: (\d{1,20}) tokens")
 _ENGINE_READY = "init engine (profile, create kv cache, warmup model) took"
 _SERVER_MARKERS = re.compile(
     r"API server version|vLLM server version|api_server|APIServer|\u2588|Uvicorn|serving model"
 )
-_READY = re.compile(r"Application startup complete|Uvicorn running on")
+# The server is up: uvicorn's lines, and what the API server says once the engine is ready ("Starting vLLM API
+# server [0] on URL", then "Available routes are:" / one "Route: /path" line each).
+_READY = re.compile(
+    r"Application startup complete|Uvicorn running on|Starting vLLM API server (?:\d+ )?on |Available routes are"
+    r"|^Route: /"
+)
 
 # --- failure classes -------------------------------------------------------------------------------
 # (class, signatures). Checked in this order on each line; the first that matches decides the line.
@@ -388,16 +448,30 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
         (_Guarded("MoE backend supports the", r"No [\w ]{0,80}MoE backend supports the deployment configuration"),),
     ),
     ("unsupported_moe_backend", (re.compile(r"moe_backend='[^']*' is not supported for"),)),
-    ("backend_unsupported_config", (re.compile(r"does not support the deployment configuration since"),)),
+    (
+        "invalid_args",  # argparse refused the command line, or the config refused a value: nothing started
+        (
+            re.compile(
+                r"^(?:usage: )?[\w./ -]{1,80}: error: (?:unrecognized arguments|argument |the following arguments"
+                r"|invalid choice|ambiguous option|expected one argument)"
+            ),
+            re.compile(r"ValidationError: \d{1,4} validation errors? for \w{0,60}(?:Config|Args)\b"),
+            _Guarded("does not match the quantization method", r"Quantization method specified in the model config"),
+        ),
+    ),
     ("attention_backend_invalid", (re.compile(r"Selected backend \S+ is not valid for this configuration"),)),
     (
         "cluster_incomplete",  # multi-node: the Ray cluster lacks the nodes or GPUs TP x PP needs
         (re.compile(r"exceeds the total number of available GPUs|placement group of \d+ GPU bundle"),),
     ),
-    # A backend that gates on compute capability: the hard requirement, said in any of vLLM's and its kernels' words.
+    # A backend that cannot run this deployment: the chip (compute capability: the hard requirement, said in any of
+    # vLLM's and its kernels' words), the model ("FusedMoE flashinfer kernels are only supported for Llama4") or the
+    # configuration ("X does not support the deployment configuration since ..."). The failure names the backend.
     (
         "unsupported_backend",  # each form tried only on text that holds its literal: near misses stay cheap
         (
+            _Guarded("the deployment configuration since", r"does not support the deployment configuration since"),
+            _Guarded("only supported ", r"(?:[Kk]ernels?|[Bb]ackend) (?:are|is) only supported (?:for|with|by) "),
             _Guarded(
                 "requires ", r"requires (?:SM ?1\d\d|sm_?1\d\da?|Blackwell datacenter|datacenter Blackwell|Hopper)"
             ),
@@ -447,10 +521,25 @@ _DEATH_CAUSES = (
     ("killed_by_signal", re.compile(r"killed by signal \d+|Fatal Python error: (?:Segmentation fault|Aborted)")),
 )
 SUPERVISOR_PREFIX = "spark-agent supervisor: "  # lines the host-side supervisor appends to a server's log
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?::|$)")
+# "ValueError: ...", "torch.OutOfMemoryError: ...", and Ray's wrapper "ray.exceptions.RayTaskError(ValueError): ..."
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?:\(\w{1,80}\))?(?::|$)")
 # A traceback's frame and caret lines: never the root cause, even when logged at ERROR level.
 _FRAME_LINE = re.compile(r"^(?:\s|Traceback|File \"|\^)")
-_MOE_CLASSES = ("no_moe_backend", "unsupported_moe_backend", "backend_unsupported_config")
+_MOE_CLASSES = ("no_moe_backend", "unsupported_moe_backend", "unsupported_backend")
+ENDED_BEFORE_READY = "ended_before_ready"  # no error, no readiness: a cut log or an excerpt proves no start
+# "X is disabled for this configuration": fatal when raised; a warning only explains a start that then fails with
+# no cause of its own (the failure becomes this backend's).
+_DISABLED = re.compile(r"([\w.-]{1,80}(?: [\w.-]{1,80}){0,3}) (?:is|are) disabled for this configuration")
+_UNEXPLAINED = ("root_cause_not_in_excerpt",)  # a start that failed, its cause not shown (a log that just ends: no)
+_BARE_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w+(?:Error|Exception)?:?\s*$")  # "AssertionError" with no message
+# Backend names as messages spell them (class names, flag values, words): the failure's `backend`.
+_BACKEND_WORDS = re.compile(
+    r"(?i)(?<![a-z0-9])(flashinfer[_ -]?(?:cutlass|trtllm|trt-llm|tensorrt[_-]llm|cutedsl|cute[_-]dsl|b12x|mla)?"
+    r"|vllm_cutlass|cutlass(?:_mla)?|marlin|deep_?gemm|triton(?:_attn|_mla)?|flash_?attn|flash[_ ]attention"
+    r"|flash_?mla|aiter|b12x|machete|xformers|torch_sdpa|flex_attention|trtllm)"
+)
+# Names that are MoE (or GEMM) kernels, never attention: a bare "Using Marlin backend" is the MoE's.
+_MOE_ONLY = {"marlin", "deep_gemm", "cutlass", "flashinfer_cutlass", "flashinfer_trtllm", "flashinfer_cutedsl", "b12x"}
 _MOE_ERROR_QUANT = re.compile(r"\b(\w{1,40}) MoE\b")
 _MAX_EVIDENCE = 12
 _PARSE_CHUNK = 1 << 20
@@ -490,6 +579,7 @@ def _new_facts() -> Attestation:
         "moe_backend": "",
         "moe_backend_raw": "",
         "moe_quant": "",
+        "quantization": "",
         "attention_backend": "",
         "linear_kernels": [],
         "linear_backend": "",
@@ -558,6 +648,9 @@ class Follower:
         self._open = ""  # a line whose brackets are not closed yet: wrapped lines that continue it are joined
         self._open_lines = 0
         self._repairs = dict.fromkeys(_REPAIRS, 0)
+        self._disabled = ""  # a "... is disabled for this configuration" warning (see _DISABLED)
+        self._error_frames = False
+        self._probe = 256  # lines still looked at for a vLLM prefix while none was seen (see _probe_line)
 
     # -- input --
     def feed(self, text: str) -> None:
@@ -591,11 +684,13 @@ class Follower:
                 self._cluster.feed(line)
             if not self._server_seen and _SERVER_MARKERS.search(line):
                 self._server_seen = True
+            if self._probe:  # only at the start of a log that has shown no vLLM line yet
+                self._probe_line(line)
             if "\r" in line:  # progress bars redraw with CR; each piece is its own line
                 for piece in line.split("\r"):
                     if _PREFILTER.search(piece):
                         handle(piece)
-            elif _PREFILTER.search(line):
+            elif _PREFILTER.search(line) or ": error: " in line or "for this configuration" in line:
                 handle(line)
 
     def feed_chunk(self, data: str) -> None:
@@ -617,6 +712,16 @@ class Follower:
         if self._partial or self._partial_cut:
             self._feed_held()
         self._close_open()
+
+    def _probe_line(self, line: str) -> None:
+        """A log whose first lines hold no fact is still vLLM's when they carry its prefix: the first such line
+        counts (then this check stops, and it stops for good after 256 lines: a cost only at the start)."""
+        self._probe -= 1
+        if ("INFO" in line or "WARN" in line or "ERROR" in line or "DEBUG" in line) and not _PREFILTER.search(line):
+            level, _, damaged = split_header_damaged(clean(line))
+            if level and not damaged:
+                self._f["vllm_log_lines"] += 1
+                self._probe = 0
 
     # -- wrapped lines: a list or call whose brackets close on a later line (pasted, or wrapped by a terminal) --
     def _continues(self, line: str) -> bool:
@@ -718,6 +823,7 @@ class Follower:
             self._repairs["damaged"] += 1
         if level:
             self._f["vllm_log_lines"] += 1
+            self._probe = 0
         if ("..." in msg or "\u2026" in msg) and _ELLIPSIS.search(msg):
             self._repairs["ellipsis"] += 1
         if not self.ready:
@@ -743,9 +849,17 @@ class Follower:
         return [*pieces, msg[start:]]
 
     def _acceptance(self, raw: str) -> None:
-        m = _ACCEPT_PCT.search(raw)
+        m = _ACCEPT_RATE.search(raw)
         if m:
-            self._rate(round(float(m.group(1)) / 100.0, 6))
+            try:
+                value = float(m.group(1))
+            except ValueError:
+                return
+            self._rate(round(value / 100.0, 6) if m.group(2) else value)
+            return
+        m = _ACCEPT_COUNTS.search(raw)
+        if m and int(m.group(2)) > 0:
+            self._rate(round(int(m.group(1)) / int(m.group(2)), 6))
 
     def _rate(self, rate: float) -> None:
         rates = self._f["spec_acceptance_rates"]
@@ -789,7 +903,7 @@ class Follower:
         self._other(msg, line)
 
     def _moe(self, m: re.Match[str], line: str) -> None:
-        raw = " ".join(m.groups()[0:1] + m.groups()[2:])  # 0.12's "FlashInfer ... TRTLLM" has the name in two parts
+        raw = " ".join(g for g in m.groups()[0:1] + m.groups()[2:] if g)  # 0.12's "FlashInfer ... TRTLLM": two parts
         spec = self._f["speculative"]
         if self._in_draft:
             if not spec["draft_moe_backend_raw"]:
@@ -805,6 +919,12 @@ class Follower:
         self._evidence("moe", line)
 
     def _attention(self, name: str, line: str) -> None:
+        if normalise_backend(name) in _MOE_ONLY:  # "Using Marlin backend": a MoE kernel named without its quant
+            if not self._f["moe_backend_raw"] and not self._in_draft:
+                self._f["moe_backend_raw"] = name.strip("'\"")
+                self._f["moe_backend"] = normalise_backend(name)
+                self._evidence("moe", line)
+            return
         if self._in_draft:
             spec = self._f["speculative"]
             if not spec["draft_attention_backend"]:
@@ -852,10 +972,31 @@ class Follower:
             f["marlin_fp4_weight_only"] = True
             self._evidence("marlin_fp4", line)
             return
-        if "acceptance rate" in msg:
-            m = _ACCEPT_FRAC.search(msg)
-            if m:
-                self._rate(float(m.group(1)))
+        if "acceptance rate" in msg or "Drafted: " in msg:
+            self._acceptance(msg)
+            return
+        m = _CONVERTIBLE.search(msg) if "convertible to" in msg or "so forcing" in msg else None
+        if m:
+            f["quantization"] = f["quantization"] or m.group(1) or m.group(2)
+            return
+        if "Namespace(" in msg and _NAMESPACE.search(msg):
+            m = _NAMESPACE_MODEL.search(msg)
+            if m and not f["served_model"]:
+                f["served_model"] = m.group(1)
+            m = _NAMESPACE_QUANT.search(msg)
+            if m and not f["quantization"]:
+                f["quantization"] = m.group(1)
+            m = _NAMESPACE_SPEC.search(msg)
+            spec = f["speculative"]
+            if m and not spec["method"]:
+                spec["method"] = _draft_method(m.group(1))
+                m = _NAMESPACE_SPEC_TOKENS.search(msg)
+                spec["num_speculative_tokens"] = int(m.group(1)) if m else spec["num_speculative_tokens"]
+            return
+        if "quantization is not fully" in msg or "serialized in " in msg:
+            m = _QUANT_WORDED.search(msg)
+            if m and not f["quantization"]:
+                f["quantization"] = (m.group(1) or m.group(2)).lower()
             return
         if _READY.search(msg):
             self.ready = True
@@ -880,17 +1021,20 @@ class Follower:
             if not f["non_default_args"] and self._args_tries < 4:  # a log of bad reprs costs 4 evals, not one each
                 self._args_tries += 1
                 f["non_default_args"] = _literal_dict(m.group(1))
-                if not f["non_default_args"]:  # cut ("...") or damaged: the pairs that are whole
-                    f["non_default_args"] = _lenient_dict(m.group(1))
-                    self._repairs["lenient_args"] += bool(f["non_default_args"])
+                cut = not m.group(1).rstrip().endswith("}") or _balance(m.group(1)) != 0
+                self._repairs["lenient_args"] += bool(f["non_default_args"]) and cut  # the pairs that are whole
                 self._args_speculative(f["non_default_args"])
+                quant = f["non_default_args"].get("quantization")
+                if isinstance(quant, str) and not f["quantization"]:
+                    f["quantization"] = quant
                 model = f["non_default_args"].get("model_tag") or f["non_default_args"].get("model")
                 if isinstance(model, str) and not f["served_model"]:
                     f["served_model"] = model
             return
         m = _ENGINE_INIT.search(msg)
         if m:
-            self._set_version(m.group(1), line)
+            if m.group(1):
+                self._set_version(m.group(1), line)
             self._engine_config(m.group(2))
             return
         for rx in _VERSION_FORMS:
@@ -914,13 +1058,21 @@ class Follower:
         m = _CONFIG_MODEL.search(config)
         if m and not f["served_model"]:
             f["served_model"] = m.group(1)
-        m = _CONFIG_SPEC.search(config)
-        if m and not spec["method"]:
-            spec["method"] = m.group(1)
+        m = _CONFIG_QUANT.search(config)
+        if m and m.group(1) != "None" and not f["quantization"]:
+            f["quantization"] = m.group(1)
+        m = _CONFIG_SPEC.search(config) or _CONFIG_DRAFT.search(config)
+        if m and not spec["method"] and m.group(1) != "None":
+            spec["method"] = m.group(1) if m.re is _CONFIG_SPEC else _draft_method(m.group(1))
             if m.group(2):
                 spec["num_speculative_tokens"] = int(m.group(2))
 
     def _args_speculative(self, args: dict[str, Any]) -> None:
+        spec = self._f["speculative"]
+        if isinstance(args.get("speculative_model"), str):  # 0.5-0.8 flags: --speculative-model X
+            spec["method"] = spec["method"] or _draft_method(args["speculative_model"])
+            if isinstance(args.get("num_speculative_tokens"), int):
+                spec["num_speculative_tokens"] = args["num_speculative_tokens"]
         conf = args.get("speculative_config")
         if isinstance(conf, str):
             try:
@@ -929,7 +1081,6 @@ class Follower:
                 conf = None
         if not isinstance(conf, dict):
             return
-        spec = self._f["speculative"]
         spec["method"] = str(conf.get("method") or spec["method"])
         if isinstance(conf.get("num_speculative_tokens"), int):
             spec["num_speculative_tokens"] = conf["num_speculative_tokens"]
@@ -939,6 +1090,13 @@ class Follower:
     # -- failures --
     def _watch_failure(self, level: str, msg: str, line: str) -> None:
         cls = _signature_of(msg)
+        if not cls and "disabled for this" in msg and _DISABLED.search(msg):
+            if level in ("ERROR", "CRITICAL") or _EXCEPTION_LINE.match(msg) or "ssert" in msg:
+                cls = "unsupported_backend"
+            elif level not in ("INFO", "DEBUG"):  # a warning (or a bare paste); an INFO note explains nothing
+                self._disabled = self._disabled or msg
+                self._keep(line)
+                return
         if not cls and msg.startswith(SUPERVISOR_PREFIX):  # killed while starting (the OOM killer, loading weights)
             cls = _death_cause_of(msg)
         if cls:
@@ -966,6 +1124,8 @@ class Follower:
                 self._declare("engine_init_failed", msg)
         elif level in ("ERROR", "CRITICAL") and not _FRAME_LINE.match(msg):
             self._last_error = msg
+        elif level in ("ERROR", "CRITICAL") or ("/vllm/" in msg and msg.lstrip().startswith('File "')):
+            self._error_frames = True  # a traceback (logged as errors, or vLLM's own frames): something failed
 
     def _watch_death(self, level: str, msg: str, line: str) -> None:
         """After readiness: lines that say the engine died mid-run and why. They name the root cause of a death
@@ -1042,6 +1202,26 @@ class Follower:
                 "draft_model": self._in_draft,
             }
         )
+        self._name_backend(self.fatal)
+
+    def _name_backend(self, failure: Failure) -> None:
+        """An unsupported backend names which one: the backend the message names, else the one vLLM had picked for
+        the part the message is about (MoE, attention, GEMM)."""
+        failure["backend"] = ""
+        if failure.get("class") != "unsupported_backend":
+            return
+        cause = failure.get("root_cause", "")
+        m = _BACKEND_WORDS.search(cause)
+        name = normalise_backend(m.group(1)) if m else ""
+        if not name:
+            f = self._f
+            if "ttention" in cause:
+                name = f["attention_backend"]
+            elif "GEMM" in cause or "Linear" in cause:
+                name = f["linear_backend"] or (linear_backend_of(f["linear_kernels"][0]) if f["linear_kernels"] else "")
+            else:
+                name = f["moe_backend"] or f["attention_backend"]
+        failure["backend"] = name
 
     def _evidence_lines(self) -> list[str]:
         lines = list(self._fail_lines)
@@ -1053,17 +1233,40 @@ class Follower:
         if self.fatal is not None:
             failure = self.fatal.copy()
             failure["evidence"] = self._evidence_lines()
-            return failure
-        cause = self._last_exception or self._last_error
-        evidence = self._evidence_lines() + [c for c in (self._last_error, self._last_exception) if c]
-        return Failure(
-            {
-                "class": "engine_init_failed" if self._dying else "other",
-                "evidence": evidence,
-                "root_cause": cause or "the log ends before the server was ready",
-                "draft_model": self._in_draft,
-            }
+        else:
+            cause = self._last_exception or self._last_error
+            evidence = self._evidence_lines() + [c for c in (self._last_error, self._last_exception) if c]
+            # A dying engine whose traceback was cut before its exception: say the cause is missing, never guess.
+            cls = (
+                ("engine_init_failed" if cause else ROOT_CAUSE_MISSING)
+                if self._dying
+                else ("other" if cause else (ROOT_CAUSE_MISSING if self._error_frames else ENDED_BEFORE_READY))
+            )
+            failure = Failure(
+                {
+                    "class": cls,
+                    "evidence": _unique_lines(evidence),
+                    "root_cause": cause or "the log ends before the server was ready",
+                    "draft_model": self._in_draft,
+                }
+            )
+        unexplained = failure["class"] in _UNEXPLAINED or (
+            failure["class"] in ("other", "engine_init_failed") and _BARE_EXCEPTION.match(failure["root_cause"])
         )
+        if self._disabled and unexplained:  # the start failed with nothing more specific
+            failure["class"] = "unsupported_backend"
+            failure["root_cause"] = self._disabled
+        self._name_backend(failure)
+        return failure
+
+
+def _unique_lines(lines: list[str]) -> list[str]:
+    return list(dict.fromkeys(lines))
+
+
+def _draft_method(draft: str) -> str:
+    """The method of a V0 speculative draft model: "[ngram]" is the n-gram proposer, anything else a draft model."""
+    return "ngram" if "ngram" in draft.lower() else "draft_model"
 
 
 def _balance(text: str) -> int:
@@ -1088,7 +1291,9 @@ def _recognised(f: Attestation) -> bool:
         or f["kv_cache_tokens"] >= 0
         or f["engine_ready"]
         or f["startup_complete"]
-        or (failure and failure.get("class") != "other")
+        or (failure and failure.get("class") not in ("other", ENDED_BEFORE_READY))
+        or f["quantization"]
+        or f["spec_acceptance_rates"]
         or f["runtime_failure"]
     )
 
@@ -1111,30 +1316,128 @@ def _signature_of(msg: str) -> str:
 
 
 def _literal_dict(text: str) -> dict:
-    """The dict repr vLLM logs, read with ast.literal_eval (never eval). A cut-off or odd repr gives {}."""
+    """The dict repr vLLM logs: ast.literal_eval (never eval) when it is clean, else the pairs `_Repr` reads whole
+    ({} for nothing). Nested dicts stay nested (compilation_config's), whatever else the repr holds."""
     try:
         value = ast.literal_eval(text.strip())
+        return _plain(value) if isinstance(value, dict) else {}
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    try:
+        return _plain(_Repr(text).top_dict())
+    except (_Stop, ValueError, SyntaxError, MemoryError, RecursionError):
         return {}
-    return _plain(value) if isinstance(value, dict) else {}
 
 
-_PAIR = re.compile(
-    r"'(\w{1,80})': ('(?:[^'\\]|\\.){0,4000}'|-?[\d.]{1,40}(?:e-?\d{1,3})?|True|False)(?=\s?[,}])"
-)  # a value counts only when it ends where the dict says it does: a cut number is no number
+# --- Python reprs as vLLM logs them (non-default args) ------------------------------------------------
+# ast.literal_eval reads a clean repr exactly. What it refuses (enum reprs `<X.Y: 1>`, `Config(...)` calls, a
+# dict cut by the paste) is read by this small parser: one left-to-right pass, bounded depth, and only the pairs
+# that are whole are kept, at the depth where they stand (a nested dict's keys never leak to the top).
+
+_TOKEN = re.compile(
+    r"\s*(?:('(?:[^'\\\n]|\\.){0,4000}'|\"(?:[^\"\\\n]|\\.){0,4000}\")"  # 1 string
+    r"|(-?(?:\d[\d_]{0,40}(?:\.\d{0,40})?|\.\d{1,40})(?:[eE][-+]?\d{1,3})?)(?![\w.])"  # 2 number
+    r"|([A-Za-z_][\w.]{0,200})"  # 3 name
+    r"|(<[^<>\n]{0,400}>)"  # 4 an object's repr: <CUDAGraphMode.FULL: 2>
+    r"|(\.\.\.|\u2026)"  # 5 the paste's cut
+    r"|([{}\[\]():,=]))"  # 6 punctuation
+)
+_MAX_DEPTH = 24
+_CLOSE = {"{": "}", "[": "]", "(": ")"}
 
 
-def _lenient_dict(text: str) -> dict:
-    """The whole `'key': value` pairs of a dict repr that was cut ("...") or damaged; nested values are skipped."""
-    out: dict[str, Any] = {}
-    for m in _PAIR.finditer(text):
-        if len(out) >= MAX_ITEMS:
-            break
+class _Stop(Exception):
+    """The repr ends here (cut, or something no repr holds): keep what was whole before it."""
+
+
+class _Repr:
+    def __init__(self, text: str) -> None:
+        self.text, self.pos = text, 0
+
+    def token(self) -> re.Match[str]:
+        m = _TOKEN.match(self.text, self.pos)
+        if not m or m.lastindex is None or m.lastindex == 5:
+            raise _Stop
+        self.pos = m.end()
+        return m
+
+    def peek(self) -> str:
+        m = _TOKEN.match(self.text, self.pos)
+        return m.group(6) or "" if m and m.lastindex == 6 else ""
+
+    def value(self, depth: int) -> Any:
+        m = self.token()
+        kind = m.lastindex
+        if kind == 1:
+            return ast.literal_eval(m.group(1))
+        if kind == 2:
+            number = m.group(2).replace("_", "")
+            return float(number) if any(c in number for c in ".eE") else int(number)
+        if kind == 3:
+            name = m.group(3)
+            if self.peek() == "(":  # a call, Config(a=1): kept as the text it was logged as
+                start = m.start(3)
+                self.token()
+                self.items(")", depth + 1, keyed="=")
+                return self.text[start : self.pos][:2000]
+            return {"True": True, "False": False, "None": None, "true": True, "false": False, "null": None}.get(
+                name, name
+            )
+        if kind == 4:
+            return m.group(4)[1:-1]
+        opener = m.group(6)
+        if opener not in _CLOSE or depth >= _MAX_DEPTH:
+            raise _Stop
+        if opener == "{":
+            return self.items("}", depth + 1, keyed=":")
+        items = self.items(_CLOSE[opener], depth + 1, keyed="")
+        return items
+
+    def items(self, close: str, depth: int, keyed: str) -> Any:
+        """The items of a container up to `close`: a dict when its items are `key: value` (or `key=value`)."""
+        pairs: dict[str, Any] = {}
+        values: list[Any] = []
+        while len(pairs) + len(values) <= MAX_ITEMS * 4:
+            if self.peek() == close:
+                self.token()
+                return pairs if pairs or (close == "}" and not values) else values
+            first = self.value(depth)
+            sep = self.peek()
+            if keyed and sep == keyed:
+                self.token()
+                pairs[str(first)] = self.value(depth)
+                sep = self.peek()
+            else:
+                values.append(first)
+            if sep == ",":
+                self.token()
+            elif sep != close:
+                raise _Stop
+        raise _Stop
+
+    def top_dict(self) -> dict[str, Any]:
+        """The whole pairs of a dict repr, those before a cut or damage included."""
+        out: dict[str, Any] = {}
+        if self.token().group(6) != "{":
+            return out
         try:
-            out[m.group(1)] = ast.literal_eval(m.group(2))
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            continue
-    return _plain(out)
+            while len(out) < MAX_ITEMS:
+                if self.peek() == "}":
+                    break
+                key = self.value(0)
+                if self.peek() != ":":
+                    break
+                self.token()
+                value, sep = self.value(0), self.peek()
+                if sep not in (",", "}"):  # a value counts only when it ends where the dict says: a cut 12 is no 1
+                    break
+                out[str(key)] = value
+                if sep == "}":
+                    break
+                self.token()
+        except (_Stop, ValueError, SyntaxError, MemoryError, RecursionError):
+            pass
+        return out
 
 
 def _plain(value: Any) -> Any:

@@ -16,6 +16,8 @@ The forms are those of public vLLM logs 0.7-0.3x (docs/vllm-notes.md, fixtures i
   DeepGEMM warmup: 100%|##########| 645/645 [02:30<00:00,  4.30it/s]     (0.24 on Hopper: kernels JIT-built at
       start, the bulk of a cold start: tests/data/logs/vllm-0.24-h200/h200-fp8-triton.log)
   Application startup complete.
+      (with --uvicorn-log-level warning or above uvicorn says nothing: the API server's own last lines then mark
+      ready: "Starting vLLM API server [0] on URL", "Available routes are:", "Route: /v1/..., Methods: POST")
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def parse(lines: Iterable[str]) -> StartupBreakdown:
     hits, misses, cache_load = 0, 0, 0.0
     first: int | None = None
     last: int | None = None  # uvicorn's "INFO:     Application startup complete." has no stamp: the one before
+    api_up: int | None = None  # the stamp of the API server's last start-up line (routes), when uvicorn is quiet
     for raw in lines:
         line = raw[:MAX_LINE]
         stamp = _seconds(line)
@@ -91,6 +94,12 @@ def parse(lines: Iterable[str]) -> StartupBreakdown:
             if first is not None and last is not None:
                 out["ready_s"] = float((last - first) % (366 * 86400))
             break
+        elif stamp is not None and (
+            "Starting vLLM API server" in line or "Route: /" in line or "Available routes" in line
+        ):
+            api_up = stamp
+    if out["ready_s"] < 0 and api_up is not None and first is not None:
+        out["ready_s"] = float((api_up - first) % (366 * 86400))
     if misses:
         out["compile_cache"] = "cold"
     elif hits:

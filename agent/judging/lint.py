@@ -10,19 +10,39 @@ from __future__ import annotations
 
 import difflib
 import json
+import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent import paths
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
 from agent.hostside.contracts import Facts
 from agent.hostside.logparse import normalise_backend
-from agent.planning import envrules
+from agent.planning import envrules, launchfix
 from agent.planning.launch import Launch
 
 SEVERITIES = ("note", "warning", "error")
 _QUANT_WORDS = (("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("fp4", "nvfp4"), ("fp8", "fp8"), ("bf16", "bf16"))
+# Hub checkpoints whose names do not say their quant: `quantization_config` of each one's config.json on
+# huggingface.co (https://huggingface.co/<id>/blob/main/config.json), read 2026.
+HUB_QUANT = {
+    "openai/gpt-oss-120b": "mxfp4",
+    "openai/gpt-oss-20b": "mxfp4",
+    "deepseek-ai/deepseek-v3": "fp8",
+    "deepseek-ai/deepseek-v3-0324": "fp8",
+    "deepseek-ai/deepseek-r1": "fp8",
+    "deepseek-ai/deepseek-r1-0528": "fp8",
+    "moonshotai/kimi-k2-instruct": "fp8",
+    "minimaxai/minimax-m2": "fp8",
+}
+
+
+def ngc_vllm() -> dict[str, str]:
+    """NVIDIA's vLLM image tag (YY.MM) -> the vLLM release it ships (agent/rules/ngc_vllm.toml, each entry cited)."""
+    data = tomllib.loads((paths.RULES / "ngc_vllm.toml").read_text())
+    return {str(e["tag"]): str(e["vllm"]) for e in data.get("image", [])}
 
 
 @dataclass(frozen=True)
@@ -43,6 +63,8 @@ class Target:
     gpu: dict[str, Any]
     vllm_version: str
     quant: str = ""  # "" = read from the launch (--quantization, the model's name, its weights)
+    host: str = ""  # a checkpoint given as a path is read on this host (with `inventory`), else on this machine
+    inventory: str = ""
 
 
 @dataclass
@@ -68,14 +90,16 @@ class Result:
         }
 
 
-def target_for(arch: str, vllm_version: str, quant: str = "") -> Target:
+def target_for(arch: str, vllm_version: str, quant: str = "", host: str = "", inventory: str = "") -> Target:
     gpus = hostfacts.load_gpu_rules()
-    return Target(arch=arch, gpu=gpus.get(arch, {}), vllm_version=vllm_version, quant=quant)
+    return Target(arch, gpus.get(arch, {}), vllm_version, quant, host, inventory)
 
 
 def image_version(image: str) -> str:
     """The vLLM version an image's tag names (`vllm/vllm-openai:v0.12.0` -> 0.12.0); "" when it names none."""
     tag = image.split("@")[0].rsplit(":", 1)[1] if ":" in image.split("@")[0].rsplit("/", 1)[-1] else ""
+    if "nvcr.io/nvidia/vllm" in image:
+        return ngc_vllm().get(tag.split("-")[0], "")
     version = envrules.parse_version(tag) if tag.startswith(("v0.", "0.", "v1.", "1.")) else None
     return ".".join(map(str, version)) if version else ""
 
@@ -90,6 +114,12 @@ def quant_of(launch: Launch, checkpoint: dict[str, Any] | None) -> str:
         for word, quant in _QUANT_WORDS:
             if word in text:
                 return quant
+    config = _config_quant(launch.model)
+    if config:
+        return config
+    hub = HUB_QUANT.get(launch.model.lower().strip("/"))
+    if hub:
+        return hub
     name = launch.model.lower().replace("-", "").replace("_", "")
     for word, quant in _QUANT_WORDS:
         if word in name:
@@ -97,8 +127,21 @@ def quant_of(launch: Launch, checkpoint: dict[str, Any] | None) -> str:
     return ""
 
 
+def _config_quant(model: str) -> str:
+    """The quant a local checkpoint's config.json says (`quantization_config`: quant_method / quant_algo / fmt)."""
+    path = Path(model) / "config.json" if model and not model.startswith(("http:", "https:")) else None
+    try:
+        if not path or not path.is_file() or path.stat().st_size > 4 * 1024 * 1024:
+            return ""
+        conf = json.loads(path.read_text(encoding="utf-8")).get("quantization_config")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    text = json.dumps(conf).lower() if isinstance(conf, dict) else ""
+    return next((quant for word, quant in _QUANT_WORDS if word in text), "")
+
+
 def lint(launch: Launch, target: Target) -> Result:
-    checkpoint = _checkpoint(launch.model)
+    checkpoint = _checkpoint(launch.model, target)
     version = target.vllm_version or image_version(launch.image)
     quant = target.quant or quant_of(launch, checkpoint)
     result = Result(launch=launch, quant=quant, vllm_version=version)
@@ -109,6 +152,7 @@ def lint(launch: Launch, target: Target) -> Result:
     _dead(result, fixed, rules, parsed)
     _unknown(result, rules, parsed, version)
     _fails(result, fixed, rules, target.arch, quant, parsed)
+    _fails_of_fix(launch, fixed, rules, target.arch, quant, parsed)
     _speculative(result, fixed, quant)
     _conflicts(result, rules)
     _flags(result, rules, parsed, version)
@@ -161,8 +205,13 @@ def _dead(result: Result, fixed: Launch, rules: dict, version: envrules.Version 
         line = result.launch.env_lines.get(name, 0)
         use = f"use {entry['replacement']} instead"
         if not entry.get("vllm") or (version is not None and envrules.in_range(version, entry["vllm"])):
-            _add(result, entry["id"], "error", f"{name} is dead: {entry['reason']}; {use}", line, f"drop {name}")
+            flag = str(entry.get("replacement", ""))
+            value = launchfix.replacement(name, result.launch.env[name], flag, result.launch.env)
+            fix = f"drop {name}" + (f", add {flag} {value}" if value else "")
+            _add(result, entry["id"], "error", f"{name} is dead: {entry['reason']}; {use}", line, fix)
             fixed.env.pop(name, None)
+            if value and fixed.flag(flag) is None:
+                _set_flag(fixed, flag, value)
         elif version is None:
             why = f"{name} is dead in vLLM {entry['vllm']} and the version is unknown (pass --vllm-version)"
             _add(result, entry["id"], "warning", f"{why}: {entry['reason']}; {use}", line)
@@ -215,6 +264,20 @@ def _fails(result: Result, fixed: Launch, rules: dict, arch: str, quant: str, ve
                 f"{' with ' + quant if quant else ''} (a {entry['class']} failure): {entry['reason']}"
             )
             _add(result, entry["id"], "error", message, fix=fix)
+
+
+def _fails_of_fix(
+    launch: Launch, fixed: Launch, rules: dict, arch: str, quant: str, version: envrules.Version | None
+) -> None:
+    """A backend the fixes chose (a dead variable's flag) must not be one that fails here: its rule's fix, or
+    no flag (vLLM's own choice) when the rule knows none."""
+    for entry in rules.get("fails", []):
+        if _applies(entry, arch, quant, version) and _backend(fixed, entry["axis"]) == entry["backend"]:
+            if entry.get("fix"):
+                _set_flag(fixed, entry["axis"], entry["fix"])
+            elif launch.flag(entry["axis"]) is None:
+                _set_flag(fixed, entry["axis"], "")
+                fixed.args = fixed.args[:-2]
 
 
 def _speculative(result: Result, fixed: Launch, quant: str) -> None:
@@ -315,8 +378,16 @@ def _image(result: Result) -> None:
         )
 
 
-def _checkpoint(model: str) -> dict[str, Any] | None:
-    """The safetensors summary of a checkpoint folder on this machine; None for a hub id or an unreadable one."""
+def _checkpoint(model: str, target: Target | None = None) -> dict[str, Any] | None:
+    """The safetensors summary (with config.json's quantization_config) of a checkpoint folder: on the target's host
+    when lint was given --host H -i INVENTORY, else on this machine; None for a hub id or one that cannot be read."""
+    if target and target.host and target.inventory and model.startswith("/"):
+        from agent.judging.checkpoints import inspect_remote
+
+        try:
+            return dict(inspect_remote(model, target.host, target.inventory))
+        except UserError:
+            return None
     if not model or not Path(model).is_dir():
         return None
     from agent.hostside.safetensors import inspect_checkpoint

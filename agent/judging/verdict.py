@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from agent.hostside.logparse import linear_backend_of, normalise_backend
+from agent.hostside.logparse import ENDED_BEFORE_READY, linear_backend_of, normalise_backend
 
 AXES = ("moe_backend", "linear_backend", "attention_backend", "draft_moe_backend")
 _SHORT = {
@@ -41,13 +41,26 @@ def judge(requested: Mapping[str, str], facts: Mapping[str, Any], env_set: Seque
     """{verdict, reasons, evidence, notes}. `requested` has the AXES ("" = auto, no claim); `facts` is
     logparse.parse()'s; `env_set` the variables the spec set for the server."""
     failure = facts.get("failure") or {}
-    if failure and _excerpt_without_failure(facts):
-        failure = {}  # a pasted excerpt that stops before readiness shows no failure: judge what it shows
-    if failure:
+    reasons, evidence = _mismatches(requested, facts, env_set)
+    # A log that ends before readiness (an excerpt too) is never valid: it proves no start. What it does show
+    # still counts: a backend other than the one asked for makes it invalid, said first.
+    if failure and not (reasons and failure.get("class") == ENDED_BEFORE_READY):
         reason = f"failed: {failure.get('class', 'other')}: {failure.get('root_cause', '')}".rstrip(": ")
         return Verdict(
             verdict="failed", reasons=[reason], evidence=list(failure.get("evidence", [])), notes=notes(facts)
         )
+    return Verdict(
+        verdict="invalid" if reasons else "valid",
+        reasons=reasons,
+        evidence=_unique(evidence),
+        notes=notes(facts, env_set) + (["the log ends before the server was ready"] if failure else []),
+    )
+
+
+def _mismatches(
+    requested: Mapping[str, str], facts: Mapping[str, Any], env_set: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """(reasons, evidence): each pinned axis that loaded something else, and each dead variable the spec set."""
     reasons: list[str] = []
     evidence: list[str] = []
     for axis, check in (
@@ -65,18 +78,7 @@ def judge(requested: Mapping[str, str], facts: Mapping[str, Any], env_set: Seque
         if var in unknown:
             reasons.append(f"dead variable: {var} (vLLM {facts.get('vllm_version') or '?'} does not know it)")
             evidence.append((facts.get("evidence") or {}).get("unknown_env:" + var, var))
-    return Verdict(
-        verdict="invalid" if reasons else "valid",
-        reasons=reasons,
-        evidence=_unique(evidence),
-        notes=notes(facts, env_set),
-    )
-
-
-def _excerpt_without_failure(facts: Mapping[str, Any]) -> bool:
-    """A low-confidence excerpt (a paste) whose only "failure" is that it ends before the server was ready."""
-    failure = facts.get("failure") or {}
-    return facts.get("confidence") == "low" and failure.get("class") == "other" and not failure.get("evidence")
+    return reasons, evidence
 
 
 def requested_from_args(facts: Mapping[str, Any]) -> dict[str, str]:

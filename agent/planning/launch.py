@@ -8,6 +8,7 @@ MAX_YAML_NODES) and a bad one is one line naming the file (UserError, exit 2).
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterator
@@ -20,7 +21,9 @@ from agent.errors import UserError
 
 MAX_BYTES = 4 * 1024 * 1024  # a script, a compose file or a model card; anything bigger is not one
 MAX_LAUNCHES = 256
-MAX_YAML_NODES = 100_000  # YAML aliases can make a small file a huge tree: walk at most this many nodes
+MAX_YAML_NODES = 100_000  # YAML aliases can make a small file a huge tree: its size counted through them, at most
+MAX_YAML_ALIASES = 1_000  # a compose file reuses a block a few times (`<<: *defaults`); a bomb needs thousands
+MAX_YAML_DEPTH = 64  # a manifest is a few levels deep; deeper is an attack on the recursive composer
 
 # `docker run` options that take a value as the next word (the rest are switches, or `--opt=value`).
 _DOCKER_VALUE_OPTS = {
@@ -31,11 +34,31 @@ _DOCKER_VALUE_OPTS = {
 }  # fmt: skip
 _STOP = {";", "&&", "||", "|", "&", ")", "(", ">", ">>", "<", ">&", "&>", "<<", "|&"}
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-_VAR = re.compile(r"\$(?:\{([A-Za-z_]\w*|\d)(?::?-([^}]*))?\}|([A-Za-z_]\w*))")  # ${1:-default} too
-_FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)")
+_VAR = re.compile(r"\$(?:\{([A-Za-z_]\w*|\d)(?::?([-+])([^}]*))?\}|([A-Za-z_]\w*))")  # ${1:-default}, ${X:+word}
+_FENCE = re.compile(r"^\s*(?:>\s*)*(```+|~~~+)\s*([\w+-]*)")  # inside a Markdown quote too
 _INLINE_CODE = re.compile(r"`([^`\n]{1,2000})`")
-_FENCED = re.compile(r"^\s*(?:```|~~~)", re.M)  # a Markdown text with code blocks: only they are read
+_FENCED = re.compile(r"^\s*(?:>\s*)*(?:```|~~~)", re.M)  # a Markdown text with code blocks: only they are read
 _YAML_HINT = re.compile(r"^(?:services|apiVersion|kind|spec|containers|command|args)\s*:", re.M)
+_WRAPPERS = {"env", "sudo", "nohup", "exec", "time", "nice", "setsid", "stdbuf", "taskset", "numactl", "command"}
+_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+_SHELLS = {"sh", "bash", "zsh", "dash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "/usr/bin/env"}
+# Flags only vLLM's server takes: `docker run IMAGE serve ...` of an image whose name does not say vLLM is one
+# when these follow.
+_VLLM_FLAGS = {
+    "--tensor-parallel-size", "-tp", "--gpu-memory-utilization", "--max-model-len", "--served-model-name",
+    "--quantization", "--kv-cache-dtype", "--max-num-seqs", "--enforce-eager", "--moe-backend",
+    "--speculative-config", "--trust-remote-code", "--enable-prefix-caching", "--max-num-batched-tokens",
+    "--model",
+}  # fmt: skip
+# What a paste puts before a command: a Markdown quote ("> "), the shell's continuation prompt ("> "), its prompt.
+_PROMPT = re.compile(r"^\s*(?:>\s*)+(?=\S)|^\s*\$\s+")
+_DOCKERFILE = re.compile(r"^FROM\s+\S+.*$(?:.|\n)*^(?:ENTRYPOINT|CMD)\s", re.M | re.I)
+_DOCKERFILE_LINE = re.compile(r"^\s*(FROM|ENV|ENTRYPOINT|CMD)\s+(.*)$", re.I)
+# ${X:+words}: its words when X is set; taken out before the line is split into words (they may hold quotes).
+_PLUS = re.compile(r"\$\{([A-Za-z_]\w*):?\+([^}]{0,500})\}")
+_SUBST = re.compile(r"\$\([^()`]{0,500}\)|`[^`]{0,500}`")
+_K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_DIFF = re.compile(r"^(?:@@ |\+\+\+ |--- a/|diff --git )", re.M)
 
 
 @dataclass
@@ -110,11 +133,36 @@ def read_text(data: bytes, source: str) -> str:
     return text
 
 
+def _is_diff(text: str) -> bool:
+    """A unified diff, or lines pasted from one (each starts with +, - or a space, and some add)."""
+    if _DIFF.search(text):
+        return True
+    lines = [line for line in text.split("\n") if line.strip()]
+    return any(line.startswith("+") for line in lines) and all(line[0] in "+- " for line in lines)
+
+
+def undiff(text: str) -> str:
+    """A unified diff as the text it makes: `+` lines without their `+`, removed lines blank (line numbers kept)."""
+    out = []
+    for line in text.split("\n"):
+        if line.startswith(("+++", "---", "@@", "diff --git", "index ")) or line.startswith("-"):
+            out.append("")
+        elif line.startswith(("+", " ")):
+            out.append(line[1:])
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def extract(text: str, source: str) -> list[Launch]:
     """Every `vllm serve` invocation in a text (see the module docstring); [] when there is none."""
     launches: list[Launch] = []
+    if not _FENCED.search(text) and _is_diff(text):  # a patch: the launch it adds
+        text = undiff(text)
     if _FENCED.search(text):
         for first_line, lang, block in _fenced_blocks(text):
+            if lang in ("diff", "patch") or (not lang and _is_diff(block)):
+                block, lang = undiff(block), ""
             launches += _extract_block(block, source, first_line, lang)
         if not launches:  # a card that gives its command inline: `vllm serve ...` in a sentence
             for n, line in enumerate(text.splitlines(), 1):
@@ -126,6 +174,8 @@ def extract(text: str, source: str) -> list[Launch]:
 
 
 def _extract_block(text: str, source: str, first_line: int, lang: str) -> list[Launch]:
+    if lang == "dockerfile" or (lang == "" and _DOCKERFILE.search(text)):
+        return _from_dockerfile(text, source, first_line)
     if lang in ("yaml", "yml") or (lang == "" and _YAML_HINT.search(text)):
         found = _from_yaml(text, source, first_line)
         if found is not None:
@@ -144,10 +194,66 @@ def _fenced_blocks(text: str) -> Iterator[tuple[int, str, str]]:
             continue
         fence, lang, start = m.group(1), m.group(2).lower(), i + 1
         i += 1
-        while i < len(lines) and not lines[i].strip().startswith(fence):
+        while i < len(lines) and not lines[i].strip().lstrip("> ").startswith(fence):
             i += 1
         yield start + 1, lang, "\n".join(lines[start:i])
         i += 1
+
+
+# --- Dockerfile: ENV, then ENTRYPOINT + CMD (exec or shell form) -------------------------------------------
+
+
+def _from_dockerfile(text: str, source: str, first_line: int) -> list[Launch]:
+    image, at = "", first_line
+    env: dict[str, tuple[str, int]] = {}
+    entrypoint: list[str] = []
+    cmd: list[str] = []
+    for n, line in _logical_lines(text):
+        m = _DOCKERFILE_LINE.match(line)
+        if not m:
+            continue
+        op, rest, line_no = m.group(1).upper(), m.group(2).strip(), first_line + n - 1
+        if op == "FROM":
+            image, env, entrypoint, cmd = rest.split()[0] if rest else "", {}, [], []  # a new stage starts over
+        elif op == "ENV":
+            pairs = _words(rest)
+            if len(pairs) >= 2 and "=" not in pairs[0]:  # the old form: ENV NAME value
+                env[pairs[0]] = (" ".join(pairs[1:]), line_no)
+            for word in pairs:
+                m2 = _ASSIGN.match(word)
+                if m2:
+                    env[m2[1]] = (m2[2], line_no)
+        elif op in ("ENTRYPOINT", "CMD"):
+            words = _exec_form(rest)
+            if op == "ENTRYPOINT":
+                entrypoint, cmd, at = words, [], line_no
+            else:
+                cmd, at = words, (at if entrypoint else line_no)
+    words = [_expand(w, {k: v for k, (v, _) in env.items()}) for w in entrypoint + cmd]
+    found = _launch_of(words, source, at, env) if words else []
+    for one in found:
+        one.kind, one.image = "dockerfile", one.image or image
+    if not found and image and (_is_openai_image(image) or "vllm" in image.lower()):
+        serve = _entrypoint_args(image, words)
+        if serve is not None:
+            found = [_launch(source, at, "dockerfile", serve, env, image)]
+    return found
+
+
+def _unplus(text: str, variables: dict[str, str]) -> str:
+    return _PLUS.sub(lambda m: m.group(2) if variables.get(m.group(1)) else "", text) if "${" in text else text
+
+
+def _exec_form(rest: str) -> list[str]:
+    """`["vllm", "serve", "m"]` (JSON) or a shell command line (run by /bin/sh -c: its words)."""
+    if rest.startswith("["):
+        try:
+            value = json.loads(rest)
+        except ValueError:
+            value = None
+        if isinstance(value, list):
+            return [str(v) for v in value]
+    return _words(_unplus(rest, {}))
 
 
 # --- shell -------------------------------------------------------------------------------------------
@@ -157,7 +263,7 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
     """(line number, command) with backslash-continued lines joined."""
     buf, start = "", 0
     for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.rstrip()
+        line = _PROMPT.sub("", raw.rstrip())
         if not buf:
             start = n
         if line.endswith("\\"):
@@ -170,6 +276,8 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def _words(command: str) -> list[str]:
+    if "$(" in command or "`" in command:  # a command substitution is one word here, never a subshell's brackets
+        command = _SUBST.sub("CMD_SUBST", command)
     lex = shlex.shlex(command, posix=True, punctuation_chars=True)
     lex.whitespace_split = True
     lex.commenters = "#"
@@ -181,21 +289,25 @@ def _words(command: str) -> list[str]:
 
 def _expand(word: str, variables: dict[str, str]) -> str:
     def one(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(3)
+        name = m.group(1) or m.group(4)
+        if m.group(2) == "+":  # ${X:+word}: the word when X is set, nothing when it is not
+            return m.group(3) if variables.get(name) else ""
         if name in variables:
             return variables[name]
-        return m.group(2) if m.group(2) is not None else m.group(0)
+        return m.group(3) if m.group(2) == "-" else m.group(0)
 
     return _VAR.sub(one, word) if "$" in word else word
 
 
-def _from_shell(text: str, source: str, first_line: int) -> list[Launch]:
+def _from_shell(
+    text: str, source: str, first_line: int, inherited: dict[str, tuple[str, int]] | None = None
+) -> list[Launch]:
     launches: list[Launch] = []
-    variables: dict[str, str] = {}  # every assignment of the script (for $VAR in later lines)
-    exported: dict[str, tuple[str, int]] = {}  # what later commands inherit
+    exported: dict[str, tuple[str, int]] = dict(inherited or {})  # what later commands inherit
+    variables: dict[str, str] = {k: v for k, (v, _) in exported.items()}  # every assignment (for $VAR later)
     for n, command in _logical_lines(text):
         line_no = first_line + n - 1
-        words = _words(command)
+        words = _words(_unplus(command[1:] if command.startswith("$ ") else command, variables))
         for segment in _segments(words):
             segment = [_expand(w, variables) for w in segment]
             if segment and segment[0] == "export":
@@ -206,18 +318,31 @@ def _from_shell(text: str, source: str, first_line: int) -> list[Launch]:
                         exported[m[1]] = (m[2], line_no)
                 continue
             prefix: dict[str, tuple[str, int]] = {}
-            while segment and _ASSIGN.match(segment[0]):
+            wrapped = False  # `env A=1 ...`, `sudo -E ...`, `nohup ...`: the command after them is the one that runs
+            while segment:
                 m = _ASSIGN.match(segment[0])
-                assert m is not None
-                prefix[m[1]] = (m[2], line_no)
-                segment = segment[1:]
+                if m:
+                    prefix[m[1]] = (m[2], line_no)
+                    segment = segment[1:]
+                elif segment[0] in _WRAPPERS:
+                    wrapped, segment = True, _after_wrapper(segment)
+                else:
+                    break
             if not segment:
+                if wrapped:
+                    continue
                 variables.update({k: v for k, (v, _) in prefix.items()})
                 continue
-            launch = _launch_of(segment, source, line_no, {**exported, **prefix})
-            if launch:
-                launches.append(launch)
+            launches += _launch_of(segment, source, line_no, {**exported, **prefix})
     return launches
+
+
+def _after_wrapper(words: list[str]) -> list[str]:
+    """The words after a command wrapper and its options (`nice -n 10`, `sudo -E -u root`, `env -i`)."""
+    i = 1
+    while i < len(words) and words[i].startswith("-"):
+        i += 2 if words[i] in ("-n", "-u", "-g", "-C") and i + 1 < len(words) else 1
+    return words[i:]
 
 
 def _segments(words: list[str]) -> Iterator[list[str]]:
@@ -241,31 +366,53 @@ def _segments(words: list[str]) -> Iterator[list[str]]:
     yield current
 
 
-def _launch_of(words: list[str], source: str, line: int, env: dict[str, tuple[str, int]]) -> Launch | None:
-    """A launch when these words run `vllm serve` (directly, via the OpenAI server module, or in `docker run`)."""
+def _launch_of(words: list[str], source: str, line: int, env: dict[str, tuple[str, int]]) -> list[Launch]:
+    """The launches these words run: `vllm serve` (directly, via the OpenAI server module, in `docker run`), or
+    a script given to a shell (`bash -c "..."`, `docker exec C sh -c "..."`) that runs one."""
     for i in range(len(words) - 1):
-        if words[i].endswith("docker") and words[i + 1] == "run":
+        if words[i].endswith(("docker", "podman")) and words[i + 1] == "run":
             return _docker_run(words[i + 2 :], source, line, env)
+        if words[i].endswith(("docker", "podman")) and words[i + 1] == "exec":  # a running container: no image
+            found = _docker_run(words[i + 2 :], source, line, {})  # and none of this shell's variables
+            for one in found:
+                one.image = ""
+            return found
         if words[i].endswith("docker") and words[i + 2 : i + 3] == ["run"] and words[i + 1] in ("compose", "container"):
             found = _docker_run(words[i + 3 :], source, line, env)  # `docker compose run SERVICE ...` too
-            if found and words[i + 1] == "compose":
-                found.image = ""  # a service name, not an image: its compose file says which
+            for one in found if words[i + 1] == "compose" else ():
+                one.image = ""  # a service name, not an image: its compose file says which
             return found
     serve = _serve_args(words)
-    return _launch(source, line, "shell", serve, env, "") if serve is not None else None
+    if serve is not None:
+        return [_launch(source, line, "shell", serve, env, "")]
+    script = _shell_script(words)
+    return _from_shell(script, source, line, env) if script else []
+
+
+def _shell_script(words: list[str]) -> str:
+    """The script of `sh -c SCRIPT` (bash -lc, env bash -c ...) among these words; "" when there is none."""
+    for i, word in enumerate(words[:-2] if len(words) > 2 else []):
+        if word in _SHELLS or word.endswith(("/sh", "/bash")):
+            flag = words[i + 1]
+            if flag.startswith("-") and not flag.startswith("--") and "c" in flag:
+                return words[i + 2]
+    return ""
 
 
 def _serve_args(words: list[str]) -> list[str] | None:
     for i, word in enumerate(words):
         if (word == "vllm" or word.endswith("/vllm")) and i + 1 < len(words) and words[i + 1] == "serve":
             return words[i + 2 :]
-        if word == "-m" and i + 1 < len(words) and words[i + 1] == "vllm.entrypoints.openai.api_server":
+        if word == "-m" and i + 1 < len(words) and words[i + 1] in _SERVER_MODULES:
             return words[i + 2 :]
+        if word == "-m" and words[i + 1 : i + 3] == ["vllm.entrypoints.cli.main", "serve"]:
+            return words[i + 3 :]
     return None
 
 
-def _docker_run(words: list[str], source: str, line: int, env: dict[str, tuple[str, int]]) -> Launch | None:
+def _docker_run(words: list[str], source: str, line: int, env: dict[str, tuple[str, int]]) -> list[Launch]:
     container_env: dict[str, tuple[str, int]] = {}
+    entrypoint = ""
     i = 0
     while i < len(words):
         word = words[i]
@@ -279,26 +426,47 @@ def _docker_run(words: list[str], source: str, line: int, env: dict[str, tuple[s
                 container_env[m[1]] = (m[2], line)
             elif val in env:
                 container_env[val] = env[val]  # `-e NAME` passes the caller's value
+        if key == "--entrypoint":
+            entrypoint = val if eq else (words[i + 1] if i + 1 < len(words) else "")
         if key in _DOCKER_VALUE_OPTS and not eq:
             i += 1
         i += 1
     if i >= len(words):
-        return None
+        return []
     image, rest = words[i], words[i + 1 :]
-    serve = _serve_args(rest) or _entrypoint_args(image, rest)
+    if entrypoint:  # `--entrypoint python3 IMAGE -m vllm...`, `--entrypoint vllm IMAGE serve ...`
+        rest = [*_words(entrypoint), *rest]
+    serve = _serve_args(rest)
     if serve is None:
-        return None
-    return _launch(source, line, "docker", serve, container_env, image)
+        script = _shell_script(rest)
+        if script:  # `docker run IMAGE bash -c "... vllm serve ..."`: the script's launches, in this container
+            found = _from_shell(script, source, line)
+            for one in found:
+                one.kind, one.image = "docker", image
+                for name, (value, at) in container_env.items():
+                    one.env.setdefault(name, value)
+                    one.env_lines.setdefault(name, at)
+            return found
+        serve = _entrypoint_args(image, rest)
+    if serve is None:
+        return []
+    return [_launch(source, line, "docker", serve, container_env, image)]
 
 
 def _entrypoint_args(image: str, words: list[str]) -> list[str] | None:
     """The server's arguments when the image's entrypoint is vLLM: the OpenAI image takes them directly, an image
     whose entrypoint is `vllm` takes `serve ARGS`."""
-    if words and words[0] == "serve" and "vllm" in image:
+    if words and words[0] == "serve" and ("vllm" in image.lower() or _VLLM_FLAGS & _flag_names(words)):
         return words[1:]
     if _is_openai_image(image):
         return words
+    if "vllm" in image.lower() and words and words[0].startswith("-") and _VLLM_FLAGS & _flag_names(words):
+        return words  # an image named for vLLM whose entrypoint takes the server's flags (vastai/vllm, my-vllm)
     return None
+
+
+def _flag_names(words: list[str]) -> set[str]:
+    return {w.split("=")[0].replace("_", "-") for w in words if w.startswith("-")}
 
 
 def _is_openai_image(image: str) -> bool:
@@ -324,8 +492,10 @@ def _launch(source: str, line: int, kind: str, args: list[str], env: dict[str, t
 def _from_yaml(text: str, source: str, first_line: int) -> list[Launch] | None:
     """Launches of a YAML text; None when it is no YAML (then it is read as shell)."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError:
+        docs = [d for d in yaml.load_all(text, Loader=_BoundedLoader) if d is not None]
+    except _YamlBomb as exc:
+        raise UserError(f"{source}:{first_line + exc.line}: {exc.why}: refused; pass the file without it") from None
+    except (yaml.YAMLError, RecursionError):
         return None
     if not docs or not all(isinstance(d, (dict, list)) for d in docs):
         return None
@@ -345,6 +515,70 @@ def _from_yaml(text: str, source: str, first_line: int) -> list[Launch] | None:
                     line = first_line + _line_of(text, value.strip().splitlines()[0])
                     out += _from_shell(value, source, line)
     return out
+
+
+class _YamlBomb(Exception):
+    def __init__(self, why: str, line: int) -> None:
+        super().__init__(why)
+        self.why, self.line = why, line
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses, while composing, what makes a small text a huge tree: more than MAX_YAML_ALIASES
+    aliases, nesting deeper than MAX_YAML_DEPTH, or a document whose size counted through its aliases passes
+    MAX_YAML_NODES (a billion-laughs bomb shares its nodes, so building it is cheap: walking it is not)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._aliases = 0
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                raise _YamlBomb(f"more than {MAX_YAML_ALIASES} YAML aliases", self.peek_event().start_mark.line)
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise _YamlBomb(f"YAML nested deeper than {MAX_YAML_DEPTH}", self.peek_event().start_mark.line)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        if node is not None and _expanded_size(node) > MAX_YAML_NODES:
+            raise _YamlBomb(f"YAML that expands past {MAX_YAML_NODES} nodes through its aliases", node.start_mark.line)
+        return node
+
+
+def _expanded_size(root: Any) -> int:
+    """Nodes of a composed YAML document counted through its aliases (a shared node counts at each use), stopping
+    early past MAX_YAML_NODES; a node that contains itself counts as too big. Linear in the distinct nodes."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if done:
+            sizes[key] = min(MAX_YAML_NODES + 1, 1 + sum(sizes.get(id(c), MAX_YAML_NODES + 1) for c in children))
+            continue
+        if key in sizes:
+            continue
+        sizes[key] = MAX_YAML_NODES + 1  # in progress: met again below itself, it is a cycle
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _containers(node: Any, budget: list[int]) -> Iterator[dict[str, Any]]:
@@ -377,7 +611,7 @@ def _strings(node: Any, budget: list[int]) -> Iterator[tuple[str, None]]:
 
 def _container(c: dict[str, Any], name: str, text: str, source: str, first_line: int, kind: str) -> list[Launch]:
     """A compose service or a Kubernetes container: image + entrypoint/command + command/args + environment."""
-    image = str(c.get("image") or "")
+    image = _expand(str(c.get("image") or ""), {})  # ${IMAGE:-vllm/vllm-openai:v0.11.0}: its default
     at = first_line + _line_of(text, f"{name}:" if kind == "compose" and name else f"image: {image}")
     words: list[str] = []
     for key in ("entrypoint", "command", "args"):
@@ -387,8 +621,13 @@ def _container(c: dict[str, Any], name: str, text: str, source: str, first_line:
         elif isinstance(value, list):
             words += [str(v) for v in value]
     env = {k: (v, first_line + _line_of(text, k, at - first_line)) for k, v in _container_env(c).items()}
-    if len(words) >= 3 and words[0] in ("sh", "bash", "/bin/sh", "/bin/bash") and words[1] in ("-c", "-lc"):
-        found = _from_shell(" ".join(words[2:]), source, at)  # `sh -c "...; vllm serve ..."`
+    if kind == "kubernetes":  # Kubernetes expands $(VAR) in command and args from the container's env
+        words = [_K8S_VAR.sub(lambda m: env[m.group(1)][0] if m.group(1) in env else m.group(0), w) for w in words]
+    script = _shell_script(words)
+    if script and _serve_args(words) is None:
+        if words.index(script) < len(words) - 1:  # k8s `command: [sh, -c]` + `args: ["vllm serve", ...]` pieces
+            script = " ".join(words[words.index(script) :])
+        found = _from_shell(script, source, at)  # `sh -c "...; vllm serve ..."`
         for launch in found:
             launch.kind, launch.image = kind, image
             for k, (v, n) in env.items():

@@ -241,6 +241,7 @@ FAILURE: dict[str, Field] = {
     "class": (_token(FAILURE_CLASS, 48), "other"),
     "evidence": (_texts(MAX_TEXT, 64), []),
     "root_cause": (_text(MAX_TEXT), ""),
+    "backend": (_text(MAX_NAME), ""),
 }
 
 

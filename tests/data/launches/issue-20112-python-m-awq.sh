@@ -1,0 +1,14 @@
+python3 -m vllm.entrypoints.openai.api_server \
+  --model "${LLM_MODEL_NAME}" \
+  --served-model-name model \
+  --api-key "${LLM_API_KEY}" \
+  --max-model-len "${LLM_TOKEN_COUNT}" \
+  --tensor-parallel-size 1 \
+  --uvicorn-log-level error \
+  --gpu-memory-utilization 0.80 \
+  --max-num-seqs 32 \
+  --enable-chunked-prefill \
+  --max-num-batched-tokens 20480 \
+  --quantization awq \
+  --dtype half \
+  --enforce-eager
