@@ -3,7 +3,7 @@
     python3 make_checkpoint.py config OUT      # here, stdlib only: config.json, tokenizer_config.json, generation_config.json
     python3 make_checkpoint.py tokenizer OUT   # on the GPU machine (needs `tokenizers`, vLLM unpacked at SITE)
 
-The shape is the first look's (../shared/gpu-vllm/make_model.py, rewritten here): 12 layers, 128 experts, top-8,
+The shape is the first look's (the first look's model builder, rewritten here): 12 layers, 128 experts, top-8,
 hidden 2048, FP8 e4m3 with [128, 128] weight blocks. The tokenizer is a byte-level BPE (vocab 8192) trained on the
 first 400 .py files of the installed vLLM in sorted order, so the same lock gives the same tokenizer.
 """
