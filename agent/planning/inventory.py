@@ -59,7 +59,7 @@ def load_inventory(path: str | Path | None, limit: str | None = None, flag: str 
     path = Path(path) if path else DEFAULT_INVENTORY
     if not path.exists():
         raise UserError(f"{path}: inventory not found; pass -i INVENTORY (see inventory/example-fleet.yml)")
-    for source in _files_ansible_reads(path):
+    for source in files_ansible_reads(path):
         check_text_file(source)
     from ansible.utils.display import Display
 
@@ -128,7 +128,7 @@ def _shown(text: str) -> str:
     return text if len(text) <= 80 and not _CONTROL.search(text) and text.isprintable() else repr(text[:80])
 
 
-def _files_ansible_reads(path: Path) -> Iterator[Path]:
+def files_ansible_reads(path: Path) -> Iterator[Path]:
     """The inventory file(s) and the group_vars/host_vars next to them."""
     root = path if path.is_dir() else path.parent
     if path.is_file():
