@@ -249,6 +249,7 @@ class HostProgress:
     done: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell id -> CellDone
     sealed: list[str] = field(default_factory=list)
     token: str = ""  # what this look saw (runner.progress_token): the next look waits for it to change
+    note: str = ""  # why the runner stopped on its own (runner.py: its work dir vanished), as the host said
 
 
 _STATES = ("", "running", "finished", "stopped")
@@ -287,6 +288,7 @@ def checked_progress(value: Any, host: str) -> HostProgress:
         current_since=hostdata.text(obj.get("current_since", ""), f"{where}.current_since", 40),
         done=done,
         sealed=[hostdata.cell_id(c, f"{where}.sealed") for c in obj.get("sealed", []) or []],
+        note=hostdata.one_line(hostdata.text(obj.get("note", ""), f"{where}.note")),
     )
 
 
