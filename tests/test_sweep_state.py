@@ -146,3 +146,13 @@ def test_a_record_of_the_wrong_shape_is_refused(record, fields, says):
     _edit(path, **fields)
     with pytest.raises(UserError, match=says):
         detach.load_state(root, SWEEP)
+
+
+@pytest.mark.attack("inventory: an executable inventory given to any command is run by Ansible")
+def test_an_executable_inventory_is_refused_before_any_host_is_touched(tmp_path):
+    from agent.planning.inventory import load_inventory
+
+    marker = tmp_path / "ran"
+    with pytest.raises(UserError, match="executable inventory file"):
+        load_inventory(_program(tmp_path / "inv.sh", marker))
+    assert not marker.exists()

@@ -13,6 +13,7 @@ import io
 import math
 import re
 import socket
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -143,10 +144,23 @@ def files_ansible_reads(path: Path) -> Iterator[Path]:
                     yield found
 
 
+def refuse_program(path: Path) -> None:
+    """Ansible runs an executable inventory file (and every executable file of an inventory folder): spark-agent
+    reads inventories only as text, so one is refused."""
+    st = path.stat()
+    if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o111:
+        raise UserError(
+            f"{path}: an executable inventory file (Ansible would run it); spark-agent reads only inventory text: "
+            "chmod -x it"
+        )
+
+
 def check_text_file(path: Path) -> None:
-    """Small UTF-8 text, and for YAML, nested no deeper than a parser can go. Raises UserError(file:line)."""
+    """Small UTF-8 text and no program, and for YAML, nested no deeper than a parser can go. Raises
+    UserError(file:line)."""
     from agent.planning.spec import read_text_file
 
+    refuse_program(path)
     text = read_text_file(path, "inventory", INVENTORY_MAX_BYTES)
     if path.suffix in (".yml", ".yaml", ".json"):
         _check_yaml(path, text)

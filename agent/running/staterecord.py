@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
-from agent.planning.inventory import files_ansible_reads
+from agent.planning.inventory import files_ansible_reads, refuse_program
 
 GUARD = "_integrity"  # beside the record's fields in the JSON, never one of them
 HOW = "start the sweep again (or restore the file)"
@@ -27,19 +27,11 @@ def inventory_digest(inventory: str | Path) -> str:
     """sha256 over every file Ansible reads for this inventory (names and bytes). UserError when one is a program
     or the inventory is gone."""
     path = Path(inventory)
-    if not path.is_absolute() or not path.exists():
+    if not path.is_absolute() or not (path.is_file() or path.is_dir()):
         raise UserError(f"{path}: the sweep's inventory is not there (an absolute path to it is recorded); {HOW}")
     digest = hashlib.sha256()
-    files = sorted(files_ansible_reads(path))
-    if path.is_file() and path not in files:
-        files.insert(0, path)
-    for f in files:
-        st = f.stat()
-        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o111:
-            raise UserError(
-                f"{f}: an executable inventory file (Ansible would run it); spark-agent reads only inventory "
-                "text: chmod -x it"
-            )
+    for f in sorted(files_ansible_reads(path)):
+        refuse_program(f)
         digest.update(str(f.relative_to(path if path.is_dir() else path.parent)).encode() + b"\0")
         digest.update(f.read_bytes() + b"\0")
     return digest.hexdigest()
