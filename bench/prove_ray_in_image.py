@@ -17,6 +17,7 @@ import importlib.metadata as md
 import json
 import os
 import re
+import secrets
 import signal
 import sys
 import tempfile
@@ -99,16 +100,20 @@ def main() -> int:
         head_ip, worker_ip = host_address(0), host_address(1)
         head_address = f"{head_ip}:{fixtures_docker.free_port()}"
         cell = "3f9a1c0e7b2d"
+        token = secrets.token_hex(24)  # the cell's Ray token, as cluster.yml makes one (issue 30)
         nodes = []
         for rank, (root, ip) in enumerate(zip(roots, (head_ip, worker_ip), strict=True)):
             role = "head" if rank == 0 else "worker"
             base = 20000 + (os.getpid() % 300) * 100 + rank * 1000
-            workdir, temp = f"{root}/work", f"{root}/ray"
+            workdir, temp_root = f"{root}/work", f"{root}/ray"
+            folder = str(raynode.cell_temp_dir(temp_root, cell))
             env_file = Path(root) / "node.env"
             env_file.write_text(f"VLLM_HOST_IP={ip}\nRAY_ADDRESS={head_address}\n")
             name = raynode.container_name(cell, base)
-            command = raynode.container_argv(pinned, name, cell, str(env_file), temp, gpus=False)
-            command += raynode.argv(["ray"], role, ip, head_address, base, temp, 1, {"spark_sim_gpu": 1}, 80)
+            token_path = f"{folder}/{raynode.TOKEN_FILE}"
+            command = raynode.container_argv(pinned, name, cell, str(env_file), folder, False, token_path)
+            ray_temp = str(raynode.ray_temp_dir(temp_root, cell))
+            command += raynode.argv(["ray"], role, ip, head_address, base, ray_temp, 1, {"spark_sim_gpu": 1}, 80)
             t0 = time.monotonic()
             result = raynode.start(
                 workdir=workdir,
@@ -121,6 +126,8 @@ def main() -> int:
                 timeout_s=180,
                 image=pinned,
                 container=name,
+                temp_root=temp_root,
+                token=token,
             )
             first = Path(result["log"]).read_text().splitlines()[0]
             report = clusterlog.node_report(f"node{rank}", first)
@@ -129,7 +136,7 @@ def main() -> int:
             print(f"  report: {json.dumps(report)}")
             sdocker.verify_running_digest(name, pinned, daemon.env)
             nodes.append((workdir, name, result["pid"]))
-        seen = raynode.check(raynode.status_cmd(nodes[0][0], ["ray"]), head_address, 2, 2, timeout_s=120)
+        seen = raynode.check(raynode.status_cmd(nodes[0][0], ["ray"]), head_address, 2, 2, timeout_s=120, token=token)
         print(f"ray status inside the head's container: ok={seen['ok']} nodes={seen['nodes']} gpus={seen['gpus']}")
         for _workdir, _name, pid in nodes:  # a killed controller and a killed client: the containers live on
             os.killpg(pid, signal.SIGKILL)

@@ -73,3 +73,22 @@ def sim_inventory(ssh_fleet, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("inv") / "sim-fleet.yml"
     path.write_text(yaml.safe_dump(inv))
     return path
+
+
+# The hostile/fault suite: each test marked `attack("what")` tries one attack; it held when the test passed.
+_attacks: dict[str, str] = {}  # nodeid -> outcome of its call phase (or of a failed setup)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "attack" in report.keywords and (report.when == "call" or report.outcome != "passed"):
+        _attacks.setdefault(report.nodeid, report.outcome)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _attacks:
+        held = sum(outcome == "passed" for outcome in _attacks.values())
+        broke = sorted(n for n, o in _attacks.items() if o == "failed")
+        terminalreporter.write_line(
+            f"hostile suite: {len(_attacks)} attack(s) tried, {held} held"
+            + (f"; not held: {', '.join(broke)}" if broke else "")
+        )

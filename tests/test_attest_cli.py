@@ -124,3 +124,16 @@ def test_a_paste_with_one_known_message_is_attested_never_refused(tmp_path, caps
     rc, out = run_json(capsys, str(log))
     assert rc in (1, 3) and out["facts"]["confidence"] == "low"  # never 2, never valid (it ends before ready)
     assert out["facts"][key] == value if value is not None else out["facts"]["failure"]["class"] == "invalid_args"
+
+
+@pytest.mark.attack("attest: rich markup in a log (a model name, a backend) crashes the table or styles it")
+def test_rich_markup_in_a_log_is_shown_as_text(tmp_path, capsys):
+    hostile = "[/]x[bold red]owned[/bold red][link=https://evil.example]y[/link]"
+    text = Path(MARLIN).read_text().replace("/models/uns-fast", hostile)
+    assert hostile in text
+    log = tmp_path / "server.log"
+    log.write_text(text)
+    rc = main(["attest", str(log)])
+    out = capsys.readouterr().out
+    assert rc in (0, 1) and "What loaded" in out
+    assert "[/]x[bold" in out.replace("\n", "")  # shown as the log says it, not interpreted

@@ -28,3 +28,22 @@ def test_collect_alone_packs_and_fetches_the_run_folder(sim_inventory, ssh_fleet
         assert sorted(tar.getnames()) == ["launch.txt", "server.log"]
         member = tar.extractfile("server.log")
         assert member is not None and b"startup complete" in member.read()
+
+
+@pytest.mark.attack("collect: a host's huge sealed tar is fetched whole onto the controller's disk")
+def test_no_fetched_file_grows_past_the_limit(sim_inventory, ssh_fleet, tmp_path, monkeypatch):
+    host = ssh_fleet.hosts[0]
+    run_dir = host.workdir / "runs" / "c0ffee000002"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "server.log", "wb") as log:  # what a hostile server writes: far more than any log
+        log.truncate(48 * 1024 * 1024)
+    limit = 2 * 1024 * 1024
+    monkeypatch.setattr(fleet, "MAX_FETCH_BYTES", limit, raising=False)  # the archive limit, scaled down for the test
+    extravars = {"cell": {"id": "c0ffee000002"}, "sweep": "huge", "spark_results_dir": str(tmp_path)}
+
+    run = fleet.run_playbook("collect", sim_inventory, extravars, limit=host.name)
+
+    assert not run.ok and host.name in run.failures, run
+    fetched = tmp_path / ".incoming" / "huge" / host.name / "c0ffee000002.tar"
+    assert not fetched.exists() or fetched.stat().st_size <= limit
+    assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) <= 2 * limit

@@ -276,3 +276,11 @@ def test_console_log_lines_carry_no_control_codes(capsys):
     err = capsys.readouterr().err
     assert "red" in err and "second line" in err and "\x1b" not in err and "\x07" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.attack("escape: bidi and zero-width characters from a host pass into reports and tables")
+def test_invisible_characters_never_reach_a_reader():
+    for char in "\u202e\u202a\u2066\u2069\u200e\u200f\u061c\u200b\u200d\u2060\ufeff":
+        text = f"a{char}b"
+        shown = [escape.plain(text), escape.html(text), escape.md(text), "".join(escape.md_fence(text))]
+        assert all(char not in s for s in shown), (hex(ord(char)), shown)

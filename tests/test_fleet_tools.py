@@ -152,3 +152,37 @@ def test_logs_follow_streams_new_lines_and_ctrl_c_leaves_nothing(ssh_fleet):
     while _tails_of(log) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _tails_of(log), "Ctrl-C must end the tail on the host too"
+
+
+@pytest.mark.attack("logs: bidi overrides and zero-width characters in a server log reorder or hide what is shown")
+def test_logs_drops_bidi_and_zero_width_characters(ssh_fleet):
+    hidden = "\u202e\u2066\u2069\u200b\u200d\ufeff\u061c\u200f"
+    _fake_running_cell(ssh_fleet, f"INFO ok {hidden}txt.exe\nINFO a\u200bdmin\n".encode())
+    res = _cli("logs", "spark-a", "-i", str(ssh_fleet.inventory), "-n", "2")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["INFO ok txt.exe", "INFO admin"]
+
+
+@pytest.mark.attack("trust: a key that contradicts the system's known_hosts (an admin's pin) is recorded anyway")
+def test_trust_honours_the_global_known_hosts(ssh_fleet, tmp_path):
+    known, system = tmp_path / "known_hosts", tmp_path / "ssh_known_hosts"
+    h = ssh_fleet.host("spark-a")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    other = (tmp_path / "other.pub").read_text().split()
+    system.write_text(f"[{h.address}]:{h.port} {other[0]} {other[1]}\n")  # pinned: a key the host does not have
+    inv = _inventory_with(ssh_fleet, tmp_path, known)
+    text = inv.read_text().replace(
+        "-o StrictHostKeyChecking=yes", f"-o GlobalKnownHostsFile={system} -o StrictHostKeyChecking=yes"
+    )
+    inv.write_text(text)
+    res = _cli("trust", "spark-a", "-i", str(inv), "--yes")
+    assert res.returncode == 2, res.stdout + res.stderr
+    message = res.stderr.strip().splitlines()
+    assert len(message) == 1 and str(system) in message[0] and "DIFFERENT key" in message[0], message
+    assert not known.exists(), "nothing recorded"
+    # the host's real key pinned there: already trusted, nothing recorded in the user's file either
+    real = (ssh_fleet.root / "hostkey_spark-a.pub").read_text().split()
+    system.write_text(f"[{h.address}]:{h.port} {real[0]} {real[1]}\n")
+    again = _cli("trust", "spark-a", "-i", str(inv), "--yes")
+    assert again.returncode == 0 and "already trusted" in again.stdout, again.stderr
+    assert not known.exists()

@@ -27,6 +27,7 @@ PLANT = (
 )
 
 
+@pytest.mark.attack("collect: a host's archive holds a symbolic link to /etc/passwd")
 def test_a_hostile_archive_over_ssh_fails_the_cell_and_touches_nothing_else(tmp_path, ssh_fleet):
     inv = inventory_for(
         ssh_fleet,

@@ -179,6 +179,10 @@ def test_two_node_cell_over_rdma_is_attested_and_torn_down(ray_inventory, tmp_pa
             or "Ray runtime" in (folder / f"node-{h.name}.log").read_text()
         )
     assert "--tensor-parallel-size 2" in cell["launch"]["command"]
+    # the server joined Ray with the cell's token (issue 30), which no record shows; each node's folder went with it
+    assert "RAY_AUTH_MODE=" in cell["launch"]["command"] and "RAY_AUTH_TOKEN=%REDACTED%" in cell["launch"]["command"]
+    for h in hosts:
+        assert not (Path(h.vars["spark_ray_temp_dir"]) / cell_id).exists()
     # the page cache: dropped for real on the worker (the test machine is root), recorded as simulated on the head
     assert [(n["host"], n["role"], n["page_cache"], n["image"]) for n in cell["nodes"]] == [
         (head.name, "head", "simulated host: not dropped", ""),

@@ -447,3 +447,26 @@ def test_env_command_prints_each_node_set_and_the_refused_hosts(tmp_path, capsys
     for text in ("all nodes", "multinode-ib-hca", "(node b)", "VLLM_HOST_IP", "127.0.9.12"):
         assert text in out
     assert "refused: host c is in no node set: 2 interfaces on the cluster subnet" in out
+
+
+@pytest.mark.attack("ray: a play runs the Ray node (or anything else) as root through become")
+def test_no_play_becomes_another_user():
+    """Ray and every server run as the SSH login user: no play, block or task of ours asks for `become`."""
+    import yaml
+
+    from agent.paths import PLAYBOOKS
+
+    def keys(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield k
+                yield from keys(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from keys(v)
+
+    files = sorted(PLAYBOOKS.glob("*.yml")) + sorted((PLAYBOOKS / "tasks").glob("*.yml"))
+    files += sorted((PLAYBOOKS / "roles").rglob("*.yml"))
+    assert len(files) > 10
+    for f in files:
+        assert not [k for k in keys(yaml.safe_load(f.read_text())) if str(k).startswith("become")], f

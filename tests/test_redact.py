@@ -271,3 +271,68 @@ def test_env_command_shows_no_secret(tmp_path, capsys, as_json):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "plain-spec-token-1" not in out and HF not in out and MARKER in out
+
+
+# --- the name grammar, production by production (redact.py's docstring) ----------------------------------------
+def _spellings(words: list[str]) -> list[str]:
+    """One name in the ways it is written: SNAKE_CASE, snake_case, kebab-case, --flag, camelCase, dotted."""
+    camel = words[0].lower() + "".join(w.capitalize() for w in words[1:])
+    return [
+        "_".join(words).upper(),
+        "_".join(words).lower(),
+        "-".join(words).lower(),
+        "--" + "-".join(words).lower(),
+        camel,
+        ".".join(words).lower(),
+    ]
+
+
+_PREFIXES = [[], ["HF"], ["GITHUB"], ["MY", "SERVICE", "X"], ["VLLM"], ["AWS"]]
+_NUMBERS = [[], ["2"], ["10"]]
+
+
+def _names(heads: list[list[str]], prefixes=_PREFIXES, numbers=_NUMBERS) -> list[str]:
+    out = []
+    for head in heads:
+        for prefix in prefixes:
+            for number in numbers:
+                words = prefix + head + number
+                out += _spellings(words) if words else []
+    return out
+
+
+_SECRET_PRODUCTIONS = {  # production -> heads (the words the name ends in), each under every prefix and number
+    "a last word": [["TOKEN"], ["KEY"], ["PASS"], ["PAT"], ["API", "KEY"], ["AUTH", "TOKEN"]],
+    "a secret word": [["CREDS"], ["CRED"], ["AUTH"], ["COOKIE"]],
+    "a secret part": [["SECRET"], ["PASSWORD"], ["CREDENTIALS"], ["CLIENT", "SECRET", "ID"]],
+    "a credential plural": [
+        [q, plural] for q in ("API", "ACCESS", "SESSION", "PERSONAL") for plural in ("TOKENS", "KEYS")
+    ],
+}
+_SHOWN_PRODUCTIONS = {
+    "a model token or lookup key": [[q, "TOKEN"] for q in ("PER", "FIRST", "EOS", "PROMPT")]
+    + [[q, "KEY"] for q in ("SORT", "CACHE", "HOST")],
+    "a count of tokens": [[q, "TOKENS"] for q in ("MAX", "PROMPT", "NUM", "SPEC", "CLIENT", "TOTAL", "OUTPUT")]
+    + [["SORT", "KEYS"], ["MAX", "NUM", "BATCHED", "TOKENS"]],
+    "a location": [["TOKEN", "PATH"], ["PASSWORD", "FILE"], ["CREDS", "DIR"]],
+    "no secret word": [["KEY", "SIZE"], ["PWD"], ["PATH"], ["AUTHOR"], ["CREDIT", "LIMIT"], ["BYPASS"], ["TOKENS"]],
+}
+
+
+@pytest.mark.attack("redaction: secrets named *_CREDS, *_TOKEN_2, *_PAT, API_TOKENS reach logs and records")
+@pytest.mark.parametrize("production", sorted(_SECRET_PRODUCTIONS))
+def test_the_grammar_makes_every_secret_production_secret(production):
+    names = _names(_SECRET_PRODUCTIONS[production])
+    assert {"AWS_CREDS", "HF_TOKEN_2", "GITHUB_PAT", "API_TOKENS"} & set(names) or production == "a secret part"
+    missed = [n for n in names if not redact.is_secret_name(n)]
+    assert not missed, missed[:10]
+    for name in names:
+        if name.startswith("--") or "-" not in name:  # NAME=value in text; kebab-case names appear as --flags
+            assert redact.redact_text(f"{name}=s3cr3t-value-1 next") == f"{name}={redact.MARKER} next"
+
+
+@pytest.mark.parametrize("production", sorted(_SHOWN_PRODUCTIONS))
+def test_the_grammar_leaves_names_that_hold_no_secret(production):
+    names = _names(_SHOWN_PRODUCTIONS[production])
+    shown = [n for n in names if redact.is_secret_name(n)]
+    assert not shown, shown[:10]

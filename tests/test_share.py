@@ -41,11 +41,13 @@ def _tree(folder: str | Path) -> dict[str, bytes]:
 def test_copy_is_byte_identical_and_idempotent(served, tmp_path):
     folder, token, info = served
     dest = tmp_path / "dst" / "ckpt"
-    copied = share.fetch(info["url"], token, str(dest), info["manifest"])
+    copied = share.fetch("127.0.0.1", info["port"], token, str(dest), info["manifest"])
     assert copied == info["manifest"]["total_bytes"] > 0
     assert _tree(dest) == _tree(folder)
-    assert share.fetch(info["url"], token, str(dest), info["manifest"]) == 0, "a matching folder is not copied again"
-    assert share.fetch_manifest(info["url"], token) == info["manifest"]
+    assert share.fetch("127.0.0.1", info["port"], token, str(dest), info["manifest"]) == 0, (
+        "a matching folder is not copied again"
+    )
+    assert share.fetch_manifest("127.0.0.1", info["port"], token) == info["manifest"]
 
 
 def test_wrong_token_and_unlisted_paths_get_nothing(served, tmp_path):
@@ -57,7 +59,7 @@ def test_wrong_token_and_unlisted_paths_get_nothing(served, tmp_path):
             urllib.request.urlopen(req, timeout=10)
         assert err.value.code in (403, 404)
     with pytest.raises(share.ShareError, match="no manifest"):
-        share.fetch_manifest(info["url"], "wrong-token-wrong")
+        share.fetch_manifest("127.0.0.1", info["port"], "wrong-token-wrong")
 
 
 def test_a_copy_that_differs_from_the_manifest_leaves_nothing(served, tmp_path):
@@ -68,7 +70,7 @@ def test_a_copy_that_differs_from_the_manifest_leaves_nothing(served, tmp_path):
     shard.write_bytes(bytes(raw))
     dest = tmp_path / "dst" / "ckpt"
     with pytest.raises(share.ShareError, match="header differs"):
-        share.fetch(info["url"], token, str(dest), info["manifest"])
+        share.fetch("127.0.0.1", info["port"], token, str(dest), info["manifest"])
     assert not dest.exists()
     assert not [p for p in dest.parent.iterdir() if ".partial-" in p.name], "no half copy is left"
 
@@ -79,7 +81,7 @@ def test_an_existing_different_folder_is_never_overwritten(served, tmp_path):
     dest.mkdir(parents=True)
     (dest / "mine.txt").write_text("keep me")
     with pytest.raises(share.ShareError, match="move it away"):
-        share.fetch(info["url"], token, str(dest), info["manifest"])
+        share.fetch("127.0.0.1", info["port"], token, str(dest), info["manifest"])
     assert (dest / "mine.txt").read_text() == "keep me"
 
 
@@ -100,7 +102,7 @@ def test_a_hostile_manifest_is_refused(served, tmp_path, tamper):
     bad = json.loads(json.dumps(info["manifest"]))
     tamper(bad)
     with pytest.raises(share.ShareError):
-        share.fetch(info["url"], token, str(tmp_path / "dst" / "ckpt"), bad)
+        share.fetch("127.0.0.1", info["port"], token, str(tmp_path / "dst" / "ckpt"), bad)
     assert not (tmp_path / "dst" / "ckpt").exists()
 
 
@@ -123,3 +125,45 @@ def test_the_server_stops_when_idle(tmp_path):
     else:
         share.stop(str(state))
         pytest.fail("the share server outlived its idle timeout")
+
+
+@pytest.mark.attack("checkpoint copy: the source names a file:// URL or a path and the receiver copies its own file")
+@pytest.mark.parametrize(
+    ("address", "port"),
+    [("file:///etc/passwd#", 80), ("127.0.0.1/file/../../x", 80), ("127.0.0.1", "8000/#"), ("[::1]", 80)],
+)
+def test_the_receiver_takes_no_url_or_path_from_a_host(tmp_path, address, port):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the receiver's own secret\n")
+    expected = {"files": [{"path": "x", "size": victim.stat().st_size, "header_sha256": ""}], "total_bytes": 0}
+    expected["total_bytes"] = expected["files"][0]["size"]
+    with pytest.raises(share.ShareError, match="is not"):
+        share.fetch(address, port, "t" * 20, str(tmp_path / "dst"), expected)
+    assert not (tmp_path / "dst").exists()
+
+
+@pytest.mark.attack("checkpoint copy: the source redirects the receiver to another server (its own loopback services)")
+def test_the_receiver_follows_no_redirect(served, tmp_path):
+    import http.server
+    import threading
+
+    _folder, token, info = served
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # every file is "over there": the honest server, or anything the receiver can reach
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{info['port']}{self.path}")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    hostile = http.server.HTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=hostile.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(share.ShareError, match="not followed"):
+            share.fetch("127.0.0.1", hostile.server_address[1], token, str(tmp_path / "dst"), info["manifest"])
+    finally:
+        hostile.shutdown()
+        hostile.server_close()
+    assert not (tmp_path / "dst").exists() and not list(tmp_path.glob(".dst.partial-*"))

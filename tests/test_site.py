@@ -70,3 +70,32 @@ def test_pages_render_in_headless_chromium_at_laptop_width(site, page, tmp_path)
     assert float((img.mean(axis=2) < 0.9).mean()) > 0.01  # something is drawn
     if page != "index.html":
         assert colourful(img) > 1e-3  # the plots loaded (history: a PNG file next to it; report: embedded)
+
+
+@pytest.mark.attack("site: `site --out DIR` deletes whatever DIR is (a results tree and its store)")
+def test_site_out_replaces_only_a_site(tmp_path, capsys):
+    from tests.hostile import snapshot
+
+    root = tmp_path / "results"
+    sweep(root, "nv-2511", OLD, 1.0, "2026-11-01")
+    url = f"sqlite:///{root / 'store.sqlite'}"  # the store inside the tree, as `store ingest` makes it by default
+    assert main(["store", "ingest", str(root), "--store", url]) == 0
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "mine.txt").write_text("keep\n")
+    link = tmp_path / "link"
+    link.symlink_to(other)
+    before = snapshot(tmp_path)
+    for out in (root, other, link):
+        capsys.readouterr()
+        assert main(["site", "--out", str(out), "--store", url]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--out {out}" in err[0], err
+    db.close_all()
+    assert snapshot(tmp_path) == before  # nothing touched, the store included
+    site = tmp_path / "site"
+    site.mkdir()  # an empty folder is fine, and what it becomes is a site the next run may replace
+    assert main(["site", "--out", str(site), "--store", url]) == 0
+    assert main(["site", "--out", str(site), "--store", url]) == 0
+    db.close_all()
+    assert (site / "index.html").is_file() and (root / "store.sqlite").is_file()

@@ -16,6 +16,7 @@ from pathlib import Path
 from agent.errors import UserError
 from agent.hostside import logparse
 from agent.judging.verdict import AXES, attest_facts, axis_name
+from agent.reporting import escape
 
 EXIT = {"valid": 0, "invalid": 1, "failed": 3}
 
@@ -147,27 +148,31 @@ def _print_tables(result: dict) -> None:
         "attention_backend": facts["attention_backend"],
         "draft_moe_backend": facts["speculative"]["draft_moe_backend_raw"],
     }
+
+    def row(*cells: str) -> None:  # every value is the log's (a host's) text: never rich markup
+        table.add_row(*(escape.rich(c) for c in cells))
+
     for axis in AXES:
-        table.add_row(axis.replace("_backend", ""), asked.get(axis) or "auto", loaded[axis] or "-")
-    table.add_row("vLLM", "", facts["vllm_version"] or "-")
-    table.add_row("model", "", facts["served_model"] or "-")
+        row(axis.replace("_backend", ""), asked.get(axis) or "auto", loaded[axis] or "-")
+    row("vLLM", "", facts["vllm_version"] or "-")
+    row("model", "", facts["served_model"] or "-")
     if facts["speculative"]["method"]:
         rates = facts["spec_acceptance_rates"]
         mean = f", mean acceptance {sum(rates) / len(rates):.1%}" if rates else ""
-        table.add_row(
+        row(
             "speculative",
             "",
             f"{facts['speculative']['method']} x{facts['speculative']['num_speculative_tokens']}{mean}",
         )
     if facts["unknown_env"]:
-        table.add_row("unknown env", "", ", ".join(facts["unknown_env"]))
+        row("unknown env", "", ", ".join(facts["unknown_env"]))
     if facts["model_load_gib"] >= 0:
-        table.add_row("model load", "", f"{facts['model_load_gib']} GiB, {facts['model_load_s']} s")
+        row("model load", "", f"{facts['model_load_gib']} GiB, {facts['model_load_s']} s")
     if facts["kv_cache_tokens"] >= 0:
-        table.add_row("KV cache", "", f"{facts['kv_cache_tokens']:,} tokens")
-    table.add_row("ready", "", "yes" if facts["startup_complete"] else "no")
+        row("KV cache", "", f"{facts['kv_cache_tokens']:,} tokens")
+    row("ready", "", "yes" if facts["startup_complete"] else "no")
     if facts["confidence"] == "low":
-        table.add_row("confidence", "", "low: " + ("; ".join(facts["repairs"]) or "lines without vLLM's prefix"))
+        row("confidence", "", "low: " + ("; ".join(facts["repairs"]) or "lines without vLLM's prefix"))
     console.print(table)
     colour = {"valid": "green", "invalid": "yellow", "failed": "red"}[v["verdict"]]
     console.print(f"[bold {colour}]{v['verdict'].upper()}[/]")

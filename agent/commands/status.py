@@ -60,4 +60,5 @@ def host_line(state: detach.FleetState, root: Path, p: detach.HostProgress) -> s
         f"  {p.host}: {runner}, {len(p.done)}/{len(assigned)} done, {len(p.sealed)} sealed, {collected} collected"
         f"{now}{lost}"
     )
+    text += f"; {p.note}" if p.note else ""
     return text + (f"; failed: {'; '.join(failed)}" if failed else "")

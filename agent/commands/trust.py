@@ -28,6 +28,11 @@ def run(args: argparse.Namespace) -> int:
     changed = [k for k in scanned if k.state == hostkeys.CHANGED]
     if changed:
         k = changed[0]
+        if k.where != str(k.target.known_hosts):
+            raise UserError(
+                f"host {k.target.host}: the system's {k.where} holds a DIFFERENT key for {k.target.known_hosts_name}: "
+                "refused, nothing recorded (a key pinned there is not overridden); ask whoever keeps that file"
+            )
         raise UserError(
             f"host {k.target.host}: {k.target.known_hosts} already holds a DIFFERENT key for "
             f"{k.target.known_hosts_name}: refused, nothing recorded. Only if the host was reinstalled: compare the "

@@ -380,6 +380,7 @@ class RunnerProgress(TypedDict, total=False):
     alive: bool  # read_progress: the runner process still holds the host
     sealed: list[str]  # read_progress: done cells whose tar is there to collect
     handout: str  # the plan's hand-out token the `done` entries belong to
+    note: str  # why the runner stopped on its own (its work dir vanished: what it stopped); "" otherwise
 
 
 # --- a multi-node cell's Ray node: raynode.start writes it as its log's first line, clusterlog reads it back -------

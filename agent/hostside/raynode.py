@@ -11,6 +11,13 @@ The docker runtime runs `ray start --block` in a container of the cell's pinned 
 same image on every node), attached, so the container's output is the node's log; the running container's digest
 is verified against the pin before the node counts as started, and the container (named in state/ray.json) is
 removed on stop, also after a kill of everything else.
+
+Nobody else may join (issue 30): every node runs with Ray's token authentication (RAY_AUTH_MODE=token, Ray 2.52+),
+the cell's token (made by the controller, one per cell) in a 0600 file in the node's own folder for the cell, mode
+0700, which also holds Ray's temp dir, under a root that must be ours and writable by nobody else. Ray runs as the SSH login user (no
+play becomes root for it). Ray 2.60 binds the runtime-env agent to the node's address, but its GCS, raylet, object
+manager and worker ports to every interface and has no option to change that: those answer only a client that
+holds the token (an unauthenticated join or submit is refused: tests/test_ray_auth.py).
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Mapping
@@ -33,6 +42,10 @@ STATE_FILE = "ray.json"
 NODE_LOG = "ray-node.log"  # in the cell's run folder on every node
 _STARTED = ("Ray runtime started", "This command will now block forever")
 STOP_GRACE_S = 3.0  # a head drains for up to 30 s on SIGTERM; after this it is killed
+TOKEN_FILE = "auth_token"  # in the cell's temp dir, mode 0600
+MIN_TOKEN_LEN = 32
+AUTH_MODE = {"RAY_AUTH_MODE": "token"}  # Ray's token authentication, on every node and every client
+_RAY_TOKEN_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # whatever the login env holds is not the cell's
 
 
 class RayError(HostError):
@@ -85,11 +98,13 @@ def container_name(cell_id: str, port_base: int) -> str:
     return f"{CONTAINER_PREFIX}{cell_id}-{port_base}"
 
 
-def container_argv(image: str, name: str, cell_id: str, env_file: str, temp_dir: str, gpus: bool) -> list[str]:
+def container_argv(
+    image: str, name: str, cell_id: str, env_file: str, temp_dir: str, gpus: bool, token_path: str = ""
+) -> list[str]:
     """The `docker run` that wraps a node's `ray start` (argv() follows it, the image's entrypoint runs it): host
     network (Ray and NCCL bind the link address), host IPC (vLLM's shared-memory workers), the node's env file (no
-    value on a command line), Ray's temp dir from the host (its logs stay on the host; short socket paths).
-    ValueError when the image is not pinned by digest."""
+    value on a command line), Ray's temp dir from the host (its logs stay on the host; short socket paths), token
+    mode with the token's file in that dir (its path only). ValueError when the image is not pinned by digest."""
     docker.parse_ref(image)
     args = [
         "docker",
@@ -103,7 +118,62 @@ def container_argv(image: str, name: str, cell_id: str, env_file: str, temp_dir:
     ]
     args += ["--label", f"{RAY_LABEL}=1", "--network", "host", "--ipc", "host", "--volume", f"{temp_dir}:{temp_dir}"]
     args += ["--env-file", env_file] if env_file else []
+    for name_, value in (auth_env(token_path) if token_path else {}).items():
+        args += ["--env", f"{name_}={value}"]
     return args + (["--gpus", "all"] if gpus else []) + [image]
+
+
+def cell_temp_dir(root: str, cell_id: str) -> Path:
+    """The node's own folder for one cell: ROOT/<cell id>, mode 0700 (its token; Ray's temp dir inside)."""
+    if not cell_id or not cell_id.isalnum():
+        raise RayError(f"cell id {cell_id!r} is not a plain name")
+    return Path(os.path.expanduser(root)) / cell_id
+
+
+def ray_temp_dir(root: str, cell_id: str) -> Path:
+    """Ray's --temp-dir, inside the cell's 0700 folder: Ray opens its temp dir to everyone (0777) when it starts,
+    so privacy comes from the folder around it. One letter: Ray's unix sockets live under it (107 characters)."""
+    return cell_temp_dir(root, cell_id) / "r"
+
+
+def private_temp_dir(root: str, cell_id: str) -> Path:
+    """Make the cell's folder afresh, mode 0700, with Ray's temp dir in it, under a root that is ours and that
+    nobody else can write: a root made by another user (a fixed /tmp path is anyone's to make first) or writable by
+    others lets them swap our folder for theirs."""
+    base = Path(os.path.expanduser(root))
+    with contextlib.suppress(FileExistsError):
+        base.mkdir(mode=0o700, parents=True)
+    st = os.lstat(base)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise RayError(
+            f"Ray's temp root {base} is not a folder of this user that nobody else can write "
+            f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}); chmod 700 it, remove it or set "
+            "spark_ray_temp_dir"
+        )
+    cell = cell_temp_dir(root, cell_id)
+    if cell.is_symlink():
+        cell.unlink()
+    shutil.rmtree(cell, ignore_errors=True)  # a folder left by a killed run of this cell: ours (the root is)
+    cell.mkdir(mode=0o700)
+    os.chmod(cell, 0o700)  # whatever the umask
+    ray_temp_dir(root, cell_id).mkdir(mode=0o700)
+    return cell
+
+
+def write_token(cell_dir: Path, token: str) -> Path:
+    """The cell's token into cell_dir/auth_token, 0600, never through an existing file or link."""
+    if len(token) < MIN_TOKEN_LEN:
+        raise RayError(f"the cell's Ray token is too short ({MIN_TOKEN_LEN} characters at least)")
+    path = cell_dir / TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token)
+    return path
+
+
+def auth_env(token_path: str = "", token: str = "") -> dict[str, str]:
+    """The env of a Ray process of the cell: token mode, and the token by file (a node) or by value (a client)."""
+    return {**AUTH_MODE, **({"RAY_AUTH_TOKEN_PATH": token_path} if token_path else {"RAY_AUTH_TOKEN": token})}
 
 
 def _state(workdir: str) -> Path:
@@ -130,11 +200,19 @@ def start(
     timeout_s: float = 60.0,
     image: str = "",
     container: str = "",
+    temp_root: str = "",
+    token: str = "",
 ) -> dict[str, Any]:
     """Start this node (stopping a node of ours left behind first). drop_page_cache: "" (no), "drop" or
     "simulated" (recorded, nothing dropped). image/container: the docker runtime (`command` is then the docker run
-    of container_argv followed by the ray argv). Returns {pid, log, page_cache, image}."""
+    of container_argv given cell_temp_dir(temp_root, cell_id), then the ray argv given ray_temp_dir). token: the cell's
+    Ray token, written into that dir made afresh (private_temp_dir, write_token); the dir goes on stop.
+    Returns {pid, log, page_cache, image, user}."""
+    if len(token) < MIN_TOKEN_LEN:
+        raise RayError(f"a Ray node starts only with the cell's token ({MIN_TOKEN_LEN} characters at least)")
     previous = stop(workdir)
+    temp_dir = private_temp_dir(temp_root, cell_id)
+    token_path = str(write_token(temp_dir, token))
     digest = docker.parse_ref(image)[1] if image else ""
     if container:  # one of ours by its name (this cell, this node's ports) whose state file was lost
         docker.remove(container)
@@ -147,7 +225,9 @@ def start(
         with open(log_path, "wb") as log:
             log.write((clusterlog.node_header(role, cell_id, page_cache, digest) + "\n").encode())
             log.flush()
-            full_env = dict(os.environ, **env)
+            full_env = {k: v for k, v in os.environ.items() if k not in _RAY_TOKEN_VARS}
+            full_env.update(env)
+            full_env.update(auth_env(token_path))
             full_env[supervise.CELL_ENV] = cell_id
             full_env[supervise.WORKDIR_ENV] = str(Path(os.path.expanduser(workdir)))
             proc = subprocess.Popen(
@@ -162,13 +242,20 @@ def start(
             )
     finally:
         os.close(lock_fd)  # the head's lock is the server's to take next
-    state = {"pid": proc.pid, "cell_id": cell_id, "role": role, "started": time.time(), "container": container}
+    state = {
+        "pid": proc.pid,
+        "cell_id": cell_id,
+        "role": role,
+        "started": time.time(),
+        "container": container,
+        "temp_dir": str(temp_dir),
+    }
     atomic.write_json(_state(workdir), state)
     try:
         _wait_started(proc, log_path, timeout_s)
         if image:  # the node runs the pinned image, or it does not count as started
             docker.verify_running_digest(container, image)
-    except (RayError, docker.DockerError) as exc:
+    except (RayError, docker.DockerError, OSError) as exc:
         stop(workdir)
         raise RayError(str(exc)) from None
     return {
@@ -177,6 +264,7 @@ def start(
         "page_cache": page_cache,
         "image": digest,
         "stopped_previous": previous["stopped"],
+        "user": os.getuid(),
     }
 
 
@@ -226,8 +314,21 @@ def stop(workdir: str, cell_id: str = "") -> dict[str, Any]:
     if isinstance(container, str) and container.startswith(CONTAINER_PREFIX):
         docker.remove(container)  # gone with everything in it, whatever killed the client
     _kill_stragglers(workdir)
+    _remove_temp_dir(info)
     _state(workdir).unlink(missing_ok=True)
     return {"stopped": True, "pid": pid}
+
+
+def _remove_temp_dir(info: Mapping[str, Any]) -> None:
+    """The cell's temp dir (its token, Ray's sockets and logs) goes with the node: only a folder of ours named for
+    the node's cell, whatever the state file says."""
+    temp, cell_id = info.get("temp_dir"), info.get("cell_id")
+    if not isinstance(temp, str) or not temp or not isinstance(cell_id, str) or Path(temp).name != cell_id:
+        return
+    with contextlib.suppress(OSError):
+        st = os.lstat(temp)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 def _ours(pid: int, workdir: str) -> bool:
@@ -285,14 +386,19 @@ def status_cmd(workdir: str, ray_cmd: list[str]) -> list[str]:
     return list(ray_cmd)
 
 
-def check(ray_cmd: list[str], head_address: str, nodes: int, gpus: float, timeout_s: float = 60.0) -> dict[str, Any]:
-    """Wait until `ray status` shows `nodes` alive nodes and `gpus` GPUs. Returns {ok, nodes, gpus, status}."""
+def check(
+    ray_cmd: list[str], head_address: str, nodes: int, gpus: float, timeout_s: float = 60.0, token: str = ""
+) -> dict[str, Any]:
+    """Wait until `ray status` shows `nodes` alive nodes and `gpus` GPUs (as a client holding the cell's token).
+    Returns {ok, nodes, gpus, status}."""
+    env = {k: v for k, v in os.environ.items() if k not in _RAY_TOKEN_VARS}
+    env.update(auth_env(token=token) if token else {})
     deadline = time.monotonic() + timeout_s
     seen: dict[str, Any] = {"ok": False, "nodes": 0, "gpus": 0.0, "status": ""}
     while time.monotonic() < deadline:
         try:
             done = subprocess.run(
-                [*ray_cmd, "status", "--address", head_address], capture_output=True, text=True, timeout=30
+                [*ray_cmd, "status", "--address", head_address], capture_output=True, text=True, timeout=30, env=env
             )
             text = done.stdout + done.stderr
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -5,11 +5,21 @@ error messages). Redaction is only ever applied to what is *shown or stored*; th
 passed through it.
 
 Three ways a value is recognised as secret:
-- by the name it is given: an env variable, a dict key, a `--flag`, a `NAME=value` in free text. TOKEN, KEY and
-  PASS count only as the last word and not after a word that makes them a model token or a lookup key
-  (HF_TOKEN and API_KEY are secrets; bytes_per_token, eos_token_id, KEY_SIZE and sort_key are not); SECRET,
-  PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL(S), APIKEY, AUTH and COOKIE count anywhere; a name ending in
-  FILE, PATH or DIR is where a secret lives, not the secret, and is shown;
+- by the name it is given: an env variable, a dict key, a `--flag`, a `NAME=value` in free text. The rule is a
+  grammar over the name's words (name_words: split at _ - . case changes and digits), tested production by
+  production in tests/test_redact.py:
+      core    := the words without trailing numbers               HF_TOKEN_2 -> HF TOKEN
+      shown   := core ends in a LOCATION word (FILE PATH DIR)      HF_TOKEN_PATH: where a secret lives
+      secret  := not shown, and one of
+                 a word holding a SECRET part (SECRET PASSWORD PASSWD PASSPHRASE CREDENTIAL APIKEY), anywhere
+               | a SECRET word (AUTH COOKIE CRED CREDS), anywhere, whole
+               | core ends in TOKEN KEY PASS PAT, not after a word that makes it a model token or a lookup key
+                 (bytes_per_token, eos_token, sort_key, host_key)
+               | core ends in TOKENS KEYS PATS after a word that makes them credentials (API ACCESS BEARER
+                 REFRESH SESSION PERSONAL SERVICE DEPLOY): API_TOKENS; plain plurals count model tokens
+                 (max_tokens, prompt_tokens) or name lookup keys (sort_keys)
+  so HF_TOKEN, GITHUB_PAT, AWS_CREDS, API_TOKENS, HF_TOKEN_2 and apiKey are secrets; max_tokens, eos_token_id,
+  KEY_SIZE and HF_TOKEN_PATH are not;
 - by its shape: Hugging Face, GitHub, OpenAI-style, AWS and JWT tokens, bearer headers, user:password@ in URLs,
   private key blocks;
 - by being a value we were told is secret (remember()): a vaulted inventory value, or the value of a secret-named
@@ -30,13 +40,14 @@ from typing import Any
 MARKER = "%REDACTED%"  # safe unquoted in a shell line, Markdown, HTML, rich markup and TOML
 MIN_KNOWN_LEN = 8
 
+# The grammar's word classes (the module docstring gives the grammar).
 # Parts that make a name secret wherever they stand, even inside a word (DB_PASSWORD, PGPASSWORD, CLIENT_SECRET_ID)...
 _SECRET_PARTS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY")
-# ...and words that do only as whole words (PROXY_AUTH, SESSION_COOKIE; not AUTHOR).
-_SECRET_WORDS = frozenset({"AUTH", "COOKIE"})
+# ...and words that do only as whole words (PROXY_AUTH, SESSION_COOKIE, AWS_CREDS; not AUTHOR, CREDIT).
+_SECRET_WORDS = frozenset({"AUTH", "COOKIE", "CRED", "CREDS"})
 # Words that make a name secret only as its last word: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, OPENAI_API_KEY, SSH_KEY,
-# ansible_become_pass. Elsewhere they name something else: token_text, eos_token_id, KEY_SIZE, pass_config.
-_LAST_WORDS = frozenset({"TOKEN", "KEY", "PASS"})
+# ansible_become_pass, GITHUB_PAT. Elsewhere they name something else: token_text, eos_token_id, KEY_SIZE, pass_config.
+_LAST_WORDS = frozenset({"TOKEN", "KEY", "PASS", "PAT"})
 # ...and not even last after a word that says what kind of token or key it is, none of which log anyone in:
 # a model token (bytes_per_token, time_to_first_token, eos_token) or a lookup key (sort_key, cache_key, host_key).
 _NOT_SECRET_BEFORE_LAST = frozenset(
@@ -44,6 +55,12 @@ _NOT_SECRET_BEFORE_LAST = frozenset(
     | {"PAD", "UNK", "SEP", "CLS", "MASK", "SPECIAL", "START", "END", "STOP"}
     | {"SORT", "MATCH", "PAIRING", "CACHE", "PRIMARY", "PARTITION", "FOREIGN", "HOT", "DICT", "MAP", "ROW"}
     | {"LOOKUP", "GROUP", "HASH", "PUBLIC", "HOST"}
+)
+# Plurals of the last words: a count of model tokens or a set of lookup keys (max_tokens, sort_keys), unless a word
+# before says they are credentials (API_TOKENS, ACCESS_KEYS).
+_LAST_PLURALS = frozenset({"TOKENS", "KEYS", "PATS"})
+_CREDENTIAL_BEFORE_PLURAL = frozenset(
+    {"API", "ACCESS", "BEARER", "REFRESH", "SESSION", "PERSONAL", "SERVICE", "DEPLOY"}
 )
 # A name that ends in one of these holds where a secret lives, not the secret (ANSIBLE_VAULT_PASSWORD_FILE,
 # HF_TOKEN_PATH): showing it helps, and hiding it would hide which file was used.
@@ -58,13 +75,18 @@ def name_words(name: str) -> list[str]:
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether a variable, key or flag of this name holds a secret (see the word lists above)."""
+    """Whether a variable, key or flag of this name holds a secret (the grammar in the module docstring)."""
     words = name_words(name)
+    while words and words[-1].isdigit():  # HF_TOKEN_2, API_KEY2: a numbered secret is a secret
+        words.pop()
     if not words or words[-1] in _LOCATION_WORDS:
         return False
     if any(part in w for w in words for part in _SECRET_PARTS) or any(w in _SECRET_WORDS for w in words):
         return True
-    return words[-1] in _LAST_WORDS and not (len(words) > 1 and words[-2] in _NOT_SECRET_BEFORE_LAST)
+    before = words[-2] if len(words) > 1 else ""
+    if words[-1] in _LAST_WORDS:
+        return before not in _NOT_SECRET_BEFORE_LAST
+    return words[-1] in _LAST_PLURALS and before in _CREDENTIAL_BEFORE_PLURAL
 
 
 # --- values we were told are secret -----------------------------------------------------------------------

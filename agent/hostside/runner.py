@@ -189,6 +189,38 @@ class _Stopped(Exception):
     pass
 
 
+def _identity(workdir: str, sweep: str) -> tuple[tuple[int, int], ...]:
+    """The work dir and this sweep's folder as the runner found them (device, inode); () when either is missing."""
+    try:
+        return tuple(
+            (st.st_dev, st.st_ino) for st in (os.stat(os.path.expanduser(workdir)), sweep_dir(workdir, sweep).stat())
+        )
+    except OSError:
+        return ()
+
+
+def _vanished(workdir: str, sweep: str, found: tuple[tuple[int, int], ...]) -> bool:
+    """The work dir (or this sweep's folder in it) is gone, or is another one now (removed by hand, a wiped disk;
+    a write of the runner's own may have made the path again): its state files went with it, so the server it
+    started would run on with no one to stop it."""
+    return _identity(workdir, sweep) != found
+
+
+def stop_orphans(workdir: str) -> list[int]:
+    """Stop every server process started from this work dir (they carry its markers in their environment, which
+    outlives the folder); returns their pids."""
+    mine = str(Path(os.path.expanduser(workdir)))
+    stopped = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        env = supervise._environ(int(entry))
+        if env.get(supervise.WORKDIR_ENV) == mine and supervise.CELL_ENV in env and supervise._alive(int(entry)):
+            supervise._terminate_tree(int(entry), grace=10)
+            stopped.append(int(entry))
+    return stopped
+
+
 def run(workdir: str, sweep: str) -> int:
     """Run the plan's cells that are not done yet, one after another; re-read the plan before each cell."""
     progress_path = sweep_dir(workdir, sweep) / PROGRESS
@@ -200,6 +232,7 @@ def run(workdir: str, sweep: str) -> int:
     progress.setdefault("done", {})
     _same_handout(progress, _read_plan(workdir, sweep))
     progress.setdefault("started", utc.iso())
+    found = _identity(workdir, sweep)
 
     def save() -> None:
         progress["updated"] = utc.iso()
@@ -213,6 +246,8 @@ def run(workdir: str, sweep: str) -> int:
     save()
     try:
         while True:
+            if _vanished(workdir, sweep, found):
+                raise HostError("the work dir vanished")
             plan = _read_plan(workdir, sweep)
             if not _same_handout(progress, plan):
                 save()
@@ -232,6 +267,19 @@ def run(workdir: str, sweep: str) -> int:
         progress.update(state="stopped", current="", current_since="")
         save()
         return 130
+    except (HostError, OSError):
+        if not _vanished(workdir, sweep, found):
+            raise
+        pids = stop_orphans(workdir)  # its server.json went with the folder: found by their markers instead
+        note = f"the work dir {workdir} vanished during cell {progress.get('current') or '-'}; stopped " + (
+            f"its server (pid {', '.join(map(str, pids))})" if pids else "nothing (no server of ours ran)"
+        )
+        print(f"{utc.iso()} {note}", flush=True)
+        progress.update(state="stopped", current="", current_since="", note=note)
+        with contextlib.suppress(OSError):  # the last progress says so, in a folder made again for it
+            progress_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            save()
+        return 1
     progress["state"] = "finished"
     save()
     return 0
@@ -321,10 +369,6 @@ def main(argv: list[str] | None = None) -> int:
     return run(args[0], args[1])
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _shape_options(shape: dict[str, Any] | None, workdir: str) -> dict[str, Any]:
     """spark_bench's shape options from a plan's `cell.shape` (matrix.shape_vars), as playbooks/tasks/bench.yml
     maps them: a ShareGPT file is the copy named by its hash under the work dir."""
@@ -342,3 +386,7 @@ LIST_KEYS = ("request_rates", "context_depths")  # the load axes: one point's ra
 def _first_only(telemetry: dict[str, Any], n: int) -> dict[str, Any]:
     """The cool-down happens before a cell's first point only (as bench.yml passes it)."""
     return telemetry if n == 0 else {**telemetry, "cooldown_s": 0.0, "cool_to_c": 0.0}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,6 +8,11 @@ SSH access to another, and a half-copied folder never looks like a checkpoint.
 Why HTTP and not rsync: rsync between hosts needs one host to log in to the other (keys and host keys between
 Sparks); a pull over HTTP needs only the token that Ansible hands both sides (no_log, never on a command line), and
 the manifest check makes the copy as trustworthy as the source.
+
+The receiver never takes where to fetch from from a host (issue 30): the address is the one the controller knows for
+the source (its inventory), the scheme is http, and only the port comes from the source, as a number. Redirects are
+not followed and no proxy is used: a hostile source cannot point the receiver at a file:// path, at one of the
+receiver's own loopback services or at anything else.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import http.server
+import ipaddress
 import json
 import os
 import re
@@ -24,6 +30,7 @@ import socketserver
 import struct
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -226,7 +233,8 @@ def serve(folder: str, bind: str, port: int, token: str, idle_s: float, state_fi
     server.socket.close()  # the child has it
     os.read(read_fd, 2)
     os.close(read_fd)
-    info = {"pid": pid, "url": f"http://{_url_host(bind)}:{server.server_address[1]}", "folder": str(folder)}
+    port = server.server_address[1]
+    info = {"pid": pid, "url": f"http://{_url_host(bind)}:{port}", "port": port, "folder": str(folder)}
     Path(state_file).parent.mkdir(parents=True, exist_ok=True)
     Path(state_file).write_text(json.dumps(info))
     return {**info, "manifest": man}
@@ -283,6 +291,38 @@ def _alive(pid: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- fetching
+_HOST_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}))*$")
+
+
+def source_url(address: str, port: int) -> str:
+    """http://ADDRESS:PORT of the source: ADDRESS an IP address or a plain host name (the controller's, from the
+    inventory), PORT a number. Anything else (a scheme, a path, a fragment) is refused."""
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        if not _HOST_NAME.fullmatch(address) or len(address) > 253:
+            raise ShareError(f"the source's address {address[:80]!r} is not an IP address or a host name") from None
+    if type(port) is not int or not 0 < port < 65536:
+        raise ShareError(f"the source's port {str(port)[:20]!r} is not a port number")
+    return f"http://{_url_host(address)}:{port}"
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        raise urllib.error.HTTPError(req.full_url, code, f"a redirect to {newurl[:120]!r} (not followed)", headers, fp)
+
+
+# http only: no file://, ftp:// or data: handler, no proxy from the environment, no redirect followed
+_OPENER = urllib.request.OpenerDirector()
+for _handler in (
+    urllib.request.HTTPHandler(),
+    urllib.request.HTTPDefaultErrorHandler(),
+    urllib.request.HTTPErrorProcessor(),
+    _NoRedirects(),
+):
+    _OPENER.add_handler(_handler)
+
+
 def matches(folder: str, expected: Manifest) -> bool:
     """The folder already holds this checkpoint (same files, sizes and header hashes)."""
     try:
@@ -292,9 +332,11 @@ def matches(folder: str, expected: Manifest) -> bool:
     return here["files"] == expected["files"]
 
 
-def fetch(url: str, token: str, dest: str, expected: Manifest, timeout: float = 60.0) -> int:
-    """Copy the served folder to `dest` and check it against `expected` (the manifest the controller got from the
-    source, not the one this download claims). Returns the bytes copied; 0 when `dest` already matches."""
+def fetch(address: str, port: int, token: str, dest: str, expected: Manifest, timeout: float = 60.0) -> int:
+    """Copy the folder served at source_url(address, port) to `dest` and check it against `expected` (the manifest
+    the controller got from the source, not the one this download claims). Returns the bytes copied; 0 when `dest`
+    already matches."""
+    url = source_url(address, port)
     expected = check_manifest(expected)
     dest = os.path.expanduser(dest)
     if matches(dest, expected):
@@ -326,7 +368,7 @@ def _fetch_file(url: str, token: str, entry: ManifestEntry, target: str, timeout
     os.makedirs(os.path.dirname(target), exist_ok=True)
     written = 0
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp, open(target, "wb") as out:
+        with _OPENER.open(request, timeout=timeout) as resp, open(target, "wb") as out:
             while written <= entry["size"]:
                 chunk = resp.read(CHUNK)
                 if not chunk:
@@ -344,10 +386,11 @@ def _fetch_file(url: str, token: str, entry: ManifestEntry, target: str, timeout
     return written
 
 
-def fetch_manifest(url: str, token: str, timeout: float = 30.0) -> Manifest:
+def fetch_manifest(address: str, port: int, token: str, timeout: float = 30.0) -> Manifest:
+    url = source_url(address, port)
     request = urllib.request.Request(f"{url}/manifest", headers={"Authorization": f"Bearer {token}"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
+        with _OPENER.open(request, timeout=timeout) as resp:
             raw = resp.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise ShareError(f"no manifest from {url} ({exc})") from None

@@ -13,6 +13,7 @@ import io
 import math
 import re
 import socket
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ def load_inventory(path: str | Path | None, limit: str | None = None, flag: str 
     path = Path(path) if path else DEFAULT_INVENTORY
     if not path.exists():
         raise UserError(f"{path}: inventory not found; pass -i INVENTORY (see inventory/example-fleet.yml)")
-    for source in _files_ansible_reads(path):
+    for source in files_ansible_reads(path):
         check_text_file(source)
     from ansible.utils.display import Display
 
@@ -128,7 +129,7 @@ def _shown(text: str) -> str:
     return text if len(text) <= 80 and not _CONTROL.search(text) and text.isprintable() else repr(text[:80])
 
 
-def _files_ansible_reads(path: Path) -> Iterator[Path]:
+def files_ansible_reads(path: Path) -> Iterator[Path]:
     """The inventory file(s) and the group_vars/host_vars next to them."""
     root = path if path.is_dir() else path.parent
     if path.is_file():
@@ -143,10 +144,23 @@ def _files_ansible_reads(path: Path) -> Iterator[Path]:
                     yield found
 
 
+def refuse_program(path: Path) -> None:
+    """Ansible runs an executable inventory file (and every executable file of an inventory folder): spark-agent
+    reads inventories only as text, so one is refused."""
+    st = path.stat()
+    if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o111:
+        raise UserError(
+            f"{path}: an executable inventory file (Ansible would run it); spark-agent reads only inventory text: "
+            "chmod -x it"
+        )
+
+
 def check_text_file(path: Path) -> None:
-    """Small UTF-8 text, and for YAML, nested no deeper than a parser can go. Raises UserError(file:line)."""
+    """Small UTF-8 text and no program, and for YAML, nested no deeper than a parser can go. Raises
+    UserError(file:line)."""
     from agent.planning.spec import read_text_file
 
+    refuse_program(path)
     text = read_text_file(path, "inventory", INVENTORY_MAX_BYTES)
     if path.suffix in (".yml", ".yaml", ".json"):
         _check_yaml(path, text)

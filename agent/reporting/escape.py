@@ -9,8 +9,13 @@ from __future__ import annotations
 import html as _html
 import re
 
-# C0 and C1 control characters (newlines, ESC of terminal sequences, NUL), DEL, and the Unicode line separators.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Characters that change how the text around them shows without showing themselves: bidi embeddings, overrides and
+# isolates, and the marks (a host's text could reorder what a reader sees, Trojan-Source style), and zero-width
+# spaces and joiners and the BOM (a name that looks like another).
+INVISIBLE = "\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff"
+# C0 and C1 control characters (newlines, ESC of terminal sequences, NUL), DEL, the Unicode line separators, and
+# the invisible ones.
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{INVISIBLE}]")
 # Markdown punctuation that can start markup anywhere in a line: code, emphasis, links, HTML, tables, entities.
 _MD_PUNCT = re.compile(r"([\\`*\[\]<>|#~&])")
 # "_" only opens or closes emphasis at a word boundary: flashinfer_b12x stays readable, _x_ does not italicise.

@@ -6,6 +6,8 @@
 
 Built in a temporary folder next to DIR and swapped in at the end: a crash leaves the previous site whole.
 Every value shown is escaped (escape.html); pages link only to pages of the site.
+DIR is replaced only when it is a site (it carries MARKER, written into every site) or an empty folder: `--out
+results` once deleted a whole results tree, store included (issue 30).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from agent.errors import UserError
 from agent.hostside import atomic
 from agent.judging import stats
 from agent.reporting.escape import html
@@ -35,13 +38,34 @@ def folder_name(name: str) -> str:
     return name if PART.fullmatch(name) else "sweep-" + hashlib.sha256(name.encode()).hexdigest()[:12]
 
 
+MARKER = ".spark-agent-site"  # in every site's folder: what may be replaced
+
+
+def check_out(out: Path) -> None:
+    """DIR may be replaced: missing, an empty folder, or a site of ours. Anything else is one line, nothing touched."""
+    if not os.path.lexists(out):
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise UserError(f"--out {out}: not a folder (a link or a file); pass a new folder or an earlier site's")
+    if (out / MARKER).is_file() and not (out / MARKER).is_symlink():
+        return
+    if any(out.iterdir()):
+        raise UserError(
+            f"--out {out}: a folder that is not a site (no {MARKER}); it would be replaced whole, so nothing was "
+            "touched: pass a new folder or an earlier site's"
+        )
+
+
 def build(engine: sa.Engine, out: Path, *, threshold: float = stats.DEFAULT_THRESHOLD) -> list[Path]:
-    """Write the site into out (replacing what was there); returns the pages written."""
+    """Write the site into out (replacing an earlier site there); returns the pages written."""
     out = Path(out)
+    check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         pages = _build(engine, tmp, threshold)
+        (tmp / MARKER).write_text("a site written by `spark-agent site`: the next `site --out` here replaces it\n")
+        check_out(out)  # again, just before: it may have changed while the site was built
         _swap(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

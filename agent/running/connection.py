@@ -22,7 +22,10 @@ if TYPE_CHECKING:
     import fabric
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+# ssh also trusts (and checks against) the system's files: a key pinned there by an admin must not be overridden
+DEFAULT_GLOBAL_KNOWN_HOSTS = (Path("/etc/ssh/ssh_known_hosts"), Path("/etc/ssh/ssh_known_hosts2"))
 _KNOWN_HOSTS_OPTION = re.compile(r"UserKnownHostsFile\s*=?\s*(\S+)", re.IGNORECASE)
+_GLOBAL_OPTION = re.compile(r"GlobalKnownHostsFile\s*=?\s*(.+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class SshTarget:
     user: str
     key_file: str  # "" → the ssh agent / default keys
     known_hosts: Path
+    global_known_hosts: tuple[Path, ...] = DEFAULT_GLOBAL_KNOWN_HOSTS  # the system's, as ssh reads them
 
     @property
     def known_hosts_name(self) -> str:
@@ -47,7 +51,10 @@ def target(host: Host) -> SshTarget:
     address, port = host.address
     key = host.vars.get("ansible_ssh_private_key_file") or host.vars.get("ansible_private_key_file") or ""
     user = host.vars.get("ansible_user") or host.vars.get("ansible_ssh_user") or os.environ.get("USER", "root")
-    return SshTarget(host.name, address, port, str(user), os.path.expanduser(str(key)), known_hosts_file(host.vars))
+    known = known_hosts_file(host.vars)
+    return SshTarget(
+        host.name, address, port, str(user), os.path.expanduser(str(key)), known, global_known_hosts_files(host.vars)
+    )
 
 
 def known_hosts_file(host_vars: dict) -> Path:
@@ -63,6 +70,19 @@ def known_hosts_file(host_vars: dict) -> Path:
     return Path(os.path.expanduser(str(DEFAULT_KNOWN_HOSTS)))
 
 
+def global_known_hosts_files(host_vars: dict) -> tuple[Path, ...]:
+    """The system known_hosts files ssh reads for this host: the first GlobalKnownHostsFile in its ssh args (one
+    or more files), else OpenSSH's defaults."""
+    for var in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        args = host_vars.get(var) or ""
+        words = shlex.split(str(args)) if isinstance(args, str) else [str(a) for a in args]
+        for word in words:
+            found = _GLOBAL_OPTION.search(word)
+            if found:
+                return tuple(Path(os.path.expanduser(f)) for f in found[1].split())
+    return DEFAULT_GLOBAL_KNOWN_HOSTS
+
+
 def connect(t: SshTarget, timeout: float = 10.0) -> fabric.Connection:
     """An open Fabric connection whose host key was checked against `t.known_hosts` (RejectPolicy: an unknown
     key is refused, a changed one raises BadHostKeyException)."""
@@ -76,6 +96,9 @@ def connect(t: SshTarget, timeout: float = 10.0) -> fabric.Connection:
         t.address, user=t.user, port=t.port, connect_timeout=timeout, connect_kwargs=connect_kwargs
     )
     conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())  # Fabric's default would add any key
+    for system in t.global_known_hosts:  # checked first, as ssh does: a pinned key cannot be overridden
+        if system.is_file():
+            conn.client.load_system_host_keys(str(system))
     if t.known_hosts.exists():
         conn.client.load_host_keys(str(t.known_hosts))
     try:

@@ -33,7 +33,7 @@ from agent.planning.inventory import Host
 from agent.planning.matrix import Cell
 from agent.planning.spec import Spec
 from agent.results import tree as results
-from agent.running import calibration, hostdata, tasks
+from agent.running import calibration, hostdata, staterecord, tasks
 from agent.running import collect as collecting
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
@@ -79,15 +79,12 @@ def state_path(results_root: Path, sweep: str) -> Path:
 
 
 def save_state(results_root: Path, state: FleetState) -> None:
+    """Write the record, 0600, with its inventory's path and hash beside its fields (staterecord: what status and
+    collect check before they hand that inventory to Ansible)."""
     path = state_path(results_root, state.sweep)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(asdict(state), indent=1, sort_keys=True))
-        tmp.replace(path)  # whole or not at all: a killed controller never leaves half a record
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk: the last whole record stays
-        raise
+    data = {**asdict(state), staterecord.GUARD: staterecord.guard(path, state.inventory, state.handout)}
+    staterecord.write(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def load_state(results_root: Path, sweep: str) -> FleetState:
@@ -100,12 +97,19 @@ def load_state(results_root: Path, sweep: str) -> FleetState:
         known = sorted(p.stem for p in (Path(results_root) / STATE_DIR).glob("*.json"))
         hint = f"known here: {', '.join(known)}" if known else "none was started with --detach here"
         raise UserError(f"no detached sweep {sweep!r} under {results_root} ({hint}; pass --results DIR if elsewhere)")
+    staterecord.check_file(path)  # nobody else wrote it...
     try:
-        return FleetState(**json.loads(path.read_text()))
-    except (ValueError, TypeError) as exc:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
         raise UserError(
             f"{path}: not a detached sweep record ({exc.__class__.__name__}); start the sweep again"
         ) from None
+    try:
+        state = FleetState(**staterecord.check_fields(path, data, FleetState))  # ...it is the record, field by field...
+    except TypeError as exc:  # a field without a default is missing
+        raise UserError(f"{path}: not a detached sweep record ({exc}); start the sweep again") from None
+    staterecord.check_inventory(path, data, state.inventory)  # ...and its inventory is the one handed out, no program
+    return state
 
 
 def known_sweeps(results_root: Path) -> list[str]:
@@ -276,6 +280,7 @@ class HostProgress:
     done: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell id -> CellDone
     sealed: list[str] = field(default_factory=list)
     token: str = ""  # what this look saw (runner.progress_token): the next look waits for it to change
+    note: str = ""  # why the runner stopped on its own (runner.py: its work dir vanished), as the host said
 
 
 _STATES = ("", "running", "finished", "stopped")
@@ -314,6 +319,7 @@ def checked_progress(value: Any, host: str) -> HostProgress:
         current_since=hostdata.text(obj.get("current_since", ""), f"{where}.current_since", 40),
         done=done,
         sealed=[hostdata.cell_id(c, f"{where}.sealed") for c in obj.get("sealed", []) or []],
+        note=hostdata.one_line(hostdata.text(obj.get("note", ""), f"{where}.note")),
     )
 
 

@@ -2,7 +2,9 @@
 fingerprint as ssh-keygen does, and record it in the known_hosts file the inventory names.
 
 A key already recorded for the host is kept: the same key is "already trusted", a different one is refused (that is
-what a man-in-the-middle looks like; the user removes the old line on purpose, never us).
+what a man-in-the-middle looks like; the user removes the old line on purpose, never us). The system's known_hosts
+files (GlobalKnownHostsFile, /etc/ssh/ssh_known_hosts) count as ssh counts them: a key an admin pinned there is
+never overridden by one recorded in the user's file.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hashlib
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.errors import UserError
@@ -31,6 +34,7 @@ class ScannedKey:
     key_base64: str
     fingerprint: str  # SHA256:… as `ssh-keygen -l` prints it
     state: str  # NEW, KNOWN or CHANGED
+    where: str = ""  # the known_hosts file that holds the host's key, when one does
 
     @property
     def known_hosts_line(self) -> str:
@@ -59,19 +63,29 @@ def scan(t: SshTarget, timeout: float = 10.0) -> ScannedKey:
     finally:
         transport.close()
         sock.close()
-    return ScannedKey(t, key.get_name(), key.get_base64(), fingerprint(key.asbytes()), _state(t, key))
+    state, where = _state(t, key)
+    return ScannedKey(t, key.get_name(), key.get_base64(), fingerprint(key.asbytes()), state, where)
 
 
-def _state(t: SshTarget, key: paramiko.PKey) -> str:
+def _state(t: SshTarget, key: paramiko.PKey) -> tuple[str, str]:
+    """(state, the file that holds the host) over the system's files first, then the user's."""
+    for path in (*t.global_known_hosts, t.known_hosts):
+        state = _state_in(path, t.known_hosts_name, key)
+        if state != NEW:
+            return state, str(path)
+    return NEW, ""
+
+
+def _state_in(path: Path, name: str, key: paramiko.PKey) -> str:
     import paramiko
 
-    if not t.known_hosts.exists():
+    if not path.is_file():
         return NEW
     try:
-        known = paramiko.HostKeys(str(t.known_hosts))
-    except (OSError, paramiko.SSHException) as exc:
-        raise UserError(f"{t.known_hosts}: cannot read it as a known_hosts file ({exc})") from None
-    entry = known.lookup(t.known_hosts_name)
+        known = paramiko.HostKeys(str(path))
+    except (OSError, paramiko.SSHException, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read it as a known_hosts file ({exc})") from None
+    entry = known.lookup(name)
     if not entry:
         return NEW
     recorded = entry.get(key.get_name())

@@ -23,6 +23,7 @@ import structlog
 from agent.errors import UserError
 from agent.paths import AGENT, ANSIBLE_CFG, PLAYBOOKS
 from agent.planning import vault
+from agent.running.archive import MAX_ARCHIVE_BYTES
 from agent.running.hostdata import one_line
 
 log = structlog.get_logger("spark_agent.fleet")
@@ -56,6 +57,11 @@ def playbook_path(name: str) -> Path:
     return path
 
 
+# The largest file a playbook may write on the controller: a sealed tar at archive.py's limit and a margin; archive.py
+# then refuses anything over its own limit with its own message.
+MAX_FETCH_BYTES = MAX_ARCHIVE_BYTES + 4 * 1024 * 1024
+
+
 def ansible_env() -> dict[str, str]:
     """The environment ansible-playbook runs in: our config, and this venv's bin first on PATH."""
     venv_bin = str(Path(sys.executable).parent)
@@ -65,8 +71,10 @@ def ansible_env() -> dict[str, str]:
         "ANSIBLE_NOCOLOR": "1",
         # a playbook dies with the controller that started it (playbooks/callback_plugins/spark_parent_guard.py)
         "ANSIBLE_CALLBACK_PLUGINS": str(PLAYBOOKS / "callback_plugins"),
-        "ANSIBLE_CALLBACKS_ENABLED": "spark_parent_guard",
+        "ANSIBLE_CALLBACKS_ENABLED": "spark_parent_guard,spark_file_limit",
         "SPARK_AGENT_CONTROLLER_PID": str(os.getpid()),
+        # no file a playbook writes (a fetched tar above all) grows past this (callback_plugins/spark_file_limit.py)
+        "SPARK_AGENT_MAX_FILE_BYTES": str(MAX_FETCH_BYTES),
         # ansible-runner turns checking off unless told, and Ansible then puts StrictHostKeyChecking=no ahead of
         # any inventory setting. On, always: an inventory that must skip it says so itself.
         "ANSIBLE_HOST_KEY_CHECKING": "True",

@@ -13,6 +13,7 @@ from typing import IO, TYPE_CHECKING
 
 from agent.errors import UserError
 from agent.planning.inventory import Host
+from agent.reporting.escape import INVISIBLE
 from agent.running.hostdata import CELL_ID
 
 if TYPE_CHECKING:
@@ -20,8 +21,9 @@ if TYPE_CHECKING:
 
 DEFAULT_WORKDIR = "~/.spark-agent"  # playbooks/roles/spark/defaults/main.yml: spark_workdir
 SERVER_JSON_MAX = 64 * 1024
-# Everything but tab and newline below 0x20, DEL, and the C1 controls (0x80–0x9f): ESC starts terminal escapes.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Everything but tab and newline below 0x20, DEL, and the C1 controls (0x80–0x9f): ESC starts terminal escapes; and
+# the bidi and zero-width characters that reorder or hide what a reader sees (escape.INVISIBLE).
+_CONTROL = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029{INVISIBLE}]")
 
 
 def host_path(workdir: str, *parts: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import tomllib
+import urllib.parse
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -59,21 +60,31 @@ def _config_url() -> str:
     return url
 
 
+def _raw_password(url: str) -> str:
+    """The password as typed: between the user's ':' and the LAST '@' (an unencoded '@' in it makes URL parsers
+    take the rest for the host, which then shows in every message)."""
+    userinfo = url.partition("://")[2].rpartition("@")[0]
+    return userinfo.partition(":")[2]
+
+
 def _remember_password(url: str) -> None:
+    raw = _raw_password(url)
     try:
         password = sa.engine.make_url(url).password
     except sa.exc.ArgumentError:
-        return
-    if password:
-        redact.remember([str(password)])
+        password = None
+    redact.remember([v for v in (raw, password, urllib.parse.unquote(raw)) if v])
 
 
 def shown(url: str) -> str:
-    """The URL as it may be shown: password masked."""
+    """The URL as it may be shown: password masked, also one typed with an unencoded '@'."""
     try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
+        parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError:
         return redact.redact_text(url)
+    if "@" in (parsed.host or ""):  # the password's tail was taken for the host: keep what follows the last '@'
+        return f"{parsed.drivername}://{parsed.username or ''}:***@{url.rpartition('@')[2]}"
+    return parsed.render_as_string(hide_password=True)
 
 
 def head() -> str:
@@ -113,6 +124,11 @@ def _connect(url: str) -> sa.Engine:
         raise UserError(
             f"store URL {shown(url)!r} is not a database URL (use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB)"
         ) from None
+    if "@" in (parsed.host or ""):
+        raise UserError(
+            f"store URL {shown(url)!r}: its password holds an unencoded '@' (or another reserved character before "
+            "one); percent-encode the password (@ is %40, : is %3A, / is %2F) and pass the URL again"
+        )
     if parsed.get_backend_name() == "sqlite" and parsed.database:
         folder = Path(parsed.database).parent
         if not folder.is_dir():

@@ -14,9 +14,15 @@ description:
   - An existing I(dest) that is something else is never overwritten.
   - The logic is agent/hostside/share.py (standard library only).
 options:
-  url:
-    description: The serving peer's URL (RETURN C(url) of M(spark_share)).
+  address:
+    description:
+      - The serving peer's address on the fleet link, as the controller knows it (its inventory), never as the peer
+        reports it. The copy is fetched over http from this address only; redirects are not followed.
     type: str
+    required: true
+  port:
+    description: The port the peer serves on (RETURN C(port) of M(spark_share)).
+    type: int
     required: true
   token:
     description: The share's token. Never logged.
@@ -39,7 +45,8 @@ attributes:
 EXAMPLES = r"""
 - name: Copy the checkpoint from the host that has it
   spark_fetch:
-    url: "{{ hostvars[source].shared.url }}"
+    address: "{{ hostvars[source].spark_fleet_address | default(hostvars[source].ansible_host) }}"
+    port: "{{ hostvars[source].shared.port }}"
     token: "{{ share_token }}"
     dest: /models/Qwen3.6-35B-A3B-NVFP4
     manifest: "{{ hostvars[source].shared.manifest }}"
@@ -60,7 +67,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.spark_hostside import share
 
 ARGUMENT_SPEC = {
-    "url": {"type": "str", "required": True},
+    "address": {"type": "str", "required": True},
+    "port": {"type": "int", "required": True},
     "token": {"type": "str", "required": True, "no_log": True},
     "dest": {"type": "str", "required": True},
     "manifest": {"type": "dict", "required": True},
@@ -74,7 +82,7 @@ def main() -> None:
         expected = share.check_manifest(p["manifest"])
         if module.check_mode:
             module.exit_json(changed=not share.matches(p["dest"], expected), bytes=0)
-        copied = share.fetch(p["url"], p["token"], p["dest"], expected)
+        copied = share.fetch(p["address"], p["port"], p["token"], p["dest"], expected)
     except (share.ShareError, OSError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=copied > 0, bytes=copied, headers_sha256=expected["headers_sha256"])

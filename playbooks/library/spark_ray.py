@@ -10,6 +10,9 @@ description:
   - C(started) runs C(ray start --block) as the head or a worker, in a session of its own with its own temp dir and
     ports, bound to the node's link address. A worker holds the host lock while it lives (one model per machine).
     A Ray node of ours left by a killed run is stopped first.
+  - Every node runs with Ray's token authentication and the cell's O(token), kept in a 0600 file in the node's
+    folder for the cell (O(temp_dir)/CELL, mode 0700, Ray's temp dir inside; removed on stop); Ray runs as the
+    login user.
   - C(checked) (on the head) waits until C(ray status) shows O(nodes) nodes and O(gpus) GPUs, and fails otherwise.
   - C(stopped) ends our Ray node's whole process group (never C(ray stop), which ends every Ray of the user).
   - The logic is agent/hostside/raynode.py (standard library only).
@@ -50,7 +53,9 @@ options:
     type: int
     default: 46400
   temp_dir:
-    description: Ray's temp dir on this node; keep it short, Ray's unix sockets live under it.
+    description:
+      - The root of Ray's temp dirs on this node (one folder per cell under it); keep it short, Ray's unix sockets
+        live under it. It must belong to the login user, mode 0700 (made so if missing; refused otherwise).
     type: str
     default: /tmp/spark-agent-ray
   num_gpus:
@@ -69,6 +74,10 @@ options:
     description:
       - The node's environment file (the cell's env and this node's link variables, written by provision, mode
         0600); the Ray node and so every rank on it get it. A file, so no value reaches a log or a command line.
+    type: str
+    default: ""
+  token:
+    description: The cell's Ray token (the same on every node; 32 characters at least). Never logged.
     type: str
     default: ""
   holder:
@@ -172,6 +181,7 @@ ARGUMENT_SPEC = {
     "resources": {"type": "dict", "default": {}},
     "object_store_mb": {"type": "int", "default": 0},
     "env_file": {"type": "str", "default": ""},
+    "token": {"type": "str", "default": "", "no_log": True},
     "holder": {"type": "dict", "default": {}},
     "drop_page_cache": {"type": "str", "default": ""},
     "nodes": {"type": "int", "default": 1},
@@ -187,7 +197,7 @@ def main() -> None:
     p = module.params
     if p["state"] == "checked":
         ray_cmd = raynode.status_cmd(p["workdir"], p["ray_cmd"])
-        seen = raynode.check(ray_cmd, p["head_address"], p["nodes"], p["gpus"], p["timeout"])
+        seen = raynode.check(ray_cmd, p["head_address"], p["nodes"], p["gpus"], p["timeout"], p["token"])
         if not seen["ok"]:
             module.fail_json(
                 msg=f"the Ray cluster has {seen['nodes']} node(s) and {seen['gpus']:g} GPU(s), "
@@ -203,22 +213,25 @@ def main() -> None:
     docker_run = p["runtime"] == "docker"
     container = raynode.container_name(p["cell_id"], p["port_base"]) if docker_run else ""
     try:
+        temp = str(raynode.cell_temp_dir(p["temp_dir"], p["cell_id"]))
+        token_path = f"{temp}/{raynode.TOKEN_FILE}"
+        gpus = p["num_gpus"] == 0
         prefix = (
-            raynode.container_argv(
-                p["image"], container, p["cell_id"], p["env_file"], p["temp_dir"], gpus=p["num_gpus"] == 0
-            )
+            raynode.container_argv(p["image"], container, p["cell_id"], p["env_file"], temp, gpus, token_path)
             if docker_run
             else []
         )
     except ValueError as exc:
         module.fail_json(msg=f"image: {exc}")
+    except raynode.RayError as exc:
+        module.fail_json(msg=str(exc))
     command = prefix + raynode.argv(
         p["ray_cmd"],
         p["role"],
         p["node_address"],
         p["head_address"],
         p["port_base"],
-        p["temp_dir"],
+        str(raynode.ray_temp_dir(p["temp_dir"], p["cell_id"])),
         p["num_gpus"],
         p["resources"],
         p["object_store_mb"],
@@ -235,6 +248,8 @@ def main() -> None:
             timeout_s=p["timeout"],
             image=p["image"] if docker_run else "",
             container=container,
+            temp_root=p["temp_dir"],
+            token=p["token"],
         )
     except supervise.HostBusy as exc:
         module.fail_json(msg=str(exc), holder=exc.holder, busy=True, host_error=True)

@@ -63,8 +63,12 @@ EXAMPLES = r"""
 
 RETURN = r"""
 url:
-  description: Where the peers fetch from, e.g. http://10.0.0.1:41234.
+  description: Where the peers fetch from, e.g. http://10.0.0.1:41234 (shown; the peers use their own address for it).
   type: str
+  returned: state=started, not in check mode
+port:
+  description: The port it serves on.
+  type: int
   returned: state=started, not in check mode
 manifest:
   description: C({files:[{path, size, header_sha256}], total_bytes, headers_sha256}).
@@ -101,7 +105,7 @@ def main() -> None:
         info = share.serve(p["folder"], p["bind"], p["port"], p["token"], p["idle_timeout"], state_file)
     except (share.ShareError, OSError) as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=True, url=info["url"], manifest=info["manifest"])
+    module.exit_json(changed=True, url=info["url"], port=info["port"], manifest=info["manifest"])
 
 
 if __name__ == "__main__":
