@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.hostside import loadpoints
+from agent.judging import correctness
 from agent.planning.matrix import BACKEND_FIELDS, backend_label
 from agent.planning.settings import LoadSettings, ServerSettings, flat_names, toml_schema
 
