@@ -19,6 +19,7 @@ from agent.hostside.serving import launch_command
 from agent.judging import bandwidth, replicas, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
+from agent.reporting import correctness as correctness_report
 from agent.reporting import loadreport, startup
 from agent.reporting import multinode as multinode_report
 from agent.reporting import telemetry as telemetry_report
@@ -265,13 +266,14 @@ def _not_ranked_failed(s: CellSummary) -> str:
 def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     p = data.provenance
     out = [f"# spark-agent report: {md(', '.join(p['sweeps']) or 'results')}", ""]
-    out += ["## What to run", ""]
+    out += ["## What to run", ""] + correctness_report.what_to_run_lines(data.summaries)
     for rec in data.recommendations:
         out += verdict_lines(rec) + telemetry_report.recommendation_caveat(rec)
     out += ["## Problems", ""] + problem_lines(data) + [""]
     out += ["## Provenance", ""] + provenance_lines(data) + [""]
     out += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
     out += ["## Medians", ""] + medians_table_md(data.summaries) + [""]
+    out += correctness_report.sections(data.summaries)
     out += loadreport.sections(data.summaries)
     out += telemetry_report.sections(data.summaries)
     out += ["## Single stream vs the bandwidth ceiling (c=1)", ""]
@@ -720,6 +722,8 @@ def _verdict_markup(s: CellSummary) -> str:
         return "[green]valid[/]"
     if s.verdict == "invalid":
         return "[yellow]INVALID[/]"
+    if s.verdict == stats.WRONG_OUTPUT:
+        return "[red]WRONG OUTPUT[/]"
     death = death_text(s.cell)
     if death:
         return f"[red]{rich(death[0] + ': ' + death[1])}[/]"
