@@ -42,18 +42,16 @@ def table(run: Mapping[str, Any] | None, settings: CorrectnessSettings) -> Corre
         results.append(r)
     answered = [r for r in results if "exact" in r]
     exact = sum(bool(r["exact"]) for r in answered)
-    out.update(
-        set_version=probe.SET_VERSION,
-        probed=bool(results),
-        seconds=float(run.get("seconds", 0.0)),
-        prompts=len(results),
-        answered=len(answered),
-        exact=exact,
-        score=round(exact / len(answered), 4) if answered else 0.0,
-        degenerate=sum(bool(r["degenerate"]) for r in results),
-        errors=sum(bool(r["error"]) for r in results),
-        outputs=results,
-    )
+    out["set_version"] = probe.SET_VERSION
+    out["probed"] = bool(results)
+    out["seconds"] = float(run.get("seconds", 0.0))
+    out["prompts"] = len(results)
+    out["answered"] = len(answered)
+    out["exact"] = exact
+    out["score"] = round(exact / len(answered), 4) if answered else 0.0
+    out["degenerate"] = sum(bool(r["degenerate"]) for r in results)
+    out["errors"] = sum(bool(r["error"]) for r in results)
+    out["outputs"] = results
     return out
 
 
