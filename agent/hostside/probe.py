@@ -122,7 +122,7 @@ def _ask(url: str, model: str, p: ProbePrompt, timeout_s: float) -> ProbeOutput:
         error = f"{type(exc).__name__}: {exc}"[:200]
     return ProbeOutput(
         id=p["id"],
-        text=text[:MAX_OUTPUT_CHARS],
+        text=text[:MAX_OUTPUT_CHARS].replace("\x00", "\ufffd"),  # NUL is no text a controller accepts: noise
         finish_reason=finish[:16],
         error=error,
         seconds=round(time.monotonic() - started, 3),
