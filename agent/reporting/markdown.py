@@ -82,7 +82,7 @@ def provenance(summaries: Sequence[CellSummary]) -> dict[str, Any]:
         "wall_s": _span_s(started[0], finished[-1]) if started and finished else None,
         "cell_time_s": sum(float(c.get("elapsed_s", 0.0)) for c in cells),
         "cells": len(cells),
-        "verdicts": {v: sum(s.verdict == v for s in once) for v in ("valid", "invalid", "failed")},
+        "verdicts": {v: sum(s.verdict == v for s in once) for v in ("valid", "invalid", "failed", stats.WRONG_OUTPUT)},
         "measurements": sum(len(s.cell.get("runs", [])) for s in summaries),
         "failed_runs": sum(len(s.failed_runs) for s in summaries),
         "unstable_points": sum(len(s.unstable_points) for s in summaries),
@@ -321,6 +321,11 @@ def problem_lines(data: ReportData) -> list[str]:
             "INVALID cell(s) (loaded something other than what was requested)",
             "INVALID cells (never ranked)",
         ),
+        (
+            v[stats.WRONG_OUTPUT],
+            "WRONG OUTPUT cell(s) (fast or not, their outputs failed the correctness probe)",
+            "WRONG OUTPUT cells (never ranked)",
+        ),
         (len(data.lost), "lost cell(s) (started, no results: measured again on resume)", ""),
         (p["unstable_points"], "unstable point(s)", "Unstable points"),
         (
@@ -349,7 +354,9 @@ def provenance_lines(data: ReportData) -> list[str]:
         f"- Hosts: {hosts}",
         f"- Measured: {md(p['first_started'] or '?')} → {md(p['last_finished'] or '?')} "
         f"(wall {duration_text(p['wall_s'])}, cell time {duration_text(p['cell_time_s'])})",
-        f"- Cells: {p['cells']} — {v['valid']} valid, {v['invalid']} INVALID, {v['failed']} failed; "
+        f"- Cells: {p['cells']} — {v['valid']} valid, {v['invalid']} INVALID, {v['failed']} failed"
+        + (f", {v[stats.WRONG_OUTPUT]} WRONG OUTPUT" if v[stats.WRONG_OUTPUT] else "")
+        + "; "
         f"{p['measurements']} measurements, {p['failed_runs']} failed runs, {p['unstable_points']} unstable points",
         f"- Method: median of the successful repeats; spread = (max − min) / median, unstable above "
         f"{data.threshold:.0%}; A beats B only if repeat ranges do not overlap or a bootstrap 95% CI on the "
