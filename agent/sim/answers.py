@@ -36,17 +36,22 @@ def answer(question: str) -> str | None:
     return None
 
 
-def reply(prompt: str, max_tokens: int, backend: str) -> list[str] | None:
-    """The output tokens (words with their leading space) for a text prompt; None for a prompt of another form
-    (token ids, an empty prompt): the engine's word cycle then."""
-    if not prompt.strip():
-        return None
+def answer_tokens(prompt: str, max_tokens: int) -> list[str] | None:
+    """The answer's tokens when the prompt ends in a question the model can compute ("Q: ...\nA:"), else None."""
     q = QUESTION.search(prompt)
-    if q:
-        said = answer(q[1].strip())
-        if said is not None:
-            return [" " + said][:max_tokens]
+    said = answer(q[1].strip()) if q else None
+    return None if said is None else [" " + said][:max_tokens]
+
+
+def reply(prompt: str, max_tokens: int, backend: str) -> list[str] | None:
+    """The output tokens (words with their leading space) for a text prompt: its answer, or a continuation drawn
+    from its words; None for an empty prompt (the engine's word cycle then)."""
+    said = answer_tokens(prompt, max_tokens)
+    if said is not None:
+        return said
     words = prompt.split()
+    if not words:
+        return None
     shared = int(max_tokens * SHARED_SHARE)
     common = random.Random(zlib.crc32(prompt.encode()))
     own = random.Random(zlib.crc32(f"{backend}\0{prompt}".encode()))

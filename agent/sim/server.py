@@ -246,10 +246,13 @@ class Server:
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
                 b"transfer-encoding: chunked\r\n\r\n" + stream.first_chunk()
             )
-        script = self._script(body, chat, max_tokens)
+        kind, script = self._script(body, chat, max_tokens)
         if script is not None:
             stream.script = script
-            stop_at = min(stop_at, len(script)) if len(script) < max_tokens else max_tokens + 1
+            if kind == "answer":  # the answer ends the completion
+                stop_at = min(stop_at, len(script))
+            elif kind == "garbage":  # a broken kernel runs on to max_tokens
+                stop_at = max_tokens + 1
         req = Request(
             prompt_tokens=prompt_tokens, max_tokens=max_tokens, stop_at=stop_at, sink=stream, words=prompt_words(body)
         )
@@ -264,15 +267,22 @@ class Server:
         await writer.drain()
         return True
 
-    def _script(self, body: dict, chat: bool, max_tokens: int) -> list[str] | None:
-        """What the fake model says to a completion prompt (answers.py), or a loop or noise when the wrong-output
-        fault hits the loaded backend; None: the plain word cycle (token-id prompts, chat)."""
+    def _script(self, body: dict, chat: bool, max_tokens: int) -> tuple[str, list[str] | None]:
+        """(kind, tokens) the fake model says to a completion prompt (answers.py): "answer" to a question it can
+        compute, "text" continuing other text, "garbage" when the wrong-output fault hits the loaded backend; None
+        for the plain word cycle (chat, token ids, and streamed text: the load driver's path keeps its pre-built
+        chunks, fast)."""
         prompt = body.get("prompt")
         if chat or not isinstance(prompt, str):
-            return None
+            return "", None
         if self.wrong_rate and answers.wrong(prompt, self.wrong_rate):
-            return answers.garbage(prompt, max_tokens)
-        return answers.reply(prompt, max_tokens, self.plan.moe_loaded)
+            return "garbage", answers.garbage(prompt, max_tokens)
+        said = answers.answer_tokens(prompt, max_tokens)
+        if said is not None:
+            return "answer", said
+        if body.get("stream"):
+            return "", None
+        return "text", answers.reply(prompt, max_tokens, self.plan.moe_loaded)
 
     # -- /metrics -------------------------------------------------------------------------------
     def metrics_text(self) -> str:
