@@ -61,6 +61,8 @@ def test_the_simulated_model_scores_every_answer_and_a_wrong_one_is_scored_zero(
         (" the the the the the the the the the", "repetition loop"),
         (" a b a b a b a b a b a b", "repetition loop"),
         ("\x01\x02\x03 abc \x04\x05", "non-printable"),
+        ("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!", "repetition loop"),
+        (" 1234567890123", ""),
         (" 42", ""),
         (" The server answers and the driver starts its windows, one after another.", ""),
     ],

@@ -145,15 +145,16 @@ def degenerate(text: str, max_tokens: int) -> str:
     if bad / len(text) > 0.1 or "\ufffd" in text:
         return "non-printable"
     words = text.split()
-    if len(words) >= 8 and _looping(words):
+    if (len(words) >= 8 and _looping(words, 4)) or (len(text.strip()) >= 24 and _looping(list(text.strip()), 8)):
         return "repetition loop"
     return ""
 
 
-def _looping(words: list[str]) -> bool:
-    """The last half of the output is one short phrase (1-4 words) repeated: what a broken kernel emits."""
-    tail = words[len(words) // 2 :]
-    for period in range(1, 5):
+def _looping(units: list[str], longest: int) -> bool:
+    """The last half of the output is one short unit (words, or characters when a loop has no spaces: "!!!!")
+    repeated, at least three times: what a broken kernel emits."""
+    tail = units[len(units) // 2 :]
+    for period in range(1, longest + 1):
         if len(tail) >= 3 * period and all(tail[i] == tail[i - period] for i in range(period, len(tail))):
             return True
     return False
