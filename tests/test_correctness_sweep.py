@@ -6,6 +6,8 @@ late (the simulator's stand-in for kernels' numeric differences), agree well eno
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import subprocess
 import sys
@@ -106,3 +108,12 @@ def test_a_fast_backend_with_wrong_outputs_is_flagged_and_never_recommended(tmp_
     assert side_by_side.count("WRONG OUTPUT") == 1 and "reference" in side_by_side
     listed = report.split("## WRONG OUTPUT cells (never ranked)", 1)[1].split("## ", 1)[0]
     assert "marlin" in listed and "degenerate outputs" in listed
+
+    exported = _run("export", str(out / "right"), "--format", "csv")
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    rows = list(csv.DictReader(io.StringIO(exported.stdout)))
+    assert {(r["moe_backend"], r["verdict"], r["correctness.score"]) for r in rows} == {
+        ("marlin", "wrong output", "0.0"),
+        ("flashinfer_b12x", "valid", "1.0"),
+        ("b12x", "valid", "1.0"),
+    }
