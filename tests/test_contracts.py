@@ -299,8 +299,8 @@ def test_cell_record_round_trips_through_cell_toml(tmp_path: Path):
     table = tree.read_toml(tmp_path / "cell.toml")
     assert CellRecord.from_toml(table) == record
     # every field is written, in the documented order ([died] only for a cell whose server died, [[nodes]] only
-    # for a multi-node cell)
-    assert list(record.to_toml()) == [k for k in CellRecord._ORDER if k not in ("died", "nodes")]
+    # for a multi-node cell, [correctness] only for a cell the probe was on for)
+    assert list(record.to_toml()) == [k for k in CellRecord._ORDER if k not in ("died", "nodes", "correctness")]
     record.nodes = [contracts.RayNodeReport(host="b", role="worker", page_cache="dropped", image="")]
     tree.atomic_write_toml(tmp_path / "cell.toml", record.to_toml())
     assert CellRecord.from_toml(tree.read_toml(tmp_path / "cell.toml")) == record

@@ -16,7 +16,11 @@ import statistics
 
 import pytest
 
-from agent.hostside import loadgen, logparse, metrics, prompts
+from agent.hostside import loadgen, logparse, metrics, probe, prompts
+from agent.judging import correctness
+from agent.planning.settings import CorrectnessSettings
+from agent.results import tree
+from agent.running import hostdata
 from tests.engine.bench_serve import BenchServe
 from tests.engine.fixtures import (
     BASE_ENV,
@@ -96,6 +100,24 @@ def one_window(server, concurrency, duration_s=3.0, seed=0) -> dict:
 
 
 # ---------------------------------------------------------------- identity and /metrics
+
+
+def test_the_correctness_probe_on_the_real_server(llama, tmp_path):
+    """The probe's prompts through the real server, greedy: every request answered, the outputs validate as a
+    probe.json and score into a [correctness] table that survives cell.toml, and a second probe of the same
+    server says exactly the same (a random-weight model's outputs are garbage, but the same garbage)."""
+    first, second = probe.run(llama.url, llama.model), probe.run(llama.url, llama.model)
+    assert not [o["error"] for o in first["outputs"] if o["error"]]
+    assert [o["text"] for o in first["outputs"]] == [o["text"] for o in second["outputs"]]
+    run = hostdata.probe_run(json.loads(json.dumps(first)), "probe.json")
+    table = correctness.table(run, CorrectnessSettings())
+    assert table["probed"] and table["prompts"] == len(probe.prompts()) and table["errors"] == 0
+    tree.atomic_write_toml(tmp_path / "cell.toml", {"correctness": table})
+    assert tree.read_toml(tmp_path / "cell.toml")["correctness"] == table
+    print(
+        f"probe on the tiny Llama: {first['seconds']:.1f} s, score {table['score']:.0%}, "
+        f"degenerate {table['degenerate']}/{table['prompts']}"
+    )
 
 
 def test_version_endpoint_and_models(llama):

@@ -179,6 +179,9 @@ def test_detached_sweep_survives_its_controller_and_refuses_a_second_one(tmp_pat
     assert len(cells) == 8 and hosts_of == sorted(h for h, n in shares.items() for _ in range(n)), cells
     windows = {p.stem for p in (out / "detached").glob("*/*/q*-c001-r1.toml")}
     assert windows == {"q3-c001-r1", "q6-c001-r1"} and len(list((out / "detached").glob("*/*/q*-r1.toml"))) == 18
+    # the runner probes each server after its windows, as cell.yml does (serving.teardown_cell): outputs scored here
+    probed = [c["correctness"] for c in results.load_cells(out / "detached")]
+    assert len(probed) == 9 and all(c["probed"] and c["score"] == 1.0 and not c["wrong"] for c in probed)
     again = cli("collect", "detached", "--results", str(out))
     assert "collected 0 new cell(s) (9 already here)" in again.stderr, again.stderr
     assert not [e for h in six.hosts for e in supervise.find_engines(str(h.workdir), scope="workdir")]

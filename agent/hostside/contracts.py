@@ -393,3 +393,58 @@ class RayNodeReport(TypedDict):
     role: str  # head | worker
     page_cache: str  # kept | dropped | simulated host: not dropped | not dropped (why)
     image: str  # docker runtime: the image digest the node's Ray container runs, verified; "" = process runtime
+
+
+# --- the correctness probe: hostside.probe.run -> probe.json in the run folder; the [correctness] table -----------
+
+
+class ProbeOutput(TypedDict):
+    id: str  # the prompt's id in its set (hostside/probe.py prompts)
+    text: str  # the greedy output as the server returned it (bounded)
+    finish_reason: str
+    error: str  # "" when the request succeeded
+    seconds: float
+
+
+class ProbeRun(TypedDict):
+    """probe.json: what the server said to each probe prompt, nothing judged (the controller scores it)."""
+
+    set_version: int
+    outputs: list[ProbeOutput]
+    seconds: float
+
+
+class ProbeResult(TypedDict, total=False):
+    """One [[correctness.outputs]] row of cell.toml: the output, judged on the controller."""
+
+    id: str
+    kind: str  # arithmetic | reverse | count | retrieve | text
+    text: str
+    error: str
+    exact: bool  # only for a prompt with one answer
+    degenerate: str  # "" | empty | non-printable | repetition loop
+    agreement: float  # judging only (not stored): share of the reference's words reproduced before divergence
+    first_divergence: int  # judging only: word index of the first difference, -1 = identical
+
+
+class Correctness(TypedDict, total=False):
+    """[correctness] of cell.toml: the probe's outputs scored on their own, and the thresholds the spec set.
+    Agreement with the group's reference cell is computed when the tree is read (judging/correctness.py)."""
+
+    set_version: int
+    probed: bool  # false: the server was not asked (it died, the cell was stopped, the probe is off)
+    seconds: float  # the probe's time on the host
+    prompts: int
+    answered: int  # prompts with one answer
+    exact: int  # of those, answered exactly
+    score: float  # exact / answered
+    degenerate: int
+    errors: int
+    outputs: list[ProbeResult]
+    thresholds: dict[str, float]  # min_score, max_score_drop, min_agreement, max_degenerate
+    reference: dict[str, str]  # the spec's reference cell (config values), {} = chosen by score
+    # judging only (added when the tree is read, never stored):
+    agreement: float  # mean agreement with the reference's outputs; 1.0 for the reference itself
+    first_divergence: int  # earliest word index where any output leaves the reference's; -1 = none
+    reference_cell: str  # the cell id compared with ("" = none in its group)
+    wrong: list[str]  # why the cell is WRONG OUTPUT ([] = it is not)

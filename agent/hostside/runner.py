@@ -324,6 +324,7 @@ def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDo
         return CellDone(
             outcome="host_error", error=str(exc)[:300], started=started, finished=time.time(), measure_s=0.0
         )
+    probe_url = ""
     try:
         if served["ready"]:
             shape = _shape_options(cell.get("shape"), workdir)
@@ -352,11 +353,19 @@ def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDo
                 measure_s += result["elapsed_s"]
                 if result["engine_died"]:
                     break
+            probe_url = host["url"] if cell.get("probe") else ""  # windows over, no stop: ask the server
     except (HostError, ValueError, OSError) as exc:  # the load driver itself failed: the log says the rest
         print(f"{utc.iso()} cell {cell['id']}: bench error: {exc}", flush=True)
     finally:
         # A stop (SIGTERM) lands here too: the server goes, and an interrupted cell is sealed only if it got here.
-        serving.teardown_cell(workdir, cell["id"], None, seal_it=True)
+        serving.teardown_cell(
+            workdir,
+            cell["id"],
+            None,
+            seal_it=True,
+            probe_url=probe_url,
+            probe_model=str(cell.get("model", "")),
+        )
     return CellDone(outcome="sealed", error="", started=started, finished=time.time(), measure_s=round(measure_s, 3))
 
 

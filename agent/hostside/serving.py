@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import atomic, docker, loadgen, loadpoints, redact, supervise, telemetry, warmcache
+from . import atomic, docker, loadgen, loadpoints, probe, redact, supervise, telemetry, warmcache
 from .contracts import Holder, Measurement
 from .errors import HostError
 
@@ -204,7 +204,7 @@ def clear_results(rdir: Path) -> None:
     """A run folder holds one run: windows and a death record of an earlier run of this cell (a killed
     controller, --fresh) must not be collected with this one."""
     windows = [p for p in rdir.glob("*-r*.json") if loadpoints.WINDOW.fullmatch(p.stem)]
-    for path in [*windows, rdir / DIED_FILE]:
+    for path in [*windows, rdir / DIED_FILE, rdir / probe.PROBE_FILE]:
         path.unlink(missing_ok=True)
 
 
@@ -316,10 +316,33 @@ def bench_level(
     }
 
 
-def teardown_cell(workdir: str, cell_id: str, holder: Mapping[str, Any] | None, seal_it: bool) -> dict[str, Any]:
-    """Stop the cell's server (idempotent), record a death seen only now, and pack the run folder when asked.
-    The one implementation behind spark_server state=stopped and the detached runner."""
+def probe_cell(workdir: str, cell_id: str, url: str, model: str) -> bool:
+    """The correctness probe (hostside/probe.py) against the cell's server after its windows, into probe.json.
+    Only a server of this cell that still runs and did not die mid-cell is asked; returns whether it was."""
+    rdir = run_dir(workdir, cell_id)
+    info = supervise.status(workdir)
+    if not info["running"] or info["server"].get("cell_id") != cell_id or (rdir / DIED_FILE).exists():
+        return False
+    if supervise.gone(workdir, cell_id):
+        return False
+    atomic.write_json(rdir / probe.PROBE_FILE, probe.run(url, model))
+    return True
+
+
+def teardown_cell(
+    workdir: str,
+    cell_id: str,
+    holder: Mapping[str, Any] | None,
+    seal_it: bool,
+    probe_url: str = "",
+    probe_model: str = "",
+) -> dict[str, Any]:
+    """Probe the server's outputs when given its url (a cell run to its end), stop it (idempotent), record a death
+    seen only now, and pack the run folder when asked. The one implementation behind spark_server state=stopped
+    and the detached runner, so both paths probe alike."""
+    probed = bool(seal_it and cell_id and probe_url) and probe_cell(workdir, cell_id, probe_url, probe_model)
     result = supervise.stop(workdir=workdir, cell_id=cell_id, holder=holder)
+    result["probed"] = probed
     if result.get("ended") and cell_id:  # it died after the load driver last looked: still a death
         died = dict(result["ended"], detected_at=time.time(), window="at teardown")
         record_death(rdir=str(run_dir(workdir, cell_id)), died=died)

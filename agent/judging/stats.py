@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.hostside import loadpoints
-from agent.judging import hosteffect
+from agent.judging import correctness, hosteffect
 from agent.planning.matrix import BACKEND_FIELDS, backend_label
 from agent.planning.settings import LoadSettings, ServerSettings, flat_names, toml_schema
 
@@ -212,11 +212,17 @@ class CellSummary:
 
 
 def cell_verdict(cell: dict[str, Any]) -> str:
-    """valid | invalid | failed. A cell whose server never became ready is failed whatever else it says."""
+    """valid | invalid | failed | wrong output. A cell whose server never became ready is failed whatever else it
+    says; a valid cell whose probe outputs are wrong (judging/correctness.py) is "wrong output": never ranked."""
     if cell.get("status") == "failed":
         return "failed"
     verdict = str(cell.get("verdict", "")).lower()
+    if verdict == "valid" and correctness.wrong_reasons(cell):
+        return WRONG_OUTPUT
     return verdict if verdict in ("valid", "invalid", "failed") else "invalid"
+
+
+WRONG_OUTPUT = "wrong output"  # shown upper-case, as INVALID is
 
 
 def summarize_cell(

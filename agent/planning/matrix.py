@@ -19,6 +19,7 @@ from agent.hostside import loadpoints, redact
 from agent.hostside.contracts import Facts
 from agent.planning import design, envrules
 from agent.planning.settings import (
+    CorrectnessSettings,
     LoadSettings,
     ServerSettings,
     TelemetrySettings,
@@ -99,6 +100,7 @@ class Cell:
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
     checkpoint_info: CheckpointInfo = field(default_factory=lambda: CheckpointInfo())  # {} unless a folder there
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)  # the spec's [telemetry]; not in the id
+    correctness: CorrectnessSettings = field(default_factory=CorrectnessSettings)  # [correctness]; not in the id
     cluster: dict[str, Any] = field(default_factory=dict)  # multi-node plumbing (planning/multinode.py), not hashed
 
     @property
@@ -142,6 +144,7 @@ class Cell:
             # the load points, in the order the cell runs them (loadpoints.cell_points: the runner walks the same)
             "points": [dataclasses.asdict(p) for p in loadpoints.cell_points(c.concurrency, shape_vars(c.load))],
             "telemetry": flat_dict(self.telemetry),
+            "probe": self.correctness.enabled,  # the correctness probe before teardown (hostside/probe.py)
             "time_scale": float(self.host_env.get("SPARK_SIM_TIME_SCALE", "1")),  # the simulator's accelerated clock
             **({"cluster": self.cluster} if self.cluster else {}),
         }
@@ -280,6 +283,7 @@ def _cell(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any], com
     cell.argv = launch_argv(config, host_vars)
     cell.host_env = simulator_env(spec, facts)
     cell.telemetry = spec.telemetry
+    cell.correctness = spec.correctness
     if facts.get("simulated"):  # inventory host vars: the simulated Spark's startup model and accelerated clock
         cell.host_env.update(simulator_clock(host, host_vars))
     return cell

@@ -109,6 +109,20 @@ class TelemetrySettings:
     cool_timeout_s: float = setting(600.0, toml=(float, int))  # give up waiting (recorded) after this long
 
 
+@dataclass
+class CorrectnessSettings:
+    """[correctness]: the probe after each cell's windows (hostside/probe.py) and when its outputs make the cell
+    WRONG OUTPUT (judging/correctness.py). Not part of the cell id. Defaults justified in docs/correctness.md."""
+
+    enabled: bool = setting(True, toml=(bool,))
+    min_score: float = setting(0.0, toml=(float, int))  # exact-match share a cell must reach (0 = off)
+    max_score_drop: float = setting(0.25, toml=(float, int))  # below the group's reference by more: wrong
+    min_agreement: float = setting(0.6, toml=(float, int))  # mean prefix agreement with the reference
+    max_degenerate: float = setting(0.1, toml=(float, int))  # share of outputs that loop, are empty or noise
+    # the reference cell of each checkpoint: config values it must have (e.g. {moe_backend = "marlin"}); {} = best
+    reference: dict[str, Any] = field(default_factory=dict, metadata=meta(toml=(dict,)))
+
+
 def toml_schema(cls: type[DataclassInstance]) -> dict[str, tuple[tuple[type, ...], bool, Any]]:
     """key -> (accepted TOML types, required, default) of a settings dataclass, for spec validation."""
     # a field without TOML types is filled in by the loader, never written in a spec

@@ -20,7 +20,13 @@ from agent.hostside import docker
 from agent.planning import design as axes_design
 from agent.planning import loadspec
 from agent.planning.design import Design
-from agent.planning.settings import LoadSettings, ServerSettings, TelemetrySettings, toml_schema
+from agent.planning.settings import (
+    CorrectnessSettings,
+    LoadSettings,
+    ServerSettings,
+    TelemetrySettings,
+    toml_schema,
+)
 
 QUANTS = ("nvfp4", "fp8", "bf16")
 PROFILES = ("uniform", "mixed")
@@ -91,6 +97,7 @@ class Spec:
     load: LoadSettings
     env: dict[str, str] = field(default_factory=dict)  # overrides, recorded with the rule they override
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    correctness: CorrectnessSettings = field(default_factory=CorrectnessSettings)
     design: Design = field(default_factory=Design)  # the [matrix] axes beyond the backends
 
     def axes(self) -> list[tuple[str, list[Any]]]:
@@ -136,6 +143,7 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
     "load": toml_schema(LoadSettings),
     "env": {},
     "telemetry": toml_schema(TelemetrySettings),
+    "correctness": toml_schema(CorrectnessSettings),
 }
 _REQUIRED_TABLES = ("sweep", "image", "checkpoints", "matrix")
 
@@ -327,6 +335,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         load=LoadSettings(**load),
         env={k: str(v) for k, v in env.items()},
         telemetry=telemetry,
+        correctness=_correctness(path, lines, raw.get("correctness", {})),
         design=design,
     )
     return _with_combinations(path, lines, spec, matrix)
@@ -351,6 +360,28 @@ def _telemetry(path: Path, lines: _Lines, raw: Any) -> TelemetrySettings:
             raise _err(path, lines.of("telemetry", key), f"'{key}' must be from {low:g} to {high:g}, got {value!r}")
     numbers = {k: float(v) for k, v in table.items() if k != "required"}
     return TelemetrySettings(required=table["required"], **numbers)
+
+
+def _correctness(path: Path, lines: _Lines, raw: Any) -> CorrectnessSettings:
+    """[correctness]: shares from 0 to 1; a reference names config keys with string values."""
+    table = _check_table(path, lines, "correctness", raw)
+    for key in ("min_score", "max_score_drop", "min_agreement", "max_degenerate"):
+        if not 0 <= table[key] <= 1:
+            raise _err(path, lines.of("correctness", key), f"'{key}' is a share, 0 to 1, got {table[key]!r}")
+    reference = table["reference"]
+    for key, value in reference.items():
+        if key not in CORRECTNESS_REFERENCE_KEYS or not isinstance(value, str):
+            known = ", ".join(CORRECTNESS_REFERENCE_KEYS)
+            raise _err(
+                path,
+                lines.of("correctness", "reference"),
+                f"[correctness] reference: {str(key)[:40]!r} must be one of {known}, with a string value",
+            )
+    numbers = {k: float(table[k]) for k in ("min_score", "max_score_drop", "min_agreement", "max_degenerate")}
+    return CorrectnessSettings(enabled=table["enabled"], reference=dict(reference), **numbers)
+
+
+CORRECTNESS_REFERENCE_KEYS = ("moe_backend", "linear_backend", "attention_backend", "image")
 
 
 def _env(path: Path, env: Any, line_of: Callable[..., int], where: str) -> dict[str, str]:

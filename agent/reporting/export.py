@@ -108,7 +108,20 @@ def cell_fields(cell: dict[str, Any]) -> dict[str, Any]:
         "verdict": cell_verdict(cell),
         "loaded_moe_backend": att.get("moe_backend", ""),
         **{k: _flat(config.get(k, "")) for k in CELL_COLUMNS[CELL_COLUMNS.index("loaded_moe_backend") + 1 :]},
+        **_correctness_fields(cell),
     }
+
+
+CORRECTNESS_KEYS = ("score", "degenerate", "errors", "agreement", "first_divergence", "reference_cell", "seconds")
+
+
+def _correctness_fields(cell: dict[str, Any]) -> dict[str, Any]:
+    """The probe's figures beside the speed (judging/correctness.py), for a probed cell only; outputs stay in the
+    tree."""
+    c = cell.get("correctness") or {}
+    if not c.get("probed"):
+        return {}
+    return {f"correctness.{k}": c[k] for k in CORRECTNESS_KEYS if k in c}
 
 
 def _flat(value: Any) -> Any:

@@ -233,7 +233,7 @@ def _table(lines: list[str]) -> str:
 
 def _row_class(row: list[str]) -> str:
     text = " ".join(row)
-    if "INVALID" in text:
+    if "INVALID" in text or "WRONG OUTPUT" in text:
         return "invalid"
     if "FAILED" in text:
         return "failed"

@@ -20,6 +20,7 @@ from agent.hostside.serving import launch_command
 from agent.judging import bandwidth, replicas, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
+from agent.reporting import correctness as correctness_report
 from agent.reporting import loadreport, startup
 from agent.reporting import multinode as multinode_report
 from agent.reporting import telemetry as telemetry_report
@@ -86,7 +87,7 @@ def provenance(summaries: Sequence[CellSummary]) -> dict[str, Any]:
         "wall_s": _span_s(started[0], finished[-1]) if started and finished else None,
         "cell_time_s": sum(float(c.get("elapsed_s", 0.0)) for c in cells),
         "cells": len(cells),
-        "verdicts": {v: sum(s.verdict == v for s in once) for v in ("valid", "invalid", "failed")},
+        "verdicts": {v: sum(s.verdict == v for s in once) for v in ("valid", "invalid", "failed", stats.WRONG_OUTPUT)},
         "measurements": sum(len(s.cell.get("runs", [])) for s in summaries),
         "failed_runs": sum(len(s.failed_runs) for s in summaries),
         "unstable_points": sum(len(s.unstable_points) for s in summaries),
@@ -299,7 +300,7 @@ def _not_ranked_failed(s: CellSummary) -> str:
 def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     p = data.provenance
     out = [f"# spark-agent report: {md(', '.join(p['sweeps']) or 'results')}", ""]
-    out += ["## What to run", ""]
+    out += ["## What to run", ""] + correctness_report.what_to_run_lines(data.summaries)
     if data.calibration:
         out += [f"Host effects also measured by {md(data.calibration)}.", ""]
     for rec in data.recommendations:
@@ -308,6 +309,7 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out += ["## Provenance", ""] + provenance_lines(data) + [""]
     out += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
     out += ["## Medians", ""] + medians_table_md(data.summaries) + [""]
+    out += correctness_report.sections(data.summaries)
     out += loadreport.sections(data.summaries)
     out += telemetry_report.sections(data.summaries)
     out += ["## Single stream vs the bandwidth ceiling (c=1)", ""]
@@ -355,6 +357,11 @@ def problem_lines(data: ReportData) -> list[str]:
             "INVALID cell(s) (loaded something other than what was requested)",
             "INVALID cells (never ranked)",
         ),
+        (
+            v[stats.WRONG_OUTPUT],
+            "WRONG OUTPUT cell(s) (fast or not, their outputs failed the correctness probe)",
+            "WRONG OUTPUT cells (never ranked)",
+        ),
         (len(data.lost), "lost cell(s) (started, no results: measured again on resume)", ""),
         (p["unstable_points"], "unstable point(s)", "Unstable points"),
         (
@@ -383,7 +390,9 @@ def provenance_lines(data: ReportData) -> list[str]:
         f"- Hosts: {hosts}",
         f"- Measured: {md(p['first_started'] or '?')} → {md(p['last_finished'] or '?')} "
         f"(wall {duration_text(p['wall_s'])}, cell time {duration_text(p['cell_time_s'])})",
-        f"- Cells: {p['cells']} — {v['valid']} valid, {v['invalid']} INVALID, {v['failed']} failed; "
+        f"- Cells: {p['cells']} — {v['valid']} valid, {v['invalid']} INVALID, {v['failed']} failed"
+        + (f", {v[stats.WRONG_OUTPUT]} WRONG OUTPUT" if v[stats.WRONG_OUTPUT] else "")
+        + "; "
         f"{p['measurements']} measurements, {p['failed_runs']} failed runs, {p['unstable_points']} unstable points",
         f"- Method: median of the successful repeats; spread = (max − min) / median, unstable above "
         f"{data.threshold:.0%}; A beats B only if repeat ranges do not overlap or a bootstrap 95% CI on the "
@@ -756,6 +765,8 @@ def _verdict_markup(s: CellSummary) -> str:
         return "[green]valid[/]"
     if s.verdict == "invalid":
         return "[yellow]INVALID[/]"
+    if s.verdict == stats.WRONG_OUTPUT:
+        return "[red]WRONG OUTPUT[/]"
     death = death_text(s.cell)
     if death:
         return f"[red]{rich(death[0] + ': ' + death[1])}[/]"

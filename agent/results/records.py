@@ -13,7 +13,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 from agent.hostside import loadpoints
-from agent.hostside.contracts import Attestation, Facts, Measurement, RayNodeReport, StartupBreakdown
+from agent.hostside.contracts import (
+    Attestation,
+    Correctness,
+    Facts,
+    Measurement,
+    RayNodeReport,
+    StartupBreakdown,
+)
 from agent.planning.envrules import EnvProvenance
 from agent.planning.matrix import CellConfig, CheckpointInfo
 from agent.results.tree import SCHEMA, run_name
@@ -58,6 +65,7 @@ class CellRecord:
     schema: int = SCHEMA
     startup: StartupBreakdown | dict[str, Any] = field(default_factory=dict)  # [startup]: hostside/startuplog
     nodes: list[RayNodeReport] = field(default_factory=list)  # [[nodes]]: a multi-node cell's nodes (none: 1 node)
+    correctness: Correctness | dict[str, Any] = field(default_factory=dict)  # [correctness]: the probe, scored
 
     # the order of cell.toml's keys (TOML writes the tables after the plain keys in any case)
     _ORDER = (
@@ -90,6 +98,7 @@ class CellRecord:
         "died",
         "startup",
         "nodes",
+        "correctness",
     )
 
     def to_toml(self) -> dict[str, Any]:
@@ -100,7 +109,7 @@ class CellRecord:
                 value = self.config.to_dict()
             elif name == "launch":
                 value = {"argv": list(self.launch.argv), "command": self.launch.command}
-            elif name in ("died", "nodes") and not value:
+            elif name in ("died", "nodes", "correctness") and not value:
                 continue  # only a cell whose server died has the table
             out[name] = value
         return out
@@ -114,7 +123,17 @@ class CellRecord:
         if unknown:
             raise ValueError(f"cell.toml: unknown key(s) {', '.join(sorted(unknown))}")
         values = dict(table)
-        for key in ("config", "launch", "env", "facts", "checkpoint_info", "attestation", "died", "startup"):
+        for key in (
+            "config",
+            "launch",
+            "env",
+            "facts",
+            "checkpoint_info",
+            "attestation",
+            "died",
+            "startup",
+            "correctness",
+        ):
             if key in values and not isinstance(values[key], dict):
                 raise ValueError(f"cell.toml: [{key}] must be a table")
         try:
@@ -126,7 +145,7 @@ class CellRecord:
         if "launch" in values:
             launch = values["launch"]
             values["launch"] = Launch(list(launch.get("argv", [])), str(launch.get("command", "")))
-        for key in ("facts", "checkpoint_info", "attestation", "env", "died", "startup"):
+        for key in ("facts", "checkpoint_info", "attestation", "env", "died", "startup", "correctness"):
             if key in values:
                 values[key] = dict(values[key])
         try:

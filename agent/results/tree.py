@@ -18,6 +18,7 @@ from typing import Any
 import tomli_w
 
 from agent.hostside import atomic, loadpoints, redact
+from agent.judging import correctness
 from agent.reporting.escape import plain
 
 CELL_FILE = "cell.toml"
@@ -52,6 +53,14 @@ _CELL: dict[str, Any] = {
     "facts": dict,
     "attestation": dict,
     "checkpoint_info": dict,
+    "correctness": {
+        "probed": bool,
+        **dict.fromkeys(("set_version", "prompts", "answered", "exact", "degenerate", "errors"), int),
+        **dict.fromkeys(("score", "seconds"), _NUMBER),
+        "outputs": (list, dict),
+        "thresholds": dict,
+        "reference": dict,
+    },
 }
 _RUN: dict[str, Any] = {
     **dict.fromkeys(
@@ -256,11 +265,13 @@ def load_cell(cell_path: Path, on_bad: Callable[[Path, str], None] = warn_bad_fi
 
 def load_cells(root: Path, on_bad: Callable[[Path, str], None] = warn_bad_file) -> list[dict[str, Any]]:
     """Every finished cell below root. A damaged file is named to `on_bad` (default: a warning line on stderr)
-    and skipped: one bad cell never hides the others."""
+    and skipped: one bad cell never hides the others. Probed cells are compared with their checkpoint's reference
+    cell (judging/correctness.py annotate): what makes a cell WRONG OUTPUT needs the others."""
     cells = []
     for path in iter_cell_dirs(root):
         try:
             cells.append(load_cell(path, on_bad))
         except BadFile as exc:
             on_bad(path / CELL_FILE, str(exc))
+    correctness.annotate(cells)
     return cells

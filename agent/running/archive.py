@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from agent.hostside import loadpoints
+from agent.hostside.probe import PROBE_FILE
 from agent.hostside.serving import DIED_FILE
 from agent.running.hostdata import BadHostData, one_line
 
@@ -38,6 +39,7 @@ FIXED = {
     "launch.txt": MAX_FILE_BYTES,
     "serve.json": MAX_FILE_BYTES,
     DIED_FILE: MAX_FILE_BYTES,  # only when the server died mid-cell
+    PROBE_FILE: MAX_FILE_BYTES,  # the correctness probe's outputs (hostside/probe.py)
     "ray-node.log": MAX_LOG_BYTES,  # a multi-node cell: this node's `ray start` log (hostside/raynode.py)
 }
 REGULAR = (b"0", b"\0")

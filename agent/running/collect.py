@@ -1,8 +1,8 @@
 """Collect: turn what a host sent back (one tar per cell) into the results tree, then attest it.
 
 The tar holds server.log, launch.txt, serve.json (startup outcome), one JSON per window (named by its load point,
-hostside/loadpoints.py: c008-r1.json, q2-c008-d8192-r1.json) and died.json
-(only when the server died mid-cell).
+hostside/loadpoints.py: c008-r1.json, q2-c008-d8192-r1.json), died.json
+(only when the server died mid-cell) and probe.json (the correctness probe's outputs, hostside/probe.py).
 Measurements are written first, cell.toml last, each atomically: a crash never leaves a finished-looking cell.
 """
 
@@ -18,9 +18,10 @@ from typing import Any, cast
 
 from agent.hostside import clusterlog, loadpoints, logparse, redact, startuplog, utc
 from agent.hostside.contracts import Attestation, Facts, Failure, Measurement, RayNodeReport
+from agent.hostside.probe import PROBE_FILE
 from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import cluster as cluster_verdict
-from agent.judging import verdict
+from agent.judging import correctness, verdict
 from agent.planning.matrix import Cell, shape_vars
 from agent.results import tree as results
 from agent.results.records import CellRecord, Launch, MeasurementRecord
@@ -176,7 +177,9 @@ def _read_received(staging: Path, cell: Cell) -> dict[str, Any]:
             runs[record.name] = record.to_toml()
     died_path = staging / DIED_FILE
     died = hostdata.died_record(_json(died_path), DIED_FILE) if died_path.exists() else {}
-    return {"serve": serve, "launch": launch, "runs": runs, "died": died}
+    probe_path = staging / PROBE_FILE
+    probe = hostdata.probe_run(_json(probe_path), PROBE_FILE) if probe_path.exists() else None
+    return {"serve": serve, "launch": launch, "runs": runs, "died": died, "probe": probe}
 
 
 def _utf8(path: Path) -> str:
@@ -243,6 +246,8 @@ def _write_cell(
     if received["launch"] is not None:  # the host wrote what it really ran
         record.launch.command = received["launch"]
     record.measure_s = round(measure_s, 2)  # the load driver's time on the host (windows, warmups, scrapes)
+    if cell.correctness.enabled:  # outputs scored here, against the shipped prompt set (hostside/probe.py)
+        record.correctness = correctness.table(received["probe"], cell.correctness)
     if (dest / "server.log").exists():
         record.startup = startuplog.parse_file(str(dest / "server.log"))
     return record

@@ -383,6 +383,33 @@ def died_record(value: Any, where: str) -> dict[str, Any]:
     return shape(value, where, DIED)
 
 
+PROBE_OUTPUT: dict[str, Field] = {
+    "id": (_token(re.compile(r"[a-z]{1,16}-[0-9]{1,3}"), 24), ""),
+    "text": (_text(2048), ""),  # the host keeps 512 characters; a wider bound for a non-ASCII-heavy output
+    "finish_reason": (_token(re.compile(r"[a-z_]{0,16}"), 16), ""),
+    "error": (_text(MAX_TEXT), ""),
+    "seconds": (_num(0, 1e6), 0.0),
+}
+
+
+def _probe_outputs(value: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or len(value) > 256:
+        raise BadHostData(f"{where}: expected a list of at most 256 outputs")
+    return [shape(v, f"{where}[{i}]", PROBE_OUTPUT, required=("id",)) for i, v in enumerate(value)]
+
+
+PROBE: dict[str, Field] = {
+    "set_version": (_int(0, 10_000), 0),
+    "outputs": (_probe_outputs, []),
+    "seconds": (_num(0, 1e6), 0.0),
+}
+
+
+def probe_run(value: Any, where: str) -> dict[str, Any]:
+    """probe.json: the correctness probe's outputs (hostside/probe.py run); judged on the controller."""
+    return shape(value, where, PROBE, required=("set_version", "outputs"))
+
+
 CHECKPOINT: dict[str, Field] = {
     "bytes_per_token": (lambda v, w: 0 if v is None else integer(v, w, 0, 2**53), 0),
     "total_gib": (_num(0, 1e7), 0.0),

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from . import calibration
+from . import answers, calibration
 
 
 class UsageError(Exception):
@@ -48,6 +48,7 @@ SIM_FLAGS = {
     "time_scale": (float, 1.0),  # the accelerated clock: rates and the calibrated startup run K times faster
     "health_hang": ("bool", False),  # fault: /health never answers
     "oom": ("bool", False),  # fault: CUDA OOM while loading weights
+    "wrong_output": (str, ""),  # fault: BACKEND:RATE, that MoE backend loops or emits noise on RATE of prompts
     "drop_streams": (float, 0.0),  # fault: this fraction of streams is cut mid-response
     "silent_fallback": (str, ""),  # fault: the named MoE backend loads whatever was requested
     "throttle_after": (float, None),  # fault: the GPU throttles (thermal) after N s of busy time (sim/gpu.py)
@@ -154,6 +155,13 @@ def _check_sim(sim: dict, cal: dict) -> None:
         raise UsageError(f"--sim-crash-kind {sim['crash_kind']}: choose one of {', '.join(CRASH_KINDS)}")
     if not 0.05 <= sim["speed"] <= 20:
         raise UsageError(f"--sim-speed {sim['speed']}: give a factor from 0.05 to 20 (1 = a typical machine)")
+    if sim["wrong_output"]:
+        try:
+            answers.parse_fault(sim["wrong_output"])
+        except ValueError:
+            raise UsageError(
+                f"--sim-wrong-output {sim['wrong_output']}: give BACKEND:RATE, e.g. marlin:0.5 (RATE from 0 to 1)"
+            ) from None
     if sim["crash_at_request"] < 0:
         raise UsageError(f"--sim-crash-at-request {sim['crash_at_request']}: give a request number >= 1 (0 = off)")
 

@@ -8,7 +8,7 @@ import json
 import time
 import zlib
 
-from . import calibration
+from . import answers, calibration
 from .engine import Engine, Request
 from .options import Options
 from .plan import Plan
@@ -54,6 +54,9 @@ class Server:
         self.rng = engine.rng
         # vLLM serves its dev routes (/reset_prefix_cache among them) only with VLLM_SERVER_DEV_MODE=1
         self.dev_mode = dev_mode
+        fault = opts.sim.get("wrong_output") or ""
+        backend, rate = answers.parse_fault(fault) if fault else ("", 0.0)
+        self.wrong_rate = rate if backend == (plan.moe_loaded or "").lower() else 0.0
 
     # -- plumbing -----------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -243,6 +246,13 @@ class Server:
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
                 b"transfer-encoding: chunked\r\n\r\n" + stream.first_chunk()
             )
+        kind, script = self._script(body, chat, max_tokens)
+        if script is not None:
+            stream.script = script
+            if kind == "answer":  # the answer ends the completion
+                stop_at = min(stop_at, len(script))
+            elif kind == "garbage":  # a broken kernel runs on to max_tokens
+                stop_at = max_tokens + 1
         req = Request(
             prompt_tokens=prompt_tokens, max_tokens=max_tokens, stop_at=stop_at, sink=stream, words=prompt_words(body)
         )
@@ -256,6 +266,23 @@ class Server:
             self._respond(writer, 200, stream.whole(), keep=request["keep"])
         await writer.drain()
         return True
+
+    def _script(self, body: dict, chat: bool, max_tokens: int) -> tuple[str, list[str] | None]:
+        """(kind, tokens) the fake model says to a completion prompt (answers.py): "answer" to a question it can
+        compute, "text" continuing other text, "garbage" when the wrong-output fault hits the loaded backend; None
+        for the plain word cycle (chat, token ids, and streamed text: the load driver's path keeps its pre-built
+        chunks, fast)."""
+        prompt = body.get("prompt")
+        if chat or not isinstance(prompt, str):
+            return "", None
+        if self.wrong_rate and answers.wrong(prompt, self.wrong_rate):
+            return "garbage", answers.garbage(prompt, max_tokens)
+        said = answers.answer_tokens(prompt, max_tokens)
+        if said is not None:
+            return "answer", said
+        if body.get("stream"):
+            return "", None
+        return "text", answers.reply(prompt, max_tokens, self.plan.moe_loaded)
 
     # -- /metrics -------------------------------------------------------------------------------
     def metrics_text(self) -> str:

@@ -61,10 +61,16 @@ class Stream:
             self.pre = head + ',"choices":[{"index":0,"text":"'
             self.mid = '","logprobs":null,"finish_reason":'
         self.head = head
+        self.script: list[str] | None = None  # the model's own tokens (answers.reply); None: the word cycle
 
     # -- engine side ---------------------------------------------------------------------------
     def emit(self, n: int, finish: str | None) -> None:
-        text = token_text(self.generated, n)
+        if self.script is None:
+            text = token_text(self.generated, n)
+        else:  # any characters: escaped for the pre-built SSE chunk, kept as they are for a whole response
+            text = "".join(self.script[self.generated : self.generated + n])
+            if self.stream:
+                text = json.dumps(text)[1:-1]
         self.generated += n
         if finish:
             self.finish = finish

@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from agent.errors import UserError
+from agent.judging import correctness
 from agent.results import tree
 from agent.store.schema import cells, hosts, measurements, sweeps
 
@@ -112,6 +113,7 @@ def load(engine: sa.Engine, selection: Selection) -> list[dict[str, Any]]:
         cell["runs"] = sorted(runs.get(r.id, []), key=tree.point_key)
         cell["dir"] = r.source
         out.append(cell)
+    correctness.annotate(out)  # as load_cells does: agreement within what was selected
     return out
 
 

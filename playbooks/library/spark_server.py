@@ -78,6 +78,12 @@ options:
     description: With C(stopped) and a O(cell_id), pack the cell's run folder once the server is down.
     type: bool
     default: false
+  probe:
+    description:
+      - With C(stopped), O(seal) and O(url), first send the correctness probe (agent/hostside/probe.py, greedy) to the
+        cell's server if it still runs, as O(model), and write C(probe.json) into the run folder.
+    type: bool
+    default: false
   model:
     description:
       - The cell's checkpoint as the server's command line names it. With the docker runtime, a folder given by
@@ -171,6 +177,10 @@ skipped:
   description: Why a running server was left alone (another cell's, another controller's).
   type: str
   returned: when a server was left alone
+probed:
+  description: The correctness probe ran against the server before the stop (state=stopped).
+  type: bool
+  returned: state=stopped
 cell_id:
   description: The cell of the server found (state=stopped).
   type: str
@@ -209,6 +219,7 @@ ARGUMENT_SPEC = {
     "model": {"type": "str", "default": ""},
     "model_cache": {"type": "str", "default": ""},
     "seal": {"type": "bool", "default": False},
+    "probe": {"type": "bool", "default": False},
 }
 
 
@@ -221,7 +232,14 @@ def main() -> None:
     if p["state"] == "stopped":
         if module.check_mode:
             module.exit_json(changed=supervise.would_stop(workdir=workdir, cell_id=cell_id, holder=holder))
-        result = serving.teardown_cell(workdir=workdir, cell_id=cell_id, holder=holder, seal_it=p["seal"])
+        result = serving.teardown_cell(
+            workdir=workdir,
+            cell_id=cell_id,
+            holder=holder,
+            seal_it=p["seal"],
+            probe_url=p["url"] if p["probe"] else "",
+            probe_model=p["model"],
+        )
         module.exit_json(changed=result["stopped"], **result)
     if module.check_mode:
         module.exit_json(changed=True)

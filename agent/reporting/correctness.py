@@ -1,0 +1,75 @@
+"""The report's correctness parts: speed and quality side by side per cell, and the WRONG OUTPUT cells (never
+ranked) with their reasons. The judgement itself is agent/judging/correctness.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agent.judging import correctness, stats
+from agent.judging.stats import CellSummary
+from agent.reporting.escape import md, md_code
+
+
+def _best(s: CellSummary) -> str:
+    medians = [p.throughput.median for p in s.points.values() if p.throughput]
+    return f"{max(medians):.1f}" if medians else "–"
+
+
+def _name(s: CellSummary) -> str:
+    return f"{md(s.checkpoint)} {md(s.backend_text)} on {md(s.cell.get('host', '?'))}"
+
+
+def wrong_lines(summaries: Sequence[CellSummary]) -> list[str]:
+    """One line per WRONG OUTPUT cell: what made its outputs wrong."""
+    return [
+        f"- **{_name(s)}** ({md(s.cell.get('cell_id', ''))}): {md('; '.join(correctness.wrong_reasons(s.cell)))}"
+        for s in summaries
+        if s.verdict == stats.WRONG_OUTPUT
+    ]
+
+
+def table_lines(summaries: Sequence[CellSummary]) -> list[str]:
+    """| cell | best median tok/s | task score | agreement | first divergence | degenerate | probe s | verdict |"""
+    rows = []
+    for s in summaries:
+        c = s.cell.get("correctness") or {}
+        if not c.get("probed"):
+            continue
+        ref = c.get("reference_cell", "")
+        agreement = "reference" if ref == s.cell.get("cell_id") else (f"{c['agreement']:.0%}" if ref else "–")
+        first = c.get("first_divergence", -1)
+        rows.append(
+            f"| {_name(s)} | {_best(s)} | {c.get('exact', 0)}/{c.get('answered', 0)} ({c.get('score', 0.0):.0%}) "
+            f"| {agreement} | {'–' if first < 0 else f'word {first}'} | {c.get('degenerate', 0)}/{c.get('prompts', 0)} "
+            f"| {float(c.get('seconds', 0.0)):.1f} | {md(s.verdict.upper() if s.verdict != 'valid' else 'valid')} |"
+        )
+    if not rows:
+        return ["No cell was probed (the probe is off, or every server died before it)."]
+    head = [
+        "| cell | best median tok/s | task score | agreement | first divergence | degenerate | probe s | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    return head + rows
+
+
+def sections(summaries: Sequence[CellSummary]) -> list[str]:
+    once = stats.distinct_cells(summaries)
+    out = ["## Correctness: speed and quality side by side", ""]
+    out += [
+        "Greedy outputs of a fixed prompt set after each cell's windows (docs/correctness.md). Agreement: share of "
+        "the reference cell's output words reproduced before the first difference, over the prompts.",
+        "",
+    ]
+    out += table_lines(once) + [""]
+    wrong = wrong_lines(once)
+    out += ["## WRONG OUTPUT cells (never ranked)", ""] + (wrong or ["None."]) + [""]
+    return out
+
+
+def what_to_run_lines(summaries: Sequence[CellSummary]) -> list[str]:
+    """Said under "What to run": fast or not, these are never the answer."""
+    wrong = [s for s in stats.distinct_cells(summaries) if s.verdict == stats.WRONG_OUTPUT]
+    if not wrong:
+        return []
+    names = ", ".join(f"{md_code(s.backend_text)} on {md(s.checkpoint)}" for s in wrong)
+    return [f"Never recommended, whatever their speed: WRONG OUTPUT {names} (see WRONG OUTPUT cells).", ""]
