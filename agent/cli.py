@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():  # every command that reads an inventory can decrypt its !vault values
         if "--inventory" in command._option_string_actions:
             vault.add_option(command)
+        if "-v" not in command._option_string_actions:
+            command.add_argument("-v", "--verbose", action="store_true", help="show the info log lines too")
     return parser
 
 
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"spark-agent: error: {plain(exc.message)}", file=sys.stderr)
         return exc.exit_code
+    logs.VERBOSE["on"] = bool(getattr(args, "verbose", False))
     logs.configure("console")  # commands with --log-format reconfigure
     try:
         if hasattr(args, "vault_password_file"):

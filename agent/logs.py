@@ -38,8 +38,13 @@ def _keep(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableM
     return event
 
 
+VERBOSE = {"on": False}  # -v on the command line (cli.main sets it before the command configures its logging)
+
+
 def configure(fmt: str = "console", verbose: bool = False) -> None:
-    level = logging.DEBUG if verbose else logging.INFO
+    """A person reads the console: there only warnings and errors, unless -v. JSON lines (a machine reads them)
+    keep the info events (cell_done, playbook_done...)."""
+    level = logging.DEBUG if verbose else logging.INFO if fmt == "json" or VERBOSE["on"] else logging.WARNING
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[

@@ -29,10 +29,10 @@ from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
 from agent.planning.inventory import Host
 from agent.planning.matrix import Cell
-from agent.planning.spec import Spec
+from agent.planning.spec import Spec, load_spec
 from agent.results import tree as results
 from agent.running import collect as collecting
-from agent.running import hostdata, tasks
+from agent.running import fleetindex, hostdata, tasks
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
 from agent.running.queue import estimated_seconds, longest_first
@@ -64,6 +64,7 @@ class FleetState:
     finished: bool = False  # an attached sweep followed it to the end (a re-run has nothing to follow)
     refused: dict[str, str] = field(default_factory=dict)  # host -> why it refused its share at hand-out (busy)
     unstored: dict[str, str] = field(default_factory=dict)  # "host/cell" -> why storing its tar failed (not again)
+    duration_s: float = 0.0  # the window the cells were planned with (--duration included); 0: the spec's own
 
     def hosts(self) -> list[str]:
         return sorted(self.assignment)
@@ -104,6 +105,15 @@ def load_state(results_root: Path, sweep: str) -> FleetState:
         raise UserError(
             f"{path}: not a detached sweep record ({exc.__class__.__name__}); start the sweep again"
         ) from None
+
+
+def spec_of(state: FleetState) -> Spec:
+    """The spec the sweep was handed out from, as it was planned: the file, with the window it ran (--duration),
+    so the cells re-planned by collect and status have the ids handed out."""
+    if not state.spec:  # handed out by tune (no spec file of its own): its re-run collects what is left
+        raise UserError(f"sweep {state.sweep} was handed out by `tune`: run the same tune again to collect it")
+    spec = load_spec(state.spec)
+    return spec.with_duration(state.duration_s) if state.duration_s else spec
 
 
 def known_sweeps(results_root: Path) -> list[str]:
@@ -177,8 +187,10 @@ def record_hand_out(
         facts={h: dict(f) for h, f in prepared.facts.items()},
         last_seen=dict.fromkeys(assignment, time.time()),
         handout=secrets.token_hex(6),
+        duration_s=spec.duration_s,
     )
     save_state(results_root, state)
+    fleetindex.remember(results_root, state.sweep)  # status and collect find it without --results
     return state
 
 

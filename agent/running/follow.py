@@ -273,9 +273,13 @@ def outcome_of(
     for host, cells in prepared.cells.items():
         todo = {c.id for c in prepared.todo.get(host, [])}
         by_id = {c.id: c for c in cells}
-        skipped = {c.id: stored_verdict(root, c) for c in cells if c.id not in todo}
-        o = HostOutcome(host=host, planned=list(skipped), skipped=skipped)
+        # measured while detached (an earlier hand-out's runners) and brought back by this run: this run's cells
+        brought = [c.id for c in cells if c.id not in todo and (host, c.id) in run.collected]
+        skipped = {c.id: stored_verdict(root, c) for c in cells if c.id not in todo and c.id not in brought}
+        o = HostOutcome(host=host, planned=list(skipped) + brought, skipped=skipped, while_detached=brought)
         outcome.hosts[host] = o
+        for cid in brought:
+            o.add(_BUCKET.get(stored_verdict(root, by_id[cid]), "failed"), cid)
         assigned = state.assignment.get(host, []) if state else [c.id for c in prepared.todo.get(host, [])]
         o.planned += [cid for cid in assigned if cid not in skipped]
         if state and host in state.refused:

@@ -64,6 +64,7 @@ class HostOutcome:
     )  # its host was lost mid-cell; another host took it: id -> why
     error: str = ""  # why this host stopped taking cells
     host_lost: bool = False  # it became unreachable
+    while_detached: list[str] = field(default_factory=list)  # of the done: measured by an earlier hand-out's runners
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property

@@ -1,0 +1,181 @@
+"""A day with a fleet (issue 26): the paths between the commands, walked through the CLI as a user walks them, on
+real sshd hosts with the simulated Spark. Each test is one numbered path of the issue."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent.hostside import runner, supervise
+from agent.results import tree as results
+
+from .fault_drills import parse_summary
+from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet
+from .test_sweep import write_spec
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "agent.cli"]
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    """Three sshd hosts as simulated GB10s, on port 8200 (never another fleet test's)."""
+    fleet = start_fleet(tmp_path_factory.mktemp("day"), count=3)
+    try:
+        assert fleet.inventory is not None
+        fleet.inventory.write_text(yaml.safe_dump(inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8200})))
+        yield fleet
+    finally:
+        for h in fleet.hosts:
+            with contextlib.suppress(Exception):
+                supervise.stop(str(h.workdir))
+        stop_fleet(fleet)
+
+
+@pytest.fixture
+def user(tmp_path):
+    """Where the user stands: a folder of their own (./results is theirs) and their own state folder."""
+    home = tmp_path / "user"
+    home.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(home / "state")}
+
+    def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([*CLI, *args], cwd=home, env=env, capture_output=True, text=True, timeout=timeout)
+
+    cli.home = home  # type: ignore[attr-defined]
+    return cli
+
+
+def printed_commands(stderr: str) -> dict[str, list[str]]:
+    """The commands the detach hint printed (`  progress:  spark-agent status ...`), as argv to paste."""
+    found = {}
+    for line in stderr.splitlines():
+        what, _, command = line.strip().partition(":")
+        if command.strip().startswith("spark-agent "):
+            found[what] = shlex.split(command)[1:]
+    return found
+
+
+def stored(out: Path, sweep: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for f in sorted((out / sweep).glob(f"*/*/{results.CELL_FILE}")):
+        found.setdefault(f.parent.name, []).append(f.parent.parent.name)
+    return found
+
+
+def test_collect_after_a_duration_sweep_with_the_printed_commands(tmp_path, three, user):
+    """Paths 1-3. A --duration sweep handed out with --detach: the commands it prints are pasted as they are;
+    status shows the cells by label; collect re-plans the cells with the window handed out (the spec's own is 30 s)
+    and brings every cell back; a re-run without --duration follows the same cells. status finds the sweep without
+    --results (and says where it read it), refuses to guess between two folders, and takes -i only if it matches."""
+    out = tmp_path / "elsewhere" / "results"
+    spec = write_spec(tmp_path, "day-duration", duration=30.0, concurrency=(1,), warmup=0)
+    inv = str(three.inventory)
+    detached = user(
+        "sweep",
+        str(spec),
+        "-i",
+        inv,
+        "--limit",
+        "spark-a,spark-b",
+        "--results",
+        str(out),
+        "--detach",
+        "--duration",
+        "0.3",
+    )
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    commands = printed_commands(detached.stderr)
+    assert set(commands) == {"progress", "results"}, detached.stderr
+    assert commands["progress"][:2] == ["status", "day-duration"] and "--results" in commands["progress"]
+
+    labels = ("uns-fast marlin", "uns-fast flashinfer_b12x")
+    deadline = time.monotonic() + 120
+    seen_label = False
+    while time.monotonic() < deadline:
+        status = user(*commands["progress"])
+        assert status.returncode == 0, status.stderr[-3000:]
+        assert f"({out})" in status.stdout.splitlines()[0], status.stdout  # the folder it read
+        seen_label = seen_label or any(f"now {label} " in status.stdout for label in labels)
+        if seen_label or status.stdout.count("finished, 1/1 done") == 2:
+            break
+        time.sleep(0.3)
+    assert seen_label or status.stdout.count("finished, 1/1 done") == 2, status.stdout
+
+    collected = user(*commands["results"])
+    assert collected.returncode == 0, collected.stderr[-3000:]
+    assert "collected 2 new cell(s)" in collected.stderr, collected.stderr[-3000:]
+    assert sorted(stored(out, "day-duration")) and len(stored(out, "day-duration")) == 2
+    configs = [results.read_toml(p)["config"] for p in (out / "day-duration").glob(f"*/*/{results.CELL_FILE}")]
+    assert [c["duration_s"] for c in configs] == [0.3, 0.3], configs
+
+    # no --results: found through where --detach wrote it; -i must be the sweep's own
+    found = user("status", "day-duration")
+    assert found.returncode == 0 and f"({out})" in found.stdout, found.stderr + found.stdout
+    other_inv = tmp_path / "other.yml"
+    shutil.copy(inv, other_inv)
+    wrong = user("collect", "day-duration", "-i", str(other_inv))
+    assert wrong.returncode == 2 and inv in wrong.stderr and "-i" in wrong.stderr, wrong.stderr
+    assert user("collect", "day-duration", "-i", inv).returncode == 0
+    # the same sweep's record under ./results too: two folders, no guessing
+    here = user.home / "results" / ".fleet"  # type: ignore[attr-defined]
+    here.mkdir(parents=True)
+    shutil.copy(out / ".fleet" / "day-duration.json", here / "day-duration.json")
+    two = user("status", "day-duration")
+    assert two.returncode == 2 and str(out) in two.stderr and "--results" in two.stderr, two.stderr
+    shutil.rmtree(here.parent)
+
+    # a re-run without --duration: the cells handed out, followed and found measured (not 30 s windows again)
+    t0 = time.monotonic()
+    again = user("sweep", str(spec), "-i", inv, "--limit", "spark-a,spark-b", "--results", str(out), "--no-progress")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "using --duration 0.3" in again.stderr, again.stderr[-3000:]
+    assert parse_summary(again.stderr)["total"]["skipped"] == 2, again.stderr[-3000:]
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_follow_up_sweep_counts_what_it_collected_as_measured(tmp_path, three, user):
+    """Path 5. Handed out with --detach, then the same sweep run attached at once: it follows the runners, brings
+    their cells back and counts them as measured while detached, not as skipped."""
+    out = tmp_path / "results"
+    spec = write_spec(tmp_path, "day-followup", duration=0.3, concurrency=(1,), warmup=0)
+    args = [str(spec), "-i", str(three.inventory), "--limit", "spark-c", "--results", str(out)]
+    detached = user("sweep", *args, "--detach")
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    follow = user("sweep", *args, "--no-progress")
+    assert follow.returncode == 0, follow.stderr[-3000:]
+    row = parse_summary(follow.stderr)["spark-c"]
+    assert row["planned"] == 2 and row["measured"] == 2 and row["skipped"] == 0, follow.stderr[-3000:]
+    assert "2 of these cell(s) were measured while detached" in follow.stderr, follow.stderr[-3000:]
+    assert len(stored(out, "day-followup")) == 2
+
+
+def test_a_server_that_cannot_start_names_the_line_that_says_why(tmp_path, three, user):
+    """Path 8. The simulated server's python cannot import the agent (no PYTHONPATH on the host): the cell fails
+    with the interpreter's own line as its root cause, in cell.toml and in what the CLI prints."""
+    inv = yaml.safe_load(Path(three.inventory).read_text())
+    inv["all"]["children"]["sparks"]["hosts"]["spark-c"]["spark_serve_env"] = {}
+    broken = tmp_path / "broken.yml"
+    broken.write_text(yaml.safe_dump(inv))
+    out = tmp_path / "results"
+    spec = write_spec(tmp_path, "day-nostart", backends=("marlin",), duration=0.3, concurrency=(1,), warmup=0)
+    proc = user("sweep", str(spec), "-i", str(broken), "--limit", "spark-c", "--results", str(out), "--no-progress")
+    try:
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        (cell,) = (out / "day-nostart" / "spark-c").glob(f"*/{results.CELL_FILE}")
+        record = results.read_toml(cell)
+        assert "No module named 'agent'" in record["failure_root_cause"], record
+        assert "No module named 'agent'" in proc.stdout + proc.stderr, proc.stdout + proc.stderr[-3000:]
+    finally:
+        runner.stop(str(three.host("spark-c").workdir), "day-nostart")
