@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -179,3 +181,63 @@ def test_a_server_that_cannot_start_names_the_line_that_says_why(tmp_path, three
         assert "No module named 'agent'" in proc.stdout + proc.stderr, proc.stdout + proc.stderr[-3000:]
     finally:
         runner.stop(str(three.host("spark-c").workdir), "day-nostart")
+
+
+def test_output_a_person_reads(tmp_path, three, user):
+    """Path 10. Piped, the table keeps whole names; the console has no info log lines unless -v; report prints
+    what to run before the file paths; check exits 1 when it lists a blocker; Ctrl-C stops the sweep with no
+    Ansible internals and names the cell it cut short as stopped."""
+    out = tmp_path / "results"
+    inv = str(three.inventory)
+    spec = write_spec(tmp_path, "day-output", duration=0.3, concurrency=(1,), warmup=0)
+    spec.write_text(spec.read_text().replace("[matrix]\n", '[matrix]\nattention_backend = ["flash_attn"]\n'))
+    done = user("sweep", str(spec), "-i", inv, "--limit", "spark-a", "--results", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "flashinfer_b12x attention=flash_attn" in done.stdout and "…" not in done.stdout, done.stdout
+    assert "[info" not in done.stderr and "playbook_done" not in done.stderr, done.stderr[-3000:]
+    verbose = user("sweep", str(spec), "-i", inv, "--limit", "spark-a", "--results", str(out), "-v")
+    assert "playbook_done" in verbose.stderr, verbose.stderr[-3000:]
+
+    report = user("report", str(out / "day-output"))
+    assert report.returncode == 0, report.stderr[-3000:]
+    first = report.stdout.splitlines()[0]
+    assert "nvfp4: " in first and ("run uns-fast" in first or "cannot rank" in first), report.stdout
+    assert report.stdout.rstrip().endswith("report.html")
+
+    docker = yaml.safe_load(Path(inv).read_text())
+    docker["all"]["children"]["sparks"]["hosts"]["spark-a"].update(
+        spark_runtime="docker", spark_docker_host="unix:///nonexistent/docker.sock"
+    )
+    blocked = tmp_path / "docker.yml"
+    blocked.write_text(yaml.safe_dump(docker))
+    check = user("check", "-i", str(blocked), "--limit", "spark-a")
+    assert check.returncode == 1 and "docker is not usable" in " ".join(check.stdout.split()), check.stdout
+    assert user("check", "-i", inv, "--limit", "spark-a").returncode == 0
+
+    slow = write_spec(tmp_path, "day-stop", duration=3.0, concurrency=(1,), warmup=0)
+    proc = subprocess.Popen(
+        [*CLI, "sweep", str(slow), "-i", inv, "--limit", "spark-b", "--results", str(out)],
+        cwd=user.home,  # type: ignore[attr-defined]
+        env={**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(tmp_path / "state")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    b = three.host("spark-b")
+    try:
+        deadline = time.monotonic() + 120
+        while not supervise.find_engines(str(b.workdir), scope="workdir") and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.1)
+        time.sleep(1.0)  # measuring: the runner is mid-cell
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        runner.stop(str(b.workdir), "day-stop")
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "ansible" not in err.lower(), err[-3000:]
+    assert re.search(r"^  stopped spark-b/[0-9a-f]{12}: the sweep was interrupted", err, re.M), err[-3000:]
+    (lost,) = list((out / "day-stop" / "spark-b").glob(f"*/{results.LOST_FILE}"))
+    assert results.read_toml(lost)["reason"] == "interrupted"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
 from agent.commands import flags
 from agent.errors import UserError
 from agent.hostside import atomic
+from agent.reporting import terminal
 from agent.reporting.escape import rich
 from agent.reporting.markdown import num, pct
 from agent.store import db, history, options, select
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     rows = history.query(engine, selection)
     if not rows:
         raise UserError(f"store {db.shown(url)}: nothing measured matches {selection}")
-    console = Console()
+    console = terminal.console()
     console.print(table(rows))
     bad = history.regressions(rows)
     console.print(f"{len(rows)} row(s), {len(bad)} regression(s) beyond the noise")

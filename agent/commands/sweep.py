@@ -12,7 +12,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
-from rich.console import Console
 
 from agent import logs
 from agent.commands import flags
@@ -20,10 +19,11 @@ from agent.errors import UserError
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import Spec, load_spec
+from agent.reporting import terminal
 from agent.reporting.escape import plain as line
 from agent.results import tree as results
 from agent.running import detach
-from agent.running.follow import run_sweep
+from agent.running.follow import STOPPED_MID_CELL, run_sweep
 from agent.running.progress import Progress
 from agent.running.sweep import SweepOutcome
 
@@ -223,8 +223,14 @@ def _print_summary(outcome: SweepOutcome, fmt: str) -> None:
             print(f"host {host} stopped: {o.error}", file=out)
         for cell_id in o.failed:
             print(line(f"  failed {host}/{cell_id}: {_failure_line(outcome.sweep_dir / host / cell_id)}"), file=out)
-        for cell_id, why in o.lost.items():
-            print(f"  lost {host}/{cell_id}: {why}", file=out)
+        for cell_id, why in o.lost.items():  # the cell a stop cut short is "stopped", one never begun "not run"
+            if STOPPED_MID_CELL in why:
+                said = f"stopped {host}/{cell_id}: {why.partition(STOPPED_MID_CELL + ': ')[2]} (a re-run measures it)"
+            elif why.startswith("not run: "):
+                said = f"not run {host}/{cell_id}: {why.removeprefix('not run: ')}"
+            else:
+                said = f"lost {host}/{cell_id}: {why}"
+            print(line(f"  {said}"), file=out)
         for cell_id, verdict in o.skipped.items():
             if verdict != "valid":
                 print(
@@ -246,4 +252,4 @@ def _print_table(cells: list[dict], fmt: str) -> None:
         return
     from agent.reporting.markdown import terminal_table
 
-    Console().print(terminal_table(cells))
+    terminal.console().print(terminal_table(cells))

@@ -254,6 +254,7 @@ class HostProgress:
     alive: bool = False
     current: str = ""
     current_since: str = ""
+    stopped: str = ""  # state=stopped: the cell it was on when stopped (unsealed)
     done: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell id -> CellDone
     sealed: list[str] = field(default_factory=list)
     token: str = ""  # what this look saw (runner.progress_token): the next look waits for it to change
@@ -270,6 +271,7 @@ def checked_progress(value: Any, host: str) -> HostProgress:
     if state not in _STATES:
         raise hostdata.BadHostData(f"{where}.state: {state!r} is not one of {_STATES}")
     current = obj.get("current", "")
+    stopped = obj.get("stopped", "")
     done_in = hostdata.mapping(obj.get("done", {}), f"{where}.done")
     if len(done_in) > 100_000:
         raise hostdata.BadHostData(f"{where}.done: too many cells")
@@ -293,6 +295,7 @@ def checked_progress(value: Any, host: str) -> HostProgress:
         alive=hostdata.flag(obj.get("alive", False), f"{where}.alive"),
         current=hostdata.cell_id(current, f"{where}.current") if current else "",
         current_since=hostdata.text(obj.get("current_since", ""), f"{where}.current_since", 40),
+        stopped=hostdata.cell_id(stopped, f"{where}.stopped") if stopped else "",
         done=done,
         sealed=[hostdata.cell_id(c, f"{where}.sealed") for c in obj.get("sealed", []) or []],
     )

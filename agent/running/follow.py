@@ -42,7 +42,8 @@ from agent.running.sweep import (
 log = structlog.get_logger("spark_agent.sweep")
 
 LOOK_WAIT_S = 10.0  # a look waits on each host this long for its progress to change (progress shown this often)
-SILENT_LOOK_S = 2.0  # with a host silent, looks come at most this often (each is an ansible-playbook run)
+SILENT_LOOK_S = 2.0
+STOPPED_MID_CELL = "stopped mid-cell"  # lost.toml's error for the cell a runner was on when the sweep stopped  # with a host silent, looks come at most this often (each is an ansible-playbook run)
 
 
 def run_sweep(
@@ -219,12 +220,16 @@ class _Following:
             try:
                 got = self._look(state, hand_on=False)
                 self.collected.update((h, c) for h, ids in got.new.items() for c in ids)
+                for host, p in got.progress.items():  # the runner names the cell it stopped (the last look may not)
+                    if p.answered and p.stopped:
+                        on[host] = p.stopped
             except (OSError, UserError) as exc:
                 log.error("final_collect_failed", error=str(exc))
         for host, cid in on.items():
             if not results.is_finished(self.root, state.sweep, host, cid):
+                why = f"{STOPPED_MID_CELL}: the sweep was {reason}"
                 try:
-                    results.record_lost(self.root, state.sweep, host, cid, reason, f"the sweep was {reason}", utc.iso())
+                    results.record_lost(self.root, state.sweep, host, cid, reason, why, utc.iso())
                 except OSError as exc:  # a full disk can't take the note either; no cell.toml still says "measure"
                     log.error("lost_record_not_written", cell=cid, error=str(exc))
         state.finished = True
