@@ -73,3 +73,13 @@ def sim_inventory(ssh_fleet, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("inv") / "sim-fleet.yml"
     path.write_text(yaml.safe_dump(inv))
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_state_folder(tmp_path_factory):
+    """`sweep --detach` notes where each sweep's record is (agent/running/fleetindex.py, under $XDG_STATE_HOME):
+    the tests' notes go to a folder of their own, never the user's."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+    yield
+    patch.undo()
