@@ -241,3 +241,30 @@ def test_output_a_person_reads(tmp_path, three, user):
     assert re.search(r"^  stopped spark-b/[0-9a-f]{12}: the sweep was interrupted", err, re.M), err[-3000:]
     (lost,) = list((out / "day-stop" / "spark-b").glob(f"*/{results.LOST_FILE}"))
     assert results.read_toml(lost)["reason"] == "interrupted"
+
+
+def test_the_shipped_examples_raise_no_warning_and_a_rule_warns_once(tmp_path, three, user):
+    """Path 9. The nvfp4 example (3 checkpoints, MTP on) on three hosts: no warning before or while it runs (the
+    rule that gives the draft head its MoE backend is applied and recorded, not warned about). A spec that sets the
+    draft's backend wrong on three checkpoints gets one warning for that rule, naming all three."""
+    out = tmp_path / "results"
+    example = REPO / "examples" / "gb10-nvfp4.toml"
+    run = user("sweep", str(example), "-i", str(three.inventory), "--results", str(out), "--duration", "0.2")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "[warning" not in run.stderr, run.stderr[-3000:]
+    cells = [results.read_toml(p) for p in (out / "gb10-nvfp4").glob(f"*/*/{results.CELL_FILE}")]
+    assert len(cells) == 9 and sum("nvfp4-mtp-draft-triton" in " ".join(c.get("notes", [])) for c in cells) == 3
+    for name in ("gb10-fp8.toml", "quick.toml"):
+        env = user("env", str(REPO / "examples" / name), "--host", "spark-a", "--simulate-gpu", "gb10")
+        assert env.returncode == 0 and "warning" not in (env.stdout + env.stderr).lower(), env.stdout + env.stderr
+
+    wrong = tmp_path / "wrong.toml"
+    wrong.write_text(
+        example.read_text().replace(
+            '{ method = "mtp", num_speculative_tokens = 2 }',
+            '{ method = "mtp", num_speculative_tokens = 2, moe_backend = "marlin" }',
+        )
+    )
+    env = user("env", str(wrong), "--host", "spark-a", "--simulate-gpu", "gb10", "-v")
+    said = [line for line in (env.stdout + env.stderr).splitlines() if "loads only quantized weights" in line]
+    assert len(said) == 1 and "nv, uns, uns-fast" in said[0], env.stdout + env.stderr

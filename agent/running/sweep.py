@@ -161,6 +161,20 @@ def _raise_host_errors(run: fleet.FleetRun, stage: str) -> None:
         raise UserError(f"{stage} failed: {detail}")
 
 
+def say_notes(cells: dict[str, list[Cell]]) -> None:
+    """Each plan note once, with the hosts it is about: a warning, or (what a rule did by itself) info."""
+    hosts: dict[str, list[str]] = {}
+    applied: set[str] = set()
+    for host, cs in cells.items():
+        for c in cs:
+            applied.update(c.rules_applied)
+            for n in c.notes:
+                if host not in hosts.setdefault(n, []):
+                    hosts[n].append(host)
+    for note, on in hosts.items():
+        (log.info if note in applied else log.warning)("plan_note", hosts=", ".join(on), note=note)
+
+
 def plan_fleet(spec: Spec, hosts: list[Host], facts: dict[str, Facts]) -> dict[str, list[Cell]]:
     if spec.server.nodes > 1:  # a node set's cells go to its head; its workers get none of their own
         cells, notes = multinode.plan_fleet(spec, [h.name for h in hosts], facts, {h.name: h.vars for h in hosts})
@@ -324,9 +338,7 @@ def prepare(
         cells = plan_fleet(spec, hosts, facts)
         if select is not None:
             cells = select(cells)
-        for host, cs in cells.items():
-            for note in sorted({n for c in cs for n in c.notes}):
-                log.warning("plan_note", host=host, note=note)
+        say_notes(cells)
         collect.clear_incoming(results_root, spec.name)
         results.clear_temp_files(results_root, spec.name)
         todo = {
