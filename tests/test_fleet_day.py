@@ -268,3 +268,30 @@ def test_the_shipped_examples_raise_no_warning_and_a_rule_warns_once(tmp_path, t
     env = user("env", str(wrong), "--host", "spark-a", "--simulate-gpu", "gb10", "-v")
     said = [line for line in (env.stdout + env.stderr).splitlines() if "loads only quantized weights" in line]
     assert len(said) == 1 and "nv, uns, uns-fast" in said[0], env.stdout + env.stderr
+
+
+def test_history_and_site_tell_mtp_on_from_off(tmp_path, three, user):
+    """Path 7. One backend with MTP off and on, measured on a host: history shows two configurations, each labelled
+    with the axis that differs, and filters on it (speculative=off); the site's configurations read the same."""
+    out = tmp_path / "results"
+    spec = write_spec(tmp_path, "day-mtp", backends=("marlin",), duration=0.3, concurrency=(1,), warmup=0)
+    spec.write_text(
+        spec.read_text().replace(
+            "[matrix]\n", '[matrix]\nspeculative = ["off", { method = "mtp", num_speculative_tokens = 2 }]\n'
+        )
+    )
+    run = user("sweep", str(spec), "-i", str(three.inventory), "--limit", "spark-c", "--results", str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    store = ["--results-root", str(out)]
+    both = user("history", "sweep=day-mtp", *store)
+    assert both.returncode == 0, both.stderr[-3000:]
+    assert "uns-fast / marlin speculative=off" in both.stdout and "uns-fast / marlin speculative=mtp" in both.stdout
+    off = user("history", "sweep=day-mtp", "speculative=off", *store)
+    assert off.returncode == 0 and "speculative=mtp" not in off.stdout and "2 row(s)" not in off.stdout, off.stdout
+    assert "1 row(s)" in off.stdout, off.stdout
+    none = user("history", "sweep=day-mtp", "speculative=eagle", *store)
+    assert none.returncode == 2 and "speculative=eagle" in none.stderr, none.stderr
+    site = tmp_path / "site"
+    assert user("site", "--out", str(site), *store).returncode == 0
+    index = (site / "index.html").read_text()
+    assert "speculative=off" in index and "speculative=mtp" in index
