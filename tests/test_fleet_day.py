@@ -295,3 +295,24 @@ def test_history_and_site_tell_mtp_on_from_off(tmp_path, three, user):
     assert user("site", "--out", str(site), *store).returncode == 0
     index = (site / "index.html").read_text()
     assert "speculative=off" in index and "speculative=mtp" in index
+
+
+def test_logs_follow_follows_the_host_to_the_end_of_its_sweep(tmp_path, three, user):
+    """Path 4. `logs HOST --follow` on a host running a detached sweep of three cells: past each cell's "Shutting
+    down" it goes on to the host's next cell, and it ends by itself when the sweep there ends."""
+    out = tmp_path / "results"
+    backends = ("marlin", "flashinfer_b12x", "flashinfer_cutlass")  # the last fails to start: over in a second
+    spec = write_spec(tmp_path, "day-logs", backends=backends, duration=1.0, concurrency=(1, 2))
+    args = ["-i", str(three.inventory)]
+    detached = user("sweep", str(spec), *args, "--limit", "spark-b", "--results", str(out), "--detach")
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    followed = user("logs", "spark-b", *args, "--follow", "-n", "5", timeout=240)
+    assert followed.returncode == 0, followed.stderr[-3000:]
+    text = followed.stdout
+    heads = re.findall(r"^==> spark-b: cell ([0-9a-f]{12})", text, re.M)
+    assert len(heads) >= 2 and len(set(heads)) == len(heads), text[-3000:]
+    assert text.rstrip().endswith("==> spark-b: its sweep has ended <=="), text[-3000:]
+    # every cell the sweep ran after the follow began is in it, the last one included (not only the first)
+    progress = runner.read_progress(str(three.host("spark-b").workdir), "day-logs")
+    assert progress["state"] == "finished" and heads[-1] == list(progress["done"])[-1], (heads, progress)
+    assert text.count("Shutting down") >= len(heads) - 1
