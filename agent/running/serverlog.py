@@ -88,13 +88,18 @@ try:
 except Exception:
     pass
 done = progress.get("done") if isinstance(progress.get("done"), dict) else {}
-print(json.dumps({"current": progress.get("current", ""), "done": list(done)[-1000:], "alive": alive}))
+def finished(cell):
+    record = done[cell]
+    return record.get("finished", 0) if isinstance(record, dict) and isinstance(record.get("finished"), (int, float)) else 0
+order = sorted(done, key=finished)[-1000:]
+print(json.dumps({"current": progress.get("current", ""), "done": order, "alive": alive}))
 """
 POLL_S = 1.0
 
 
 def _runner_now(conn: fabric.Connection, host: Host, workdir: str) -> tuple[str, list[str], bool]:
-    """(the cell the host's runner is on or "", the cells it finished in order, whether it still runs)."""
+    """(the cell the host's runner is on or "", the cells it finished, in the order they ended, whether it still
+    runs)."""
     python = str(host.vars.get("ansible_python_interpreter") or "python3")
     res = conn.run(
         f"{shlex.quote(python)} -c {shlex.quote(_RUNNER_NOW)} {shlex.quote(workdir)}",
