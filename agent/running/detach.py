@@ -199,8 +199,7 @@ def start_hand_out(
 ) -> None:
     """Start every runner that has cells; a host that refuses (busy: the holder named) is lost, its cells go on."""
     refused = start_runners(state, spec, cells, inventory, evict, [h for h in state.hosts() if state.assignment[h]])
-    for host, why in refused.items():
-        log.error("host_refused", host=host, error=why)
+    for host, why in refused.items():  # said once: declare_lost logs it (host_lost, "refused: ...")
         if not why.startswith("unreachable: "):  # busy, no plan...: the host said no (an unreachable one is lost)
             state.refused[host] = why
         declare_lost(state, spec, cells, inventory, results_root, host, f"refused: {why}", evict)
