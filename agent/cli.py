@@ -60,12 +60,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             _register(sub, module_name)
         else:
             sub.add_parser(name, help=line, add_help=False)
-    if any("--inventory" in command._option_string_actions for command in sub.choices.values()):
-        from agent.planning import vault
+    for command in sub.choices.values():
+        if "--inventory" in command._option_string_actions:  # it can decrypt its inventory's !vault values
+            from agent.planning import vault
 
-        for command in sub.choices.values():  # every command that reads an inventory can decrypt its !vault values
-            if "--inventory" in command._option_string_actions:
-                vault.add_option(command)
+            vault.add_option(command)
+        if "-v" not in command._option_string_actions:
+            command.add_argument("-v", "--verbose", action="store_true", help="show the info log lines too")
     return parser
 
 
@@ -98,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent import logs
     from agent.hostside import redact
 
+    logs.VERBOSE["on"] = bool(getattr(args, "verbose", False))
     logs.configure("console")  # commands with --log-format reconfigure
     try:
         if hasattr(args, "vault_password_file"):

@@ -39,6 +39,7 @@ def _keep(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableM
 
 
 FORMAT = {"fmt": "console"}  # what configure() was last given
+VERBOSE = {"on": False}  # -v on the command line (cli.main sets it before the command configures its logging)
 
 
 def say(event: str, line: str) -> None:
@@ -51,8 +52,10 @@ def say(event: str, line: str) -> None:
 
 
 def configure(fmt: str = "console", verbose: bool = False) -> None:
+    """A person reads the console: there only warnings and errors, unless -v. JSON lines (a machine reads them)
+    keep the info events (cell_done, playbook_done...)."""
     FORMAT["fmt"] = fmt
-    level = logging.DEBUG if verbose else logging.INFO
+    level = logging.DEBUG if verbose else logging.INFO if fmt == "json" or VERBOSE["on"] else logging.WARNING
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[

@@ -92,3 +92,13 @@ def pytest_terminal_summary(terminalreporter) -> None:
             f"hostile suite: {len(_attacks)} attack(s) tried, {held} held"
             + (f"; not held: {', '.join(broke)}" if broke else "")
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_state_folder(tmp_path_factory):
+    """`sweep --detach` notes where each sweep's record is (agent/running/fleetindex.py, under $XDG_STATE_HOME):
+    the tests' notes go to a folder of their own, never the user's."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+    yield
+    patch.undo()

@@ -279,7 +279,9 @@ def env_json(capsys, *argv: str) -> dict:
 def test_env_command_on_a_simulated_gb10(spec_file, capsys):
     out = env_json(capsys, str(spec_file), "--host", "spark-1", "--simulate-gpu", "gb10")
     assert len(out["cells"]) == 4 and {cell["host"] for cell in out["cells"]} == {"spark-1"}
-    assert any("moe_backend" in warning and warning.startswith("uns-fast:") for warning in out["warnings"])
+    # the rule that fills in the draft's moe_backend is applied and noted on the cells, not a warning (issue 26 §9)
+    assert not any("moe_backend" in warning for warning in out["warnings"])
+    assert any("moe_backend=triton" in note for cell in out["cells"] for note in cell["notes"])
     for cell in out["cells"]:
         assert cell["env"]["CUTE_DSL_ARCH"] == "sm_120a" and "VLLM_FP8_MOE_BACKEND" not in cell["env"]
         actions = {row["name"]: (row["action"], row["rule"]) for row in cell["provenance"]}

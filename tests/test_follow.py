@@ -128,3 +128,31 @@ def test_the_plan_is_written_whole_owner_only_with_the_serve_env_and_once(tmp_pa
     assert runner.write_plan(workdir, sweep, more, secret) is True  # a lost host's cell appended for the live runner
     with pytest.raises(runner.HostError, match="not a plan"):
         runner.write_plan(workdir, sweep, {"cells": "all"}, {})
+
+
+def test_the_bar_moves_with_the_running_cell_not_only_when_it_ends(tmp_path):
+    """Fleet mode (issue 26 §10): at each look the host's bar advances by the running cell's time so far, never
+    past its planned windows, and the cell's end adds exactly the rest (the bar ends full)."""
+    import io
+
+    from rich.console import Console
+
+    from agent.running.progress import Progress, _cell_seconds
+
+    _, cells = _cells(tmp_path, "a")
+    cell = cells[0]
+    planned = _cell_seconds(cell)
+    shown = Progress(enabled=True, console=Console(file=io.StringIO(), force_terminal=True))
+    shown.start({"a": [cell]})
+    assert shown.display is not None
+    task = shown.display.tasks[0]
+    try:
+        shown.runner_state("a", 0, 1, cell, utc.iso(time.time() - planned / 2))
+        assert planned / 2 - 1.5 <= task.completed <= planned / 2 + 1.5
+        shown.runner_state("a", 0, 1, cell, utc.iso(time.time() - planned * 10))  # a host clock far behind
+        assert task.completed < planned
+        shown.runner_state("a", 0, 1, cell, "not a time")
+        shown.cell_done("a", cell, "valid")
+        assert task.completed == pytest.approx(planned)
+    finally:
+        shown.stop()

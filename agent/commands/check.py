@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from agent.errors import UserError
@@ -16,6 +15,7 @@ from agent.hostside.contracts import Facts
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning import envrules, groups
 from agent.planning.inventory import check_reachable, load_inventory
+from agent.reporting import terminal
 from agent.reporting.escape import rich
 from agent.running import fingerprints, hostdata, tasks
 from agent.running import playbooks as fleet
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         issues = blockers(h.vars, f, st)
         problems += bool(issues)
         table.add_row(*row(h.name, f, issues))
-    console = Console(width=max(Console().width, 140))
+    console = terminal.console(least=140)
     console.print(table)
     found = fingerprints.last_known(Path(args.results), facts)  # + the image digest and vLLM version last seen
     for line in [*groups.describe(found), *groups.explain(found)]:  # hosts that are never ranked together

@@ -1,4 +1,5 @@
-"""spark-agent collect [SWEEP] [--results DIR] [--wait] [--lost-after S]: bring back a detached sweep's sealed cells.
+"""spark-agent collect [SWEEP] [--results DIR] [-i INVENTORY] [--wait] [--lost-after S]: bring back a detached
+sweep's sealed cells.
 
 Incremental and idempotent: a cell already in the results tree is not fetched again; safe while the hosts run.
 """
@@ -7,22 +8,17 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 from agent import logs
-from agent.commands import flags
-from agent.commands.status import pick_sweep
-from agent.errors import UserError
+from agent.commands import flags, status
 from agent.planning.inventory import load_inventory
-from agent.planning.spec import load_spec
 from agent.reporting.escape import plain as line
 from agent.running import detach
 
 
 def register(sub) -> None:
     p = sub.add_parser("collect", help="bring back every sealed cell of a detached sweep (safe while it runs)")
-    p.add_argument("sweep", nargs="?", help="the sweep's name (default: the only detached sweep in --results)")
-    p.add_argument("--results", default="results", help="results folder the sweep was started with (default ./results)")
+    status.add_sweep_options(p)
     p.add_argument("--wait", action="store_true", help="follow the sweep: collect until every host is done")
     p.add_argument(
         "--lost-after",
@@ -37,11 +33,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     logs.configure(args.log_format)
-    root = Path(args.results)
-    state = detach.load_state(root, pick_sweep(args.sweep, root))
-    if not state.spec:  # handed out by tune (no spec file of its own): its re-run collects what is left
-        raise UserError(f"sweep {state.sweep} was handed out by `tune`: run the same tune again to collect it")
-    spec = load_spec(state.spec)
+    root, state = status.load(args)
+    spec = detach.spec_of(state)  # with the window it was handed out with (--duration): the same cell ids
     hosts = load_inventory(state.inventory, ",".join(state.hosts()))
     total = 0
     while True:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
-
 from agent.commands import flags
 from agent.hostside import atomic
 from agent.judging import stats
+from agent.reporting import terminal
 from agent.reporting.compare import compare, comparison_table, render_markdown
 from agent.store import options
 
@@ -46,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         rank_by=args.rank_by,
     )
-    console = Console()
+    console = terminal.console()
     for warning in cmp.warnings:
         console.print(f"[bold yellow]warning:[/] {warning}")
     console.print(comparison_table(cmp))

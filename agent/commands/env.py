@@ -10,7 +10,6 @@ import argparse
 import json
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from agent.errors import UserError
@@ -22,6 +21,7 @@ from agent.planning import envrules, multinode
 from agent.planning import matrix as plan
 from agent.planning.inventory import check_reachable, load_inventory
 from agent.planning.spec import Spec, load_spec
+from agent.reporting import terminal
 from agent.running.sweep import gather_facts
 
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         shown = redact.redact({"warnings": warnings, "cells": [_as_dict(cell) for cell in cells]})
         print(json.dumps(shown, indent=1))
         return 0
-    console = Console()
+    console = terminal.console()
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     for cell in cells:
@@ -141,7 +141,7 @@ def _show_multinode(view: dict[str, Any], as_json: bool) -> int:
     if as_json:
         print(json.dumps(redact.redact(view), indent=1))
         return 0
-    console = Console()
+    console = terminal.console()
     for warning in view["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     for s in view["node_sets"]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from rich.console import Console
 from rich.table import Table
 
 from agent.commands import flags
 from agent.errors import UserError
 from agent.hostside import atomic
+from agent.reporting import terminal
 from agent.reporting.escape import rich
 from agent.reporting.markdown import num, pct
 from agent.store import db, history, options, select
@@ -22,7 +22,12 @@ from agent.store import db, history, options, select
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("history", help="one configuration over time and across images", description=__doc__)
-    p.add_argument("filters", nargs="*", metavar="KEY=VALUE", help=f"filters: {', '.join(select.KEYS)}")
+    p.add_argument(
+        "filters",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help=f"filters: {', '.join(select.KEYS)}, or a setting such as speculative=off ({', '.join(history.AXES)})",
+    )
     p.add_argument("--plot", type=flags.writable_file, default=None, help="also draw it (PNG) here")
     p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a row is a regression")
     options.add_store_option(p)
@@ -52,12 +57,14 @@ def table(rows: list[history.HistoryRow]) -> Table:
 
 
 def run(args: argparse.Namespace) -> int:
-    selection = select.parse(args.filters)
+    store_terms, axes = history.split_terms(args.filters)
+    selection = select.parse(store_terms)
     engine, url = options.engine_for(args)
-    rows = history.query(engine, selection)
+    rows = history.query(engine, selection, axes=axes)
     if not rows:
-        raise UserError(f"store {db.shown(url)}: nothing measured matches {selection}")
-    console = Console()
+        shown = ",".join([str(selection)] + [f"{a}={v}" for a, vs in axes.items() for v in vs])
+        raise UserError(f"store {db.shown(url)}: nothing measured matches {shown}")
+    console = terminal.console()
     console.print(table(rows))
     bad = history.regressions(rows)
     console.print(f"{len(rows)} row(s), {len(bad)} regression(s) beyond the noise")

@@ -1,6 +1,7 @@
 """spark-agent logs HOST [CELL] [-i INVENTORY] [-n LINES] [--follow]: a host's server log; with --follow, live.
 
-Without CELL it is the log of the server running there now. The log is host text: control characters and terminal
+Without CELL it is the log of the server running there now; with --follow, the host: each cell's log in turn, moving
+on as the host starts its next cell, until its sweep ends (or Ctrl-C). The log is host text: control characters and terminal
 escapes are removed before it reaches your terminal.
 """
 
@@ -21,7 +22,12 @@ def register(sub) -> None:
     p.add_argument("cell", metavar="CELL", nargs="?", help="a cell id (default: the cell running there now)")
     p.add_argument("-i", "--inventory", default=str(DEFAULT_INVENTORY))
     p.add_argument("-n", "--lines", type=int, default=100, help="lines of the end to show first (default 100)")
-    p.add_argument("-f", "--follow", action="store_true", help="keep streaming new lines until Ctrl-C")
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep streaming: the cell's new lines, or (without CELL) every cell the host runs until its sweep ends",
+    )
     p.set_defaults(func=run)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from agent.commands import flags
 from agent.errors import UserError
 from agent.judging import stats
+from agent.reporting.escape import plain
 from agent.reporting.markdown import write_report, write_report_cells
 from agent.store import options
 
@@ -35,13 +36,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     ranking = {"threshold": args.threshold, "seed": args.seed, "rank_by": args.rank_by}
+    said: list[str] = []
     if isinstance(args.results_dir, Path):
-        written = write_report(args.results_dir, args.out, **ranking)
+        written = write_report(args.results_dir, args.out, **ranking, said=said)
     else:
         if args.out is None:
             raise UserError("report from a store selection: pass --out FOLDER (where to write the report)")
         cells = options.cells_of(args.results_dir, args)
-        written = write_report_cells(cells, args.out, **ranking)
+        written = write_report_cells(cells, args.out, **ranking, said=said)
+    for text in said:  # what to run first: the files hold the why
+        print(plain(text))
     for path in written:
         print(path)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 import threading
@@ -11,17 +12,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
-from rich.console import Console
 
 from agent import logs
 from agent.commands import flags
+from agent.errors import UserError
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning import multinode
 from agent.planning.inventory import load_inventory
-from agent.planning.spec import load_spec
+from agent.planning.spec import Spec, load_spec
+from agent.reporting import terminal
+from agent.reporting.escape import plain as line
 from agent.results import tree as results
 from agent.running import detach
-from agent.running.follow import run_sweep
+from agent.running.follow import STOPPED_MID_CELL, run_sweep
 from agent.running.progress import Progress
 from agent.running.sweep import SweepOutcome
 
@@ -78,6 +81,8 @@ def run(args) -> int:
     spec = load_spec(args.spec)
     if args.duration is not None:
         spec = spec.with_duration(args.duration)
+    elif not args.fresh:
+        spec = _same_window(spec, Path(args.spec), Path(args.results))
     hosts = load_inventory(args.inventory, args.limit)
     multinode.require_ray(spec, hosts)
     if args.detach:
@@ -124,12 +129,31 @@ def _detach(args, spec, hosts) -> int:
     for host in state.hosts():
         lost = f" (refused: {state.lost[host]})" if host in state.lost else ""
         print(f"{host}: {len(state.assignment[host])} cell(s){lost}", file=sys.stderr)
+    where = ["--results", str(args.results), "-i", str(args.inventory)]
+    if getattr(args, "vault_password_file", None):
+        where += ["--vault-password-file", args.vault_password_file]
+    print(f"detached sweep {state.sweep}: the hosts run it now; then", file=sys.stderr)
+    print(f"  progress:  {shlex.join(['spark-agent', 'status', state.sweep, *where])}", file=sys.stderr)
+    print(f"  results:   {shlex.join(['spark-agent', 'collect', state.sweep, *where, '--wait'])}", file=sys.stderr)
+    return 1 if state.lost else 0
+
+
+def _same_window(spec: Spec, spec_path: Path, root: Path) -> Spec:
+    """A re-run of a sweep still out on the hosts (detached, or a controller that went away) without --duration
+    takes the window it was handed out with: the same cells, so what the hosts measure is followed, not redone."""
+    try:
+        state = detach.load_state(root, spec.name)
+    except UserError:
+        return spec
+    same_file = state.spec == str(spec_path.resolve())
+    if state.finished or not same_file or not state.duration_s or state.duration_s == spec.duration_s:
+        return spec
     print(
-        f"detached sweep {state.sweep}: `spark-agent status {state.sweep}` shows progress, "
-        f"`spark-agent collect {state.sweep}` brings the results back (--results {args.results})",
+        f"sweep {spec.name}: using --duration {state.duration_s:g}, as it was handed out "
+        f"(pass --duration to choose, or --fresh to start over)",
         file=sys.stderr,
     )
-    return 1 if state.lost else 0
+    return spec.with_duration(state.duration_s)
 
 
 def _replicas(text: str) -> int:
@@ -187,13 +211,28 @@ def _print_summary(outcome: SweepOutcome, fmt: str) -> None:
     print(f"  {'host':<{width}}  " + "  ".join(f"{c:>8}" for c in COLUMNS), file=out)
     for name, counts in [*rows.items(), ("total", total)]:
         print(f"  {name:<{width}}  " + "  ".join(f"{counts[c]:>8}" for c in COLUMNS), file=out)
+    detached = sum(len(o.while_detached) for o in outcome.hosts.values())
+    if detached:
+        print(
+            f"  {detached} of these cell(s) were measured while detached (by the runners handed out earlier) and "
+            "collected by this run",
+            file=out,
+        )
     for host, o in sorted(outcome.hosts.items()):
         if o.host_lost:
             print(f"lost host {host}: {o.error}", file=out)
         elif o.error:
             print(f"host {host} stopped: {o.error}", file=out)
-        for cell_id, why in o.lost.items():
-            print(f"  lost {host}/{cell_id}: {why}", file=out)
+        for cell_id in o.failed:
+            print(line(f"  failed {host}/{cell_id}: {_failure_line(outcome.sweep_dir / host / cell_id)}"), file=out)
+        for cell_id, why in o.lost.items():  # the cell a stop cut short is "stopped", one never begun "not run"
+            if STOPPED_MID_CELL in why:
+                said = f"stopped {host}/{cell_id}: {why.partition(STOPPED_MID_CELL + ': ')[2]} (a re-run measures it)"
+            elif why.startswith("not run: "):
+                said = f"not run {host}/{cell_id}: {why.removeprefix('not run: ')}"
+            else:
+                said = f"lost {host}/{cell_id}: {why}"
+            print(line(f"  {said}"), file=out)
         for cell_id, verdict in o.skipped.items():
             if verdict != "valid":
                 print(
@@ -201,9 +240,18 @@ def _print_summary(outcome: SweepOutcome, fmt: str) -> None:
                 )
 
 
+def _failure_line(folder: Path) -> str:
+    """What failed and the line that says why (the server's own words): from the cell's record."""
+    try:
+        record = results.read_toml(folder / results.CELL_FILE)
+    except (OSError, ValueError):
+        return "no readable record"
+    return f"{record.get('failure_class') or 'failed'}: {record.get('failure_root_cause') or '(no root cause)'}"
+
+
 def _print_table(cells: list[dict], fmt: str) -> None:
     if fmt == "json" or not cells:
         return
     from agent.reporting.markdown import terminal_table
 
-    Console().print(terminal_table(cells))
+    terminal.console().print(terminal_table(cells))

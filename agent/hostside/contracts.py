@@ -376,6 +376,7 @@ class RunnerProgress(TypedDict, total=False):
     updated: str
     current: str  # the cell running now ("" between cells)
     current_since: str
+    stopped: str  # state=stopped: the cell it was on when told to stop ("" between cells), left unsealed
     done: dict[str, CellDone]  # cell id -> how it ended
     alive: bool  # read_progress: the runner process still holds the host
     sealed: list[str]  # read_progress: done cells whose tar is there to collect

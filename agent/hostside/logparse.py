@@ -638,6 +638,7 @@ class Follower:
         self._server_seen = False
         self._last_exception = ""
         self._last_error = ""
+        self._last_words = ""  # the last line that is neither vLLM's log nor the supervisor's: the process's own
         self._dying = False
         self._fail_lines: list[str] = []
         self._death: dict[str, Any] = {"class": "", "root_cause": "", "evidence": []}  # dying after readiness
@@ -655,6 +656,7 @@ class Follower:
     # -- input --
     def feed(self, text: str) -> None:
         handle = self._handle
+        self._note_last_words(text)
         for line in text.split("\n"):
             if len(line) > MAX_LINE:
                 line = line[:MAX_LINE]
@@ -692,6 +694,17 @@ class Follower:
                         handle(piece)
             elif _PREFILTER.search(line) or ": error: " in line or "for this configuration" in line:
                 handle(line)
+
+    def _note_last_words(self, text: str) -> None:
+        """A server that dies before vLLM logs anything (python cannot import it, a missing binary) says why in a
+        bare line: kept so the failure names it. Only the last few lines are looked at (cheap on any log)."""
+        for raw in reversed(text.rstrip().rsplit("\n", 8)[-8:]):
+            line = clean(raw[:MAX_LINE]).strip()
+            if not line or line.startswith(SUPERVISOR_PREFIX) or _FRAME_LINE.match(line):
+                continue
+            if not split_header(line)[0]:
+                self._last_words = line
+            return
 
     def feed_chunk(self, data: str) -> None:
         last = data.rfind("\n")
@@ -1234,7 +1247,9 @@ class Follower:
             failure = self.fatal.copy()
             failure["evidence"] = self._evidence_lines()
         else:
-            cause = self._last_exception or self._last_error
+            # a log where vLLM said nothing we know: the process's own last words are the cause (never vLLM's)
+            words = self._last_words if not (self._f["vllm_log_lines"] or _recognised(self._f)) else ""
+            cause = self._last_exception or self._last_error or words
             evidence = self._evidence_lines() + [c for c in (self._last_error, self._last_exception) if c]
             # A dying engine whose traceback was cut before its exception: say the cause is missing, never guess.
             cls = (

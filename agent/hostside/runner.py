@@ -264,7 +264,7 @@ def run(workdir: str, sweep: str) -> int:
     except _Stopped:
         if progress.get("current"):
             serving.teardown_cell(workdir, progress["current"], None, seal_it=False)
-        progress.update(state="stopped", current="", current_since="")
+        progress.update(state="stopped", stopped=progress.get("current", ""), current="", current_since="")
         save()
         return 130
     except (HostError, OSError):

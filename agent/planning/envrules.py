@@ -242,13 +242,14 @@ def speculative_defaults(quant: str, speculative_json: str) -> tuple[str, list[s
     return (json.dumps(config, sort_keys=True, separators=(",", ":")) if notes else speculative_json), notes
 
 
-def speculative_warnings(quant: str, speculative_json: str) -> list[str]:
-    """What is wrong with a spec's speculative config, said before any host is touched."""
+def speculative_warnings(quant: str, speculative_json: str, applied: bool = True) -> list[str]:
+    """What is wrong with a spec's speculative config, said before any host is touched. applied=False leaves out
+    what a rule fills in by itself (speculative_defaults: the cells' notes)."""
     config = _parse_speculative(speculative_json)
     warnings = []
     for rule in _speculative_rules(quant, config):
         for key, value in rule["defaults"].items():
-            if key not in config:
+            if key not in config and applied:
                 warnings.append(
                     f"speculative method {config['method']!r} on a {quant} checkpoint without {key!r}: "
                     f'the agent adds "{key}":"{value}" (rule {rule["id"]}): {rule["reason"]}'

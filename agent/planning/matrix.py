@@ -96,6 +96,7 @@ class Cell:
     env: dict[str, str]  # the server's environment (rules + overrides)
     provenance: list[envrules.EnvProvenance]  # the [[env_provenance]] rows
     notes: list[str] = field(default_factory=list)  # warnings and rule notes, shown before the run
+    rules_applied: list[str] = field(default_factory=list)  # of the notes: what a rule did for the spec (no warning)
     argv: list[str] = field(default_factory=list)  # the server command line on this host
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
     checkpoint_info: CheckpointInfo = field(default_factory=lambda: CheckpointInfo())  # {} unless a folder there
@@ -279,6 +280,7 @@ def _cell(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any], com
         env=resolved.env,
         provenance=resolved.provenance,
         notes=list(resolved.warnings) + notes,
+        rules_applied=notes,
     )
     cell.argv = launch_argv(config, host_vars)
     cell.host_env = simulator_env(spec, facts)
@@ -322,11 +324,14 @@ def simulator_env(spec: Spec, facts: Facts) -> dict[str, str]:
 
 
 def spec_warnings(spec: Spec) -> list[str]:
-    """Warnings that need no host: said before anything is touched."""
-    out = []
+    """Warnings that need no host, said before anything is touched: one per rule, naming every checkpoint it is
+    about. What a rule fills in by itself is a plan note, not a warning (the cells record it)."""
+    said: dict[str, list[str]] = {}
     speculatives = spec.design.server.get("speculative", [spec.server.speculative])
     for ckpt in spec.checkpoints:
         for speculative in speculatives:
-            for w in envrules.speculative_warnings(ckpt.quant, speculative):
-                out.append(f"{ckpt.name}: {w}")
-    return out
+            for w in envrules.speculative_warnings(ckpt.quant, speculative, applied=False):
+                names = said.setdefault(w, [])
+                if ckpt.name not in names:
+                    names.append(ckpt.name)
+    return [f"{', '.join(names)}: {w}" for w, names in said.items()]

@@ -746,7 +746,7 @@ def terminal_table(
     conc = sorted({c for s in data.summaries for c in s.points})
     table = Table(title="Median output tok/s (spread); ! = unstable", caption=_caption(data.recommendations))
     for col in ["host", "checkpoint", "backend", "verdict"]:
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # a narrow terminal wraps a name, never cuts it to "flashinfer_…"
     for c in conc:
         table.add_column(f"c={c}", justify="right")
     for s in data.summaries:
@@ -796,8 +796,10 @@ def write_report(
     threshold: float = stats.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
     rank_by: str = "throughput",
+    said: list[str] | None = None,
 ) -> list[Path]:
-    """Read the tree, write report.md, report.html and the PNGs into out_dir (default: results_dir)."""
+    """Read the tree, write report.md, report.html and the PNGs into out_dir (default: results_dir). `said`, if
+    given, gets the "what to run" lines in plain text (what the command prints)."""
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise UserError(f"{results_dir}: no such results folder (pass the folder a sweep wrote, e.g. results/)")
@@ -809,7 +811,15 @@ def write_report(
     out = Path(out_dir or results_dir)
     calibrated = _calibration(results_dir, cells)
     return write_report_cells(
-        cells, out, threshold=threshold, seed=seed, lost=lost, tune=tune, rank_by=rank_by, calibration=calibrated
+        cells,
+        out,
+        threshold=threshold,
+        seed=seed,
+        lost=lost,
+        tune=tune,
+        rank_by=rank_by,
+        said=said,
+        calibration=calibrated,
     )
 
 
@@ -834,6 +844,7 @@ def write_report_cells(
     tune: Sequence[dict[str, Any]] = (),
     rank_by: str = "throughput",
     calibration: Sequence[dict[str, Any]] = (),
+    said: list[str] | None = None,
 ) -> list[Path]:
     """report.md, report.html and the PNGs of these cells (a tree's, or a store selection's) into out. A store
     selection has no lost cells or tune records (they are files of the tree, not cells)."""
@@ -853,7 +864,22 @@ def write_report_cells(
         written.append(_write(out / name, png))
     written.append(_write(out / "report.md", render_markdown(data, images).encode()))
     written.append(_write(out / "report.html", report_html.render(data, images).encode()))
+    if said is not None:
+        said += what_to_run(data)
     return written
+
+
+def what_to_run(data: ReportData) -> list[str]:
+    """The recommendation, one plain line per (hardware, quant): what a person reads first on the terminal."""
+    out = []
+    for rec in data.recommendations:
+        undecided = ", ".join(q.axis for q in rec.undecided)
+        if rec.winner:
+            verdict = f"run {rec.winner}" + (f"; {CANNOT_RANK} {undecided}" if undecided else "")
+        else:
+            verdict = CANNOT_RANK
+        out.append(f"{rec.hardware} · {rec.quant}: {verdict} ({rec.reason})")
+    return out
 
 
 def _write(path: Path, data: bytes) -> Path:

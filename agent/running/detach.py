@@ -31,9 +31,9 @@ from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
 from agent.planning.inventory import Host
 from agent.planning.matrix import Cell
-from agent.planning.spec import Spec
+from agent.planning.spec import Spec, load_spec
 from agent.results import tree as results
-from agent.running import calibration, hostdata, staterecord, tasks
+from agent.running import calibration, fleetindex, hostdata, staterecord, tasks
 from agent.running import collect as collecting
 from agent.running import playbooks as fleet
 from agent.running.identity import controller_identity
@@ -66,6 +66,7 @@ class FleetState:
     finished: bool = False  # an attached sweep followed it to the end (a re-run has nothing to follow)
     refused: dict[str, str] = field(default_factory=dict)  # host -> why it refused its share at hand-out (busy)
     unstored: dict[str, str] = field(default_factory=dict)  # "host/cell" -> why storing its tar failed (not again)
+    duration_s: float = 0.0  # the window the cells were planned with (--duration included); 0: the spec's own
 
     def hosts(self) -> list[str]:
         return sorted(self.assignment)
@@ -110,6 +111,15 @@ def load_state(results_root: Path, sweep: str) -> FleetState:
         raise UserError(f"{path}: not a detached sweep record ({exc}); start the sweep again") from None
     staterecord.check_inventory(path, data, state.inventory)  # ...and its inventory is the one handed out, no program
     return state
+
+
+def spec_of(state: FleetState) -> Spec:
+    """The spec the sweep was handed out from, as it was planned: the file, with the window it ran (--duration),
+    so the cells re-planned by collect and status have the ids handed out."""
+    if not state.spec:  # handed out by tune (no spec file of its own): its re-run collects what is left
+        raise UserError(f"sweep {state.sweep} was handed out by `tune`: run the same tune again to collect it")
+    spec = load_spec(state.spec)
+    return spec.with_duration(state.duration_s) if state.duration_s else spec
 
 
 def known_sweeps(results_root: Path) -> list[str]:
@@ -212,8 +222,10 @@ def record_hand_out(
         facts={h: dict(f) for h, f in prepared.facts.items()},
         last_seen=dict.fromkeys(assignment, time.time()),
         handout=secrets.token_hex(6),
+        duration_s=spec.duration_s,
     )
     save_state(results_root, state)
+    fleetindex.remember(results_root, state.sweep)  # status and collect find it without --results
     return state
 
 
@@ -222,8 +234,7 @@ def start_hand_out(
 ) -> None:
     """Start every runner that has cells; a host that refuses (busy: the holder named) is lost, its cells go on."""
     refused = start_runners(state, spec, cells, inventory, evict, [h for h in state.hosts() if state.assignment[h]])
-    for host, why in refused.items():
-        log.error("host_refused", host=host, error=why)
+    for host, why in refused.items():  # said once: declare_lost logs it (host_lost, "refused: ...")
         if not why.startswith("unreachable: "):  # busy, no plan...: the host said no (an unreachable one is lost)
             state.refused[host] = why
         declare_lost(state, spec, cells, inventory, results_root, host, f"refused: {why}", evict)
@@ -277,6 +288,7 @@ class HostProgress:
     alive: bool = False
     current: str = ""
     current_since: str = ""
+    stopped: str = ""  # state=stopped: the cell it was on when stopped (unsealed)
     done: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell id -> CellDone
     sealed: list[str] = field(default_factory=list)
     token: str = ""  # what this look saw (runner.progress_token): the next look waits for it to change
@@ -294,6 +306,7 @@ def checked_progress(value: Any, host: str) -> HostProgress:
     if state not in _STATES:
         raise hostdata.BadHostData(f"{where}.state: {state!r} is not one of {_STATES}")
     current = obj.get("current", "")
+    stopped = obj.get("stopped", "")
     done_in = hostdata.mapping(obj.get("done", {}), f"{where}.done")
     if len(done_in) > 100_000:
         raise hostdata.BadHostData(f"{where}.done: too many cells")
@@ -317,6 +330,7 @@ def checked_progress(value: Any, host: str) -> HostProgress:
         alive=hostdata.flag(obj.get("alive", False), f"{where}.alive"),
         current=hostdata.cell_id(current, f"{where}.current") if current else "",
         current_since=hostdata.text(obj.get("current_since", ""), f"{where}.current_since", 40),
+        stopped=hostdata.cell_id(stopped, f"{where}.stopped") if stopped else "",
         done=done,
         sealed=[hostdata.cell_id(c, f"{where}.sealed") for c in obj.get("sealed", []) or []],
         note=hostdata.one_line(hostdata.text(obj.get("note", ""), f"{where}.note")),

@@ -42,7 +42,8 @@ from agent.running.sweep import (
 log = structlog.get_logger("spark_agent.sweep")
 
 LOOK_WAIT_S = 10.0  # a look waits on each host this long for its progress to change (progress shown this often)
-SILENT_LOOK_S = 2.0  # with a host silent, looks come at most this often (each is an ansible-playbook run)
+SILENT_LOOK_S = 2.0
+STOPPED_MID_CELL = "stopped mid-cell"  # lost.toml's error for the cell a runner was on when the sweep stopped  # with a host silent, looks come at most this often (each is an ansible-playbook run)
 
 
 def run_sweep(
@@ -219,12 +220,16 @@ class _Following:
             try:
                 got = self._look(state, hand_on=False)
                 self.collected.update((h, c) for h, ids in got.new.items() for c in ids)
+                for host, p in got.progress.items():  # the runner names the cell it stopped (the last look may not)
+                    if p.answered and p.stopped:
+                        on[host] = p.stopped
             except (OSError, UserError) as exc:
                 log.error("final_collect_failed", error=str(exc))
         for host, cid in on.items():
             if not results.is_finished(self.root, state.sweep, host, cid):
+                why = f"{STOPPED_MID_CELL}: the sweep was {reason}"
                 try:
-                    results.record_lost(self.root, state.sweep, host, cid, reason, f"the sweep was {reason}", utc.iso())
+                    results.record_lost(self.root, state.sweep, host, cid, reason, why, utc.iso())
                 except OSError as exc:  # a full disk can't take the note either; no cell.toml still says "measure"
                     log.error("lost_record_not_written", cell=cid, error=str(exc))
         state.finished = True
@@ -273,9 +278,13 @@ def outcome_of(
     for host, cells in prepared.cells.items():
         todo = {c.id for c in prepared.todo.get(host, [])}
         by_id = {c.id: c for c in cells}
-        skipped = {c.id: stored_verdict(root, c) for c in cells if c.id not in todo}
-        o = HostOutcome(host=host, planned=list(skipped), skipped=skipped)
+        # measured while detached (an earlier hand-out's runners) and brought back by this run: this run's cells
+        brought = [c.id for c in cells if c.id not in todo and (host, c.id) in run.collected]
+        skipped = {c.id: stored_verdict(root, c) for c in cells if c.id not in todo and c.id not in brought}
+        o = HostOutcome(host=host, planned=list(skipped) + brought, skipped=skipped, while_detached=brought)
         outcome.hosts[host] = o
+        for cid in brought:
+            o.add(_BUCKET.get(stored_verdict(root, by_id[cid]), "failed"), cid)
         assigned = state.assignment.get(host, []) if state else [c.id for c in prepared.todo.get(host, [])]
         o.planned += [cid for cid in assigned if cid not in skipped]
         if state and host in state.refused:

@@ -8,7 +8,9 @@ concurrency level done). Thread-safe: each host's worker thread reports into the
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console
@@ -89,9 +91,25 @@ class Progress:
 
     def runner_state(self, host: str, done: int, assigned: int, cell: Cell | None, since: str) -> None:
         """What the host's runner said at the last look (attached sweep): cells done of its share, and the one it
-        is on since when (the host's clock, ISO UTC: host data, escaped)."""
+        is on since when (the host's clock, ISO UTC: host data, escaped). The bar moves with the running cell's
+        time at each look, not only when it ends, so the ETA is the sweep's real one."""
         now = f"{rich(cell.label)} [dim]{cell.id}[/] since {rich(since[11:19])}" if cell else "between cells"
-        self._update(host, description=f"{done}/{assigned} · {now}")
+        step = self._running_step(host, cell, since) if cell else 0.0
+        self._update(host, advance=step, description=f"{done}/{assigned} · {now}")
+
+    def _running_step(self, host: str, cell: Cell, since: str, now: float | None = None) -> float:
+        """How far the bar moves for the cell running since `since`: its time so far, bounded by its planned
+        windows (cell_done adds the rest). A bad or skewed host clock only moves it less or at once."""
+        try:
+            started = datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+        ran = min(max((now if now is not None else time.time()) - started, 0.0), 0.99 * _cell_seconds(cell))
+        step = ran - self.advanced.get(host, 0.0)
+        if step <= 0:
+            return 0.0
+        self.advanced[host] = ran
+        return step
 
     def host_failed(self, host: str, message: str) -> None:
         self._update(host, description=f"[red]stopped: {rich(message[:80])}")

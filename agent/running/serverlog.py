@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import time
 from typing import IO, TYPE_CHECKING
 
 from agent.errors import UserError
@@ -63,10 +64,119 @@ class _Clean:
         self.out.flush()
 
 
+# The cell named in server.json, as the host's shell reads it: only 12 hex digits can come out (never a path part).
+_SERVER_CELL = r"""sed -n 's/.*"cell_id": *"\([0-9a-f]\{12\}\)".*/\1/p' %s 2>/dev/null | head -n 1"""
+# What the host's runner is doing (stdlib only; the host's Python, as Ansible's): its sweep's progress and whether it
+# still runs. Its answer is host data: checked by _runner_now.
+_RUNNER_NOW = r"""
+import json, os, sys
+def read(path):
+    try:
+        with open(path) as f:
+            value = json.load(f)
+        return value if isinstance(value, dict) else {}
+    except Exception:
+        return {}
+w = os.path.expanduser(sys.argv[1])
+holder = read(os.path.join(w, "state", "runner.json"))
+sweep = holder.get("sweep") if isinstance(holder.get("sweep"), str) else ""
+ok = sweep and "/" not in sweep and sweep not in (".", "..")
+progress = read(os.path.join(w, "sweeps", sweep, "progress.json")) if ok else {}
+alive = False
+try:
+    pid = int(holder.get("runner_pid") or 0)
+    os.kill(pid, 0)
+    alive = pid > 0 and progress.get("state") == "running"
+except Exception:
+    pass
+done = progress.get("done") if isinstance(progress.get("done"), dict) else {}
+def finished(cell):
+    record = done[cell]
+    return record.get("finished", 0) if isinstance(record, dict) and isinstance(record.get("finished"), (int, float)) else 0
+order = sorted(done, key=finished)[-1000:]
+print(json.dumps({"current": progress.get("current", ""), "done": order, "alive": alive}))
+"""
+POLL_S = 1.0
+
+
+def _runner_now(conn: fabric.Connection, host: Host, workdir: str) -> tuple[str, list[str], bool]:
+    """(the cell the host's runner is on or "", the cells it finished, in the order they ended, whether it still
+    runs)."""
+    python = str(host.vars.get("ansible_python_interpreter") or "python3")
+    res = conn.run(
+        f"{shlex.quote(python)} -c {shlex.quote(_RUNNER_NOW)} {shlex.quote(workdir)}",
+        hide=True,
+        warn=True,
+        in_stream=False,
+    )
+    try:
+        now = json.loads(res.stdout[:SERVER_JSON_MAX]) if res.ok else {}
+    except ValueError:
+        now = {}
+    if not isinstance(now, dict):
+        now = {}
+    current = now.get("current")
+    done = now.get("done")
+    return (
+        current if isinstance(current, str) and CELL_ID.fullmatch(current) else "",
+        [c for c in done if isinstance(c, str) and CELL_ID.fullmatch(c)] if isinstance(done, list) else [],
+        now.get("alive") is True,
+    )
+
+
+def follow_host(conn: fabric.Connection, host: Host, lines: int, out: IO[str]) -> int:
+    """`logs HOST --follow`: the host, not one file. The cell running now (its last `lines`, then live), then
+    each next cell from its start, moving on as the host starts it (a cell too short to catch live is shown
+    whole), until the host's sweep ends or Ctrl-C."""
+    workdir = str(host.vars.get("spark_workdir") or DEFAULT_WORKDIR)
+    clean = _Clean(out)
+    current, done, alive = _runner_now(conn, host, workdir)
+    if not current and not alive:
+        return show(conn, host, running_cell(conn, host, workdir), lines, True, out)  # a server without a runner
+    shown = set(done)  # finished before we came: not ours to replay
+    first = f"-n {lines:d}"
+    while True:
+        for cell in [c for c in done if c not in shown]:  # ended between two looks
+            shown.add(cell)
+            out.write(f"==> {host.name}: cell {cell} (ended) <==\n")
+            out.flush()
+            log = host_path(workdir, "runs", cell, "server.log")
+            conn.run(f"cat -- {log} 2>/dev/null || true", out_stream=clean, warn=True, in_stream=False)
+        if current and current not in shown:
+            shown.add(current)
+            out.write(f"==> {host.name}: cell {current} <==\n")
+            out.flush()
+            if not _follow_cell(conn, workdir, current, first, clean):
+                return 0  # Ctrl-C (or the connection dropped)
+            first = "-n +1"
+        elif not alive:
+            out.write(f"==> {host.name}: its sweep has ended <==\n")
+            return 0
+        else:
+            time.sleep(POLL_S)  # between cells: the runner starts the next one
+        current, done, alive = _runner_now(conn, host, workdir)
+
+
+def _follow_cell(conn: fabric.Connection, workdir: str, cell: str, first: str, clean: _Clean) -> bool:
+    """Stream one cell's server log while its server runs; False when Ctrl-C ended it."""
+    log = host_path(workdir, "runs", cell, "server.log")
+    server = _SERVER_CELL % host_path(workdir, "state", "server.json")
+    # tail dies with this shell (--pid); the shell ends once server.json names another cell (or none), a moment
+    # later so the last lines are out. A pty: Ctrl-C reaches both, and the exit status says so.
+    script = (
+        f"tail {first} -F --pid=$$ -- {log} 2>/dev/null & t=$!; sleep {POLL_S:g}; "
+        f'while [ "$({server})" = {cell} ]; do sleep {POLL_S:g}; done; '
+        "sleep 1; kill $t 2>/dev/null; wait $t 2>/dev/null; exit 0"
+    )
+    return conn.run(script, out_stream=clean, warn=True, pty=True).exited == 0
+
+
 def show(conn: fabric.Connection, host: Host, cell: str | None, lines: int, follow: bool, out: IO[str]) -> int:
     workdir = str(host.vars.get("spark_workdir") or DEFAULT_WORKDIR)
     if cell is not None and not CELL_ID.fullmatch(cell):
         raise UserError(f"CELL {cell!r}: a cell id is 12 hex digits (see the results tree or `spark-agent status`)")
+    if follow and cell is None:
+        return follow_host(conn, host, lines, out)
     cell = cell or running_cell(conn, host, workdir)
     log = host_path(workdir, "runs", cell, "server.log")
     missing = conn.run(f"test -f {log}", hide=True, warn=True, in_stream=False)

@@ -64,6 +64,7 @@ class HostOutcome:
     )  # its host was lost mid-cell; another host took it: id -> why
     error: str = ""  # why this host stopped taking cells
     host_lost: bool = False  # it became unreachable
+    while_detached: list[str] = field(default_factory=list)  # of the done: measured by an earlier hand-out's runners
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -158,6 +159,20 @@ def _raise_host_errors(run: fleet.FleetRun, stage: str) -> None:
     if problems:
         detail = "; ".join(f"host {h}: {msg}" for h, msg in problems.items())
         raise UserError(f"{stage} failed: {detail}")
+
+
+def say_notes(cells: dict[str, list[Cell]]) -> None:
+    """Each plan note once, with the hosts it is about: a warning, or (what a rule did by itself) info."""
+    hosts: dict[str, list[str]] = {}
+    applied: set[str] = set()
+    for host, cs in cells.items():
+        for c in cs:
+            applied.update(c.rules_applied)
+            for n in c.notes:
+                if host not in hosts.setdefault(n, []):
+                    hosts[n].append(host)
+    for note, on in hosts.items():
+        (log.info if note in applied else log.warning)("plan_note", hosts=", ".join(on), note=note)
 
 
 def plan_fleet(spec: Spec, hosts: list[Host], facts: dict[str, Facts]) -> dict[str, list[Cell]]:
@@ -324,9 +339,7 @@ def prepare(
         cells = plan_fleet(spec, hosts, facts)
         if select is not None:  # tune picks among the spec's own cells (its rounds rank within one host)
             cells = select({h: [c for c in cs if not c.reference_of] for h, cs in cells.items()})
-        for host, cs in cells.items():
-            for note in sorted({n for c in cs for n in c.notes}):
-                log.warning("plan_note", host=host, note=note)
+        say_notes(cells)
         collect.clear_incoming(results_root, spec.name)
         results.clear_temp_files(results_root, spec.name)
         todo = {

@@ -9,16 +9,19 @@ and compare use); a difference inside the noise is "cannot rank", never a regres
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import sqlalchemy as sa
 
 from agent.judging import stats
+from agent.planning.settings import ServerSettings, flat_names
 from agent.store.schema import cells, hosts, measurements, sweeps
-from agent.store.select import Selection, joined, where
+from agent.store.select import CHUNK, Selection, joined, where
 
 
 @dataclass
@@ -38,6 +41,9 @@ class HistoryRow:
     change: str = ""  # "regression" / "improvement" / "cannot rank" against the previous image ("" = first)
     ratio: float = math.nan  # median / previous image's median
     point: str = ""  # the load point, from the window's name: c008, or q2-c008-d8192 in a cell with load axes
+    cell_pk: int = 0
+    settings: dict[str, str] = field(default_factory=dict)  # its value on each axis of AXES, in words (mtp, off)
+    variant: str = ""  # the axes that differ among the rows shown: "speculative=mtp"
 
     @property
     def median(self) -> float | None:
@@ -52,10 +58,40 @@ class HistoryRow:
 
     @property
     def config(self) -> str:
-        return f"{self.checkpoint} / {self.backend}"
+        return f"{self.checkpoint} / {self.backend}" + (f" {self.variant}" if self.variant else "")
 
 
-def query(engine: sa.Engine, selection: Selection, *, seed: int = stats.DEFAULT_SEED) -> list[HistoryRow]:
+# The [config] axes beyond checkpoint and backend a row can differ on (the image is what history runs across): each
+# is in the label when it differs among the rows, and a filter (speculative=off).
+AXES = (*[k for k in flat_names(ServerSettings) if k not in stats.HELD_KEYS], "env_variant")
+
+
+def split_terms(args: Sequence[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """The command line's terms: the store's (select.parse) and the axis filters (axis -> wanted values)."""
+    store: list[str] = []
+    axes: dict[str, list[str]] = {}
+    for arg in args:
+        kept = []
+        for term in arg.split(","):
+            key, eq, value = term.partition("=")
+            if eq and key.strip() in AXES:
+                axes.setdefault(key.strip(), []).append(value.strip())
+            else:
+                kept.append(term)
+        if kept:
+            store.append(",".join(kept))
+    return store, axes
+
+
+def query(
+    engine: sa.Engine,
+    selection: Selection,
+    *,
+    seed: int = stats.DEFAULT_SEED,
+    axes: dict[str, list[str]] | None = None,
+) -> list[HistoryRow]:
+    """The rows of the selection, each labelled with the axes that differ among them; `axes` (axis -> values, `*`
+    matches anything) keeps the rows whose value on each axis is one of those given."""
     q = (
         sa.select(
             cells.c.id,
@@ -86,15 +122,37 @@ def query(engine: sa.Engine, selection: Selection, *, seed: int = stats.DEFAULT_
             if row is None:
                 row = groups[(r.id, point)] = HistoryRow(
                     r.config_key, r.checkpoint, r.backend, r.host, r.concurrency, r.sweep, r.image,
-                    r.vllm_version, r.started_at, r.verdict, (), 0, point=point,
+                    r.vllm_version, r.started_at, r.verdict, (), 0, point=point, cell_pk=r.id,
                 )  # fmt: skip
             if r.ok:
                 row.values += (float(r.output_throughput),)
             else:
                 row.failed += 1
-    rows = sorted(groups.values(), key=lambda h: (h.config, h.config_key, h.host, h.concurrency, h.point, h.started_at))
+    found = _with_settings(engine, list(groups.values()), axes or {})
+    rows = sorted(found, key=lambda h: (h.config, h.config_key, h.host, h.concurrency, h.point, h.started_at))
     mark_changes(rows, seed=seed)
     return rows
+
+
+def _with_settings(engine: sa.Engine, rows: list[HistoryRow], wanted: dict[str, list[str]]) -> list[HistoryRow]:
+    """Each row's value on every axis (from its cell's [config]: one read per cell, not per window), the rows the
+    axis filters keep, and their labels: every axis on which the kept rows differ."""
+    ids = sorted({r.cell_pk for r in rows})
+    configs: dict[int, dict[str, Any]] = {}
+    with engine.connect() as conn:
+        for i in range(0, len(ids), CHUNK):
+            q = sa.select(cells.c.id, cells.c.config).where(cells.c.id.in_(ids[i : i + CHUNK]))
+            configs.update((pk, dict(config or {})) for pk, config in conn.execute(q))
+    kept = []
+    for r in rows:
+        config = configs.get(r.cell_pk, {})
+        r.settings = {a: str(stats.value_label(config, a)) for a in AXES}
+        if all(any(fnmatch.fnmatchcase(r.settings[a], v) for v in values) for a, values in wanted.items()):
+            kept.append(r)
+    differ = [a for a in AXES if len({r.settings[a] for r in kept}) > 1]
+    for r in kept:
+        r.variant = " ".join(f"{a}={r.settings[a]}" for a in differ)
+    return kept
 
 
 def mark_changes(rows: Sequence[HistoryRow], *, seed: int = stats.DEFAULT_SEED) -> None:

@@ -109,8 +109,9 @@ pid:
 progress:
   description:
     - The runner's progress.json (C(state) running, finished or stopped; C(current), the cell running now, and
-      C(current_since); C(done), cell id to outcome; C(updated)), with C(alive) (the runner process runs) and
-      C(sealed) (done cells whose packed run folder waits to be collected). Empty when no runner ever ran this sweep.
+      C(current_since); C(stopped), the cell it was on when stopped; C(done), cell id to outcome; C(updated)), with
+      C(alive) (the runner process runs) and C(sealed) (done cells whose packed run folder waits to be collected).
+      Empty when no runner ever ran this sweep.
   type: dict
   returned: state=status
 token:
