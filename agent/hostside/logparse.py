@@ -699,10 +699,10 @@ class Follower:
         """A server that dies before vLLM logs anything (python cannot import it, a missing binary) says why in a
         bare line: kept so the failure names it. Only the last few lines are looked at (cheap on any log)."""
         for raw in reversed(text.rstrip().rsplit("\n", 8)[-8:]):
-            line = clean(raw[:MAX_LINE]).strip()
-            if not line or line.startswith(SUPERVISOR_PREFIX) or _FRAME_LINE.match(line):
+            line = clean(raw[:MAX_LINE]).rstrip()
+            if not line.strip() or line.startswith(SUPERVISOR_PREFIX) or _FRAME_LINE.match(line.strip()):
                 continue
-            if not split_header(line)[0]:
+            if not split_header(line)[0] and _LAST_WORDS.match(line):  # an error said at column 0, not prose
                 self._last_words = line
             return
 
@@ -1287,6 +1287,14 @@ def _draft_method(draft: str) -> str:
 def _balance(text: str) -> int:
     """Open brackets minus closed ones (a wrapped list or call is still open when > 0)."""
     return text.count("[") + text.count("{") + text.count("(") - text.count("]") - text.count("}") - text.count(")")
+
+
+# What a process that died before vLLM logged anything says last: an exception line, or the shell's and loader's
+# own complaints (python cannot import vLLM, a missing binary or file, a killed process). Anything else is not taken.
+_LAST_WORDS = re.compile(
+    r"(?:[\w.]*(?:Error|Exception)\b|.*\b(?:No module named|command not found|not found|No such file or directory|"
+    r"Permission denied|can't open file|Segmentation fault|Killed)\b)"
+)
 
 
 def _recognised(f: Attestation) -> bool:
