@@ -65,6 +65,7 @@ def test_cli_fails_on_regression_when_asked(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--markdown", str(md)]) == 0
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-on-regression"]) == 1
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "a"), "--fail-on-regression"]) == 0
-    assert "| uns-fast / marlin | 16 | 1,600.0 | 2.0% | 800.0 | 2.0% | 0.500 | REGRESSION |" in md.read_text()
-    assert "3 regression(s)" in capsys.readouterr().out
+    assert "| uns-fast / marlin | 16 | 1,600.0 | 2.0% | 800.0 | 2.0% | 0.500 | slower |" in md.read_text()
+    assert "| uns-fast / marlin | 0.500x " in md.read_text() and "| REGRESSION |" in md.read_text()
+    assert "1 of 1 configuration(s) regressed beyond the noise" in capsys.readouterr().out
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "missing")]) == 2

@@ -113,3 +113,26 @@ def test_a_calibration_replaces_the_reference_cell_and_the_report_says_so(tmp_pa
     assert len(list((out / "four").glob("*/*/cell.toml"))) == 4  # the four cells, no reference of its own
     assert "Host effects also measured by 2 cell(s) of" in report and "spark-agent calibrate" in report
     assert "marlin" in answer(report) and "host effect: spark-" in report
+
+
+def test_compare_catches_a_real_ten_percent_slowdown_and_not_a_rerun(tmp_path, three):
+    """Issue 26's compare on the CLI: the same spec twice on one host is no regression; the host made 10% slower
+    (the simulator's speed) is one, whatever its per-point noise."""
+    inv = yaml.safe_load(three.inventory.read_text())
+    inv["all"]["children"]["sparks"]["hosts"]["spark-a"]["spark_serve_env"]["SPARK_SIM_SPEED"] = "0.9"
+    slow_inventory = tmp_path / "slow.yml"
+    slow_inventory.write_text(yaml.safe_dump(inv))
+    runs = {}
+    for name, inventory in (("a", three.inventory), ("again", three.inventory), ("slow", slow_inventory)):
+        args = ["sweep", str(QUICK), "-i", str(inventory), "--limit", "spark-a", "--results", str(tmp_path / name)]
+        run = subprocess.run([*CLI, *args, "--duration", "1"], cwd=REPO, capture_output=True, text=True, timeout=400)
+        assert run.returncode == 0, run.stdout + run.stderr
+        runs[name] = tmp_path / name / "quick"
+
+    def compared(b: str) -> subprocess.CompletedProcess:
+        args = ["compare", str(runs["a"]), str(runs[b]), "--fail-on-regression"]
+        return subprocess.run([*CLI, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+    same, slower = compared("again"), compared("slow")
+    assert same.returncode == 0 and "0 of 2 configuration(s) regressed" in same.stdout, same.stdout + same.stderr
+    assert slower.returncode == 1 and "2 of 2 configuration(s) regressed" in slower.stdout, slower.stdout

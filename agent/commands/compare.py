@@ -9,9 +9,10 @@ import argparse
 
 from agent.commands import flags
 from agent.hostside import atomic
-from agent.judging import stats
+from agent.judging import regression, stats
 from agent.reporting import terminal
-from agent.reporting.compare import compare, comparison_table, render_markdown
+from agent.reporting.compare import compare, comparison_table, render_markdown, summary_line
+from agent.reporting.escape import rich
 from agent.store import options
 
 
@@ -24,7 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--markdown", type=flags.writable_file, default=None, help="also write the comparison as markdown here"
     )
-    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when B regresses beyond the noise")
+    p.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="exit 1 when a configuration of B regresses beyond the noise (at most 5%% false alarms per compare)",
+    )
     p.add_argument(
         "--threshold",
         type=flags.number(0, 10),
@@ -49,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
     for warning in cmp.warnings:
         console.print(f"[bold yellow]warning:[/] {warning}")
     console.print(comparison_table(cmp))
-    console.print(f"{len(cmp.regressions)} regression(s) beyond the noise out of {len(cmp.diffs)} points")
+    console.print(summary_line(cmp))
+    for c in cmp.regressions:
+        if c.change is not None:
+            console.print(f"[bold red]regression:[/] {rich(c.label)}: {rich(regression.describe(c.change))}")
     if args.markdown:
         atomic.write_text(args.markdown, render_markdown(cmp, str(args.results_a), str(args.results_b)))
     return 1 if args.fail_on_regression and cmp.regressions else 0

@@ -2,7 +2,9 @@
 
 Cells are matched on their configuration without the image (and with the host only when one tree holds the same
 configuration on several hosts). At every concurrency B/A is computed and judged with the ranking rule of
-agent.judging.stats: a regression is B slower than A outside the noise; inside the noise it is "within noise".
+agent.judging.stats (slower or faster outside the noise, or "within noise"). Whether a configuration regressed is
+decided once per configuration over all its points (judging/regression.py: the repeats' noise, the host effect when
+A and B ran on different hosts, a stated false-alarm rate per compare): that is what --fail-on-regression reads.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.judging import stats
+from agent.judging import hosteffect, regression, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Ranking
 from agent.reporting.escape import md, rich
 from agent.reporting.markdown import num, spread_text
 
 REGRESSION, IMPROVEMENT, WITHIN_NOISE = "regression", "improvement", "within noise"
+# One point alone is slower or faster beyond its own noise; whether a configuration regressed is its ConfigDiff's.
+POINT_WORDS = {REGRESSION: "slower", IMPROVEMENT: "faster", WITHIN_NOISE: WITHIN_NOISE}
 # Fields that may differ between the two sides of a comparison: what is being compared.
 VARYING = ("image",)
 
@@ -39,6 +43,21 @@ class PointDiff:
         return {"a": IMPROVEMENT, "b": REGRESSION}.get(self.ranking.outcome, WITHIN_NOISE)
 
 
+@dataclass(frozen=True)
+class ConfigDiff:
+    """One configuration over all the points both sides measured."""
+
+    label: str
+    change: regression.Change | None  # None: not decided (why says why)
+    why: str = ""
+
+    @property
+    def status(self) -> str:
+        if self.change is None:
+            return WITHIN_NOISE
+        return REGRESSION if self.change.slower else IMPROVEMENT if self.change.faster else WITHIN_NOISE
+
+
 @dataclass
 class Comparison:
     diffs: list[PointDiff]
@@ -47,9 +66,15 @@ class Comparison:
     not_compared: list[str]  # matched, but INVALID or failed on a side: never compared
     warnings: list[str] = field(default_factory=list)
     rank_by: str = "throughput"  # a key of stats.RANK_BY: the metric B/A is judged on
+    configs: list[ConfigDiff] = field(default_factory=list)
 
     @property
-    def regressions(self) -> list[PointDiff]:
+    def regressions(self) -> list[ConfigDiff]:
+        """The configurations that regressed: what --fail-on-regression fails on."""
+        return [c for c in self.configs if c.status == REGRESSION]
+
+    @property
+    def slower_points(self) -> list[PointDiff]:
         return [d for d in self.diffs if d.status == REGRESSION]
 
 
@@ -100,6 +125,7 @@ def compare(
     with_host = _needs_host(side_a, side_b, with_image=with_image)
     index_a, index_b = _index(side_a, with_host, with_image), _index(side_b, with_host, with_image)
     result = Comparison([], [], [], [], warnings(side_a, side_b), rank_by=rank_by)
+    matched: list[tuple[str, CellSummary, CellSummary]] = []
     for key in sorted(index_a.keys() | index_b.keys(), key=lambda k: _label((index_a.get(k) or index_b[k]), with_host)):
         a, b = index_a.get(key), index_b.get(key)
         either = a or b
@@ -113,7 +139,26 @@ def compare(
             for c in sorted(a.points.keys() & b.points.keys()):
                 ranking = stats.rank_pair(b.points[c].values, a.points[c].values, seed=seed)
                 result.diffs.append(PointDiff(label, c, a.points[c], b.points[c], ranking))
+            matched.append((label, a, b))
+    effects = [hosteffect.estimate([s for s in side if s.rankable]) for side in (side_a, side_b)]
+    result.configs = [_config_diff(label, a, b, len(matched), effects) for label, a, b in matched]
     return result
+
+
+def _config_diff(
+    label: str, a: CellSummary, b: CellSummary, configurations: int, effects: Sequence[hosteffect.HostEffects]
+) -> ConfigDiff:
+    """B against A over every level both measured; across hosts, with the host effect either run measured."""
+    pairs = [(a.points[c].values, b.points[c].values) for c in sorted(a.points.keys() & b.points.keys())]
+    host_a, host_b = str(a.cell.get("host", "")), str(b.cell.get("host", ""))
+    effect = None
+    if host_a != host_b:
+        known = [e.across(host_b, host_a) for e in effects]
+        effect = next((est for est, _ in known if est is not None), None)
+        if effect is None:
+            return ConfigDiff(label, None, f"A ran on {host_a}, B on {host_b}, and neither run measured their effect")
+    found = regression.change(pairs, configurations, effect)
+    return ConfigDiff(label, found, "" if found else "fewer than two successful repeats at every level")
 
 
 def warnings(side_a: Sequence[CellSummary], side_b: Sequence[CellSummary]) -> list[str]:
@@ -144,10 +189,19 @@ def _attested(side: Sequence[CellSummary]) -> list[str]:
 def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> str:
     lines = [f"# spark-agent compare: A = {md(name_a)}, B = {md(name_b)}", ""]
     lines += [f"**Warning:** {md(w)}." for w in cmp.warnings] + ([""] if cmp.warnings else [])
-    n_reg, n_imp = len(cmp.regressions), sum(d.status == IMPROVEMENT for d in cmp.diffs)
+    lines += [summary_line(cmp), ""]
+    n_reg, n_imp = len(cmp.slower_points), sum(d.status == IMPROVEMENT for d in cmp.diffs)
     lines += [
-        f"{len(cmp.diffs)} points compared: {n_reg} regression(s) and {n_imp} improvement(s) beyond the "
-        f"noise, {len(cmp.diffs) - n_reg - n_imp} within the noise ({CANNOT_RANK}).",
+        f"Per point: {len(cmp.diffs)} points compared, {n_reg} slower and {n_imp} faster beyond their own noise, "
+        f"{len(cmp.diffs) - n_reg - n_imp} within the noise ({CANNOT_RANK}).",
+        "",
+        "| configuration | B/A over its points [interval] | verdict |",
+        "|---|---|---|",
+        *[
+            f"| {md(c.label)} | {md(regression.describe(c.change)) if c.change else md(c.why)} | "
+            f"{c.status.upper() if c.status == REGRESSION else c.status} |"
+            for c in cmp.configs
+        ],
         "",
         f"Ranked by: {md(stats.RANK_BY[cmp.rank_by][1])} (`--rank-by {md(cmp.rank_by)}`).",
         "",
@@ -160,7 +214,7 @@ def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> st
     for d in cmp.diffs:
         lines.append(
             f"| {md(d.label)} | {d.concurrency} | {_med(d.a)} | {_spr(d.a)} | {_med(d.b)} | {_spr(d.b)} "
-            f"| {d.ratio:.3f} | {d.status.upper() if d.status == REGRESSION else d.status} "
+            f"| {d.ratio:.3f} | {POINT_WORDS[d.status]} "
             f"| {d.ranking.rule} |"
         )
     for title, items in (
@@ -171,6 +225,14 @@ def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> st
         if items:
             lines += ["", f"## {title}", ""] + [f"- {md(x)}" for x in items]
     return "\n".join(lines) + "\n"
+
+
+def summary_line(cmp: Comparison) -> str:
+    """ "1 of 6 configuration(s) regressed beyond the noise (at most 5% false alarms per compare)"."""
+    return (
+        f"{len(cmp.regressions)} of {len(cmp.configs)} configuration(s) regressed beyond the noise "
+        f"(each configuration over all its points; at most {regression.ALPHA:.0%} false alarms per compare)"
+    )
 
 
 def _unit(rank_by: str) -> str:
