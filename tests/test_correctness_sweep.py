@@ -69,7 +69,10 @@ def test_a_fast_backend_with_wrong_outputs_is_flagged_and_never_recommended(tmp_
     swept = _run("sweep", str(spec), "-i", str(inv), "--results", str(out), "--no-progress")
     assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
 
-    cells = {c["config"]["moe_backend"]: c for c in results.load_cells(out / "right")}
+    loaded = results.load_cells(out / "right")
+    cells = {c["config"]["moe_backend"]: c for c in loaded}
+    # marlin, the portable backend, is also the fleet's reference: measured on both hosts (planning/blocks.py)
+    n_marlin = sum(c["config"]["moe_backend"] == "marlin" for c in loaded)
     assert set(cells) == {"marlin", "flashinfer_b12x", "b12x"}
     for cell in cells.values():
         CellRecord.from_toml({k: v for k, v in cell.items() if k not in ("runs", "dir")})  # the record validates
@@ -105,7 +108,7 @@ def test_a_fast_backend_with_wrong_outputs_is_flagged_and_never_recommended(tmp_
     assert "Never recommended" in what_to_run and "marlin" in what_to_run.split("Never recommended", 1)[1]
     assert "**marlin**" not in what_to_run  # never the winner
     side_by_side = report.split("## Correctness: speed and quality side by side", 1)[1].split("## ", 1)[0]
-    assert side_by_side.count("WRONG OUTPUT") == 1 and "reference" in side_by_side
+    assert side_by_side.count("WRONG OUTPUT") == n_marlin and "reference" in side_by_side
     listed = report.split("## WRONG OUTPUT cells (never ranked)", 1)[1].split("## ", 1)[0]
     assert "marlin" in listed and "degenerate outputs" in listed
 

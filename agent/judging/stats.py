@@ -693,7 +693,10 @@ def _recommend_group(
     valid = [s for s in group if s.rankable]
     axes = varying_axes(valid) or ["backend"]
     machines = {comparable(s.cell) for s in valid}
-    effects = hosteffect.estimate(valid + [s for s in calibration if s.rankable and comparable(s.cell) in machines])
+    # A cell with wrong outputs still ran what it asked for at the speed it ran: a host's speed on it is as real as on a
+    # valid one (a reference cell whose backend turns out wrong still links its hosts).
+    ran = valid + [s for s in group if s.verdict == WRONG_OUTPUT]
+    effects = hosteffect.estimate(ran + [s for s in calibration if s.rankable and comparable(s.cell) in machines])
     questions = [_question(axis, [a for a in axes if a != axis], valid, seed, effects) for axis in axes]
     choice = {q.axis: q.winner for q in questions if q.winner}
     return Recommendation(
