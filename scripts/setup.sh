@@ -6,8 +6,9 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SPARK_AGENT_VENV:-$REPO/.venv}"
 
 # openssh-server: real SSH test hosts; docker.io + docker-registry + busybox-static: the docker runtime tests and the
-# simulator's image; chromium: the report's HTML is checked in a real browser; rsync/tar: collect.
-APT_PACKAGES=(openssh-server openssh-client docker.io docker-registry busybox-static chromium tar python3 postgresql)
+# simulator's image; chromium: the report's HTML is checked in a real browser; rsync/tar: collect; sudo: a test host's
+# login user whose sudo asks for a password (tests/sshd_hosts.login_as_user).
+APT_PACKAGES=(openssh-server openssh-client docker.io docker-registry busybox-static chromium tar python3 postgresql sudo)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

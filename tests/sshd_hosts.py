@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +62,7 @@ class SshHost:
     workdir: Path
     pid: int = 0
     proc: subprocess.Popen | None = None
+    user: str = "root"  # the login user (login_as_user: a non-root account whose sudo asks for a password)
 
 
 @dataclass
@@ -154,7 +157,7 @@ def inventory_for(fleet: SshFleet, extra_host_vars: dict | None = None) -> dict:
         hosts[h.name] = {
             "ansible_host": h.address,
             "ansible_port": h.port,
-            "ansible_user": "root",
+            "ansible_user": h.user,
             "ansible_ssh_private_key_file": str(fleet.client_key),
             "ansible_ssh_common_args": f"-o UserKnownHostsFile={fleet.known_hosts} -o StrictHostKeyChecking=yes",
             "ansible_python_interpreter": "/usr/bin/python3",
@@ -231,6 +234,37 @@ def restore_host(fleet: SshFleet, name: str) -> None:
     _spawn_sshd(fleet.root, host)
     assert host.proc is not None
     _wait_port(host.address, host.port, host.proc)
+
+
+def login_as_user(fleet: SshFleet, names: list[str]) -> Callable[[], None]:
+    """These hosts log in as a real non-root account of this machine (created here, one per fleet: sshd checks the
+    passwd entry), whose sudo needs a password nobody gives: whatever needs root fails loudly. Their work dirs move
+    to the account's home (pytest's folders are root's, mode 0700). Returns the clean-up, which removes the account,
+    its home and its sudoers entry (call it after the fleet's servers are stopped)."""
+    if not shutil.which("sudo") or not shutil.which("useradd"):
+        raise RuntimeError("sudo and useradd are needed for the non-root login (scripts/setup.sh installs sudo)")
+    user = f"spk{os.getpid() % 100000}{fleet.root.name[-6:]}".replace("-", "")[:30].lower()
+    subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", user], check=True, capture_output=True)
+    sudoers = Path("/etc/sudoers.d") / user
+    try:
+        password = os.urandom(12).hex()
+        subprocess.run(["chpasswd"], input=f"{user}:{password}\n", text=True, check=True)  # not locked: sshd
+        sudoers.write_text(f"{user} ALL=(ALL) ALL\n")  # sudo, with a password
+        sudoers.chmod(0o440)
+        home = Path(pwd.getpwnam(user).pw_dir)
+        for host in fleet.hosts:
+            if host.name in names:
+                host.user, host.workdir = user, home / "hosts" / host.name
+                subprocess.run(["runuser", "-u", user, "--", "mkdir", "-p", str(host.workdir)], check=True)
+    except BaseException:
+        _remove_user(user, sudoers)
+        raise
+    return lambda: _remove_user(user, sudoers)
+
+
+def _remove_user(user: str, sudoers: Path) -> None:
+    sudoers.unlink(missing_ok=True)
+    subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
 
 
 def stop_fleet(fleet: SshFleet) -> None:

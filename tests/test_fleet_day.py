@@ -21,7 +21,7 @@ from agent.hostside import runner, supervise
 from agent.results import tree as results
 
 from .fault_drills import parse_summary
-from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet
+from .sshd_hosts import SIM_HOST_VARS, inventory_for, login_as_user, start_fleet, stop_fleet
 from .test_sweep import write_spec
 
 pytestmark = pytest.mark.integration
@@ -32,9 +32,12 @@ CLI = [sys.executable, "-m", "agent.cli"]
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory):
-    """Three sshd hosts as simulated GB10s, on port 8200 (never another fleet test's)."""
+    """Three sshd hosts as simulated GB10s, on port 8200 (never another fleet test's). spark-b and spark-c log in as
+    a non-root user whose sudo needs a password (nothing the paths do may need root)."""
     fleet = start_fleet(tmp_path_factory.mktemp("day"), count=3)
+    remove_user = None
     try:
+        remove_user = login_as_user(fleet, ["spark-b", "spark-c"])
         assert fleet.inventory is not None
         fleet.inventory.write_text(yaml.safe_dump(inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8200})))
         yield fleet
@@ -43,6 +46,8 @@ def three(tmp_path_factory):
             with contextlib.suppress(Exception):
                 supervise.stop(str(h.workdir))
         stop_fleet(fleet)
+        if remove_user is not None:
+            remove_user()
 
 
 @pytest.fixture
