@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 SSHD = "/usr/sbin/sshd"
+USER_KEYS = "spark_test_authorized_keys"  # in a login_as_user account's ~/.ssh
 REPO = Path(__file__).resolve().parent.parent
 # The first three octets of the test hosts' loopback addresses. Two test runs on one machine (parallel work trees)
 # set different values (e.g. SPARK_TEST_NET=127.0.3) so their hosts, servers (port 8000) and Ray nodes never meet.
@@ -133,7 +134,9 @@ def _sshd_config(root: Path, host: SshHost, authorized: Path) -> Path:
                 f"ListenAddress {host.address}:{host.port}",
                 f"HostKey {root / f'hostkey_{host.name}'}",
                 f"PidFile {root / f'sshd_{host.name}.pid'}",
-                f"AuthorizedKeysFile {authorized}",
+                # the second file: a non-root login's copy in its own home (sshd reads it as that user, and pytest's
+                # folders are root's, 0700): login_as_user writes it
+                f"AuthorizedKeysFile {authorized} .ssh/{USER_KEYS}",
                 "PermitRootLogin prohibit-password",
                 "PasswordAuthentication no",
                 "KbdInteractiveAuthentication no",
@@ -252,6 +255,14 @@ def login_as_user(fleet: SshFleet, names: list[str]) -> Callable[[], None]:
         sudoers.write_text(f"{user} ALL=(ALL) ALL\n")  # sudo, with a password
         sudoers.chmod(0o440)
         home = Path(pwd.getpwnam(user).pw_dir)
+        keys = (fleet.root / "authorized_keys").read_text()
+        subprocess.run(["runuser", "-u", user, "--", "mkdir", "-m", "700", "-p", str(home / ".ssh")], check=True)
+        subprocess.run(
+            ["runuser", "-u", user, "--", "sh", "-c", f"umask 077 && cat > {home / '.ssh' / USER_KEYS}"],
+            input=keys,
+            text=True,
+            check=True,
+        )
         for host in fleet.hosts:
             if host.name in names:
                 host.user, host.workdir = user, home / "hosts" / host.name

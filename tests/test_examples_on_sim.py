@@ -133,7 +133,7 @@ def test_both_sweeps_backfill_into_a_store_and_compare_across_it(example_reports
             text=True,
         )
         assert cmp.returncode == 0, cmp.stdout + cmp.stderr
-        assert re.search(r"0 regression\(s\) beyond the noise out of [1-9]\d* points", cmp.stdout), cmp.stdout
+        assert re.search(r"0 of [1-9]\d* configuration\(s\) regressed beyond the noise", cmp.stdout), cmp.stdout
     across = subprocess.run(
         [*CLI, "compare", "sweep=gb10-nvfp4", "sweep=gb10-fp8", "--store", store],
         cwd=REPO,
@@ -141,4 +141,4 @@ def test_both_sweeps_backfill_into_a_store_and_compare_across_it(example_reports
         text=True,
     )
     assert across.returncode == 0, across.stderr  # different checkpoints: nothing shared, every cell one-sided
-    assert "0 regression(s) beyond the noise out of 0 points" in across.stdout
+    assert "0 of 0 configuration(s) regressed beyond the noise" in across.stdout
