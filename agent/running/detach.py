@@ -591,8 +591,9 @@ def declare_lost(
         if by_id[cid].reference_of:  # a reference measures this host's effect: no use on another host
             continue
         free = [h for h in others if cid not in state.assignment[h]]
-        if not free and (twin := next((h for h in others if cid in state.assignment[h]), "")):
-            state.requeued[f"{host}/{cid}"] = twin  # another host measures that very cell already (a reference)
+        twin = next((h for h in others if cid in state.assignment[h]), "")
+        if not free and twin and state.replicas == 1:  # once per group: the other host's measurement of this very
+            state.requeued[f"{host}/{cid}"] = twin  # cell (a one-level reference) serves; a --replicas copy does not
             continue
         if not free:
             log.error("cell_unserved", host=host, cell=cid, error="no other host of the group can take it")
