@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent.judging.student import t_quantile
+
 if TYPE_CHECKING:
     from agent.judging.stats import CellSummary
 
@@ -187,50 +189,3 @@ def rank_across(a: Sequence[float], b: Sequence[float], effect: Estimate) -> tup
     lo, hi = adjusted.interval()
     widened = math.sqrt(adjusted.var / raw.var) - 1.0 if raw.var > 0 else 0.0
     return math.exp(adjusted.value), (math.exp(lo), math.exp(hi)), widened
-
-
-def t_quantile(p: float, df: float) -> float:
-    """The p quantile of Student's t with df degrees of freedom (df may be fractional: Welch), by bisection."""
-    if math.isinf(df) or df > 1e6:
-        return statistics.NormalDist().inv_cdf(p)
-    lo, hi = 0.0, 1000.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if _t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def _t_cdf(t: float, df: float) -> float:
-    x = df / (df + t * t)
-    tail = 0.5 * _betainc(df / 2, 0.5, x)
-    return 1.0 - tail if t >= 0 else tail
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta I_x(a, b), by its continued fraction (Lentz)."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - _betainc(b, a, 1.0 - x)
-    f, c, d = 1.0, 1.0, 0.0
-    for i in range(400):
-        m = i // 2
-        if i == 0:
-            num = 1.0
-        elif i % 2 == 0:
-            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
-        else:
-            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
-        d = 1.0 + num * d
-        d = 1.0 / (d if abs(d) > 1e-30 else 1e-30)
-        c = 1.0 + num / (c if abs(c) > 1e-30 else 1e-30)
-        f *= c * d
-        if abs(1.0 - c * d) < 1e-12:
-            break
-    return front * (f - 1.0) / a

@@ -14,7 +14,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.judging.hosteffect import Estimate, combine, of_repeats, t_quantile
+from agent.judging.hosteffect import Estimate, combine, of_repeats
+from agent.judging.student import t_quantile
 
 ALPHA = 0.05  # the chance that a compare of two identical runs reports any regression
 
