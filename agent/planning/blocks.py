@@ -141,7 +141,7 @@ def plan_group(
     home = ""
     if len(used) > 1 and ref is not None:
         base = ref.reference_of or ref.id
-        home = next(h for h in used if any(c.id == base for c in load[h]))
+        home = next((h for h in used if any(c.id == base for c in load[h])), used[0])
         references = {h: (base if h == home else ref.id) for h in used}
     assignment: dict[str, list[str]] = {}
     for h in hosts:
