@@ -137,4 +137,5 @@ def test_compare_catches_a_real_ten_percent_slowdown_and_not_a_rerun(tmp_path, t
     assert same.returncode == 0 and "0 of 2 configuration(s) regressed" in same.stdout, same.stdout + same.stderr
     # marlin's repeats are tight: its 10% is caught; flashinfer_b12x is unstable on GB10 (the simulator's 25-70%
     # spread at 1 s windows), so the same 10% may stay inside its noise: never a false order either way
-    assert slower.returncode == 1 and "regression: uns-fast / marlin: 0.9" in slower.stdout, slower.stdout
+    assert slower.returncode == 1, slower.stdout
+    assert re.search(r"regression: uns-fast / marlin: 0\.(8[5-9]|9[0-4])\d*x", slower.stdout), slower.stdout
