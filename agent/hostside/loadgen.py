@@ -649,6 +649,7 @@ async def _level(
         wall = time.time()
         mark = sampler.mark() if sampler else 0.0
         requests, t0, t1 = await load.run(duration_s)
+        ended = sampler.mark() if sampler else 0.0
         if load.abort_reason and not load.died:
             await load.confirm_death()
         if load.died:
@@ -676,7 +677,7 @@ async def _level(
         if record is not None:
             result["warmup"], record = record, None
         if sampler:  # what the GPU and the server did during the window (hostside/telemetry.py)
-            sampler.attach(result, mark, before, after)
+            sampler.attach(result, mark, before, after, ended)
         finish(result, repeat, before, after)
 
 
