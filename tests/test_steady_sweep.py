@@ -6,17 +6,14 @@ ranked on speed, the report saying so. Warmup lasts until the JIT stops; the mea
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import yaml
 
 from agent.judging import correctness, stats
 from agent.results import tree as results
 
-from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for
+from .sshd_hosts import SIM_HOST_VARS, inventory_for
+from .test_correctness_sweep import _run  # the CLI as a user runs it, one implementation
 
 pytestmark = pytest.mark.integration  # simulators (and sshd test hosts) on 127.0.0.x
 
@@ -47,13 +44,6 @@ prompt_len = 64
 output_len = 32
 """
 JIT_S = 1.5
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="300")
-    return subprocess.run(
-        [sys.executable, "-m", "agent.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
-    )
 
 
 def test_dummy_weights_rank_on_speed_only_after_a_warmup_that_outlasts_the_jit(tmp_path, ssh_fleet):
