@@ -6,6 +6,9 @@ ranked on speed, the report saying so. Warmup lasts until the JIT stops; the mea
 
 from __future__ import annotations
 
+import csv
+import io
+
 import pytest
 import yaml
 
@@ -88,3 +91,10 @@ def test_dummy_weights_rank_on_speed_only_after_a_warmup_that_outlasts_the_jit(t
     assert warmups.count("steady: no JIT line") == len(cells)
     html = (out / "dummy" / "report.html").read_text()
     assert "The ranking is speed-only" in html
+
+    exported = _run("export", str(out / "dummy"), "--format", "csv")
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    rows = list(csv.DictReader(io.StringIO(exported.stdout)))
+    assert {r["correctness.not_judged"] for r in rows} == {correctness.DUMMY}
+    assert {r["jit_lines"] for r in rows} == {"0"}
+    assert sum(bool(r["warmup.windows"]) for r in rows) == len(cells)  # once per point

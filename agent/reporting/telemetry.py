@@ -146,6 +146,9 @@ def sections(summaries: Sequence[CellSummary]) -> list[str]:
     if missing:
         out += ["No GPU telemetry for:", ""] + missing + [""]
     out += ["## Throttling", ""] + (throttling_lines(summaries) or ["None."]) + [""]
+    cooled = cooldown_lines(summaries)
+    if cooled:
+        out += ["Cool-down before cells:", ""] + cooled + [""]
     idle = not_gpu_bound_lines(summaries)  # only points with telemetry: none read, nothing said
     if idle:
         out += ["## Windows not GPU-bound", ""]
@@ -159,9 +162,6 @@ def sections(summaries: Sequence[CellSummary]) -> list[str]:
             + idle
             + [""]
         )
-    cooled = cooldown_lines(summaries)
-    if cooled:
-        out += ["Cool-down before cells:", ""] + cooled + [""]
     out += ["## Server vs client token counts", ""]
     out += (token_check_lines(summaries) or ["Every window agrees within the cut-request bound."]) + [""]
     return out
