@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, after install.sh: spark-agent drives the real sweeps there (controller = host, local connection).
 #   bash bench/gpu/run.sh start          start the session in its own process session (it outlives this command):
-#                                        `spark-agent sweep` of each spec in $SPECS in turn, then, with CROSSCHECK=1,
-#                                        the load driver against `vllm bench serve` on the first spec's first cell
+#                                        `spark-agent sweep` of each spec in $SPECS in turn (the word `crosscheck`
+#                                        there: the load driver against `vllm bench serve` on the first spec's cell)
 #   bash bench/gpu/run.sh wait SECONDS   wait for it up to SECONDS; then pack what exists into $OUT; when the session
 #                                        has ended, `spark-agent report` of each sweep first
 # The device tool ends a command after 10 min but not a process in its own session, so one sweep spans several
@@ -10,8 +10,9 @@
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-SPECS=${SPECS:-"$HERE/h200-qwen3-fp8.toml $HERE/h200-qwen3-nvfp4.toml $HERE/h200-qwen3-fp8-more.toml"}
-CROSSCHECK=${CROSSCHECK:-1}
+# in this order, what matters most first (the session's device time may run out); "crosscheck": the load driver
+# against `vllm bench serve` on the first sweep's first valid cell
+SPECS=${SPECS:-"$HERE/h200-qwen3-fp8.toml crosscheck $HERE/h200-qwen3-nvfp4.toml $HERE/h200-qwen3-fp8-more.toml"}
 CROSSCHECK_FLAGS=${CROSSCHECK_FLAGS:-"--levels 1,8,32 --repeats 3 --window 8 --prompt-len 512 --output-len 128"}
 INVENTORY=${INVENTORY:-$HERE/inventory.yml}
 SITE=${SITE:-/tmp/site}
@@ -31,8 +32,8 @@ start)
   fi
   rm -f "$WORK/sweep.pid"
   { date -u +%FT%TZ; echo "cwd=$ROOT"; for spec in $SPECS; do
-      echo "spark-agent sweep $spec -i $INVENTORY --results $RESULTS --no-progress"; done
-    [[ $CROSSCHECK == 1 ]] && echo "python3 bench/gpu/crosscheck_server.py <first cell.toml> crosscheck.json $CROSSCHECK_FLAGS"
+      if [[ $spec == crosscheck ]]; then echo "python3 bench/gpu/crosscheck_server.py <first valid cell.toml> crosscheck.json $CROSSCHECK_FLAGS"
+      else echo "spark-agent sweep $spec -i $INVENTORY --results $RESULTS --no-progress"; fi; done
     git -C "$ROOT" rev-parse HEAD 2>/dev/null; nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv
   } > "$WORK/command.txt"
   # the session's own PID, written by the new session's leader before it execs: `$!` would be this shell's subshell,
@@ -43,21 +44,23 @@ start)
   echo "session started, pid $(cat "$WORK/sweep.pid")"
   ;;
 session)  # in the background session started by `start`
+  first=$(name_of "${SPECS%% *}")
   for spec in $SPECS; do
+    if [[ $spec == crosscheck ]]; then
+      # the load driver against `vllm bench serve`, on the first sweep's first valid cell, served again as it was
+      cell=$(grep -l '^verdict = "valid"' "$RESULTS/$first"/*/*/cell.toml 2>/dev/null | head -1)
+      echo "$(date -u +%T) crosscheck on ${cell:-no valid cell}"
+      rc=skipped
+      # shellcheck disable=SC2086
+      [[ -n $cell ]] && { "$PY" "$HERE/crosscheck_server.py" "$cell" "$WORK/crosscheck.json" $CROSSCHECK_FLAGS \
+        > "$WORK/crosscheck.log" 2>&1; rc=$?; }
+      echo "$(date -u +%T) crosscheck ended rc=$rc"
+      continue
+    fi
     echo "$(date -u +%T) sweep $(name_of "$spec") starts"
     agent sweep "$spec" -i "$INVENTORY" --results "$RESULTS" --no-progress; rc=$?
     echo "$(date -u +%T) sweep $(name_of "$spec") ended rc=$rc"
   done
-  if [[ $CROSSCHECK == 1 ]]; then
-    first=$(name_of "${SPECS%% *}")
-    cell=$(grep -l '^verdict = "valid"' "$RESULTS/$first"/*/*/cell.toml 2>/dev/null | head -1)
-    echo "$(date -u +%T) crosscheck on ${cell:-no valid cell}"
-    # shellcheck disable=SC2086
-    rc=skipped
-    [[ -n $cell ]] && { "$PY" "$HERE/crosscheck_server.py" "$cell" "$WORK/crosscheck.json" $CROSSCHECK_FLAGS \
-      > "$WORK/crosscheck.log" 2>&1; rc=$?; }
-    echo "$(date -u +%T) crosscheck ended rc=$rc"
-  fi
   echo "$(date -u +%T) session ended"
   ;;
 wait)
@@ -69,7 +72,7 @@ wait)
     echo "session ended"; tail -20 "$WORK/sweep.log"
     : > "$WORK/report.log"
     for spec in $SPECS; do
-      [[ -d $RESULTS/$(name_of "$spec") ]] || continue
+      [[ $spec != crosscheck && -d $RESULTS/$(name_of "$spec") ]] || continue
       (cd "$ROOT" && agent report "$RESULTS/$(name_of "$spec")" >> "$WORK/report.log" 2>&1; rc=$?; echo "report $(name_of "$spec") rc=$rc" >> "$WORK/report.log")
     done
     tail -30 "$WORK/report.log"
