@@ -57,6 +57,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "duration_s": (0.001, 86_400),
     "warmup": (0, 100),
     "repeats": (1, 1000),
+    "server_starts": (1, 100),
     "prompt_len": (1, 1 << 24),
     "output_len": (1, 1 << 24),
     "seed": (0, (1 << 63) - 1),
@@ -99,6 +100,7 @@ class Spec:
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     correctness: CorrectnessSettings = field(default_factory=CorrectnessSettings)
     design: Design = field(default_factory=Design)  # the [matrix] axes beyond the backends
+    server_starts: int = 1  # independent server starts of every cell (planning/matrix.nth_start), interleaved
 
     def axes(self) -> list[tuple[str, list[Any]]]:
         """(axis, values) in planning order: the fixed axes, then each [matrix] server setting in field order."""
@@ -132,6 +134,7 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
         "duration_s": ((int, float), False, 60),
         "warmup": ((int,), False, 1),
         "repeats": ((int,), False, 3),
+        "server_starts": ((int,), False, 1),
         # axes beyond the backends (planning/design.py) and the combinations to leave out or keep
         "checkpoint": ((list,), False, None),
         "image": ((list,), False, None),
@@ -332,6 +335,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         duration_s=float(matrix["duration_s"]),
         warmup=matrix["warmup"],
         repeats=matrix["repeats"],
+        server_starts=matrix["server_starts"],
         load=LoadSettings(**load),
         env={k: str(v) for k, v in env.items()},
         telemetry=telemetry,
@@ -517,6 +521,7 @@ def _check_values(path: Path, lines: _Lines, server: dict, matrix: dict, load: d
         ("matrix", "duration_s", matrix["duration_s"] > 0, "must be > 0 seconds"),
         ("matrix", "warmup", matrix["warmup"] >= 0, "must be >= 0"),
         ("matrix", "repeats", matrix["repeats"] >= 1, "must be >= 1"),
+        ("matrix", "server_starts", matrix["server_starts"] >= 1, "must be >= 1"),
         ("server", "gpu_memory_utilization", 0 < server["gpu_memory_utilization"] <= 1, "must be in (0, 1]"),
         ("server", "max_model_len", server["max_model_len"] > 0, "must be > 0"),
         ("server", "max_num_seqs", server["max_num_seqs"] > 0, "must be > 0"),
