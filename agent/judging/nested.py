@@ -32,6 +32,7 @@ class Nested:
     windows: int  # windows over all starts
     within: float | None  # pooled within-start variance of log throughput; None: no start has two windows
     between: float | None  # between-start variance of log throughput; None: fewer than MIN_STARTS starts
+    between_df: int = 0  # its degrees of freedom (starts - 1, summed over pooled points)
 
     @property
     def known(self) -> bool:
@@ -60,7 +61,7 @@ def estimate(starts: Sequence[Sequence[float]]) -> Nested:
     means = [statistics.fmean(g) for g in groups]
     per_start = windows / len(groups)
     between = max(0.0, statistics.variance(means) - (within or 0.0) / per_start)
-    return Nested(len(groups), windows, within, between)
+    return Nested(len(groups), windows, within, between, len(groups) - 1)
 
 
 def pooled(points: Sequence[Nested]) -> Nested:
@@ -69,7 +70,8 @@ def pooled(points: Sequence[Nested]) -> Nested:
     b_df = [(p.between, p.starts - 1) for p in points if p.between is not None]
     within = sum(v * d for v, d in w_df) / sum(d for _, d in w_df) if w_df else None
     between = sum(v * d for v, d in b_df) / sum(d for _, d in b_df) if b_df else None
-    return Nested(sum(p.starts for p in points), sum(p.windows for p in points), within, between)
+    df = sum(d for _, d in b_df)
+    return Nested(sum(p.starts for p in points), sum(p.windows for p in points), within, between, df)
 
 
 def start_means(starts: Sequence[Sequence[float]]) -> list[float]:
@@ -78,14 +80,22 @@ def start_means(starts: Sequence[Sequence[float]]) -> list[float]:
 
 
 def ratio_interval(
-    a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], confidence: float
+    a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], confidence: float, floor: Nested | None = None
 ) -> tuple[float, tuple[float, float]] | None:
-    """exp(mean log a - mean log b) over the start means, with its Welch interval; None unless both sides have
-    MIN_STARTS starts. The start means carry both kinds of noise, so nothing is assumed about their mix."""
+    """exp(mean log a - mean log b) over the start means, with its interval; None unless both sides have
+    MIN_STARTS starts. With `floor` (the machine's noise pooled over every point started twice: noise_floor in
+    judging/stats.py) each mean's variance is between / starts + within / windows, on the pooled degrees of
+    freedom; without it, Welch's interval on the two sets of start means, which carry both kinds of noise."""
     ma, mb = start_means(a), start_means(b)
     if len(ma) < MIN_STARTS or len(mb) < MIN_STARTS:
         return None
     diff = statistics.fmean(ma) - statistics.fmean(mb)
+    if floor is not None and floor.between is not None and floor.between_df > 0:
+        wa, wb = sum(map(len, a)), sum(map(len, b))
+        within = floor.within or 0.0
+        se2 = floor.between * (1 / len(ma) + 1 / len(mb)) + within * (1 / wa + 1 / wb)
+        half = t_quantile(1 - (1 - confidence) / 2, floor.between_df) * math.sqrt(se2)
+        return math.exp(diff), (math.exp(diff - half), math.exp(diff + half))
     va, vb = statistics.variance(ma) / len(ma), statistics.variance(mb) / len(mb)
     se2 = va + vb
     if se2 == 0.0:

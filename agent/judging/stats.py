@@ -442,12 +442,13 @@ def rank_pair(
     confidence: float = DEFAULT_CONFIDENCE,
     min_repeats: int = MIN_REPEATS,
     starts: tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]] = ((), ()),
+    floor: nested.Nested | None = None,
 ) -> Ranking:
     """Does a beat b (higher is better)? Only outside the noise; otherwise CANNOT_RANK. `starts`: a's and b's
     windows grouped by server start; with MIN_STARTS each, the start means decide (both kinds of noise), else
     the windows do, as before, and the Ranking says how many starts stood behind them."""
     count = (max(len(starts[0]), 1), max(len(starts[1]), 1))
-    by_start = nested.ratio_interval(starts[0], starts[1], confidence)
+    by_start = nested.ratio_interval(starts[0], starts[1], confidence, floor)
     if by_start is not None:
         ratio, ci = by_start
         words = f"start means of {count[0]} and {count[1]} server starts: {confidence:.0%} interval"
@@ -617,6 +618,7 @@ def matchups(
     host are paired first; two values measured at a level only on different hosts (of one fingerprint) are ranked
     with the host effect divided out (rank_across), or refused with the reason when it is not known."""
     labels = _labels(group, axis)
+    floor = noise_floor([s for s in group if s.rankable])
     by_key: dict[str, list[CellSummary]] = {}
     for s in group:
         if s.rankable:
@@ -635,7 +637,9 @@ def matchups(
                     for x, y in local or pairs:
                         if _host(x) == _host(y):
                             px, py = x.points[c], y.points[c]
-                            ranking = rank_pair(px.values, py.values, seed=seed, starts=(px.starts, py.starts))
+                            ranking = rank_pair(
+                                px.values, py.values, seed=seed, starts=(px.starts, py.starts), floor=floor
+                            )
                         else:
                             ranking = rank_hosts(x, y, c, effects or hosteffect.HostEffects())
                         out.append(Matchup(x.checkpoint, c, a, b, ranking))
