@@ -102,6 +102,7 @@ def test_server_starts_plans_each_start_as_its_own_cell_and_start_one_keeps_its_
     assert len({c.id for c in three}) == 9 and "server_start" not in three[0].config.to_dict()
     assert [c.config.moe_backend for c in three[3:6]] == [c.config.moe_backend for c in one]
     assert three[3].config.to_dict()["server_start"] == 2 and three[3].argv == one[0].argv  # the same server
+    assert three[3].label == one[0].label + " (start 2)"
 
 
 def test_a_host_runs_start_k_of_every_cell_before_any_start_k_plus_one(tmp_path):

@@ -124,7 +124,8 @@ class Cell:
         if c.server.speculative:
             parts.append("spec=" + c.speculative_method)
         ref = [f"(reference, c={self.config.concurrency[0]})"] if self.reference_of else []
-        return " ".join(parts + ([self.axes_label] if self.axes_label else []) + ref)
+        start = [f"(start {c.server_start})"] if c.server_start > 1 else []
+        return " ".join(parts + ([self.axes_label] if self.axes_label else []) + ref + start)
 
     def playbook_vars(self) -> dict[str, Any]:
         """What cell.yml needs as `cell`."""
