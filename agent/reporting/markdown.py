@@ -183,11 +183,11 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     per question, who is slower and by how much, and which axes it held equal. Every value is escaped
     (escape.md): GPU names and log-derived text come from hosts."""
     lines = [f"### {md(rec.hardware)} · {md(rec.quant)}", ""]
-    undecided = ", ".join(q.axis for q in rec.undecided)
+    undecided = undecided_text(rec)
     if rec.winner and not undecided:
         lines.append(f"**Run {md(rec.winner)}.** {md(rec.reason)}.")
     elif rec.winner:
-        lines.append(f"**Run {md(rec.winner)}; {CANNOT_RANK} {md(undecided)}.** {md(rec.reason)}.")
+        lines.append(f"**Run {md(rec.winner)}; {md(undecided)}.** {md(rec.reason)}.")
     else:
         lines.append(f"**{_undecided_word(rec).capitalize()}.** {md(rec.reason)}.")
     words, key = stats.RANK_BY_WORDS.get(rec.metric, rec.metric), rec.metric
@@ -224,6 +224,11 @@ def verdict_lines(rec: Recommendation) -> list[str]:
         ]
         lines += [_not_ranked_failed(s) for s in rec.failed]
     return lines + [""]
+
+
+def undecided_text(rec: Recommendation) -> str:
+    """ "cannot rank checkpoint, unresolved speculative": the axes without a winner, each with why."""
+    return ", ".join(f"{stats.UNRESOLVED if q.unresolved else CANNOT_RANK} {q.axis}" for q in rec.undecided)
 
 
 def _undecided_word(rec: Recommendation) -> str:
@@ -891,11 +896,10 @@ def what_to_run(data: ReportData) -> list[str]:
     """The recommendation, one plain line per (hardware, quant): what a person reads first on the terminal."""
     out = []
     for rec in data.recommendations:
-        undecided = ", ".join(q.axis for q in rec.undecided)
-        if rec.winner:
-            verdict = f"run {rec.winner}" + (f"; {CANNOT_RANK} {undecided}" if undecided else "")
-        else:
-            verdict = _undecided_word(rec)
+        undecided = undecided_text(rec)
+        verdict = (
+            (f"run {rec.winner}" + (f"; {undecided}" if undecided else "")) if rec.winner else _undecided_word(rec)
+        )
         out.append(f"{rec.hardware} · {rec.quant}: {verdict} ({rec.reason})")
     return out
 
