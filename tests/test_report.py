@@ -77,7 +77,7 @@ def test_what_to_run_names_the_winner_per_format_with_margin(tree):
     assert "CUTE_DSL_ARCH=sm_121a vllm serve" in nvfp4
     fp8 = section(md, "### gb10 · fp8")
     # triton leads by 9% on one server start each: inside what a restart can move, so not named (test_starts.py)
-    assert "**Unresolved.** unresolved: triton leads marlin by 9% (under 25%)" in fp8
+    assert "**Unresolved.** triton leads marlin by 9% (under 25%)" in fp8
     assert "resolving costs 2 server starts × 4.0 min = 8.0 min" in fp8  # the cells' elapsed_s: 240 s each
     assert "Noise floor: between server starts unknown" in fp8
     assert "**Run triton.**" not in fp8 and "measured slower" not in fp8.split("### gb10 · nvfp4")[0]

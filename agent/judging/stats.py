@@ -867,7 +867,7 @@ def _unresolved(axis: str, winner: str, versus: list[Loser], valid: list[CellSum
         else "their server starts were not interleaved in time (A A B B lets drift pose as a difference)"
     )
     return (
-        f"{UNRESOLVED}: {winner} leads {runner.backend} by {margin:.0%} (under {RESOLVE_MARGIN:.0%}), but {why}; "
+        f"{winner} leads {runner.backend} by {margin:.0%} (under {RESOLVE_MARGIN:.0%}), but {why}; "
         f"resolving costs {missing} server starts × {per_start:.1f} min = {missing * per_start:.1f} min "
         f"(server_starts = {nested.MIN_STARTS} in the spec's [matrix], or `tune`)"
     )
