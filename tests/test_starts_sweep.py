@@ -5,7 +5,6 @@ own folder and server log), the host ran them interleaved, and the report states
 
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
 import sys
@@ -13,11 +12,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import yaml
 
-from agent.hostside import supervise
-
-from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet
+from .sshd_hosts import start_fleet, stop_servers_and_fleet, write_sim_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -31,18 +27,10 @@ def host(tmp_path_factory):
     """One sshd host (port 8235: never another module's) whose simulator draws a speed per server start."""
     fleet = start_fleet(tmp_path_factory.mktemp("starts"), count=1)
     try:
-        inv = inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8235})
-        for host_vars in inv["all"]["children"]["sparks"]["hosts"].values():
-            noise = {"SPARK_SIM_START_NOISE": "0.10", "SPARK_SIM_SEED": "35"}
-            host_vars["spark_serve_env"] = {**SIM_HOST_VARS["spark_serve_env"], **noise}
-        assert fleet.inventory is not None
-        fleet.inventory.write_text(yaml.safe_dump(inv))
+        write_sim_inventory(fleet, 8235, lambda _: {"SPARK_SIM_START_NOISE": "0.10", "SPARK_SIM_SEED": "35"})
         yield fleet
     finally:
-        for h in fleet.hosts:
-            with contextlib.suppress(Exception):
-                supervise.stop(str(h.workdir))
-        stop_fleet(fleet)
+        stop_servers_and_fleet(fleet)
 
 
 def spec(tmp: Path, starts: int) -> Path:
