@@ -1,5 +1,6 @@
 """Fast and right: a cell whose probe outputs are degenerate, score too low, or disagree with its checkpoint's
-reference cell is WRONG OUTPUT, shown but never ranked (docs/correctness.md).
+reference cell is WRONG OUTPUT, shown but never ranked (docs/correctness.md). A cell served on dummy weights
+(`--load-format dummy`) is never judged: "quality not judged: dummy weights", ranked on speed only.
 
 `table` scores one cell's probe.json on the controller (collect: the host's own judgement is never asked for);
 `annotate` compares the cells of one checkpoint with their reference when a tree is read (tree.load_cells), since
@@ -8,6 +9,7 @@ the reference may be measured after the cell; `wrong_reasons` is what cell_verdi
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -16,6 +18,20 @@ from agent.hostside.contracts import Correctness, ProbeResult
 from agent.planning.settings import CorrectnessSettings
 
 THRESHOLDS = ("min_score", "max_score_drop", "min_agreement", "max_degenerate")
+DUMMY = "dummy weights"
+
+
+def not_judged(cell: Mapping[str, Any]) -> str:
+    """Why this cell's outputs are not judged ("" = they are). A server on random weights (`--load-format dummy`,
+    seen in the launch or in the log's non-default args) answers with noise by construction: that is no fault."""
+    attestation = cell.get("attestation")
+    if isinstance(attestation, Mapping) and str(attestation.get("load_format", "")).lower() == "dummy":
+        return DUMMY
+    launch, config = cell.get("launch"), cell.get("config")
+    argv = [str(a) for a in (launch.get("argv") or [] if isinstance(launch, Mapping) else [])]
+    argv += [str(a) for a in (config.get("extra_args") or [] if isinstance(config, Mapping) else [])]
+    flags = [f"{a}={b}" for a, b in itertools.pairwise(argv)] + argv
+    return DUMMY if "--load-format=dummy" in flags else ""
 
 
 def table(run: Mapping[str, Any] | None, settings: CorrectnessSettings) -> Correctness:
@@ -93,6 +109,7 @@ def reference(group: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         for c in group
         if c.get("verdict") == "valid"
         and c.get("status") != "failed"
+        and not not_judged(c)  # noise by construction: never the yardstick
         and c.get("correctness", {}).get("probed")
         and not own_reasons(c["correctness"])
     ]
@@ -133,6 +150,7 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
             c = cell["correctness"]
             reasons = own_reasons(c)
             c["reference_cell"] = ref["cell_id"] if ref else ""
+            c["not_judged"] = not_judged(cell)
             if ref is None or ref is cell:
                 c["agreement"], c["first_divergence"] = (1.0, -1) if ref is cell else (0.0, -1)
             else:
@@ -150,13 +168,13 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
                         f"task score {c.get('score', 0.0):.0%}, {drop:.0%} below the reference's "
                         f"{r.get('score', 0.0):.0%} (allowed: {float(t.get('max_score_drop', 0.25)):.0%})"
                     )
-            c["wrong"] = reasons
+            c["wrong"] = [] if c["not_judged"] else reasons
 
 
 def wrong_reasons(cell: Mapping[str, Any]) -> list[str]:
     """Why this cell's outputs are wrong ([] = they are not, or were never probed). Uses the group judgement when
     the tree was read through load_cells, else the cell's own checks."""
     c = cell.get("correctness")
-    if not isinstance(c, Mapping) or not c.get("probed"):
+    if not isinstance(c, Mapping) or not c.get("probed") or not_judged(cell):
         return []
     return list(c["wrong"]) if "wrong" in c else own_reasons(c)

@@ -76,6 +76,7 @@ class Point:
     ranked: Stat | None = None  # the metric the report ranks by (--rank-by); None: no repeat carries it
     # window key -> its repeats (PERCENTILE_KEYS, request_goodput): the report's detailed table; only keys measured
     tails: dict[str, Stat] = field(default_factory=dict)
+    jit_dropped: tuple[int, ...] = ()  # repeats whose server log showed a JIT compile: flagged, never ranked
     starts: tuple[tuple[float, ...], ...] = ()  # the ranked metric's windows grouped by server start
 
     @property
@@ -110,11 +111,14 @@ def describe(values: Sequence[float]) -> Stat | None:
 def summarize_point(
     concurrency: int, runs: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD, metric: str = RANK_METRIC
 ) -> Point:
-    """The runs of one concurrency → median + spread; failed runs are left out of the median but kept. `metric`
-    is the window key rankings compare (a run without it, e.g. no SLO set, gives no value)."""
-    ok, failed = [], []
+    """The runs of one concurrency → median + spread; failed runs are left out of the median but kept, and so are
+    windows during which the server compiled kernels (`jit_lines`, hostside/steady.py): a latency spike, not the
+    configuration's speed. `metric` is the window key rankings compare (a run without it gives no value)."""
+    ok, failed, jit = [], [], []
     for run in sorted(runs, key=lambda r: r.get("repeat", 0)):
-        if run.get("ok", True):
+        if run.get("ok", True) and run.get("jit_lines", 0):
+            jit.append(int(run.get("repeat", 0)))
+        elif run.get("ok", True):
             ok.append(run)
         else:
             failed.append(
@@ -136,6 +140,7 @@ def summarize_point(
         unstable=throughput is not None and throughput.spread > threshold,
         ranked=ranked,
         tails=_tails(ok),
+        jit_dropped=tuple(jit),
         starts=tuple(tuple(v) for _, v in sorted(by_start.items())),
     )
 

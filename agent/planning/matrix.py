@@ -56,6 +56,9 @@ class CellConfig:
     repeats: int
     # Added with the [matrix] axes (left out of the table, and so of the id, at its default):
     env_variant: str = field(default="", metadata=meta(keep_default=False))  # [matrix.env] name; "" = none
+    # warm up until steady (hostside/steady.py): at most warmup_max windows, the last two within warmup_tolerance
+    warmup_max: int = field(default=0, metadata=meta(keep_default=False))
+    warmup_tolerance: float = field(default=0.0, metadata=meta(keep_default=False))
     # Added with server starts: the k-th independent start of this config (1 = the only one before: same id)
     server_start: int = field(default=1, metadata=meta(keep_default=False))
 
@@ -138,6 +141,8 @@ class Cell:
             "concurrency": list(c.concurrency),
             "duration_s": c.duration_s,
             "warmup": c.warmup,
+            "warmup_max": c.warmup_max,
+            "warmup_tolerance": c.warmup_tolerance,
             "repeats": c.repeats,
             "prompt_len": c.load.prompt_len,
             "output_len": c.load.output_len,
@@ -286,6 +291,8 @@ def _cell(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any], com
         warmup=spec.warmup,
         repeats=spec.repeats,
         env_variant=combo["env"],
+        warmup_max=spec.warmup_max,
+        warmup_tolerance=spec.warmup_tolerance,
     )
     overrides = {**spec.env, **spec.design.env.get(combo["env"], {})}  # a variant's overrides win over [env]
     resolved = envrules.resolve_env(facts, ckpt.quant, spec.vllm_version, overrides)

@@ -17,11 +17,12 @@ from typing import Any
 from agent.errors import UserError
 from agent.hostside import atomic
 from agent.hostside.serving import launch_command
-from agent.judging import bandwidth, replicas, stats
+from agent.judging import bandwidth, correctness, replicas, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
+from agent.judging.telemetry import GPU_BOUND_PCT
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
 from agent.reporting import correctness as correctness_report
-from agent.reporting import loadreport, startup
+from agent.reporting import loadreport, startup, warmup
 from agent.reporting import multinode as multinode_report
 from agent.reporting import telemetry as telemetry_report
 from agent.reporting.escape import md, md_code, md_fence, rich
@@ -335,6 +336,7 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out += correctness_report.sections(data.summaries)
     out += loadreport.sections(data.summaries)
     out += telemetry_report.sections(data.summaries)
+    out += warmup.sections(data.summaries)
     out += ["## Single stream vs the bandwidth ceiling (c=1)", ""]
     out += ceiling_lines(data.summaries) or ["No cell carries checkpoint_info.bytes_per_token: no ceiling.", ""]
     out += ["## Unstable points", ""] + _or_none(unstable_lines(data.summaries, data.threshold)) + [""]
@@ -393,6 +395,16 @@ def problem_lines(data: ReportData) -> list[str]:
             "Throttling",
         ),
         (p["failed_runs"], "failed run(s)", "Failed runs (left out of the medians)"),
+        (
+            warmup.jit_dropped(data.summaries),
+            "measured window(s) dropped for a JIT compile during them",
+            "Windows dropped: JIT compile during the window",
+        ),
+        (
+            sum(len(telemetry_report.not_gpu_bound(s)) for s in data.summaries),
+            f"point(s) with windows not GPU-bound (mean GPU utilisation below {GPU_BOUND_PCT:.0f}%)",
+            "Windows not GPU-bound",
+        ),
     ]
     lines = [f"- **{n}** {what}" + (f" — see {section}" if section else "") for n, what, section in counts if n]
     lines += [f"    - lost: {md(x)}" for x in data.lost[:20]]
@@ -484,6 +496,10 @@ def _point_row(s: CellSummary, p: Point) -> list[str]:
         flags.append("before the crash")
     if telemetry_report.point_throttled(s.cell, p.concurrency):
         flags.append("THROTTLED")
+    if p.jit_dropped:
+        flags.append(f"{len(p.jit_dropped)} dropped (JIT)")
+    if any(t.concurrency == p.concurrency for t in telemetry_report.not_gpu_bound(s)):
+        flags.append("not GPU-bound")
     return [
         s.cell.get("host", ""),
         s.checkpoint,
@@ -784,6 +800,8 @@ def terminal_table(
 
 
 def _verdict_markup(s: CellSummary) -> str:
+    if s.verdict == "valid" and correctness.not_judged(s.cell):
+        return f"[green]valid[/] (speed only: {rich(correctness.not_judged(s.cell))})"
     if s.verdict == "valid":
         return "[green]valid[/]"
     if s.verdict == "invalid":

@@ -8,7 +8,7 @@ import random
 import signal
 import sys
 
-from . import cluster, gpu
+from . import cluster, gpu, jit
 from . import options as options_mod
 from .engine import Engine
 from .options import Options, UsageError
@@ -29,7 +29,7 @@ HELP = """Simulated vLLM on a DGX Spark (GB10). Same command line as `vllm serve
   --sim-start-noise F    each server start's own speed, 1 +- F (default: calibration) [SPARK_SIM_START_NOISE]
 Faults: --sim-crash-after S, --sim-crash-at-request N (--sim-crash-kind cuda|oom|kill, --sim-crash-backend B),
         --sim-slow-start S, --sim-health-hang 1, --sim-oom 1, --sim-drop-streams FRACTION,
-        --sim-silent-fallback BACKEND, --sim-throttle-after S (thermal throttling after S s busy)   (and SPARK_SIM_CRASH_AFTER, ... likewise). See agent/sim/README.md."""
+        --sim-silent-fallback BACKEND, --sim-jit-s S (JIT lines and slower steps for the first S s of serving), --sim-throttle-after S (thermal throttling after S s busy)   (and SPARK_SIM_CRASH_AFTER, ... likewise). See agent/sim/README.md."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,6 +99,8 @@ async def serve(opts: Options, plan: Plan, log: VllmLog, ranks: cluster.Cluster 
         asyncio.ensure_future(periodic_log(engine, log, opts.sim["log_interval"])),
         asyncio.ensure_future(gpu.publish(engine, gpu.state_path(opts.host, opts.port), opts.sim["throttle_after"])),
     ]
+    if opts.sim["jit_s"]:
+        tasks.append(asyncio.ensure_future(jit.compile_while_serving(engine, log, opts.sim["jit_s"], clock)))
     tasks[0].add_done_callback(lambda task: _engine_ended(task, engine, log, stopped))
     _arm_crash_faults(opts, plan, engine, log, stopped, tasks)
     if ranks is not None:

@@ -27,6 +27,7 @@ VLLM_FLAGS = {
     "gpu_memory_utilization": float,
     "max_model_len": int,
     "max_num_seqs": int,
+    "load_format": str,
 }
 CRASH_KINDS = ("cuda", "oom", "kill")
 FLAG_SINCE = {"moe_backend": "moe_backends", "linear_backend": "linear_backends", "attention_backend": "attention"}
@@ -52,6 +53,7 @@ SIM_FLAGS = {
     "drop_streams": (float, 0.0),  # fault: this fraction of streams is cut mid-response
     "silent_fallback": (str, ""),  # fault: the named MoE backend loads whatever was requested
     "throttle_after": (float, None),  # fault: the GPU throttles (thermal) after N s of busy time (sim/gpu.py)
+    "jit_s": (float, 0.0),  # fault: the first S s of serving compile kernels: JIT lines, slower (sim/jit.py)
     "speed": (float, 1.0),  # this machine's speed against a typical one (0.95: a host 5% slower; host effects)
     "start_noise": (float, None),  # between-start noise (0.1: +-10% a start); None: the hardware's (calibration.toml)
 }
@@ -70,6 +72,7 @@ class Options:
     gpu_memory_utilization: float | None = None
     max_model_len: int = 262144
     max_num_seqs: int = 256
+    load_format: str = "auto"  # dummy: random weights, every answer noise (as a real server's)
     given: dict = field(default_factory=dict)  # vLLM's "non-default args", in command-line order
     sim: dict = field(default_factory=dict)
 
@@ -165,6 +168,8 @@ def _check_sim(sim: dict, cal: dict) -> None:
             raise UsageError(
                 f"--sim-wrong-output {sim['wrong_output']}: give BACKEND:RATE, e.g. marlin:0.5 (RATE from 0 to 1)"
             ) from None
+    if not 0 <= sim["jit_s"] <= 86_400:
+        raise UsageError(f"--sim-jit-s {sim['jit_s']}: give seconds from 0 to 86400 (0 = off)")
     if sim["crash_at_request"] < 0:
         raise UsageError(f"--sim-crash-at-request {sim['crash_at_request']}: give a request number >= 1 (0 = off)")
 

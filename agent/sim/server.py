@@ -57,6 +57,8 @@ class Server:
         fault = opts.sim.get("wrong_output") or ""
         backend, rate = answers.parse_fault(fault) if fault else ("", 0.0)
         self.wrong_rate = rate if backend == (plan.moe_loaded or "").lower() else 0.0
+        if opts.load_format == "dummy":  # random weights: every answer is noise, as a real server's is
+            self.wrong_rate = 1.0
 
     # -- plumbing -----------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
