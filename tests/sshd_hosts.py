@@ -278,6 +278,25 @@ def _remove_user(user: str, sudoers: Path) -> None:
     subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
 
 
+def write_sim_inventory(fleet: SshFleet, port: int, serve_env: Callable[[str], dict[str, str]]) -> None:
+    """The fleet's inventory as simulated GB10s on `port`, each host's simulator given serve_env(host name) more."""
+    inv = inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": port})
+    for name, host_vars in inv["all"]["children"]["sparks"]["hosts"].items():
+        host_vars["spark_serve_env"] = {**SIM_HOST_VARS["spark_serve_env"], **serve_env(name)}
+    assert fleet.inventory is not None
+    fleet.inventory.write_text(yaml.safe_dump(inv))
+
+
+def stop_servers_and_fleet(fleet: SshFleet) -> None:
+    """Whatever server a test left on a host (by its work dir's records), then the sshd hosts."""
+    from agent.hostside import supervise
+
+    for h in fleet.hosts:
+        with contextlib.suppress(Exception):
+            supervise.stop(str(h.workdir))
+    stop_fleet(fleet)
+
+
 def stop_fleet(fleet: SshFleet) -> None:
     for host in fleet.hosts:
         if host.pid:

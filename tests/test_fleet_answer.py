@@ -6,7 +6,6 @@ a 40% slower host is refused with the reason; a calibration replaces the referen
 
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
 import sys
@@ -15,9 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.hostside import supervise
-
-from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet
+from .sshd_hosts import start_fleet, stop_servers_and_fleet, write_sim_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -32,17 +29,10 @@ def three(tmp_path_factory):
     """Three sshd hosts of one fingerprint (port 8200: never another module's), each with its own sim speed."""
     fleet = start_fleet(tmp_path_factory.mktemp("three"), count=3)
     try:
-        inv = inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8200})
-        for name, host_vars in inv["all"]["children"]["sparks"]["hosts"].items():
-            host_vars["spark_serve_env"] = {**SIM_HOST_VARS["spark_serve_env"], "SPARK_SIM_SPEED": str(SPEEDS[name])}
-        assert fleet.inventory is not None
-        fleet.inventory.write_text(yaml.safe_dump(inv))
+        write_sim_inventory(fleet, 8200, lambda name: {"SPARK_SIM_SPEED": str(SPEEDS[name])})
         yield fleet
     finally:
-        for h in fleet.hosts:
-            with contextlib.suppress(Exception):
-                supervise.stop(str(h.workdir))
-        stop_fleet(fleet)
+        stop_servers_and_fleet(fleet)
 
 
 def four_cells(tmp: Path) -> Path:

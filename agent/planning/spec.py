@@ -59,6 +59,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "warmup_max": (0, 100),
     "warmup_tolerance": (0, 1),
     "repeats": (1, 1000),
+    "server_starts": (1, 100),
     "prompt_len": (1, 1 << 24),
     "output_len": (1, 1 << 24),
     "seed": (0, (1 << 63) - 1),
@@ -103,6 +104,7 @@ class Spec:
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     correctness: CorrectnessSettings = field(default_factory=CorrectnessSettings)
     design: Design = field(default_factory=Design)  # the [matrix] axes beyond the backends
+    server_starts: int = 1  # independent server starts of every cell (planning/matrix.nth_start), interleaved
 
     def axes(self) -> list[tuple[str, list[Any]]]:
         """(axis, values) in planning order: the fixed axes, then each [matrix] server setting in field order."""
@@ -138,6 +140,7 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
         "warmup_max": ((int,), False, 0),  # 0: steady.DEFAULT_MAX once warmup_tolerance is set
         "warmup_tolerance": ((int, float), False, 0),
         "repeats": ((int,), False, 3),
+        "server_starts": ((int,), False, 1),
         # axes beyond the backends (planning/design.py) and the combinations to leave out or keep
         "checkpoint": ((list,), False, None),
         "image": ((list,), False, None),
@@ -338,6 +341,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         duration_s=float(matrix["duration_s"]),
         warmup=matrix["warmup"],
         repeats=matrix["repeats"],
+        server_starts=matrix["server_starts"],
         load=LoadSettings(**load),
         warmup_max=_warmup_max(matrix),
         warmup_tolerance=float(matrix["warmup_tolerance"]),
@@ -551,6 +555,7 @@ def _check_values(path: Path, lines: _Lines, server: dict, matrix: dict, load: d
             not matrix["warmup_max"] or matrix["warmup_max"] >= max(matrix["warmup"], 1),
             f"must be at least warmup ({matrix['warmup']}) and at least 1",
         ),
+        ("matrix", "server_starts", matrix["server_starts"] >= 1, "must be >= 1"),
         ("server", "gpu_memory_utilization", 0 < server["gpu_memory_utilization"] <= 1, "must be in (0, 1]"),
         ("server", "max_model_len", server["max_model_len"] > 0, "must be > 0"),
         ("server", "max_num_seqs", server["max_num_seqs"] > 0, "must be > 0"),

@@ -184,15 +184,16 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     per question, who is slower and by how much, and which axes it held equal. Every value is escaped
     (escape.md): GPU names and log-derived text come from hosts."""
     lines = [f"### {md(rec.hardware)} · {md(rec.quant)}", ""]
-    undecided = ", ".join(q.axis for q in rec.undecided)
+    undecided = undecided_text(rec)
     if rec.winner and not undecided:
         lines.append(f"**Run {md(rec.winner)}.** {md(rec.reason)}.")
     elif rec.winner:
-        lines.append(f"**Run {md(rec.winner)}; {CANNOT_RANK} {md(undecided)}.** {md(rec.reason)}.")
+        lines.append(f"**Run {md(rec.winner)}; {md(undecided)}.** {md(rec.reason)}.")
     else:
-        lines.append(f"**{CANNOT_RANK.capitalize()}.** {md(rec.reason)}.")
+        lines.append(f"**{_undecided_word(rec).capitalize()}.** {md(rec.reason)}.")
     words, key = stats.RANK_BY_WORDS.get(rec.metric, rec.metric), rec.metric
     lines += ["", f"Ranked by {md(words)} ({md_code(key)}), each axis within the others held equal."]
+    lines += ["", noise_floor_line(rec)]
     if len(rec.questions) == 1:
         lines += _question_lines(rec.questions[0], heading=False)
     else:
@@ -224,6 +225,28 @@ def verdict_lines(rec: Recommendation) -> list[str]:
         ]
         lines += [_not_ranked_failed(s) for s in rec.failed]
     return lines + [""]
+
+
+def undecided_text(rec: Recommendation) -> str:
+    """ "cannot rank checkpoint, unresolved speculative": the axes without a winner, each with why."""
+    return ", ".join(f"{stats.UNRESOLVED if q.unresolved else CANNOT_RANK} {q.axis}" for q in rec.undecided)
+
+
+def _undecided_word(rec: Recommendation) -> str:
+    """ "unresolved" when a leader is inside the start-to-start noise (more starts would settle it), else
+    "cannot rank"."""
+    return stats.UNRESOLVED if any(q.unresolved for q in rec.questions) else CANNOT_RANK
+
+
+def noise_floor_line(rec: Recommendation) -> str:
+    """The machine's noise floor, from its A/A pairs (every config started twice or more is one)."""
+    if rec.noise is None:
+        return (
+            "Noise floor: between server starts unknown (every cell was started once; `server_starts = 2` in "
+            "[matrix] measures it), so a margin under "
+            f"{stats.RESOLVE_MARGIN:.0%} is not named a winner."
+        )
+    return f"Noise floor (A/A: the same cell started again, standard deviations): {md(rec.noise.words())}."
 
 
 def host_lines(rec: Recommendation) -> list[str]:
@@ -259,7 +282,7 @@ def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
     held = ", ".join(q.held) if q.held else "every other setting"
     lines = [""]
     if heading:
-        verdict = f"**{md(q.winner)}**" if q.winner else f"**{CANNOT_RANK}**"
+        verdict = f"**{md(q.winner)}**" if q.winner else f"**{stats.UNRESOLVED if q.unresolved else CANNOT_RANK}**"
         lines += [f"#### {md(q.axis)}: {verdict}", "", f"{md(q.reason)}.", ""]
     lines.append(f"Held equal: {md(held)} (and always the kind of machine, the load and the schedule).")
     if q.winner and q.versus:
@@ -801,7 +824,7 @@ def _cell_markup(p: Point | None) -> str:
 
 
 def _caption(recs: Sequence[Recommendation]) -> str:
-    return "  ".join(rich(f"{r.hardware}·{r.quant}: {r.winner or CANNOT_RANK}") for r in recs)
+    return "  ".join(rich(f"{r.hardware}·{r.quant}: {r.winner or _undecided_word(r)}") for r in recs)
 
 
 # ---------------------------------------------------------------- I/O
@@ -891,11 +914,10 @@ def what_to_run(data: ReportData) -> list[str]:
     """The recommendation, one plain line per (hardware, quant): what a person reads first on the terminal."""
     out = []
     for rec in data.recommendations:
-        undecided = ", ".join(q.axis for q in rec.undecided)
-        if rec.winner:
-            verdict = f"run {rec.winner}" + (f"; {CANNOT_RANK} {undecided}" if undecided else "")
-        else:
-            verdict = CANNOT_RANK
+        undecided = undecided_text(rec)
+        verdict = (
+            (f"run {rec.winner}" + (f"; {undecided}" if undecided else "")) if rec.winner else _undecided_word(rec)
+        )
         out.append(f"{rec.hardware} · {rec.quant}: {verdict} ({rec.reason})")
     return out
 

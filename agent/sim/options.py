@@ -55,6 +55,7 @@ SIM_FLAGS = {
     "throttle_after": (float, None),  # fault: the GPU throttles (thermal) after N s of busy time (sim/gpu.py)
     "jit_s": (float, 0.0),  # fault: the first S s of serving compile kernels: JIT lines, slower (sim/jit.py)
     "speed": (float, 1.0),  # this machine's speed against a typical one (0.95: a host 5% slower; host effects)
+    "start_noise": (float, None),  # between-start noise (0.1: +-10% a start); None: the hardware's (calibration.toml)
 }
 
 
@@ -158,6 +159,8 @@ def _check_sim(sim: dict, cal: dict) -> None:
         raise UsageError(f"--sim-crash-kind {sim['crash_kind']}: choose one of {', '.join(CRASH_KINDS)}")
     if not 0.05 <= sim["speed"] <= 20:
         raise UsageError(f"--sim-speed {sim['speed']}: give a factor from 0.05 to 20 (1 = a typical machine)")
+    if sim["start_noise"] is not None and not 0 <= sim["start_noise"] <= 1:
+        raise UsageError(f"--sim-start-noise {sim['start_noise']}: give a spread from 0 to 1 (0.10 = 10%)")
     if sim["wrong_output"]:
         try:
             answers.parse_fault(sim["wrong_output"])
