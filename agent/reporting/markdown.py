@@ -189,7 +189,7 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     elif rec.winner:
         lines.append(f"**Run {md(rec.winner)}; {CANNOT_RANK} {md(undecided)}.** {md(rec.reason)}.")
     else:
-        lines.append(f"**{CANNOT_RANK.capitalize()}.** {md(rec.reason)}.")
+        lines.append(f"**{md(nothing_to_run(rec)).capitalize()}.** {md(rec.reason)}.")
     words, key = stats.RANK_BY_WORDS.get(rec.metric, rec.metric), rec.metric
     lines += ["", f"Ranked by {md(words)} ({md_code(key)}), each axis within the others held equal."]
     if len(rec.questions) == 1:
@@ -200,8 +200,6 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     lines += host_lines(rec)
     if rec.effects:
         lines += ["", "Effect on startup (all else held equal):", ""] + [f"- {md(e)}" for e in rec.effects]
-    if rec.choice and not rec.winner_cells:  # a sparse design may leave the winning combination out
-        lines += ["", f"No cell measured {md(rec.winner)} together: add that combination to the matrix to confirm it."]
     for s in rec.winner_cells:
         what = md(s.checkpoint) + (f", {md(s.variant)}" if s.variant else "")
         lines += [
@@ -223,6 +221,11 @@ def verdict_lines(rec: Recommendation) -> list[str]:
         ]
         lines += [_not_ranked_failed(s) for s in rec.failed]
     return lines + [""]
+
+
+def nothing_to_run(rec: Recommendation) -> str:
+    """The headline without a winner: the axes were ranked but their winners never ran together, or cannot rank."""
+    return "no measured configuration to run" if rec.choice else CANNOT_RANK
 
 
 def host_lines(rec: Recommendation) -> list[str]:
@@ -309,6 +312,8 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out += ["## Provenance", ""] + provenance_lines(data) + [""]
     out += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
     out += ["## Medians", ""] + medians_table_md(data.summaries) + [""]
+    gaps = loadreport.unmeasured(data.summaries)  # what the table leaves empty, why, and what would measure it
+    out += [f"- {md(line)}" for line in gaps] + ([""] if gaps else [])
     out += correctness_report.sections(data.summaries)
     out += loadreport.sections(data.summaries)
     out += telemetry_report.sections(data.summaries)
@@ -877,9 +882,9 @@ def what_to_run(data: ReportData) -> list[str]:
         if rec.winner:
             verdict = f"run {rec.winner}" + (f"; {CANNOT_RANK} {undecided}" if undecided else "")
         else:
-            verdict = CANNOT_RANK
+            verdict = nothing_to_run(rec)
         out.append(f"{rec.hardware} · {rec.quant}: {verdict} ({rec.reason})")
-    return out
+    return out + loadreport.unmeasured(data.summaries)
 
 
 def _write(path: Path, data: bytes) -> Path:
