@@ -55,8 +55,9 @@ def count(url: str, table: sa.Table) -> int:
 
 def test_backfill_is_idempotent_and_rebuilds_the_trees_tables(trees, url, capsys):
     assert main(["store", "ingest", str(trees), "--store", url]) == 0
-    assert "4 cell(s), 24 measurement(s) ingested" in capsys.readouterr().out
+    assert "4 new cell(s), 0 updated, 0 already in the store as they are; 24 measurement(s)" in capsys.readouterr().out
     assert main(["store", "ingest", str(trees / "nv-2511"), str(trees), "--store", url]) == 0  # again, overlapping
+    assert "0 new cell(s), 0 updated, 4 already in the store as they are; 0 measurement(s)" in capsys.readouterr().out
     assert (count(url, cells), count(url, measurements), count(url, hosts)) == (4, 24, 1)
     from_store = select.load(db.open_store(url), select.Selection())
     from_tree = load_cells(trees)
@@ -80,7 +81,7 @@ def test_half_written_cell_is_skipped_with_a_warning_naming_it(trees, url, capsy
     assert main(["store", "ingest", str(trees), "--store", url]) == 0
     captured = capsys.readouterr()
     assert "0123456789ab" in captured.err and "half-written" in captured.err and "skipped" in captured.err
-    assert "4 cell(s)" in captured.out and "1 skipped" in captured.out
+    assert "4 new cell(s)" in captured.out and "1 skipped" in captured.out
 
 
 def test_history_marks_the_regression_beyond_the_noise_only(trees, url, tmp_path, capsys):
@@ -137,7 +138,7 @@ def test_migration_upgrades_an_old_store_in_place(trees, url):
     engine.dispose()
     assert main(["store", "info", "--store", url]) == 0  # opening migrates
     engine = db.open_store(url)
-    assert db.current_revision(engine) == db.head() == "0002"
+    assert db.current_revision(engine) == db.head() == "0003"
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT host_group FROM hosts WHERE name = 'spark-9'")).scalar() == "fp9"
     ingest.ingest_tree(engine, trees)

@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--fail-on-regression",
         action="store_true",
-        help="exit 1 when a configuration of B regresses beyond the noise (at most 5%% false alarms per compare)",
+        help="exit 1 when a configuration of B regresses beyond the noise (at most 5%% false alarms per compare), "
+        "or when a configuration could not be compared (one side only, INVALID or failed, no host effect)",
     )
     p.add_argument(
         "--threshold",
@@ -58,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
     for c in cmp.regressions:
         if c.change is not None:
             console.print(f"[bold red]regression:[/] {rich(c.label)}: {rich(regression.describe(c.change))}")
+    for why in cmp.uncompared:
+        console.print(f"[bold yellow]not compared:[/] {rich(why)}")
+    for why in cmp.same_failure:
+        console.print(f"not compared (alike on both sides): {rich(why)}")
     if args.markdown:
         atomic.write_text(args.markdown, render_markdown(cmp, str(args.results_a), str(args.results_b)))
-    return 1 if args.fail_on_regression and cmp.regressions else 0
+    if args.fail_on_regression and cmp.uncompared and not cmp.regressions:
+        console.print("--fail-on-regression: fails, as what was not compared cannot be vouched for")
+    return 1 if args.fail_on_regression and (cmp.regressions or cmp.uncompared) else 0
