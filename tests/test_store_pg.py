@@ -112,3 +112,12 @@ def test_server_bad_input_is_one_line_exit_2_without_the_password(postgres, case
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot connect" in err, err
     assert "Wrong-pw-123" not in err and postgres.url().split(":")[2].split("@")[0] not in err
+
+
+def test_sweep_runs_on_postgres(postgres, tmp_path, capsys):
+    """Two folders with one sweep name stay two runs, and a store the old ingest merged is split in place."""
+    from tests.test_store import old_merges_split, runs_stay_apart, two_folders_one_name
+
+    roots = two_folders_one_name(tmp_path)
+    runs_stay_apart(postgres.create_database("runs"), roots, capsys)
+    old_merges_split(postgres.create_database("merged"), roots)
