@@ -87,7 +87,9 @@ def test_a_rerun_on_other_hosts_is_matched_with_the_host_effect(tmp_path, capsys
     cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
     assert cmp.uncompared == [] and cmp.only_a == cmp.only_b == []
     labels = {c.label for c in cmp.configs if c.change is not None}
-    assert "uns-fast / marlin / spark-1 → spark-2" in labels and "uns-fast / flashinfer_b12x / spark-2 → spark-1" in labels
+    assert (
+        "uns-fast / marlin / spark-1 → spark-2" in labels and "uns-fast / flashinfer_b12x / spark-2 → spark-1" in labels
+    )
     assert cmp.regressions == []
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-on-regression"]) == 0
     assert "0 of 4 configuration(s) regressed beyond the noise" in capsys.readouterr().out

@@ -60,8 +60,8 @@ class HistoryRow:
 
     @property
     def run(self) -> str:
-        """The sweep run in words: "quick 2026-12-01T10:00" (one name may have several runs, each its own)."""
-        return f"{self.sweep} {self.sweep_started[:16]}".strip()
+        """The sweep run in words: "quick 2026-12-01T10:00:00" (one name may have several runs, each its own)."""
+        return f"{self.sweep} {self.sweep_started[:19]}".strip()
 
     @property
     def config(self) -> str:

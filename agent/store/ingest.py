@@ -127,7 +127,7 @@ def _ingest(conn: sa.Connection, cell: dict[str, Any], run: Run) -> str:
         "config": config,
         "attestation": attestation,
         "record": record,
-        "source": _text(cell.get("dir"), 1024),
+        "source": _text(Path(str(cell["dir"])).resolve() if cell.get("dir") else "", 1024),  # one spelling
     }
     key = (cells.c.sweep_id == sweep_pk) & (cells.c.host_id == host_pk) & (cells.c.cell_id == row["cell_id"])
     found = conn.execute(sa.select(cells.c.id, cells.c.record, cells.c.source).where(key)).first()
