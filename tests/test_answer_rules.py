@@ -63,14 +63,19 @@ def _tree(root: Path, design, base, spread, *, finished: bool, hosts=("spark-1",
             _windows(folder, duration=3.0, completed=0, request_goodput=0.0, median_tpot_ms=0.0, median_e2el_ms=0.0)
 
 
+def _reported(root: Path, design, base, spread, rank_by, *, finished: bool):
+    """The generated tree, read back: its cells, the report's data and its Markdown."""
+    _tree(root, design, base, spread, finished=finished)
+    cells = load_cells(root)
+    data = report.build(cells, rank_by=rank_by)
+    return cells, data, report.render_markdown(data)
+
+
 @RULES
 @given(design=combos, base=speeds, spread=noise, rank_by=st.sampled_from(["goodput", "throughput"]))
 def test_a_metric_zero_in_every_window_is_never_ranked(design, base, spread, rank_by):
     with tempfile.TemporaryDirectory() as tmp:
-        _tree(Path(tmp), design, base, spread, finished=False)
-        cells = load_cells(Path(tmp))
-        data = report.build(cells, rank_by=rank_by)
-        text = report.render_markdown(data)
+        _, data, text = _reported(Path(tmp), design, base, spread, rank_by, finished=False)
         assert "Not measured: TPOT, end-to-end latency and goodput (no request finished inside any 3 s window)" in (
             text
         )
@@ -87,10 +92,7 @@ def test_a_metric_zero_in_every_window_is_never_ranked(design, base, spread, ran
 @given(design=combos, base=speeds, spread=noise, rank_by=st.sampled_from(["goodput", "throughput"]))
 def test_what_to_run_is_always_a_measured_valid_cell(design, base, spread, rank_by):
     with tempfile.TemporaryDirectory() as tmp:
-        _tree(Path(tmp), design, base, spread, finished=True)
-        cells = load_cells(Path(tmp))
-        data = report.build(cells, rank_by=rank_by)
-        text = report.render_markdown(data)
+        cells, data, text = _reported(Path(tmp), design, base, spread, rank_by, finished=True)
         measured = {c["cell_id"] for c in cells}
         for rec in data.recommendations:
             if rec.winner is None:

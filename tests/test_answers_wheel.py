@@ -13,7 +13,6 @@ non-root user whose sudo needs a password), the simulator as the engine.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
 from pathlib import Path
@@ -21,37 +20,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.hostside import supervise
-
-from .sshd_hosts import SIM_HOST_VARS, inventory_for, login_as_user, start_fleet, stop_fleet
+from .sshd_hosts import sim_fleet
+from .test_sweep import write_spec
 from .wheel_venv import REPO, build_wheel, install, user_env
 
 pytestmark = pytest.mark.integration
 
-PORT = 8236  # no other fleet test's
-SPEC = """
-[sweep]
-name = "rehearsal"
-[image]
-ref = "nvcr.io/nvidia/vllm@sha256:{digest}"
-vllm_version = "0.24.0"
-[[checkpoints]]
-name = "uns-fast"
-model = "uns-fast"
-quant = "nvfp4"
-[server]
-max_model_len = 8192
-max_num_seqs = 8
-[matrix]
-moe_backend = ["marlin", "flashinfer_b12x"]
-concurrency = [1, 4]
-duration_s = 1.0
-warmup = 1
-repeats = 2
-[load]
-prompt_len = 64
-output_len = 1024
-"""
+
+def spec(home: Path, name: str, digest: str) -> str:
+    """test_sweep's spec, two backends at c=1 and 4 with 1 s windows, and 1024 output tokens: longer than a window."""
+    path = write_spec(home, name, duration=1.0, repeats=2, concurrency=(1, 4))
+    path.write_text(path.read_text().replace("output_len = 32", "output_len = 1024").replace("ab" * 32, digest))
+    return path.name
 
 
 @pytest.fixture(scope="module")
@@ -62,21 +42,10 @@ def installed(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def three(tmp_path_factory):
-    fleet = start_fleet(tmp_path_factory.mktemp("answers"), count=3)
-    remove_user = None
-    try:
-        remove_user = login_as_user(fleet, ["spark-b", "spark-c"])
-        assert fleet.inventory is not None
-        fleet.inventory.write_text(yaml.safe_dump(inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": PORT})))
+def three_sparks(tmp_path_factory):
+    """spark-a logs in as root, spark-b and spark-c as a non-root user whose sudo needs a password."""
+    with sim_fleet(tmp_path_factory.mktemp("answers"), port=8236) as fleet:
         yield fleet
-    finally:
-        for h in fleet.hosts:
-            with contextlib.suppress(Exception):
-                supervise.stop(str(h.workdir))
-        stop_fleet(fleet)
-        if remove_user is not None:
-            remove_user()
 
 
 @pytest.fixture
@@ -95,11 +64,11 @@ def user(tmp_path, installed):
     return cli
 
 
-def test_short_windows_two_folders_and_a_rerun_elsewhere(three, user):
+def test_short_windows_two_folders_and_a_rerun_elsewhere(three_sparks, user):
     home = user.home
-    (home / "rehearsal.toml").write_text(SPEC.format(digest="ab" * 32))
-    inv = str(three.inventory)
-    first = user("sweep", "rehearsal.toml", "-i", inv, "--results", "one", "--no-progress")
+    rehearsal = spec(home, "rehearsal", "ab" * 32)
+    inv = str(three_sparks.inventory)
+    first = user("sweep", rehearsal, "-i", inv, "--results", "one", "--no-progress")
     assert first.returncode == 0, first.stderr[-3000:]
     again = user(
         "sweep", "rehearsal.toml", "-i", inv, "--results", "two", "--no-progress", "--limit", "spark-b,spark-c"
@@ -141,14 +110,13 @@ def test_short_windows_two_folders_and_a_rerun_elsewhere(three, user):
     assert cmp.returncode == (1 if said or int(compared[1]) else 0), cmp.stdout
 
 
-def test_a_sweep_with_wrong_outputs_exits_1(three, user, tmp_path):
-    inventory = yaml.safe_load(three.inventory.read_text())
+def test_a_sweep_with_wrong_outputs_exits_1(three_sparks, user, tmp_path):
+    inventory = yaml.safe_load(three_sparks.inventory.read_text())
     for host in inventory["all"]["children"]["sparks"]["hosts"].values():
         host["spark_serve_env"] = {**host["spark_serve_env"], "SPARK_SIM_WRONG_OUTPUT": "marlin:1"}
     inv = tmp_path / "wrong.yml"
     inv.write_text(yaml.safe_dump(inventory))
-    (user.home / "wrong.toml").write_text(SPEC.format(digest="cd" * 32).replace('"rehearsal"', '"wrong"'))
-    swept = user("sweep", "wrong.toml", "-i", str(inv), "--limit", "spark-b", "--no-progress")
+    swept = user("sweep", spec(user.home, "wrong", "cd" * 32), "-i", str(inv), "--limit", "spark-b", "--no-progress")
     assert swept.returncode == 1, swept.stderr[-3000:]
     total = next(line.split() for line in swept.stderr.splitlines() if line.strip().startswith("total "))
     assert (int(total[1]), int(total[2]), int(total[3])) == (2, 1, 1), swept.stderr[-3000:]  # planned, measured, wrong
