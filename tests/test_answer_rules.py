@@ -5,6 +5,7 @@ compare could not compare is reported, and fails --fail-on-regression."""
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -163,3 +164,17 @@ def test_compare_reports_every_configuration_it_could_not_compare(design, base, 
             return
         code = main(["compare", str(root / "a"), str(root / "b"), "--fail-on-regression"])
         assert code == (1 if cmp.uncompared or cmp.regressions else 0)
+
+
+def test_goodput_zero_under_slos_names_the_slo_the_servers_reach(tmp_path):
+    """Requests finished, none met tpot:5: goodput is never ranked, and the reason gives the TPOT the best point
+    reached (the SLO that would count requests)."""
+    for backend, base in (("marlin", 100.0), ("flashinfer_b12x", 40.0)):
+        folder = write_cell(
+            tmp_path, backend=backend, config={"goodput": ["tpot:5"]}, values={c: [base * c] * 3 for c in LEVELS}
+        )
+        _windows(folder, request_goodput=0.0)
+    [rec] = report.build(load_cells(tmp_path), rank_by="goodput").recommendations
+    best = min(r["median_tpot_ms"] for c in load_cells(tmp_path) for r in c["runs"])
+    assert rec.winner is None and "no finished request met every SLO (tpot:5)" in rec.reason
+    assert f"tpot:{math.ceil(best)} (best median {best:.0f} ms against 5 ms)" in rec.reason
