@@ -6,6 +6,7 @@ A and B are results folders or store selections (key=value[,key=value]), e.g.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from agent.commands import flags
 from agent.hostside import atomic
@@ -13,6 +14,7 @@ from agent.judging import regression, stats
 from agent.reporting import terminal
 from agent.reporting.compare import compare, comparison_table, render_markdown, summary_line
 from agent.reporting.escape import rich
+from agent.reporting.markdown import calibration_cells
 from agent.store import options
 
 
@@ -44,12 +46,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    cells_a, cells_b = options.cells_of(args.results_a, args), options.cells_of(args.results_b, args)
+    calibration = [  # host effects a recent `calibrate` measured next to either folder, as the report uses them
+        c
+        for side, cells in ((args.results_a, cells_a), (args.results_b, cells_b))
+        if isinstance(side, Path)
+        for c in calibration_cells(side, cells)
+    ]
     cmp = compare(
-        options.cells_of(args.results_a, args),
-        options.cells_of(args.results_b, args),
-        threshold=args.threshold,
-        seed=args.seed,
-        rank_by=args.rank_by,
+        cells_a, cells_b, threshold=args.threshold, seed=args.seed, rank_by=args.rank_by, calibration=calibration
     )
     console = terminal.console()
     for warning in cmp.warnings:

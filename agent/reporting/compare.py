@@ -11,6 +11,7 @@ A and B ran on different hosts, a stated false-alarm rate per compare): that is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -141,8 +142,10 @@ def compare(
     threshold: float = stats.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
     rank_by: str = "throughput",
+    calibration: Sequence[dict[str, Any]] = (),
 ) -> Comparison:
-    """B against A at every point both measured, on the metric `rank_by` names (the report's ranking rule). A
+    """`calibration`: cells of a recent `spark-agent calibrate` near either run (host effects only, as the report).
+    B against A at every point both measured, on the metric `rank_by` names (the report's ranking rule). A
     configuration is matched whatever host measured it (pairs); across hosts with the host effect either run
     measured, as the ranking does. Every configuration ends compared, or listed with why not."""
     metric = stats.RANK_BY[rank_by][0]
@@ -150,7 +153,7 @@ def compare(
     side_b = stats.with_variants(stats.summarize_cells(cells_b, threshold, metric))
     with_image = _needs_image(side_a, side_b)
     groups_a, groups_b = _groups(side_a, with_image), _groups(side_b, with_image)
-    effects = [hosteffect.estimate([s for s in side if s.rankable]) for side in (side_b, side_a)]
+    effects = [_host_effects(side_a, side_b, stats.summarize_cells(calibration, threshold, metric))]
     result = Comparison([], [], [], [], warnings(side_a, side_b), rank_by=rank_by)
     matched: list[tuple[str, CellSummary, CellSummary]] = []
     for key in sorted(groups_a.keys() | groups_b.keys(), key=lambda k: _label((groups_a.get(k) or groups_b[k])[0])):
@@ -171,6 +174,21 @@ def compare(
             matched.append((label, a, b))
     result.configs = [_config_diff(label, a, b, len(matched), effects) for label, a, b in matched]
     return result
+
+
+def _host_effects(
+    side_a: Sequence[CellSummary], side_b: Sequence[CellSummary], calibration: Sequence[CellSummary] = ()
+) -> hosteffect.HostEffects:
+    """Each host's speed from the cells both runs measured on several hosts, each run's cells its own (one run's
+    cell is never the other's: that difference is what compare measures). Hosts linked in either run, or through a
+    host both runs used, are compared across; hosts keep their speed between the runs, as a calibration assumes."""
+    tagged = [
+        dataclasses.replace(s, cell={**s.cell, "config": {**s.config, "compare_run": run}})
+        for run, side in (("A", side_a), ("B", side_b), ("calibration", calibration))
+        for s in side
+        if s.rankable
+    ]
+    return hosteffect.estimate(tagged)
 
 
 def _where(a: CellSummary, b: CellSummary) -> str:

@@ -814,7 +814,7 @@ def write_report(
     lost = [str(p.parent.relative_to(results_dir)) for p in sorted(results_dir.rglob(LOST_FILE))]
     tune = startup.load_tune_records(results_dir)
     out = Path(out_dir or results_dir)
-    calibrated = _calibration(results_dir, cells)
+    calibrated = calibration_cells(results_dir, cells)
     return write_report_cells(
         cells,
         out,
@@ -828,7 +828,7 @@ def write_report(
     )
 
 
-def _calibration(results_dir: Path, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def calibration_cells(results_dir: Path, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The recent calibration cells next to a sweep's folder, of the images its cells ran (none for the calibration
     itself, or for a whole results tree, which holds them already)."""
     from agent.running import calibration
