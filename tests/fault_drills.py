@@ -18,10 +18,10 @@ from pathlib import Path
 
 import psutil
 
-from agent.commands.sweep import COLUMNS as SUMMARY_COLUMNS
 from agent.hostside import supervise
 from agent.results import tree as results
 from agent.running import collect
+from agent.running.sweep import BUCKETS as SUMMARY_COLUMNS
 
 from .sshd_hosts import REPO, SshFleet
 from .terminal import ctrl_c_as_on_a_terminal

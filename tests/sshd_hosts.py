@@ -297,6 +297,29 @@ def stop_servers_and_fleet(fleet: SshFleet) -> None:
     stop_fleet(fleet)
 
 
+@contextlib.contextmanager
+def sim_fleet(root: Path, port: int, count: int = 3, non_root: tuple[str, ...] = ("spark-b", "spark-c")):
+    """`count` hosts as simulated GB10s serving on `port` (one per module: never another test's), those named in
+    `non_root` logging in as a non-root user whose sudo needs a password (nothing may need root); every server
+    stopped, the hosts and the user removed afterwards."""
+    from agent.hostside import supervise
+
+    fleet = start_fleet(root, count=count)
+    remove_user = None
+    try:
+        remove_user = login_as_user(fleet, list(non_root))
+        assert fleet.inventory is not None
+        fleet.inventory.write_text(yaml.safe_dump(inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": port})))
+        yield fleet
+    finally:
+        for h in fleet.hosts:
+            with contextlib.suppress(Exception):
+                supervise.stop(str(h.workdir))
+        stop_fleet(fleet)
+        if remove_user is not None:
+            remove_user()
+
+
 def stop_fleet(fleet: SshFleet) -> None:
     for host in fleet.hosts:
         if host.pid:

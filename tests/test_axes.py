@@ -316,7 +316,7 @@ def test_rank_by_goodput_without_slos_says_why_it_cannot_rank(tmp_path):
     write_cell(tmp_path, backend="flashinfer_b12x", values={c: [50.0, 51.0, 49.0] for c in C})
     summaries = stats.summarize_cells(load_cells(tmp_path), metric="request_goodput")
     [rec] = stats.recommend(summaries, metric="request_goodput")
-    assert rec.winner is None and "no measurement carries request_goodput" in rec.reason
+    assert rec.winner is None and "no window records request_goodput" in rec.reason
 
 
 def test_a_sparse_design_that_left_the_winning_combination_out_says_so(tmp_path):
@@ -334,8 +334,10 @@ def test_a_sparse_design_that_left_the_winning_combination_out_says_so(tmp_path)
     )
     [rec] = stats.recommend(stats.summarize_cells(load_cells(tmp_path)))
     assert rec.choice == {"checkpoint": "nv", "speculative": "mtp"} and rec.winner_cells == []
+    assert rec.winner is None  # never offered to run: nv with MTP never ran
     text = report.render_markdown(report.build(load_cells(tmp_path)))
-    assert "No cell measured nv · speculative=mtp together" in text
+    assert "**No measured configuration to run.**" in text and "**Run " not in text
+    assert "(nv · speculative=mtp) were never measured together" in text and "Command (" not in text
 
 
 def test_compare_keeps_an_image_axis_apart(tmp_path):

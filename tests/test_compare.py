@@ -69,3 +69,42 @@ def test_cli_fails_on_regression_when_asked(tmp_path, capsys):
     assert "| uns-fast / marlin | 0.500x " in md.read_text() and "| REGRESSION |" in md.read_text()
     assert "1 of 1 configuration(s) regressed beyond the noise" in capsys.readouterr().out
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "missing")]) == 2
+
+
+def _reference(root, host, speed=1.0):
+    """The fleet's reference cell on `host`: what links hosts of a group (their host effect)."""
+    write_cell(root, backend="triton", checkpoint="ref", host=host, values=tight(50.0 * speed))
+
+
+def test_a_rerun_on_other_hosts_is_matched_with_the_host_effect(tmp_path, capsys):
+    """A: marlin on spark-1, b12x on spark-2; B (the rerun) placed them the other way round. Every configuration is
+    compared across hosts with the host effect each run measured (its reference cell on both hosts)."""
+    for side, placed in (("a", ("spark-1", "spark-2")), ("b", ("spark-2", "spark-1"))):
+        write_cell(tmp_path / side, backend="marlin", host=placed[0], values=tight(100.0))
+        write_cell(tmp_path / side, backend="flashinfer_b12x", host=placed[1], values=tight(40.0))
+        for host in ("spark-1", "spark-2"):
+            _reference(tmp_path / side, host)
+    cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    assert cmp.uncompared == [] and cmp.only_a == cmp.only_b == []
+    labels = {c.label for c in cmp.configs if c.change is not None}
+    assert (
+        "uns-fast / marlin / spark-1 → spark-2" in labels and "uns-fast / flashinfer_b12x / spark-2 → spark-1" in labels
+    )
+    assert cmp.regressions == []
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-on-regression"]) == 0
+    assert "0 of 4 configuration(s) regressed beyond the noise" in capsys.readouterr().out
+
+
+def test_what_could_not_be_compared_is_said_and_fails_the_gate(tmp_path, capsys):
+    """B ran marlin on another host and no reference links the two: not compared, said on the console, exit 1."""
+    write_cell(tmp_path / "a", backend="marlin", host="spark-1", values=tight(100.0))
+    write_cell(tmp_path / "a", backend="triton", host="spark-1", values=tight(50.0))
+    write_cell(tmp_path / "b", backend="marlin", host="spark-3", values=tight(100.0), image=NEW_IMAGE)
+    write_cell(tmp_path / "b", backend="triton", host="spark-1", values=tight(50.0), image=NEW_IMAGE)
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0  # a report, not a gate
+    out = capsys.readouterr().out
+    assert "0 of 1 configuration(s) regressed beyond the noise" in out
+    assert "1 configuration(s) could not be compared" in out
+    assert "not compared: uns-fast / marlin / spark-1 → spark-3: A ran on spark-1, B on spark-3" in out
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-on-regression"]) == 1
+    assert "cannot be vouched for" in capsys.readouterr().out

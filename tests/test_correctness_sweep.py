@@ -67,7 +67,12 @@ def test_a_fast_backend_with_wrong_outputs_is_flagged_and_never_recommended(tmp_
     out = tmp_path / "results"
 
     swept = _run("sweep", str(spec), "-i", str(inv), "--results", str(out), "--no-progress")
-    assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
+    # a cell with wrong outputs is not a valid measurement: exit 1 (README), counted `wrong`, named with why
+    assert swept.returncode == 1, swept.stdout[-3000:] + swept.stderr[-3000:]
+    total = next(line.split() for line in swept.stderr.splitlines() if line.strip().startswith("total "))
+    planned, measured, wrong = int(total[1]), int(total[2]), int(total[3])
+    assert wrong >= 1 and measured == 2 and planned == measured + wrong, swept.stderr[-3000:]
+    assert "  wrong output spark-" in swept.stderr and "never ranked" in swept.stderr
 
     loaded = results.load_cells(out / "right")
     cells = {c["config"]["moe_backend"]: c for c in loaded}

@@ -3,7 +3,6 @@ real sshd hosts with the simulated Spark. Each test is one numbered path of the 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
@@ -21,7 +20,7 @@ from agent.hostside import runner, supervise
 from agent.results import tree as results
 
 from .fault_drills import parse_summary
-from .sshd_hosts import SIM_HOST_VARS, inventory_for, login_as_user, start_fleet, stop_fleet
+from .sshd_hosts import sim_fleet
 from .test_sweep import write_spec
 
 pytestmark = pytest.mark.integration
@@ -34,20 +33,8 @@ CLI = [sys.executable, "-m", "agent.cli"]
 def three(tmp_path_factory):
     """Three sshd hosts as simulated GB10s, on port 8200 (never another fleet test's). spark-b and spark-c log in as
     a non-root user whose sudo needs a password (nothing the paths do may need root)."""
-    fleet = start_fleet(tmp_path_factory.mktemp("day"), count=3)
-    remove_user = None
-    try:
-        remove_user = login_as_user(fleet, ["spark-b", "spark-c"])
-        assert fleet.inventory is not None
-        fleet.inventory.write_text(yaml.safe_dump(inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8200})))
+    with sim_fleet(tmp_path_factory.mktemp("day"), port=8200) as fleet:
         yield fleet
-    finally:
-        for h in fleet.hosts:
-            with contextlib.suppress(Exception):
-                supervise.stop(str(h.workdir))
-        stop_fleet(fleet)
-        if remove_user is not None:
-            remove_user()
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from agent.cli import main
 from agent.results.tree import load_cells
 from agent.store import db, history, ingest, select
-from agent.store.schema import cells, hosts, measurements
+from agent.store.schema import cells, hosts, measurements, sweeps
 from tests.test_report_fixtures import write_cell
 
 pytestmark = pytest.mark.unit
@@ -55,8 +55,9 @@ def count(url: str, table: sa.Table) -> int:
 
 def test_backfill_is_idempotent_and_rebuilds_the_trees_tables(trees, url, capsys):
     assert main(["store", "ingest", str(trees), "--store", url]) == 0
-    assert "4 cell(s), 24 measurement(s) ingested" in capsys.readouterr().out
+    assert "4 new cell(s), 0 updated, 0 already in the store as they are; 24 measurement(s)" in capsys.readouterr().out
     assert main(["store", "ingest", str(trees / "nv-2511"), str(trees), "--store", url]) == 0  # again, overlapping
+    assert "0 new cell(s), 0 updated, 4 already in the store as they are; 0 measurement(s)" in capsys.readouterr().out
     assert (count(url, cells), count(url, measurements), count(url, hosts)) == (4, 24, 1)
     from_store = select.load(db.open_store(url), select.Selection())
     from_tree = load_cells(trees)
@@ -80,7 +81,7 @@ def test_half_written_cell_is_skipped_with_a_warning_naming_it(trees, url, capsy
     assert main(["store", "ingest", str(trees), "--store", url]) == 0
     captured = capsys.readouterr()
     assert "0123456789ab" in captured.err and "half-written" in captured.err and "skipped" in captured.err
-    assert "4 cell(s)" in captured.out and "1 skipped" in captured.out
+    assert "4 new cell(s)" in captured.out and "1 skipped" in captured.out
 
 
 def test_history_marks_the_regression_beyond_the_noise_only(trees, url, tmp_path, capsys):
@@ -137,7 +138,7 @@ def test_migration_upgrades_an_old_store_in_place(trees, url):
     engine.dispose()
     assert main(["store", "info", "--store", url]) == 0  # opening migrates
     engine = db.open_store(url)
-    assert db.current_revision(engine) == db.head() == "0002"
+    assert db.current_revision(engine) == db.head() == "0003"
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT host_group FROM hosts WHERE name = 'spark-9'")).scalar() == "fp9"
     ingest.ingest_tree(engine, trees)
@@ -208,3 +209,93 @@ def test_collect_hook_indexes_a_landed_cell_and_only_warns_when_the_store_is_unr
     db.close_all()
     ingest.on_cell_landed(trees, folder)
     assert not (trees / db.DEFAULT_NAME).exists()
+
+
+def two_folders_one_name(tmp_path: Path) -> list[Path]:
+    """The same sweep name measured into two results folders (two people, or a rerun elsewhere): two runs."""
+    roots = []
+    for i, (factor, day) in enumerate(((1.0, "2026-11-01"), (0.8, "2026-11-20"))):
+        root = tmp_path / f"folder{i}"
+        sweep(root, "quick", OLD, factor, day)
+        roots.append(root)
+    return roots
+
+
+def runs_stay_apart(url: str, roots: list[Path], capsys) -> None:
+    """Shared by SQLite and PostgreSQL: every run kept as itself, counts true, history and site per run."""
+    assert main(["store", "ingest", *map(str, roots), "--store", url]) == 0
+    assert "4 new cell(s), 0 updated, 0 already in the store as they are" in capsys.readouterr().out
+    assert main(["store", "ingest", *map(str, roots), "--store", url]) == 0  # again: idempotent, and says so
+    assert "0 new cell(s), 0 updated, 4 already in the store as they are" in capsys.readouterr().out
+    engine = db.open_store(url)
+    assert count(url, cells) == 4
+    with engine.connect() as conn:
+        runs = conn.execute(sa.select(sweeps.c.name, sweeps.c.results_root, sweeps.c.started)).all()
+    assert sorted(r.results_root for r in runs) == [str(r.resolve()) for r in roots]
+    assert {r.name for r in runs} == {"quick"} and len({r.started for r in runs}) == 2
+    rows = history.query(engine, select.parse(["backend=marlin", "concurrency=8"]))
+    assert len({r.run for r in rows}) == 2  # each run its own row
+    assert main(["history", "backend=marlin", "--store", url]) == 0
+    shown = capsys.readouterr().out
+    assert "quick 2026-11-01T10:00" in shown and "quick 2026-11-20T10:00" in shown
+    site = roots[0].parent / "site"
+    assert main(["site", "--out", str(site), "--store", url]) == 0
+    pages = sorted(p.parent.name for p in (site / "sweeps").glob("*/report.html"))
+    assert len(pages) == 2 and all(p.startswith("quick-2026112") or p.startswith("quick-2026110") for p in pages)
+    for page in pages:  # one run per page: its own two cells, never the other's
+        assert (site / "sweeps" / page / "report.md").read_text().count("| spark-1 | uns-fast | marlin |") == 2
+
+
+def test_two_folders_with_one_sweep_name_stay_two_runs(tmp_path, url, capsys):
+    runs_stay_apart(url, two_folders_one_name(tmp_path), capsys)
+
+
+def test_a_fresh_rerun_is_a_new_run_and_a_resume_is_not(tmp_path):
+    from agent.results import tree
+
+    root = tmp_path / "results"
+    first = tree.begin_run(root, "quick", False, "2026-12-01T10:00:00Z")
+    assert tree.begin_run(root, "quick", False, "2026-12-01T11:00:00Z") == first  # a resume, a tune round
+    assert tree.begin_run(root, "quick", True, "2026-12-01T12:00:00Z") == "2026-12-01T12:00:00Z"  # --fresh
+    sweep(tmp_path / "old", "quick", OLD, 1.0, "2026-11-01")  # a tree from before sweep.toml: its first cell's start
+    assert tree.run_start(tmp_path / "old" / "quick") == "2026-11-01T10:00:00Z"
+
+
+def merged_old_store(url: str, roots: list[Path]) -> None:
+    """A store at revision 0002 where the old ingest merged two folders' sweeps of one name into one row."""
+    engine = sa.create_engine(url)
+    db.migrate(engine, "0002")
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO sweeps (name, first_started) VALUES ('quick', '2026-11-01T10:00:00Z')"))
+        conn.execute(sa.text("INSERT INTO hosts (name, fingerprint, facts) VALUES ('spark-1', 'a1b2c3d4', '{}')"))
+        for i, root in enumerate(roots):
+            for cell in load_cells(root):  # ids kept apart: the old key (sweep, host, cell id) overwrote twins
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO cells (sweep_id, host_id, cell_id, checkpoint, quant, backend, image, "
+                        "image_digest, vllm_version, status, verdict, failure_class, started_at, finished_at, "
+                        "config_key, config, attestation, record, source) VALUES (1, 1, :id, 'uns-fast', 'nvfp4', "
+                        ":backend, '', '', '', 'done', 'valid', '', :start, '', '', '{}', '{}', '{}', :source)"
+                    ),
+                    {"id": cell["cell_id"][:11] + str(i), "backend": cell["config"]["moe_backend"],
+                     "start": cell["started_at"], "source": cell["dir"]},
+                )  # fmt: skip
+    engine.dispose()
+
+
+def old_merges_split(url: str, roots: list[Path]) -> None:
+    merged_old_store(url, roots)
+    engine = db.open_store(url)  # opening migrates
+    assert db.current_revision(engine) == "0003"
+    with engine.connect() as conn:
+        runs = conn.execute(sa.select(sweeps.c.id, sweeps.c.results_root, sweeps.c.started)).all()
+        assert sorted((r.results_root, r.started) for r in runs) == [
+            (str(roots[0]), "2026-11-01T10:00:00Z"),
+            (str(roots[1]), "2026-11-20T10:00:00Z"),
+        ]
+        per_run = conn.execute(sa.select(cells.c.sweep_id, sa.func.count()).group_by(cells.c.sweep_id)).all()
+        assert sorted(n for _, n in per_run) == [2, 2]  # each folder's cells under its own run
+
+
+def test_migration_splits_sweeps_the_old_ingest_merged(tmp_path, url):
+    old_merges_split(url, two_folders_one_name(tmp_path))

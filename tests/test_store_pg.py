@@ -5,6 +5,7 @@ server brings (wrong password, nothing listening): one line, exit 2, the passwor
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,7 +64,9 @@ def test_two_controllers_ingesting_at_once_lose_and_duplicate_nothing(postgres, 
     ]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
-    assert all("48 cell(s), 288 measurement(s) ingested" in out for out in outputs), outputs
+    said = [re.search(r"(\d+) new cell\(s\), 0 updated, (\d+) already in the store", out) for out in outputs]
+    assert all(said) and all(int(m[1]) + int(m[2]) == 48 for m in said if m), outputs  # each saw its 48 cells
+    assert sum(int(m[1]) for m in said if m) == 72, outputs  # y counted new once, by whoever wrote it
     assert all("s3cret" not in out for out in outputs)
     assert counts(url) == (3, 72, 432)  # every cell and window once
     engine = db.open_store(url)
@@ -93,7 +96,7 @@ def test_migration_in_place_on_postgres(postgres):
     engine.dispose()
     assert main(["store", "upgrade", "--store", url]) == 0
     engine = db.open_store(url)
-    assert db.current_revision(engine) == "0002"
+    assert db.current_revision(engine) == "0003"
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT host_group FROM hosts")).scalar() == "fp9"
 
@@ -109,3 +112,12 @@ def test_server_bad_input_is_one_line_exit_2_without_the_password(postgres, case
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "cannot connect" in err, err
     assert "Wrong-pw-123" not in err and postgres.url().split(":")[2].split("@")[0] not in err
+
+
+def test_sweep_runs_on_postgres(postgres, tmp_path, capsys):
+    """Two folders with one sweep name stay two runs, and a store the old ingest merged is split in place."""
+    from tests.test_store import old_merges_split, runs_stay_apart, two_folders_one_name
+
+    roots = two_folders_one_name(tmp_path)
+    runs_stay_apart(postgres.create_database("runs"), roots, capsys)
+    old_merges_split(postgres.create_database("merged"), roots)

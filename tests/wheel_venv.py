@@ -36,6 +36,7 @@ def install(wheel: Path, venv: Path, python: str = sys.executable, extras: str =
         capture_output=True,
         text=True,
         timeout=1800,
+        env=user_env(venv / "bin"),  # a checkout on PYTHONPATH (its egg-info) would read as installed already
     )
     if done.returncode != 0:
         raise RuntimeError(f"pip install {target} failed:\n{done.stderr[-3000:]}")

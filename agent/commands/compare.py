@@ -6,6 +6,7 @@ A and B are results folders or store selections (key=value[,key=value]), e.g.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from agent.commands import flags
 from agent.hostside import atomic
@@ -13,6 +14,7 @@ from agent.judging import regression, stats
 from agent.reporting import terminal
 from agent.reporting.compare import compare, comparison_table, render_markdown, summary_line
 from agent.reporting.escape import rich
+from agent.reporting.markdown import calibration_cells
 from agent.store import options
 
 
@@ -28,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--fail-on-regression",
         action="store_true",
-        help="exit 1 when a configuration of B regresses beyond the noise (at most 5%% false alarms per compare)",
+        help="exit 1 when a configuration of B regresses beyond the noise (at most 5%% false alarms per compare), "
+        "or when a configuration could not be compared (one side only, INVALID or failed, no host effect)",
     )
     p.add_argument(
         "--threshold",
@@ -43,12 +46,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    cells_a, cells_b = options.cells_of(args.results_a, args), options.cells_of(args.results_b, args)
+    calibration = [  # host effects a recent `calibrate` measured next to either folder, as the report uses them
+        c
+        for side, cells in ((args.results_a, cells_a), (args.results_b, cells_b))
+        if isinstance(side, Path)
+        for c in calibration_cells(side, cells)
+    ]
     cmp = compare(
-        options.cells_of(args.results_a, args),
-        options.cells_of(args.results_b, args),
-        threshold=args.threshold,
-        seed=args.seed,
-        rank_by=args.rank_by,
+        cells_a, cells_b, threshold=args.threshold, seed=args.seed, rank_by=args.rank_by, calibration=calibration
     )
     console = terminal.console()
     for warning in cmp.warnings:
@@ -58,6 +64,12 @@ def run(args: argparse.Namespace) -> int:
     for c in cmp.regressions:
         if c.change is not None:
             console.print(f"[bold red]regression:[/] {rich(c.label)}: {rich(regression.describe(c.change))}")
+    for why in cmp.uncompared:
+        console.print(f"[bold yellow]not compared:[/] {rich(why)}")
+    for why in cmp.same_failure:
+        console.print(f"not compared (alike on both sides): {rich(why)}")
     if args.markdown:
         atomic.write_text(args.markdown, render_markdown(cmp, str(args.results_a), str(args.results_b)))
-    return 1 if args.fail_on_regression and cmp.regressions else 0
+    if args.fail_on_regression and cmp.uncompared and not cmp.regressions:
+        console.print("--fail-on-regression: fails, as what was not compared cannot be vouched for")
+    return 1 if args.fail_on_regression and (cmp.regressions or cmp.uncompared) else 0

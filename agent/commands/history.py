@@ -36,7 +36,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def table(rows: list[history.HistoryRow]) -> Table:
     t = Table(title="Median output tok/s per measured cell, oldest first")
-    for col in ("config", "host", "c", "started", "image", "vLLM", "tok/s", "spread", "n", "vs previous image"):
+    for col in (
+        "config",
+        "host",
+        "c",
+        "started",
+        "sweep run",
+        "image",
+        "vLLM",
+        "tok/s",
+        "spread",
+        "n",
+        "vs previous image",
+    ):
         t.add_column(col, justify="right" if col in ("c", "tok/s", "spread", "n") else "left")
     colour = {"regression": "bold red", "improvement": "green"}
     for r in rows:
@@ -46,6 +58,7 @@ def table(rows: list[history.HistoryRow]) -> Table:
             rich(r.host),
             str(r.concurrency),
             rich(r.started_at[:16]),
+            rich(r.run),
             rich(history._image_tag(r.image)),
             rich(r.vllm_version or "?"),
             num(r.median) if r.verdict == "valid" else rich(r.verdict.upper()),

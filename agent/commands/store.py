@@ -1,7 +1,8 @@
 """`spark-agent store ingest RESULTS...`: index results trees into the store (SQLite by default, or PostgreSQL).
 
 Sweeps ingest each cell as it lands; this back-fills trees measured before, elsewhere, or while the store was
-unreachable. Idempotent: ingesting a tree again changes nothing. `spark-agent store upgrade` migrates a store's
+unreachable. Idempotent: ingesting a tree again changes nothing, and says so (new, updated, already there). A sweep
+in the store is one run, (results root, name, start): folders holding a sweep of one name never merge. `spark-agent store upgrade` migrates a store's
 schema in place (any command that opens a store does it too); `store info` shows its revision and counts.
 """
 
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     if args.store_command == "ingest":
         counts = ingest.ingest_trees(engine, args.results)
         print(
-            f"{counts.cells} cell(s), {counts.measurements} measurement(s) ingested into {db.shown(url)}"
+            f"{counts.cells} new cell(s), {counts.updated} updated, {counts.unchanged} already in the store as they "
+            f"are; {counts.measurements} measurement(s) written into {db.shown(url)}"
             + (f"; {len(counts.skipped)} skipped (see the warnings)" if counts.skipped else "")
         )
         return 0

@@ -7,7 +7,7 @@ import shlex
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,6 +16,7 @@ import structlog
 from agent import logs
 from agent.commands import flags
 from agent.errors import UserError
+from agent.judging import correctness
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning import multinode
 from agent.planning.inventory import load_inventory
@@ -26,7 +27,7 @@ from agent.results import tree as results
 from agent.running import detach
 from agent.running.follow import STOPPED_MID_CELL, run_sweep
 from agent.running.progress import Progress
-from agent.running.sweep import SweepOutcome
+from agent.running.sweep import BUCKETS, SweepOutcome
 
 log = structlog.get_logger("spark_agent.sweep")
 
@@ -102,8 +103,9 @@ def run(args) -> int:
             lost_after=args.lost_after,
         )
     cells = results.load_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
+    outcome.judge_outputs(cells)  # a cell with wrong outputs ran, but is not a valid measurement
     _print_table(cells, args.log_format)
-    _print_summary(outcome, args.log_format)
+    _print_summary(outcome, args.log_format, cells)
     print(f"results: {outcome.sweep_dir}", file=sys.stderr)
     if outcome.interrupted:
         print("spark-agent: interrupted", file=sys.stderr)
@@ -167,8 +169,9 @@ def _replicas(text: str) -> int:
 
 
 def all_valid(outcome: SweepOutcome) -> bool:
-    """Every planned cell has a valid measurement: from this run, or from an earlier one (resume). A cell handed
-    back by a lost host (requeued) counts through the host that measured it instead."""
+    """Every planned cell has a valid measurement: from this run, or from an earlier one (resume); WRONG OUTPUT is
+    not one (SweepOutcome.judge_outputs). A cell handed back by a lost host (requeued) counts through the host that
+    measured it instead."""
     t = outcome.totals()
     earlier_ok = all(v == "valid" for o in outcome.hosts.values() for v in o.skipped.values())
     return t["measured"] + t["skipped"] + t["requeued"] == t["planned"] and earlier_ok
@@ -191,11 +194,10 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-COLUMNS = ("planned", "measured", "invalid", "failed", "lost", "skipped", "requeued")
-
-
-def _print_summary(outcome: SweepOutcome, fmt: str) -> None:
-    """Per host and in total; planned = measured + invalid + failed + lost + skipped, always."""
+def _print_summary(outcome: SweepOutcome, fmt: str, cells: Sequence[dict] = ()) -> None:
+    """Per host and in total; planned = measured + wrong + invalid + failed + lost + skipped + requeued, always.
+    `cells`: the sweep's, as load_cells read them (the probe's reasons for a WRONG OUTPUT cell)."""
+    wrong = {(str(c.get("host")), str(c.get("cell_id"))): correctness.wrong_reasons(c) for c in cells}
     rows = {h: o.counts() for h, o in sorted(outcome.hosts.items())}
     total = outcome.totals()
     if fmt == "json":
@@ -203,14 +205,14 @@ def _print_summary(outcome: SweepOutcome, fmt: str) -> None:
         return
     out = sys.stderr
     print(
-        "summary (planned = measured + invalid + failed + lost + skipped + requeued; skipped = finished earlier; "
-        "requeued = its host was lost, another host of the group took it)",
+        "summary (planned = measured + wrong + invalid + failed + lost + skipped + requeued; wrong = WRONG OUTPUT; "
+        "skipped = finished earlier; requeued = its host was lost, another host of the group took it)",
         file=out,
     )
     width = max([len("total"), *map(len, rows)])
-    print(f"  {'host':<{width}}  " + "  ".join(f"{c:>8}" for c in COLUMNS), file=out)
+    print(f"  {'host':<{width}}  " + "  ".join(f"{c:>8}" for c in BUCKETS), file=out)
     for name, counts in [*rows.items(), ("total", total)]:
-        print(f"  {name:<{width}}  " + "  ".join(f"{counts[c]:>8}" for c in COLUMNS), file=out)
+        print(f"  {name:<{width}}  " + "  ".join(f"{counts[c]:>8}" for c in BUCKETS), file=out)
     detached = sum(len(o.while_detached) for o in outcome.hosts.values())
     if detached:
         print(
@@ -223,6 +225,9 @@ def _print_summary(outcome: SweepOutcome, fmt: str) -> None:
             print(f"lost host {host}: {o.error}", file=out)
         elif o.error:
             print(f"host {host} stopped: {o.error}", file=out)
+        for cell_id in o.wrong:
+            why = "; ".join(wrong.get((host, cell_id), [])) or "see the report's WRONG OUTPUT section"
+            print(line(f"  wrong output {host}/{cell_id}: {why} (never ranked; --fresh measures it again)"), file=out)
         for cell_id in o.failed:
             print(line(f"  failed {host}/{cell_id}: {_failure_line(outcome.sweep_dir / host / cell_id)}"), file=out)
         for cell_id, why in o.lost.items():  # the cell a stop cut short is "stopped", one never begun "not run"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.hostside import loadpoints
-from agent.judging import correctness, hosteffect, nested
+from agent.judging import correctness, hosteffect, measurable, nested
 from agent.planning.matrix import BACKEND_FIELDS, backend_label, start_key
 from agent.planning.settings import LoadSettings, ServerSettings, flat_names, toml_schema
 
@@ -471,6 +471,8 @@ def _rank_windows(
         ratio = _ratio(a, b)
         return Ranking(CANNOT_RANK, ratio, f"fewer than {min_repeats} successful repeats")
     ratio = _ratio(a, b)
+    if math.isnan(ratio):  # both medians zero: nothing finished on either side, nothing to order
+        return Ranking(CANNOT_RANK, ratio, "zero on both sides: not measured")
     better = "a" if ratio > 1 else "b"
     if not ranges_overlap(a, b):
         return Ranking(better, ratio, "repeat ranges do not overlap")
@@ -482,10 +484,13 @@ def _rank_windows(
 
 
 def _ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    """median(a) / median(b); nan when a side is empty or both medians are zero (no order), inf when only b's is."""
     if not a or not b:
         return math.nan
-    mb = statistics.median(b)
-    return statistics.median(a) / mb if mb else math.inf
+    ma, mb = statistics.median(a), statistics.median(b)
+    if mb == 0:
+        return math.inf if ma else math.nan
+    return ma / mb
 
 
 # ---------------------------------------------------------------- axes: the questions a report answers
@@ -782,16 +787,27 @@ def _recommend_group(
     # valid one (a reference cell whose backend turns out wrong still links its hosts).
     ran = valid + [s for s in group if s.verdict == WRONG_OUTPUT]
     effects = hosteffect.estimate(ran + [s for s in calibration if s.rankable and comparable(s.cell) in machines])
-    questions = [_question(axis, [a for a in axes if a != axis], valid, seed, effects) for axis in axes]
+    unmeasured = measurable.gap([whole_cell(s) for s in valid], metric)
+    if unmeasured is not None:  # zero or missing in every window: never ranked, and the report says why
+        questions = [_unranked(axis, [a for a in axes if a != axis], valid, unmeasured.words()) for axis in axes]
+    else:
+        questions = [_question(axis, [a for a in axes if a != axis], valid, seed, effects) for axis in axes]
     choice = {q.axis: q.winner for q in questions if q.winner}
+    winner_cells = _matching(valid, choice, [q.axis for q in questions]) if choice else []
+    reason = unmeasured.words() if unmeasured else _group_reason(questions, valid, metric)
+    if choice and not winner_cells:  # per-axis winners never measured together: nothing measured to run
+        reason = (
+            f"the values that win each axis ({' · '.join(_choice_words(choice))}) were never measured together, "
+            "so there is no measured configuration to run: add that combination to the matrix to measure it"
+        )
     return Recommendation(
         hardware=hardware,
         quant=quant,
         questions=questions,
-        winner=" · ".join(_choice_words(choice)) or None,
-        reason=_group_reason(questions, valid, metric),
+        winner=" · ".join(_choice_words(choice)) if winner_cells else None,
+        reason=reason,
         choice=choice,
-        winner_cells=_matching(valid, choice, [q.axis for q in questions]) if choice else [],
+        winner_cells=winner_cells,
         invalid=[s for s in group if s.verdict == "invalid"],
         failed=[s for s in group if s.verdict == "failed"],
         effects=startup_effects(group),
@@ -878,6 +894,13 @@ def _unresolved(axis: str, winner: str, versus: list[Loser], valid: list[CellSum
     )
 
 
+def _unranked(axis: str, held: list[str], valid: list[CellSummary], why: str) -> Question:
+    """An axis left unranked because the metric was not measured anywhere: its values, no matchups, why."""
+    labels = _labels(valid, axis)
+    candidates = sorted({labels[axis_value(s.config, axis)] for s in valid})
+    return Question(axis, held, candidates, [], None, why, [], {})
+
+
 def _auto_aliases(valid: list[CellSummary], candidates: list[str]) -> dict[str, str]:
     """ "auto" → the MoE backend its cells attest they loaded, when that backend is itself a candidate: then
     auto and it are one choice, never ranked against each other."""
@@ -914,8 +937,6 @@ def _reason(axis: str, winner: str | None, candidates: list[str], ms: list[Match
 
 
 def _group_reason(questions: list[Question], valid: list[CellSummary], metric: str) -> str:
-    if valid and metric != RANK_METRIC and not any(p.ranked for s in valid for p in s.points.values()):
-        return f"no measurement carries {metric} (the sweep set no SLO): rank by throughput instead"
     if len(questions) == 1:
         return questions[0].reason
     decided = [q for q in questions if q.winner or q.unresolved]

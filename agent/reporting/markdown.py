@@ -190,7 +190,7 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     elif rec.winner:
         lines.append(f"**Run {md(rec.winner)}; {md(undecided)}.** {md(rec.reason)}.")
     else:
-        lines.append(f"**{_undecided_word(rec).capitalize()}.** {md(rec.reason)}.")
+        lines.append(f"**{md(nothing_to_run(rec)).capitalize()}.** {md(rec.reason)}.")
     words, key = stats.RANK_BY_WORDS.get(rec.metric, rec.metric), rec.metric
     lines += ["", f"Ranked by {md(words)} ({md_code(key)}), each axis within the others held equal."]
     lines += ["", noise_floor_line(rec)]
@@ -202,8 +202,6 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     lines += host_lines(rec)
     if rec.effects:
         lines += ["", "Effect on startup (all else held equal):", ""] + [f"- {md(e)}" for e in rec.effects]
-    if rec.choice and not rec.winner_cells:  # a sparse design may leave the winning combination out
-        lines += ["", f"No cell measured {md(rec.winner)} together: add that combination to the matrix to confirm it."]
     for s in rec.winner_cells:
         what = md(s.checkpoint) + (f", {md(s.variant)}" if s.variant else "")
         lines += [
@@ -247,6 +245,11 @@ def noise_floor_line(rec: Recommendation) -> str:
             f"{stats.RESOLVE_MARGIN:.0%} is not named a winner."
         )
     return f"Noise floor (A/A: the same cell started again, standard deviations): {md(rec.noise.words())}."
+
+
+def nothing_to_run(rec: Recommendation) -> str:
+    """The headline without a winner: the axes were ranked but their winners never ran together, or cannot rank."""
+    return "no measured configuration to run" if rec.choice else _undecided_word(rec)
 
 
 def host_lines(rec: Recommendation) -> list[str]:
@@ -333,6 +336,8 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out += ["## Provenance", ""] + provenance_lines(data) + [""]
     out += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]
     out += ["## Medians", ""] + medians_table_md(data.summaries) + [""]
+    gaps = loadreport.unmeasured(data.summaries)  # what the table leaves empty, why, and what would measure it
+    out += [f"- {md(line)}" for line in gaps] + ([""] if gaps else [])
     out += correctness_report.sections(data.summaries)
     out += loadreport.sections(data.summaries)
     out += telemetry_report.sections(data.summaries)
@@ -850,7 +855,7 @@ def write_report(
     lost = [str(p.parent.relative_to(results_dir)) for p in sorted(results_dir.rglob(LOST_FILE))]
     tune = startup.load_tune_records(results_dir)
     out = Path(out_dir or results_dir)
-    calibrated = _calibration(results_dir, cells)
+    calibrated = calibration_cells(results_dir, cells)
     return write_report_cells(
         cells,
         out,
@@ -864,7 +869,7 @@ def write_report(
     )
 
 
-def _calibration(results_dir: Path, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def calibration_cells(results_dir: Path, cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The recent calibration cells next to a sweep's folder, of the images its cells ran (none for the calibration
     itself, or for a whole results tree, which holds them already)."""
     from agent.running import calibration
@@ -915,11 +920,9 @@ def what_to_run(data: ReportData) -> list[str]:
     out = []
     for rec in data.recommendations:
         undecided = undecided_text(rec)
-        verdict = (
-            (f"run {rec.winner}" + (f"; {undecided}" if undecided else "")) if rec.winner else _undecided_word(rec)
-        )
+        verdict = f"run {rec.winner}" + (f"; {undecided}" if undecided else "") if rec.winner else nothing_to_run(rec)
         out.append(f"{rec.hardware} · {rec.quant}: {verdict} ({rec.reason})")
-    return out
+    return out + loadreport.unmeasured(data.summaries)
 
 
 def _write(path: Path, data: bytes) -> Path:

@@ -91,14 +91,17 @@ def _build(engine: sa.Engine, root: Path, threshold: float) -> list[Path]:
         )
     pages: list[Path] = []
     summaries = []
-    for row in sweep_rows:
-        cells = select.load(engine, select.Selection({"sweep": [row["name"]]}))
+    names = [row["name"] for row in sweep_rows]
+    for row in sweep_rows:  # each run of a sweep on its own: (results root, name, start), never blended
+        run = {"sweep": [row["name"]], "results_root": [row["results_root"]], "sweep_started": [row["started"]]}
+        cells = select.load(engine, select.Selection(run))
         if not cells:
             continue
-        folder = root / "sweeps" / folder_name(row["name"])
+        name = folder_name(row["name"]) + (_run_suffix(row) if names.count(row["name"]) > 1 else "")
+        folder = root / "sweeps" / name
         write_report_cells(cells, folder, threshold=threshold)
         pages.append(folder / "report.html")
-        summaries.append(_sweep_summary(dict(row), cells, f"sweeps/{folder_name(row['name'])}/report.html"))
+        summaries.append(_sweep_summary(dict(row), cells, f"sweeps/{name}/report.html"))
     rows = history.query(engine, select.Selection())
     configs: dict[str, list[history.HistoryRow]] = {}
     for r in rows:
@@ -112,10 +115,17 @@ def _build(engine: sa.Engine, root: Path, threshold: float) -> list[Path]:
     return [index, *pages]
 
 
+def _run_suffix(row: Any) -> str:
+    """ "-20261201T1000-3f9a1c": a run's start and its results root, for a name several runs share."""
+    start = "".join(ch for ch in str(row["started"]) if ch.isalnum())[:13]
+    return f"-{start}-{hashlib.sha256(str(row['results_root']).encode()).hexdigest()[:6]}"
+
+
 def _sweep_summary(row: dict[str, Any], cells: Sequence[dict[str, Any]], link: str) -> dict[str, Any]:
     verdicts = [stats.cell_verdict(c) for c in cells]
     return {
         "name": row["name"],
+        "root": row.get("results_root", ""),
         "who": row["ingested_by"],
         "when": f"{row['first_started'][:16]} → {row['last_finished'][:16]}",
         "images": sorted({history._image_tag(str(c.get("config", {}).get("image", ""))) for c in cells}),
@@ -138,6 +148,7 @@ def _index(summaries: Sequence[dict[str, Any]], configs: dict[str, list[history.
     sweep_rows = [
         [
             f'<a href="{html(s["link"])}">{html(s["name"])}</a>',
+            html(s["root"]),
             html(s["who"]),
             html(s["when"]),
             html(", ".join(s["images"])),
@@ -155,7 +166,7 @@ def _index(summaries: Sequence[dict[str, Any]], configs: dict[str, list[history.
             [
                 f'<a href="history/{html(key)}.html">{html(members[0].config)}</a>',
                 html(", ".join(sorted({history._image_tag(m.image) for m in members}))),
-                str(len({(m.sweep, m.host) for m in members})),
+                str(len({(m.sweep, m.sweep_started, m.results_root, m.host) for m in members})),
                 f"<b>{bad} regression(s)</b>" if bad else "none",
             ]
         )
@@ -163,7 +174,8 @@ def _index(summaries: Sequence[dict[str, Any]], configs: dict[str, list[history.
     body = "<h1>spark-agent results</h1>"
     body += f"<h2>Sweeps ({len(summaries)})</h2>"
     body += _table(
-        ["sweep", "ingested by", "measured (UTC)", "images", "hosts", "valid", "INVALID", "failed"], sweep_rows
+        ["sweep", "results folder", "ingested by", "measured (UTC)", "images", "hosts", "valid", "INVALID", "failed"],
+        sweep_rows,
     )
     body += f"<h2>Configurations across images ({len(configs)})</h2>"
     body += _table(["config", "images", "measured cells", "vs previous image"], config_rows, classes)
@@ -182,7 +194,7 @@ def _history_page(path: Path, rows: Sequence[history.HistoryRow]) -> None:
                 html(r.host),
                 str(r.concurrency),
                 html(r.started_at[:16]),
-                html(r.sweep),
+                html(r.run),
                 html(history._image_tag(r.image)),
                 html(r.vllm_version or "?"),
                 html(num(r.median) if r.verdict == "valid" else r.verdict.upper()),

@@ -116,6 +116,38 @@ def clear_temp_files(root: Path, sweep: str) -> None:
                 tmp.unlink(missing_ok=True)
 
 
+RUN_FILE = "sweep.toml"  # results/<sweep>/sweep.toml: when this run of the sweep began (the store's identity)
+
+
+def begin_run(root: Path, sweep: str, fresh: bool, now: str) -> str:
+    """Record when this run of the sweep began, unless one is already under way in this folder (a resume, a tune
+    round, a follow-up collect keep it); --fresh begins a new run. Returns the run's start."""
+    folder = Path(root) / path_part(sweep, "sweep")
+    if not fresh and (start := run_start(folder)):
+        atomic_write_toml(folder / RUN_FILE, {"schema": SCHEMA, "started_at": start})
+        return start
+    atomic_write_toml(folder / RUN_FILE, {"schema": SCHEMA, "started_at": now})
+    return now
+
+
+def run_start(folder: Path) -> str:
+    """When the run of the sweep in `folder` began: its sweep.toml, else (a tree from before it was written) the
+    earliest start of its cells; "" for an empty folder."""
+    try:
+        start = read_toml(Path(folder) / RUN_FILE).get("started_at")
+        if isinstance(start, str) and start:
+            return start
+    except (OSError, ValueError):
+        pass
+    starts = []
+    for cell_file in Path(folder).glob(f"*/*/{CELL_FILE}"):
+        try:
+            starts.append(str(read_toml(cell_file).get("started_at") or ""))
+        except (OSError, ValueError):
+            continue
+    return min((s for s in starts if s), default="")
+
+
 def atomic_write_toml(path: Path, data: dict[str, Any]) -> None:
     atomic.write_bytes(path, tomli_w.dumps(_drop_none(data)).encode())
 

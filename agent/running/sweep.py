@@ -10,7 +10,7 @@ import errno
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -19,7 +19,10 @@ import psutil
 import structlog
 
 from agent.errors import UserError
+from agent.hostside import utc
 from agent.hostside.contracts import Facts
+from agent.judging import stats
+from agent.judging.stats import WRONG_OUTPUT
 from agent.planning import blocks, multinode
 from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
@@ -54,7 +57,8 @@ class HostOutcome:
 
     host: str
     planned: list[str] = field(default_factory=list)
-    measured: list[str] = field(default_factory=list)  # measured in this run, verdict valid
+    measured: list[str] = field(default_factory=list)  # measured in this run, verdict valid, outputs right
+    wrong: list[str] = field(default_factory=list)  # measured in this run, valid, but WRONG OUTPUT (judge_outputs)
     invalid: list[str] = field(default_factory=list)  # measured in this run, verdict invalid
     failed: list[str] = field(default_factory=list)  # the server failed (startup, died): recorded as failed
     lost: dict[str, str] = field(default_factory=dict)  # cell id -> why nothing usable came back, or why never run
@@ -70,7 +74,7 @@ class HostOutcome:
     @property
     def done(self) -> list[str]:
         """Cells this run finished (a record is in the results tree)."""
-        return self.measured + self.invalid + self.failed
+        return self.measured + self.wrong + self.invalid + self.failed
 
     def accounted(self, cell_id: str) -> bool:
         return cell_id in self.lost or cell_id in self.skipped or cell_id in self.requeued or cell_id in self.done
@@ -97,12 +101,17 @@ class HostOutcome:
             return {
                 "planned": len(self.planned),
                 "measured": len(self.measured),
+                "wrong": len(self.wrong),
                 "invalid": len(self.invalid),
                 "failed": len(self.failed),
                 "lost": len(self.lost),
                 "skipped": len(self.skipped),
                 "requeued": len(self.requeued),
             }
+
+
+# planned = the sum of the others, always (README: "Exit codes and the end-of-sweep summary")
+BUCKETS = ("planned", "measured", "wrong", "invalid", "failed", "lost", "skipped", "requeued")
 
 
 @dataclass
@@ -116,7 +125,7 @@ class SweepOutcome:
     replicas: int = 1  # each cell was asked of this many hosts of its group
 
     def totals(self) -> dict[str, int]:
-        out = {k: 0 for k in ("planned", "measured", "invalid", "failed", "lost", "skipped", "requeued")}
+        out = {k: 0 for k in BUCKETS}
         for o in self.hosts.values():
             for k, v in o.counts().items():
                 out[k] += v
@@ -125,6 +134,17 @@ class SweepOutcome:
     @property
     def lost_hosts(self) -> dict[str, str]:
         return {h: o.error for h, o in self.hosts.items() if o.host_lost}
+
+    def judge_outputs(self, cells: Sequence[dict[str, Any]]) -> None:
+        """Move each cell whose probe outputs are wrong out of `measured` (a skipped one reads "wrong output").
+        WRONG OUTPUT needs the whole tree (agreement with the checkpoint's reference cell): `cells` are the sweep
+        folder's, as results.load_cells gives them, after the run."""
+        wrong = {(str(c.get("host")), str(c.get("cell_id"))) for c in cells if stats.cell_verdict(c) == WRONG_OUTPUT}
+        for host, o in self.hosts.items():
+            with o.lock:
+                o.wrong += [cid for cid in o.measured if (host, cid) in wrong]
+                o.measured = [cid for cid in o.measured if (host, cid) not in wrong]
+                o.skipped = {cid: WRONG_OUTPUT if (host, cid) in wrong else v for cid, v in o.skipped.items()}
 
 
 def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, Facts]:
@@ -342,6 +362,7 @@ def prepare(
         say_notes(cells)
         collect.clear_incoming(results_root, spec.name)
         results.clear_temp_files(results_root, spec.name)
+        results.begin_run(results_root, spec.name, fresh, utc.iso(time.time()))  # the store's identity of this run
         todo = {
             h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
             for h, cs in cells.items()

@@ -42,6 +42,8 @@ class HistoryRow:
     ratio: float = math.nan  # median / previous image's median
     point: str = ""  # the load point, from the window's name: c008, or q2-c008-d8192 in a cell with load axes
     cell_pk: int = 0
+    sweep_started: str = ""  # with sweep and results_root: the run of the sweep this row is from
+    results_root: str = ""
     settings: dict[str, str] = field(default_factory=dict)  # its value on each axis of AXES, in words (mtp, off)
     variant: str = ""  # the axes that differ among the rows shown: "speculative=mtp"
 
@@ -55,6 +57,11 @@ class HistoryRow:
         """None for fewer than two repeats: a spread of one value is undefined, not 0."""
         st = stats.describe(self.values)
         return st.spread if st and len(self.values) > 1 else None
+
+    @property
+    def run(self) -> str:
+        """The sweep run in words: "quick 2026-12-01T10:00:00" (one name may have several runs, each its own)."""
+        return f"{self.sweep} {self.sweep_started[:19]}".strip()
 
     @property
     def config(self) -> str:
@@ -100,6 +107,8 @@ def query(
             cells.c.backend,
             hosts.c.name.label("host"),
             sweeps.c.name.label("sweep"),
+            sweeps.c.started.label("sweep_started"),
+            sweeps.c.results_root,
             cells.c.image,
             cells.c.vllm_version,
             cells.c.started_at,
@@ -123,6 +132,7 @@ def query(
                 row = groups[(r.id, point)] = HistoryRow(
                     r.config_key, r.checkpoint, r.backend, r.host, r.concurrency, r.sweep, r.image,
                     r.vllm_version, r.started_at, r.verdict, (), 0, point=point, cell_pk=r.id,
+                    sweep_started=r.sweep_started, results_root=r.results_root,
                 )  # fmt: skip
             if r.ok:
                 row.values += (float(r.output_throughput),)

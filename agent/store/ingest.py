@@ -1,9 +1,11 @@
 """Results tree → store rows. A cell is one transaction: its row and all its windows, or nothing.
 
-Identity: a cell row is (sweep, host, cell id) — the cell id hashes config + env, so the same configuration on two
-hosts or in two sweeps shares it — and a measurement row is (that cell, window). Ingesting again replaces the cell's
-row and windows with what the tree holds now, so ingest is idempotent, and a cell measured again after a resume
-carries its new windows only. Two controllers ingesting at once: unique constraints keep one row per key and the
+Identity: a sweep row is one run of a sweep, (results root, name, start) — the start from results/<sweep>/sweep.toml
+(tree.run_start) — so two folders holding a sweep of one name, or a --fresh re-run, stay apart. A cell row is (that
+sweep run, host, cell id) — the cell id hashes config + env, so the same configuration on two hosts or in two sweeps
+shares it — and a measurement row is (that cell, window). A cell the store already holds exactly as the tree does is
+left alone ("unchanged"); one the tree holds differently now is replaced ("updated"), so ingest is idempotent and
+its counts say what it did. Two controllers ingesting at once: unique constraints keep one row per key and the
 loser of a race retries its whole transaction, so nothing is lost and nothing duplicated (tests/test_store_pg.py).
 """
 
@@ -34,9 +36,32 @@ RETRIES = 8
 
 @dataclass
 class IngestCounts:
-    cells: int = 0
-    measurements: int = 0
+    cells: int = 0  # new to the store
+    measurements: int = 0  # of those new or updated cells
+    updated: int = 0  # in the store already, and the tree holds something else now (replaced)
+    unchanged: int = 0  # in the store already, exactly as the tree holds it (nothing written)
     skipped: list[str] = field(default_factory=list)  # half-written or damaged cells, named
+
+    def add(self, other: IngestCounts) -> None:
+        self.cells += other.cells
+        self.measurements += other.measurements
+        self.updated += other.updated
+        self.unchanged += other.unchanged
+        self.skipped += other.skipped
+
+
+@dataclass(frozen=True)
+class Run:
+    """Which run of a sweep a cell belongs to: the results root it was written under (absolute) and the run's start
+    (results/tree.run_start). With the name, a sweep's identity in the store."""
+
+    root: str
+    started: str
+
+    @staticmethod
+    def of(cell_folder: Path) -> Run:
+        sweep_folder = Path(cell_folder).resolve().parent.parent
+        return Run(str(sweep_folder.parent), tree.run_start(sweep_folder))
 
 
 def config_key(cell: dict[str, Any]) -> str:
@@ -57,12 +82,14 @@ def _text(value: Any, limit: int) -> str:
     return str(value or "")[:limit]
 
 
-def ingest_cell(engine: sa.Engine, cell: dict[str, Any]) -> int:
-    """One cell table as results/tree.load_cell returns it (validated and redacted) → rows. Returns its windows."""
+def ingest_cell(engine: sa.Engine, cell: dict[str, Any], run: Run | None = None) -> str:
+    """One cell table as results/tree.load_cell returns it (validated and redacted) → rows, in the sweep run its
+    folder belongs to (`run`, else read from the tree). Returns "new", "updated" or "unchanged"."""
+    run = run or (Run.of(Path(str(cell["dir"]))) if cell.get("dir") else Run("", ""))
     for attempt in range(RETRIES):
         try:
             with engine.begin() as conn:
-                return _ingest(conn, cell)
+                return _ingest(conn, cell, run)
         except (sa.exc.IntegrityError, sa.exc.OperationalError) as exc:
             # a concurrent ingest inserted the same sweep, host or cell first (or SQLite was busy): retry
             if attempt == RETRIES - 1:
@@ -71,13 +98,13 @@ def ingest_cell(engine: sa.Engine, cell: dict[str, Any]) -> int:
     raise AssertionError("unreachable")
 
 
-def _ingest(conn: sa.Connection, cell: dict[str, Any]) -> int:
+def _ingest(conn: sa.Connection, cell: dict[str, Any], run: Run) -> str:
     record = {k: v for k, v in cell.items() if k not in ("runs", "dir")}
     config = dict(cell.get("config", {}))
     facts = dict(cell.get("facts", {}))
     attestation = dict(cell.get("attestation", {}))
     sweep_pk = _sweep(
-        conn, str(cell.get("sweep", "")), str(cell.get("started_at", "")), str(cell.get("finished_at", ""))
+        conn, str(cell.get("sweep", "")), run, str(cell.get("started_at", "")), str(cell.get("finished_at", ""))
     )
     host_pk = _host(conn, str(cell.get("host", "")), facts)
     summary = stats.summarize_cell({**cell, "runs": []})
@@ -100,19 +127,32 @@ def _ingest(conn: sa.Connection, cell: dict[str, Any]) -> int:
         "config": config,
         "attestation": attestation,
         "record": record,
-        "source": _text(cell.get("dir"), 1024),
+        "source": _text(Path(str(cell["dir"])).resolve() if cell.get("dir") else "", 1024),  # one spelling
     }
     key = (cells.c.sweep_id == sweep_pk) & (cells.c.host_id == host_pk) & (cells.c.cell_id == row["cell_id"])
-    pk = conn.execute(sa.select(cells.c.id).where(key)).scalar()
-    if pk is None:
-        pk = conn.execute(sa.insert(cells).values(row).returning(cells.c.id)).scalar_one()
+    found = conn.execute(sa.select(cells.c.id, cells.c.record, cells.c.source).where(key)).first()
+    if found is None:
+        pk, outcome = conn.execute(sa.insert(cells).values(row).returning(cells.c.id)).scalar_one(), "new"
+    elif _same(conn, found, row, cell.get("runs", [])):
+        return "unchanged"
     else:
+        pk, outcome = found.id, "updated"
         conn.execute(sa.update(cells).where(cells.c.id == pk).values(row))
         conn.execute(sa.delete(measurements).where(measurements.c.cell_pk == pk))
-    rows = [_measurement(pk, run) for run in cell.get("runs", [])]
+    rows = [_measurement(pk, w) for w in cell.get("runs", [])]
     if rows:
         conn.execute(sa.insert(measurements), rows)
-    return len(rows)
+    return outcome
+
+
+def _same(conn: sa.Connection, found: Any, row: dict[str, Any], runs: list[dict[str, Any]]) -> bool:
+    """Does the store hold this cell exactly as the tree does (record, folder and every window)?"""
+    if found.record != row["record"] or found.source != row["source"]:
+        return False
+    stored = conn.execute(
+        sa.select(measurements.c.window, measurements.c.data).where(measurements.c.cell_pk == found.id)
+    )
+    return {w: dict(d) for w, d in stored} == {_window_name(r): r for r in runs}
 
 
 def _measurement(cell_pk: int, run: dict[str, Any]) -> dict[str, Any]:
@@ -128,10 +168,21 @@ def _measurement(cell_pk: int, run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _sweep(conn: sa.Connection, name: str, started: str, finished: str) -> int:
-    row = conn.execute(sa.select(sweeps).where(sweeps.c.name == name)).mappings().first()
+def _sweep(conn: sa.Connection, name: str, run: Run, started: str, finished: str) -> int:
+    """The sweep run's row: (results root, name, start) is its identity; its first start and last finish follow
+    its cells."""
+    root, start = _text(run.root, 1024), _text(run.started, 40)
+    key = (sweeps.c.name == name) & (sweeps.c.results_root == root) & (sweeps.c.started == start)
+    row = conn.execute(sa.select(sweeps).where(key)).mappings().first()
     if row is None:
-        values = {"name": name, "ingested_by": _who(), "first_started": started, "last_finished": finished}
+        values = {
+            "name": name,
+            "results_root": root,
+            "started": start,
+            "ingested_by": _who(),
+            "first_started": started,
+            "last_finished": finished,
+        }
         return int(conn.execute(sa.insert(sweeps).values(values).returning(sweeps.c.id)).scalar_one())
     changes = {}
     if started and (not row["first_started"] or started < row["first_started"]):
@@ -184,33 +235,48 @@ def warn(message: str) -> None:
     print(f"spark-agent: warning: {plain(message)}", file=sys.stderr)
 
 
-def ingest_tree(engine: sa.Engine, root: Path, on_warning: Callable[[str], None] = warn) -> IngestCounts:
+def ingest_tree(
+    engine: sa.Engine, root: Path, on_warning: Callable[[str], None] = warn, seen: set[Path] | None = None
+) -> IngestCounts:
     """Every finished cell below root (a results root, a sweep or a host folder). A cell without cell.toml, or with
-    a damaged one, is skipped with a warning naming it; the others are ingested."""
+    a damaged one, is skipped with a warning naming it; the others are ingested. `seen`: cell folders already
+    ingested by this command (not counted twice)."""
     counts = IngestCounts()
+    runs: dict[Path, Run] = {}
+    seen = set() if seen is None else seen
     for folder in half_written(root):
         why = "no cell.toml (half-written: the cell was cut short or is still running)"
         counts.skipped.append(str(folder))
         on_warning(f"{folder}: {why}; skipped")
     for folder in tree.iter_cell_dirs(root):
+        if folder.resolve() in seen:
+            continue
+        seen.add(folder.resolve())
         try:
             cell = tree.load_cell(folder, lambda path, why: on_warning(f"{path}: {why}; window skipped"))
         except tree.BadFile as exc:
             counts.skipped.append(str(folder))
             on_warning(f"{folder / tree.CELL_FILE}: {exc}; cell skipped")
             continue
-        counts.measurements += ingest_cell(engine, cell)
-        counts.cells += 1
+        sweep_folder = folder.resolve().parent.parent
+        if sweep_folder not in runs:  # read once per sweep folder, not per cell
+            runs[sweep_folder] = Run.of(folder)
+        outcome = ingest_cell(engine, cell, runs[sweep_folder])
+        if outcome == "unchanged":
+            counts.unchanged += 1
+            continue
+        counts.measurements += len(cell.get("runs", []))
+        counts.cells += outcome == "new"
+        counts.updated += outcome == "updated"
     return counts
 
 
 def ingest_trees(engine: sa.Engine, roots: Iterable[Path]) -> IngestCounts:
+    """Every tree; a cell below two of the roots given (a root and its sweep) is counted once."""
     total = IngestCounts()
+    seen: set[Path] = set()
     for root in roots:
-        counts = ingest_tree(engine, root)
-        total.cells += counts.cells
-        total.measurements += counts.measurements
-        total.skipped += counts.skipped
+        total.add(ingest_tree(engine, root, seen=seen))
     return total
 
 

@@ -15,10 +15,15 @@ sweeps = sa.Table(
     "sweeps",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
-    sa.Column("name", sa.String(255), nullable=False, unique=True),
+    sa.Column("name", sa.String(255), nullable=False),
     sa.Column("ingested_by", sa.String(255), nullable=False, server_default=""),  # who ingested it first
     sa.Column("first_started", sa.String(40), nullable=False, server_default=""),
     sa.Column("last_finished", sa.String(40), nullable=False, server_default=""),
+    # revision 0003: a run of a sweep is (results root, name, start), never its name alone
+    sa.Column("results_root", sa.String(1024), nullable=False, server_default=""),  # absolute, as ingested
+    sa.Column("started", sa.String(40), nullable=False, server_default=""),  # results/<sweep>/sweep.toml
+    sa.UniqueConstraint("results_root", "name", "started", name="uq_sweeps_root_name_started"),
+    sa.Index("ix_sweeps_name", "name"),
 )
 
 hosts = sa.Table(

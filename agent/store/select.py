@@ -20,6 +20,8 @@ from agent.store.schema import cells, hosts, measurements, sweeps
 
 COLUMNS: dict[str, sa.ColumnElement[Any]] = {
     "sweep": sweeps.c.name,
+    "sweep_started": sweeps.c.started,  # a sweep's runs: one name, each its own start (and results root)
+    "results_root": sweeps.c.results_root,
     "host": hosts.c.name,
     "host_group": hosts.c.host_group,
     "fingerprint": hosts.c.fingerprint,
