@@ -18,7 +18,8 @@ import urllib.error
 import urllib.request
 from typing import Any, TypedDict
 
-from .contracts import ProbeOutput, ProbeRun
+from . import longdecode
+from .contracts import LongOptions, ProbeOutput, ProbeRun
 
 PROBE_FILE = "probe.json"
 SET_VERSION = 1  # bump when the prompts change: outputs of different sets are never compared
@@ -81,10 +82,13 @@ def prompts() -> list[ProbePrompt]:
     return out
 
 
-def run(url: str, model: str, timeout_s: float = 60.0, budget_s: float = 300.0) -> ProbeRun:
+def run(
+    url: str, model: str, timeout_s: float = 60.0, budget_s: float = 300.0, long: LongOptions | None = None
+) -> ProbeRun:
     """Send every prompt once, one after another (no batching: batch composition can change greedy outputs),
     temperature 0. A failed request is recorded with its error; the probe never raises for the server's sake,
-    and stops asking once `budget_s` is spent (the rest are recorded as skipped)."""
+    and stops asking once `budget_s` is spent (the rest are recorded as skipped). Then the long-decode check
+    (hostside/longdecode.py) when `long` asks for tokens, within its own budget."""
     started = time.monotonic()
     outputs: list[ProbeOutput] = []
     for p in prompts():
@@ -93,7 +97,17 @@ def run(url: str, model: str, timeout_s: float = 60.0, budget_s: float = 300.0) 
             outputs.append(ProbeOutput(id=p["id"], text="", finish_reason="", error="skipped: over budget", seconds=0))
             continue
         outputs.append(_ask(url, model, p, min(timeout_s, left)))
-    return ProbeRun(set_version=SET_VERSION, outputs=outputs, seconds=round(time.monotonic() - started, 3))
+    seconds = round(time.monotonic() - started, 3)
+    long_started, long_outputs = time.monotonic(), []
+    if long and long["tokens"] > 0:
+        long_outputs = longdecode.run(url, model, long["tokens"], long["prompts"], long["batch"], long["budget_s"])
+    return ProbeRun(
+        set_version=SET_VERSION,
+        outputs=outputs,
+        seconds=seconds,
+        long=long_outputs,
+        long_seconds=round(time.monotonic() - long_started, 3),
+    )
 
 
 def _ask(url: str, model: str, p: ProbePrompt, timeout_s: float) -> ProbeOutput:

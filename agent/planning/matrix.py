@@ -146,9 +146,23 @@ class Cell:
             "points": [dataclasses.asdict(p) for p in loadpoints.cell_points(c.concurrency, shape_vars(c.load))],
             "telemetry": flat_dict(self.telemetry),
             "probe": self.correctness.enabled,  # the correctness probe before teardown (hostside/probe.py)
+            "probe_long": _long_options(
+                self.correctness, list(c.concurrency)
+            ),  # then the long-decode check (hostside/longdecode.py); {} = off
             "time_scale": float(self.host_env.get("SPARK_SIM_TIME_SCALE", "1")),  # the simulator's accelerated clock
             **({"cluster": self.cluster} if self.cluster else {}),
         }
+
+
+def _long_options(c: CorrectnessSettings, concurrency: list[int]) -> dict[str, Any]:
+    if not (c.enabled and c.long_decode):
+        return {}
+    return {
+        "tokens": c.long_tokens,
+        "prompts": c.long_prompts,
+        "batch": max(concurrency) if c.long_batch and concurrency else 0,  # the cell's highest level
+        "budget_s": c.long_budget_s,
+    }
 
 
 def shape_vars(load: LoadSettings) -> dict[str, Any]:

@@ -1,0 +1,216 @@
+"""Right all the way down, end to end over real SSH and Ansible on the simulated Spark (its clock 400x faster, so an
+8k-token decode takes seconds):
+
+- a kernel that goes bad at token 6000 passes the short probe, and the long-decode check names it WRONG OUTPUT
+  with the position;
+- a draft-path fault (wrong only with speculative decoding on) is caught on the spec-on cell and blamed on the
+  draft path, while the target model's spec-off cell stays valid;
+- a hostile host that answers the shipped questions perfectly without running the model (its continuations are
+  its own) is neither the reference nor the answer: the consensus of the honest hosts is;
+- the healthy cells stay valid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from agent.hostside import supervise
+from agent.judging import stats
+from agent.results import tree as results
+
+from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet
+
+pytestmark = pytest.mark.integration
+
+SCALE = 400  # the simulator's clock: an 8k-token decode at GB10 rates takes about a second
+FAULTS = "marlin:late@6000,draft:late@3000"
+
+FAULT_SPEC = """
+[sweep]
+name = "deep"
+[image]
+ref = "nvcr.io/nvidia/vllm@sha256:{digest}"
+vllm_version = "0.29.0"
+[[checkpoints]]
+name = "nv"
+model = "nv"
+quant = "nvfp4"
+[server]
+max_model_len = 8448
+max_num_seqs = 8
+[matrix]
+moe_backend = ["marlin", "flashinfer_b12x"]
+speculative = ["off", {{ method = "mtp", num_speculative_tokens = 1 }}]
+concurrency = [2]
+duration_s = 1.0
+warmup = 1
+repeats = 1
+[load]
+prompt_len = 64
+output_len = 32
+[correctness]
+long_decode = true
+long_prompts = 1
+"""
+
+# The hostile engine: the simulator, but its text continuations are its own words (it answers the shipped
+# questions exactly, as a host that reads the probe's prompt set can): a perfect self-score, agreeing with nobody.
+FORGE = (
+    "import random, sys, zlib\n"
+    "from agent.sim import answers\n"
+    "from agent.sim.main import main\n"
+    "def forged(prompt, max_tokens, backend):\n"
+    "    said = answers.answer_tokens(prompt, max_tokens)\n"
+    "    if said is not None:\n"
+    "        return said\n"
+    "    rng = random.Random(zlib.crc32(b'forged' + prompt.encode()))\n"
+    "    words = 'right answers every time trust this host its numbers are the best'.split()\n"
+    "    return [' ' + rng.choice(words) for _ in range(max_tokens)]\n"
+    "answers.reply = forged\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+@pytest.fixture(scope="module")
+def fleet3(tmp_path_factory):
+    fleet = start_fleet(tmp_path_factory.mktemp("deep"), count=3)
+    try:
+        yield fleet
+    finally:
+        for h in fleet.hosts:
+            with contextlib.suppress(Exception):
+                supervise.stop(str(h.workdir))
+        stop_fleet(fleet)
+
+
+def _inventory(fleet, tmp_path, env: dict[str, str], hostile: str = "") -> str:
+    inv = inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8370, "spark_sim_time_scale": SCALE})
+    for name, host in inv["all"]["children"]["sparks"]["hosts"].items():
+        host["spark_serve_env"] = {**SIM_HOST_VARS["spark_serve_env"], **env}
+        if name == hostile:
+            host["spark_serve_cmd"] = ["/usr/bin/python3", "-c", FORGE, "serve"]
+    path = tmp_path / "fleet.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return str(path)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS="300")
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_a_late_fault_and_a_draft_fault_are_caught_with_their_position_and_path(tmp_path, fleet3):
+    inv = _inventory(fleet3, tmp_path, {"SPARK_SIM_WRONG_OUTPUT": FAULTS})
+    spec = tmp_path / "deep.toml"
+    spec.write_text(FAULT_SPEC.format(digest="ab" * 32))
+    out = tmp_path / "results"
+    swept = _cli("sweep", str(spec), "-i", inv, "--limit", "spark-a,spark-b", "--results", str(out), "--no-progress")
+    assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
+
+    cells = results.load_cells(out / "deep")
+    by = {}
+    for c in cells:
+        by.setdefault((c["config"]["moe_backend"], bool(c["config"]["speculative"])), []).append(c)
+    assert set(by) == {("marlin", False), ("marlin", True), ("flashinfer_b12x", False), ("flashinfer_b12x", True)}
+
+    # the late fault: the short probe sees nothing, the long decode names the position
+    for late in by[("marlin", False)]:
+        c = late["correctness"]
+        assert c["score"] == 1.0 and c["degenerate"] == 0, "the short probe passes: the fault is late"
+        assert stats.cell_verdict(late) == stats.WRONG_OUTPUT
+        [row] = [r for r in c["long"] if r["path"] == "c1"]
+        assert row["units"] == "tokens" and row["tokens"] == 8448 - 256
+        assert 6000 - 16 <= row["degenerate_at"] <= 6000, row
+        assert row["degenerate"] in ("loop", "noise") and row["excerpt"]
+        assert any(f"after token {row['degenerate_at']}" in r for r in c["wrong"]), c["wrong"]
+        assert c["broke_first"] == "reference" and c["long_seconds"] > 0
+
+    # the draft fault: wrong with spec on, and blamed on the draft path; the target model alone stays valid
+    for spec_on in by[("flashinfer_b12x", True)]:
+        c = spec_on["correctness"]
+        assert stats.cell_verdict(spec_on) == stats.WRONG_OUTPUT
+        assert any("draft path broke, not the target model" in r for r in c["wrong"]), c["wrong"]
+        assert c["broke_first"] == "speculative"
+        [spec_path] = [p for p in c["long_paths"] if p["path"] == "speculative"]
+        assert 3000 - 16 <= spec_path["first_divergence"] <= 3000 and spec_path["follows"] in ("loop", "garbage")
+
+    # the healthy path: valid, its long outputs clean, and its batch path agrees with its alone path
+    for healthy in by[("flashinfer_b12x", False)]:
+        c = healthy["correctness"]
+        assert stats.cell_verdict(healthy) == "valid", c.get("wrong")
+        assert all(not r["degenerate"] for r in c["long"]) and {r["path"] for r in c["long"]} == {"c1", "batch"}
+        assert [p["follows"] for p in c["long_paths"] if p["path"] == "batch"] == ["identical"]
+        assert c["broke_first"] == ""
+
+    reported = _cli("report", str(out / "deep"))
+    assert reported.returncode == 0, reported.stderr[-2000:]
+    report = (out / "deep" / "report.md").read_text()
+    listed = report.split("## WRONG OUTPUT cells (never ranked)", 1)[1].split("\n## ", 1)[0]
+    assert "after token" in listed and "draft path broke" in listed
+    assert "Long decode" in report
+
+
+HOSTILE_SPEC = """
+[sweep]
+name = "forged"
+[image]
+ref = "nvcr.io/nvidia/vllm@sha256:{digest}"
+vllm_version = "0.29.0"
+[[checkpoints]]
+name = "uns-fast"
+model = "uns-fast"
+quant = "nvfp4"
+[server]
+max_model_len = 4096
+max_num_seqs = 8
+[matrix]
+moe_backend = ["marlin", "flashinfer_b12x"]
+concurrency = [2]
+duration_s = 1.0
+warmup = 1
+repeats = 1
+[load]
+prompt_len = 64
+output_len = 32
+[correctness]
+long_decode = true
+long_prompts = 1
+long_tokens = 1024
+"""
+
+
+@pytest.mark.attack("correctness: a host answers the shipped questions perfectly to become everyone's reference")
+def test_a_hostile_hosts_perfect_score_is_not_the_reference_and_does_not_flip_the_answer(tmp_path, fleet3):
+    inv = _inventory(fleet3, tmp_path, {}, hostile="spark-c")
+    spec = tmp_path / "forged.toml"
+    spec.write_text(HOSTILE_SPEC.format(digest="ab" * 32))
+    out = tmp_path / "results"
+    swept = _cli("sweep", str(spec), "-i", inv, "--replicas", "3", "--results", str(out), "--no-progress")
+    assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
+
+    cells = results.load_cells(out / "forged")
+    assert {c["host"] for c in cells} == {"spark-a", "spark-b", "spark-c"}
+    forged = [c for c in cells if c["host"] == "spark-c"]
+    honest = [c for c in cells if c["host"] != "spark-c"]
+    assert all(c["correctness"]["score"] == 1.0 for c in forged), "the hostile host's self-score is perfect"
+    for c in cells:
+        ref = c["correctness"]["reference_cell"]
+        assert ref and ref not in {f["cell_id"] for f in forged}, c["correctness"]
+        assert "across 2 hosts" in c["correctness"]["consensus"]
+    for c in forged:
+        assert stats.cell_verdict(c) == stats.WRONG_OUTPUT and c["correctness"]["suspicious"]
+    for c in honest:
+        assert stats.cell_verdict(c) == "valid", c["correctness"].get("wrong")
+
+    reported = _cli("report", str(out / "forged"))
+    assert reported.returncode == 0, reported.stderr[-2000:]
+    what_to_run = (out / "forged" / "report.md").read_text().split("## What to run", 1)[1].split("## Problems", 1)[0]
+    assert "spark-c" not in what_to_run.split("Never recommended", 1)[0]
