@@ -1,4 +1,4 @@
-"""Right all the way down, end to end over real SSH and Ansible on the simulated Spark (its clock 400x faster, so an
+"""Right all the way down, end to end over real SSH and Ansible on the simulated Spark (its clock 200x faster, so an
 8k-token decode takes seconds):
 
 - a kernel that goes bad at token 6000 passes the short probe, and the long-decode check names it WRONG OUTPUT
@@ -6,8 +6,9 @@
 - a draft-path fault (wrong only with speculative decoding on) is caught on the spec-on cell and blamed on the
   draft path, while the target model's spec-off cell stays valid;
 - a hostile host that answers the shipped questions perfectly without running the model (its continuations are
-  its own) is neither the reference nor the answer: the consensus of the honest hosts is;
+  its own) is neither the reference nor the answer: the consensus of the two honest hosts is;
 - the healthy cells stay valid.
+One sweep, every cell on all three hosts (--replicas 3), so the suite pays for one.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for, start_fleet, stop_fl
 
 pytestmark = pytest.mark.integration
 
-SCALE = 400  # the simulator's clock: an 8k-token decode at GB10 rates takes about a second
+SCALE = 200  # the simulator's clock: an 8k-token decode at GB10 rates takes about a second
 FAULTS = "marlin:late@6000,draft:late@3000"
 
-FAULT_SPEC = """
+SPEC = """
 [sweep]
 name = "deep"
 [image]
@@ -48,7 +49,7 @@ max_num_seqs = 8
 moe_backend = ["marlin", "flashinfer_b12x"]
 speculative = ["off", {{ method = "mtp", num_speculative_tokens = 1 }}]
 concurrency = [2]
-duration_s = 1.0
+duration_s = 200.0  # simulated seconds: one real second
 warmup = 1
 repeats = 1
 [load]
@@ -58,23 +59,6 @@ output_len = 32
 long_decode = true
 long_prompts = 1
 """
-
-# The hostile engine: the simulator, but its text continuations are its own words (it answers the shipped
-# questions exactly, as a host that reads the probe's prompt set can): a perfect self-score, agreeing with nobody.
-FORGE = (
-    "import random, sys, zlib\n"
-    "from agent.sim import answers\n"
-    "from agent.sim.main import main\n"
-    "def forged(prompt, max_tokens, backend):\n"
-    "    said = answers.answer_tokens(prompt, max_tokens)\n"
-    "    if said is not None:\n"
-    "        return said\n"
-    "    rng = random.Random(zlib.crc32(b'forged' + prompt.encode()))\n"
-    "    words = 'right answers every time trust this host its numbers are the best'.split()\n"
-    "    return [' ' + rng.choice(words) for _ in range(max_tokens)]\n"
-    "answers.reply = forged\n"
-    "sys.exit(main(sys.argv[1:]))\n"
-)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +78,7 @@ def _inventory(fleet, tmp_path, env: dict[str, str], hostile: str = "") -> str:
     for name, host in inv["all"]["children"]["sparks"]["hosts"].items():
         host["spark_serve_env"] = {**SIM_HOST_VARS["spark_serve_env"], **env}
         if name == hostile:
-            host["spark_serve_cmd"] = ["/usr/bin/python3", "-c", FORGE, "serve"]
+            host["spark_serve_cmd"] = ["/usr/bin/python3", "-m", "tests.forged_engine", "serve"]  # forged answers
     path = tmp_path / "fleet.yml"
     path.write_text(yaml.safe_dump(inv))
     return str(path)
@@ -107,19 +91,22 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_late_fault_and_a_draft_fault_are_caught_with_their_position_and_path(tmp_path, fleet3):
-    inv = _inventory(fleet3, tmp_path, {"SPARK_SIM_WRONG_OUTPUT": FAULTS})
+@pytest.mark.attack("correctness: a host answers the shipped questions perfectly to become everyone's reference")
+def test_late_and_draft_faults_are_caught_and_a_hostile_host_is_not_the_reference(tmp_path, fleet3):
+    inv = _inventory(fleet3, tmp_path, {"SPARK_SIM_WRONG_OUTPUT": FAULTS}, hostile="spark-c")
     spec = tmp_path / "deep.toml"
-    spec.write_text(FAULT_SPEC.format(digest="ab" * 32))
+    spec.write_text(SPEC.format(digest="ab" * 32))
     out = tmp_path / "results"
-    swept = _cli("sweep", str(spec), "-i", inv, "--limit", "spark-a,spark-b", "--results", str(out), "--no-progress")
+    swept = _cli("sweep", str(spec), "-i", inv, "--replicas", "3", "--results", str(out), "--no-progress")
     assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
 
     cells = results.load_cells(out / "deep")
-    by = {}
+    by: dict[tuple[str, bool], list[dict]] = {}
     for c in cells:
-        by.setdefault((c["config"]["moe_backend"], bool(c["config"]["speculative"])), []).append(c)
+        if c["host"] != "spark-c":
+            by.setdefault((c["config"]["moe_backend"], bool(c["config"]["speculative"])), []).append(c)
     assert set(by) == {("marlin", False), ("marlin", True), ("flashinfer_b12x", False), ("flashinfer_b12x", True)}
+    assert all(len(found) == 2 for found in by.values())  # on spark-a and spark-b
 
     # the late fault: the short probe sees nothing, the long decode names the position
     for late in by[("marlin", False)]:
@@ -142,75 +129,32 @@ def test_a_late_fault_and_a_draft_fault_are_caught_with_their_position_and_path(
         [spec_path] = [p for p in c["long_paths"] if p["path"] == "speculative"]
         assert 3000 - 16 <= spec_path["first_divergence"] <= 3000 and spec_path["follows"] in ("loop", "garbage")
 
-    # the healthy path: valid, its long outputs clean, and its batch path agrees with its alone path
+    # the healthy path: valid, its long outputs clean, its batch path as its alone path; and it is the reference,
+    # by the consensus of the two honest hosts, though the hostile host's self-score is as perfect
+    forged = [c for c in cells if c["host"] == "spark-c"]
+    assert all(c["correctness"]["score"] == 1.0 for c in forged)
     for healthy in by[("flashinfer_b12x", False)]:
         c = healthy["correctness"]
         assert stats.cell_verdict(healthy) == "valid", c.get("wrong")
         assert all(not r["degenerate"] for r in c["long"]) and {r["path"] for r in c["long"]} == {"c1", "batch"}
         assert [p["follows"] for p in c["long_paths"] if p["path"] == "batch"] == ["identical"]
         assert c["broke_first"] == ""
+        assert c["reference_cell"] in {h["cell_id"] for h in by[("flashinfer_b12x", False)]}
+        assert "across 2 hosts" in c["consensus"], c["consensus"]
+    for c in forged:
+        assert stats.cell_verdict(c) == stats.WRONG_OUTPUT
+    [forged_healthy] = [
+        c for c in forged if c["config"]["moe_backend"] == "flashinfer_b12x" and not c["config"]["speculative"]
+    ]
+    assert forged_healthy["correctness"]["suspicious"], forged_healthy["correctness"]
 
     reported = _cli("report", str(out / "deep"))
     assert reported.returncode == 0, reported.stderr[-2000:]
     report = (out / "deep" / "report.md").read_text()
     listed = report.split("## WRONG OUTPUT cells (never ranked)", 1)[1].split("\n## ", 1)[0]
-    assert "after token" in listed and "draft path broke" in listed
-    assert "Long decode" in report
-
-
-HOSTILE_SPEC = """
-[sweep]
-name = "forged"
-[image]
-ref = "nvcr.io/nvidia/vllm@sha256:{digest}"
-vllm_version = "0.29.0"
-[[checkpoints]]
-name = "uns-fast"
-model = "uns-fast"
-quant = "nvfp4"
-[server]
-max_model_len = 4096
-max_num_seqs = 8
-[matrix]
-moe_backend = ["marlin", "flashinfer_b12x"]
-concurrency = [2]
-duration_s = 1.0
-warmup = 1
-repeats = 1
-[load]
-prompt_len = 64
-output_len = 32
-[correctness]
-long_decode = true
-long_prompts = 1
-long_tokens = 1024
-"""
-
-
-@pytest.mark.attack("correctness: a host answers the shipped questions perfectly to become everyone's reference")
-def test_a_hostile_hosts_perfect_score_is_not_the_reference_and_does_not_flip_the_answer(tmp_path, fleet3):
-    inv = _inventory(fleet3, tmp_path, {}, hostile="spark-c")
-    spec = tmp_path / "forged.toml"
-    spec.write_text(HOSTILE_SPEC.format(digest="ab" * 32))
-    out = tmp_path / "results"
-    swept = _cli("sweep", str(spec), "-i", inv, "--replicas", "3", "--results", str(out), "--no-progress")
-    assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
-
-    cells = results.load_cells(out / "forged")
-    assert {c["host"] for c in cells} == {"spark-a", "spark-b", "spark-c"}
-    forged = [c for c in cells if c["host"] == "spark-c"]
-    honest = [c for c in cells if c["host"] != "spark-c"]
-    assert all(c["correctness"]["score"] == 1.0 for c in forged), "the hostile host's self-score is perfect"
-    for c in cells:
-        ref = c["correctness"]["reference_cell"]
-        assert ref and ref not in {f["cell_id"] for f in forged}, c["correctness"]
-        assert "across 2 hosts" in c["correctness"]["consensus"]
-    for c in forged:
-        assert stats.cell_verdict(c) == stats.WRONG_OUTPUT and c["correctness"]["suspicious"]
-    for c in honest:
-        assert stats.cell_verdict(c) == "valid", c["correctness"].get("wrong")
-
-    reported = _cli("report", str(out / "forged"))
-    assert reported.returncode == 0, reported.stderr[-2000:]
-    what_to_run = (out / "forged" / "report.md").read_text().split("## What to run", 1)[1].split("## Problems", 1)[0]
-    assert "spark-c" not in what_to_run.split("Never recommended", 1)[0]
+    assert "after token" in listed and "draft path broke" in listed and "agrees with no other cell" in listed
+    assert "### Long decode" in report
+    what_to_run = report.split("## What to run", 1)[1].split("## Problems", 1)[0]
+    # the answer is the honest one: the hostile cells are never recommended, the healthy backend is the one valid
+    assert "only one valid backend (flashinfer_b12x)" in what_to_run, what_to_run
+    assert "with mtp the server gave WRONG OUTPUT" in what_to_run  # not "failed to start"

@@ -269,7 +269,7 @@ def _twin(cell: Mapping[str, Any], group: Sequence[dict[str, Any]]) -> dict[str,
     if not cfg.get("speculative"):
         return None
     same = {k: v for k, v in cfg.items() if k != "speculative"}
-    for other in group:
+    for other in sorted(group, key=lambda o: o.get("host") != cell.get("host")):  # its own host's first
         ocfg = other.get("config", {})
         off = not ocfg.get("speculative") and {k: v for k, v in ocfg.items() if k != "speculative"} == same
         if off and not own_reasons(other["correctness"]):

@@ -151,7 +151,7 @@ def summarize(output: Mapping[str, Any], min_tokens: int) -> LongResult:
     row["seq"] = pack(units)
     min_chars = min_tokens * 2  # a token is at least a couple of characters of noise
     found: list[tuple[int, str, int]] = []  # (token position, kind, character offset)
-    loop = loop_onset(units, min_tokens if ids else max(min_tokens // 2, 8))
+    loop = loop_onset(units, min_tokens if ids else max(min_tokens * 3 // 4, 8))  # a word is ~1.3 tokens
     if loop >= 0:
         token = loop if at_token is None else at_token[loop]
         found.append((token, "loop", pos.char_at(token) if at_token is None else offsets[loop]))

@@ -127,5 +127,9 @@ def what_to_run_lines(summaries: Sequence[CellSummary]) -> list[str]:
     wrong = [s for s in stats.distinct_cells(summaries) if s.verdict == stats.WRONG_OUTPUT]
     if not wrong:
         return []
-    names = ", ".join(f"{md_code(s.backend_text)} on {md(s.checkpoint)}" for s in wrong)
+    names = ", ".join(
+        dict.fromkeys(
+            f"{md_code(s.backend_text)} on {md(s.checkpoint)} ({md(s.cell.get('host', '?'))})" for s in wrong
+        )
+    )
     return [f"Never recommended, whatever their speed: WRONG OUTPUT {names} (see WRONG OUTPUT cells).", ""]
