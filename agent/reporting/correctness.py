@@ -128,8 +128,6 @@ def what_to_run_lines(summaries: Sequence[CellSummary]) -> list[str]:
     if not wrong:
         return []
     names = ", ".join(
-        dict.fromkeys(
-            f"{md_code(s.backend_text)} on {md(s.checkpoint)} ({md(s.cell.get('host', '?'))})" for s in wrong
-        )
+        dict.fromkeys(f"{md_code(s.backend_text)} on {md(s.checkpoint)} ({md(s.cell.get('host', '?'))})" for s in wrong)
     )
     return [f"Never recommended, whatever their speed: WRONG OUTPUT {names} (see WRONG OUTPUT cells).", ""]
