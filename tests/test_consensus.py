@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from agent.errors import UserError
-from agent.judging import consensus, longdecode
+from agent.judging import consensus, correctness, longdecode, stats
+from agent.planning.settings import CorrectnessSettings
 from agent.planning.spec import load_spec
 from agent.sim import answers, options
+from tests.test_correctness import _run
 
 pytestmark = pytest.mark.unit
 
@@ -179,3 +181,37 @@ def test_the_default_long_decode_fits_the_context(tmp_path):
     spec = load_spec(path)
     assert spec.correctness.long_tokens == 8192 - 256  # the default 8192 cut to what max_model_len leaves
     assert not spec.correctness.long_decode  # minutes per cell: the spec turns it on
+
+
+def _long_cell(cell_id: str, host: str, extra_args: list[str], ids: list[int]) -> dict:
+    """A valid probed cell with one long output alone and in a batch (token ids), and a healthy short probe."""
+    run = _run()
+    run["long"] = [
+        {"id": "long-1", "path": path, "text": PROSE, "token_ids": ids, "chunk_tokens": [], "chunk_chars": []}
+        for path in ("c1", "batch")
+    ]
+    return {
+        "cell_id": cell_id,
+        "sweep": "s",
+        "host": host,
+        "status": "done",
+        "verdict": "valid",
+        "started_at": "2026-12-01T00:00:00Z",
+        "config": {"checkpoint": "nv", "image": "i", "moe_backend": "marlin", "extra_args": extra_args},
+        "correctness": correctness.table(run, CorrectnessSettings(long_decode=True)),
+    }
+
+
+def test_a_graph_fault_is_blamed_on_cuda_graphs_when_the_eager_twin_is_clean():
+    clean = list(range(2000))
+    graphs = _long_cell("aaaaaaaaaaaa", "spark-a", [], clean[:1500] + [9] * 500)
+    eager = _long_cell("bbbbbbbbbbbb", "spark-a", ["--enforce-eager"], clean)
+    eager_b = _long_cell("cccccccccccc", "spark-b", ["--enforce-eager"], clean)
+    correctness.annotate([graphs, eager, eager_b])
+    g = graphs["correctness"]
+    assert stats.cell_verdict(graphs) == stats.WRONG_OUTPUT and g["broke_first"] == "graphs"
+    assert any("broke under CUDA graphs" in r for r in g["wrong"]) and any("after token 1500" in r for r in g["wrong"])
+    [path] = [p for p in g["long_paths"] if p["path"] == "graphs"]
+    assert path["first_divergence"] == 1500 and path["follows"] == "loop" and path["against"] == "bbbbbbbbbbbb"
+    assert stats.cell_verdict(eager) == stats.cell_verdict(eager_b) == "valid"
+    assert "across 2 hosts" in eager["correctness"]["consensus"]

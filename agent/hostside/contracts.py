@@ -472,7 +472,7 @@ class LongPath(TypedDict):
     """Judging only: one comparison of long outputs along a path (judging/correctness.py)."""
 
     path: str  # reference (this configuration vs the reference cell) | batch (c=1 vs the highest level) |
-    # speculative (spec on vs its spec-off twin)
+    # speculative (spec on vs its spec-off twin) | graphs (CUDA graphs vs its --enforce-eager twin)
     against: str  # the cell id compared with
     prompt: str
     first_divergence: int  # token position, -1 = identical

@@ -19,7 +19,8 @@ from agent.judging import consensus, longdecode
 from agent.planning.settings import CorrectnessSettings
 
 THRESHOLDS = ("min_score", "max_score_drop", "min_agreement", "max_degenerate", "long_min_tokens")
-PATH_ORDER = ("speculative", "batch", "reference")  # a tie in where paths broke names the most specific one
+PATH_ORDER = ("speculative", "graphs", "batch", "reference")  # a tie in where paths broke: the most specific one
+EAGER = "--enforce-eager"  # CUDA graphs off: an extra_args axis (docs/axes.md) gives a cell its eager twin
 
 
 def table(run: Mapping[str, Any] | None, settings: CorrectnessSettings) -> Correctness:
@@ -227,7 +228,7 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
 
 def _long_paths(cell: dict[str, Any], ref: dict[str, Any] | None, group: Sequence[dict[str, Any]]) -> list[LongPath]:
     """The cell's long outputs compared along each path: alone vs the reference cell's; in a batch vs its own
-    alone; with speculative decoding vs its spec-off twin's (the same configuration otherwise)."""
+    alone; with speculative decoding vs its spec-off twin's; with CUDA graphs vs its eager twin's."""
     rows = {(r["id"], r["path"]): r for r in cell["correctness"].get("long", []) if not r.get("error")}
     out: list[LongPath] = []
 
@@ -245,13 +246,17 @@ def _long_paths(cell: dict[str, Any], ref: dict[str, Any] | None, group: Sequenc
             )
         )
 
-    twin = _twin(cell, group)
+    others = [
+        ("reference", ref),
+        ("speculative", _twin(cell, group, "speculative")),
+        ("graphs", _twin(cell, group, "graphs")),
+    ]
     for (pid, path), mine in sorted(rows.items()):
         if path == "batch" and (pid, "c1") in rows:
             add("batch", cell, mine, rows[(pid, "c1")])
         if path != "c1":
             continue
-        for name, other in (("reference", ref), ("speculative", twin)):
+        for name, other in others:
             if other is None or other is cell:
                 continue
             theirs = next(
@@ -262,17 +267,29 @@ def _long_paths(cell: dict[str, Any], ref: dict[str, Any] | None, group: Sequenc
     return out
 
 
-def _twin(cell: Mapping[str, Any], group: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """For a cell with speculative decoding on: a cell of its group with everything else equal and it off, whose
-    outputs are sane on their own (the target model alone)."""
+def _twin(cell: Mapping[str, Any], group: Sequence[dict[str, Any]], path: str) -> dict[str, Any] | None:
+    """The cell's twin along a path, sane on its own, its own host's first: for a cell with speculative decoding on,
+    the same configuration with it off ("speculative"); for a cell with CUDA graphs (no --enforce-eager), the same
+    configuration eager ("graphs"). None when the cell is not on that path or has no such twin."""
+
+    def switched_on(cfg: Mapping[str, Any]) -> bool:
+        return bool(cfg.get("speculative")) if path == "speculative" else EAGER not in (cfg.get("extra_args") or [])
+
+    def rest(cfg: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(cfg)
+        if path == "speculative":
+            out.pop("speculative", None)
+        else:
+            out["extra_args"] = [a for a in cfg.get("extra_args") or [] if a != EAGER]
+        return out
+
     cfg = cell.get("config", {})
-    if not cfg.get("speculative"):
+    if not switched_on(cfg):
         return None
-    same = {k: v for k, v in cfg.items() if k != "speculative"}
+    same = rest(cfg)
     for other in sorted(group, key=lambda o: o.get("host") != cell.get("host")):  # its own host's first
         ocfg = other.get("config", {})
-        off = not ocfg.get("speculative") and {k: v for k, v in ocfg.items() if k != "speculative"} == same
-        if off and not own_reasons(other["correctness"]):
+        if not switched_on(ocfg) and rest(ocfg) == same and not own_reasons(other["correctness"]):
             return other
     return None
 
@@ -290,11 +307,17 @@ def _blame(cell: Mapping[str, Any], group: Sequence[dict[str, Any]]) -> list[str
     """Which path a wrong cell's fault is on, where another cell or its own alone-run shows it is that path."""
     c = cell["correctness"]
     out = []
-    twin = _twin(cell, group)
+    twin = _twin(cell, group, "speculative")
     if twin is not None:
         out.append(
             f"only with speculative decoding on ({cell.get('config', {}).get('speculative')}): its spec-off twin "
             f"{twin['cell_id']} is clean, so the draft path broke, not the target model"
+        )
+    eager = _twin(cell, group, "graphs")
+    if eager is not None:
+        out.append(
+            f"only with CUDA graphs: its eager twin {eager['cell_id']} ({EAGER}) is clean, so a kernel broke under "
+            "CUDA graphs, not the model"
         )
     long_rows = [r for r in c.get("long", []) if not r.get("error")]
     if any(r["degenerate"] for r in long_rows if r["path"] == "batch") and not any(

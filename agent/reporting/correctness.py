@@ -78,6 +78,7 @@ def long_lines(summaries: Sequence[CellSummary]) -> list[str]:
             f"| {_name(s)} ({md(s.cell.get('cell_id', ''))}) | {max(r['tokens'] for r in longs)} "
             f"| {longs[0].get('units', '')} | {float(c.get('long_seconds', 0.0)):.0f} | {md(own)} "
             f"| {md(_path(c, 'reference'))} | {md(_path(c, 'batch'))} | {md(_path(c, 'speculative'))} "
+            f"| {md(_path(c, 'graphs'))} "
             f"| {md(c.get('broke_first') or '–')} |"
         )
     if not rows:
@@ -93,14 +94,16 @@ def long_lines(summaries: Sequence[CellSummary]) -> list[str]:
         "### Long decode: where outputs go bad, path by path",
         "",
         "Long greedy generations (ignore_eos) after the probe, alone (c=1) and inside a batch at the cell's highest "
-        "concurrency, compared token by token: with the reference cell, alone against batched, and speculative "
-        "decoding on against its spec-off twin. Seconds: the check's time on the host, once per cell.",
+        "concurrency, compared token by token: with the reference cell, alone against batched, speculative "
+        "decoding on against its spec-off twin, CUDA graphs against an `--enforce-eager` twin (an `extra_args` "
+        "axis). Seconds: the check's time on the host, once per cell.",
         "",
     ]
     out += [f"- Reference {md(ref or 'none')}: {md(how)}" for ref, how in refs] + [""]
     out += [
-        "| cell | tokens | compared as | s | own output | vs reference | batch vs alone | spec vs off | broke first |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| cell | tokens | compared as | s | own output | vs reference | batch vs alone | spec vs off | graphs vs eager "
+        "| broke first |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ]
