@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.errors import UserError
+from agent.hostside import probe
 from agent.judging import consensus, correctness, longdecode, stats
 from agent.planning.settings import CorrectnessSettings
 from agent.planning.spec import load_spec
@@ -215,3 +216,28 @@ def test_a_graph_fault_is_blamed_on_cuda_graphs_when_the_eager_twin_is_clean():
     assert path["first_divergence"] == 1500 and path["follows"] == "loop" and path["against"] == "bbbbbbbbbbbb"
     assert stats.cell_verdict(eager) == stats.cell_verdict(eager_b) == "valid"
     assert "across 2 hosts" in eager["correctness"]["consensus"]
+
+
+def _gated(cell_id: str, host: str, wrong: int) -> dict:
+    """A probed cell that answered the task set at c=8, `wrong` of its answers wrong."""
+    run = _run()
+    run["batch_concurrency"] = 8
+    run["batch_outputs"] = [
+        {"id": t["id"], "text": " x" if i < wrong else " " + t["answer"], "finish_reason": "stop", "error": "",
+         "seconds": 0.01}
+        for i, t in enumerate(probe.tasks())
+    ]  # fmt: skip
+    settings = CorrectnessSettings(task_gate=True)
+    cell = {"cell_id": cell_id, "sweep": "s", "host": host, "status": "done", "verdict": "valid",
+            "started_at": "2026-12-01T00:00:00Z", "config": {"checkpoint": "nv", "image": "i", "moe_backend": cell_id},
+            "correctness": correctness.table(run, settings)}  # fmt: skip
+    return cell
+
+
+def test_the_task_gate_holds_each_cell_to_97_percent_of_the_references_accuracy_at_its_highest_concurrency():
+    ref, one_off, two_off = _gated("a" * 12, "spark-a", 0), _gated("b" * 12, "spark-b", 1), _gated("c" * 12, "x", 2)
+    correctness.annotate([ref, one_off, two_off])
+    assert ref["correctness"]["batch_score"] == 1.0 and ref["correctness"]["batch_answered"] == 48
+    assert stats.cell_verdict(one_off) == "valid"  # 47/48 = 97.9%
+    assert stats.cell_verdict(two_off) == stats.WRONG_OUTPUT  # 46/48 = 95.8%
+    assert any("task accuracy at c=8 95.8% (46/48)" in r for r in two_off["correctness"]["wrong"])

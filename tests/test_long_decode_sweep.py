@@ -7,7 +7,7 @@
   draft path, while the target model's spec-off cell stays valid;
 - a hostile host that answers the shipped questions perfectly without running the model (its continuations are
   its own) is neither the reference nor the answer: the consensus of the two honest hosts is;
-- the healthy cells stay valid.
+- the healthy cells stay valid, and answer the task set at their highest concurrency as well as alone.
 One sweep, every cell on all three hosts (--replicas 3), so the suite pays for one.
 """
 
@@ -58,6 +58,7 @@ output_len = 32
 [correctness]
 long_decode = true
 long_prompts = 1
+task_gate = true
 """
 
 
@@ -139,6 +140,7 @@ def test_late_and_draft_faults_are_caught_and_a_hostile_host_is_not_the_referenc
         assert all(not r["degenerate"] for r in c["long"]) and {r["path"] for r in c["long"]} == {"c1", "batch"}
         assert [p["follows"] for p in c["long_paths"] if p["path"] == "batch"] == ["identical"]
         assert c["broke_first"] == ""
+        assert c["batch_concurrency"] == 2 and c["batch_score"] == 1.0 and c["batch_answered"] == 48
         assert c["reference_cell"] in {h["cell_id"] for h in by[("flashinfer_b12x", False)]}
         assert "across 2 hosts" in c["consensus"], c["consensus"]
     for c in forged:

@@ -427,6 +427,7 @@ class LongOptions(TypedDict):
     prompts: int
     batch: int  # requests in flight for the batch path: the cell's highest concurrency (< 2: no batch path)
     budget_s: float
+    tasks_batch: int  # the task-accuracy set at this concurrency (the cell's highest; < 2: not asked)
 
 
 class ProbeRun(TypedDict):
@@ -435,6 +436,8 @@ class ProbeRun(TypedDict):
     set_version: int
     outputs: list[ProbeOutput]
     seconds: float
+    batch_outputs: list[ProbeOutput]  # the task-accuracy set (probe.tasks) at the cell's highest concurrency
+    batch_concurrency: int  # 0: not asked
     long: list[LongOutput]  # the long-decode check; [] when off
     long_seconds: float
 
@@ -497,6 +500,10 @@ class Correctness(TypedDict, total=False):
     outputs: list[ProbeResult]
     thresholds: dict[str, float]  # min_score, max_score_drop, min_agreement, max_degenerate
     reference: dict[str, str]  # the spec's reference cell (config values), {} = chosen by consensus
+    batch_concurrency: int  # the task-accuracy set's concurrency (the cell's highest); absent: not asked
+    batch_answered: int
+    batch_exact: int
+    batch_score: float  # exact share of the task-accuracy set at that concurrency
     long: list[LongResult]  # the long-decode check ([] = it did not run)
     long_seconds: float  # its time on the host
     # judging only (added when the tree is read, never stored):

@@ -40,13 +40,14 @@ PROMPT_IDS = tuple(f"long-{n}" for n in range(1, len(OPENINGS) + 1))
 
 def options(raw: Any) -> LongOptions | None:
     """The plan's `probe_long` (planning/matrix.py) as bounded options; None when it asks for nothing."""
-    if not isinstance(raw, dict) or not raw.get("tokens"):
+    if not isinstance(raw, dict) or not (raw.get("tokens") or raw.get("tasks_batch")):
         return None
     return LongOptions(
         tokens=max(0, min(int(raw["tokens"]), MAX_TOKENS)),
         prompts=max(0, min(int(raw.get("prompts", 1)), MAX_PROMPTS)),
         batch=max(0, min(int(raw.get("batch", 0)), 1024)),
         budget_s=max(0.0, float(raw.get("budget_s", 0.0))),
+        tasks_batch=max(0, min(int(raw.get("tasks_batch", 0)), 1024)),
     )
 
 

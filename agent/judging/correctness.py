@@ -18,7 +18,7 @@ from agent.hostside.contracts import Correctness, LongPath, ProbeResult
 from agent.judging import consensus, longdecode
 from agent.planning.settings import CorrectnessSettings
 
-THRESHOLDS = ("min_score", "max_score_drop", "min_agreement", "max_degenerate", "long_min_tokens")
+THRESHOLDS = ("min_score", "max_score_drop", "min_agreement", "max_degenerate", "long_min_tokens", "min_task_accuracy")
 PATH_ORDER = ("speculative", "graphs", "batch", "reference")  # a tie in where paths broke: the most specific one
 EAGER = "--enforce-eager"  # CUDA graphs off: an extra_args axis (docs/axes.md) gives a cell its eager twin
 
@@ -57,6 +57,16 @@ def table(run: Mapping[str, Any] | None, settings: CorrectnessSettings) -> Corre
     out["degenerate"] = sum(bool(r["degenerate"]) for r in results)
     out["errors"] = sum(bool(r["error"]) for r in results)
     out["outputs"] = results
+    if run.get("batch_outputs"):
+        asked_batch = {p["id"]: p for p in probe.tasks()}
+        right = [
+            not o["error"] and probe.normalize(o["text"]) == asked_batch[o["id"]]["answer"]
+            for o in run["batch_outputs"]
+            if o["id"] in asked_batch
+        ]
+        out["batch_concurrency"] = int(run.get("batch_concurrency", 0))
+        out["batch_answered"], out["batch_exact"] = len(right), sum(right)
+        out["batch_score"] = round(sum(right) / len(right), 4) if right else 0.0
     if run.get("long"):
         out["long"] = [longdecode.summarize(o, settings.long_min_tokens) for o in run["long"]]
         out["long_seconds"] = float(run.get("long_seconds", 0.0))
@@ -212,6 +222,13 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
                     reasons.append(
                         f"task score {c.get('score', 0.0):.0%}, {drop:.0%} below the reference's "
                         f"{r.get('score', 0.0):.0%} (allowed: {float(t.get('max_score_drop', 0.25)):.0%})"
+                    )
+                floor = float(t.get("min_task_accuracy", 0.97)) * float(r.get("batch_score", 0.0))
+                if "batch_score" in c and "batch_score" in r and c["batch_score"] < floor - 1e-9:
+                    reasons.append(
+                        f"task accuracy at c={c.get('batch_concurrency')} {c['batch_score']:.1%} "
+                        f"({c.get('batch_exact')}/{c.get('batch_answered')}), below "
+                        f"{float(t.get('min_task_accuracy', 0.97)):.0%} of the reference's {r['batch_score']:.1%}"
                     )
                 if id(cell) in loners or (choice.supporters and _similarity(cell, ref)[1] == 0):
                     c["suspicious"] = (

@@ -155,13 +155,15 @@ class Cell:
 
 
 def _long_options(c: CorrectnessSettings, concurrency: list[int]) -> dict[str, Any]:
-    if not (c.enabled and c.long_decode):
+    if not (c.enabled and (c.long_decode or c.task_gate)):
         return {}
+    highest = max(concurrency) if concurrency else 0
     return {
-        "tokens": c.long_tokens,
+        "tokens": c.long_tokens if c.long_decode else 0,
         "prompts": c.long_prompts,
-        "batch": max(concurrency) if c.long_batch and concurrency else 0,  # the cell's highest level
+        "batch": highest if c.long_batch else 0,
         "budget_s": c.long_budget_s,
+        "tasks_batch": highest if c.task_gate else 0,
     }
 
 

@@ -119,6 +119,7 @@ CORRECTNESS_DEFAULTS: dict[str, float] = {
     "long_tokens": 8192,  # tokens per long greedy generation (ignore_eos), cut to what max_model_len leaves
     "long_prompts": 2,  # long generations per cell (at most 4)
     "long_min_tokens": 64,  # a long output degenerates only when its bad tail is at least this long
+    "min_task_accuracy": 0.97,  # task gate: at the highest concurrency, at least this share of the reference's
 }
 
 
@@ -139,6 +140,8 @@ class CorrectnessSettings:
     long_min_tokens: int = setting(int(CORRECTNESS_DEFAULTS["long_min_tokens"]), toml=(int,))
     long_batch: bool = setting(True, toml=(bool,))  # also generate them inside a batch of the cell's highest level
     long_budget_s: float = setting(1800.0, toml=(float, int))  # the long-decode check stops asking after this
+    task_gate: bool = setting(False, toml=(bool,))  # the task-accuracy set at the cell's highest concurrency
+    min_task_accuracy: float = setting(CORRECTNESS_DEFAULTS["min_task_accuracy"], toml=(float, int))
     # the reference cell of each checkpoint: config values it must have (e.g. {moe_backend = "marlin"}); {} = the
     # consensus of the cells (judging/consensus.py)
     reference: dict[str, Any] = field(default_factory=dict, metadata=meta(toml=(dict,)))

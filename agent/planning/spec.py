@@ -368,7 +368,7 @@ def _correctness(path: Path, lines: _Lines, raw: Any, max_model_len: int) -> Cor
     """[correctness]: shares from 0 to 1; long generations that fit the context; a reference names config keys
     with string values."""
     table = _check_table(path, lines, "correctness", raw)
-    for key in ("min_score", "max_score_drop", "min_agreement", "max_degenerate"):
+    for key in ("min_score", "max_score_drop", "min_agreement", "max_degenerate", "min_task_accuracy"):
         if not 0 <= table[key] <= 1:
             raise _err(path, lines.of("correctness", key), f"'{key}' is a share, 0 to 1, got {table[key]!r}")
     room = min(max_model_len - LONG_PROMPT_ROOM, longdecode.MAX_TOKENS)
@@ -404,6 +404,8 @@ def _correctness(path: Path, lines: _Lines, raw: Any, max_model_len: int) -> Cor
         long_min_tokens=int(table["long_min_tokens"]),
         long_batch=bool(table["long_batch"]),
         long_budget_s=float(table["long_budget_s"]),
+        task_gate=bool(table["task_gate"]),
+        min_task_accuracy=float(table["min_task_accuracy"]),
         **numbers,
     )
 

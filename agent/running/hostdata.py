@@ -434,6 +434,8 @@ PROBE: dict[str, Field] = {
     "set_version": (_int(0, 10_000), 0),
     "outputs": (_probe_outputs, []),
     "seconds": (_num(0, 1e6), 0.0),
+    "batch_outputs": (_probe_outputs, []),
+    "batch_concurrency": (_int(0, 1 << 20), 0),
     "long": (_long_outputs, []),
     "long_seconds": (_num(0, 1e6), 0.0),
 }
