@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -287,6 +287,21 @@ def stop_fleet(fleet: SshFleet) -> None:
             except (ProcessLookupError, ChildProcessError):
                 pass
             host.pid = 0
+
+
+@contextlib.contextmanager
+def fleet_running(root: Path, count: int) -> Iterator[SshFleet]:
+    """A fleet for a test module: started, and at the end every server the hosts still run stopped, then the hosts."""
+    from agent.hostside import supervise
+
+    fleet = start_fleet(root, count=count)
+    try:
+        yield fleet
+    finally:
+        for h in fleet.hosts:
+            with contextlib.suppress(Exception):
+                supervise.stop(str(h.workdir))
+        stop_fleet(fleet)
 
 
 if __name__ == "__main__":  # manual use: python tests/sshd_hosts.py DIR — starts hosts until Ctrl-C

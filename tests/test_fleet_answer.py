@@ -6,7 +6,6 @@ a 40% slower host is refused with the reason; a calibration replaces the referen
 
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
 import sys
@@ -15,9 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.hostside import supervise
-
-from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet
+from .sshd_hosts import SIM_HOST_VARS, fleet_running, inventory_for
 
 pytestmark = pytest.mark.integration
 
@@ -30,19 +27,13 @@ SPEEDS = {"spark-a": 1.0, "spark-b": 0.95, "spark-c": 0.6}  # spark-b: 5% slower
 @pytest.fixture(scope="module")
 def three(tmp_path_factory):
     """Three sshd hosts of one fingerprint (port 8200: never another module's), each with its own sim speed."""
-    fleet = start_fleet(tmp_path_factory.mktemp("three"), count=3)
-    try:
+    with fleet_running(tmp_path_factory.mktemp("three"), 3) as fleet:
         inv = inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8200})
         for name, host_vars in inv["all"]["children"]["sparks"]["hosts"].items():
             host_vars["spark_serve_env"] = {**SIM_HOST_VARS["spark_serve_env"], "SPARK_SIM_SPEED": str(SPEEDS[name])}
         assert fleet.inventory is not None
         fleet.inventory.write_text(yaml.safe_dump(inv))
         yield fleet
-    finally:
-        for h in fleet.hosts:
-            with contextlib.suppress(Exception):
-                supervise.stop(str(h.workdir))
-        stop_fleet(fleet)
 
 
 def four_cells(tmp: Path) -> Path:

@@ -13,7 +13,6 @@ One sweep, every cell on all three hosts (--replicas 3), so the suite pays for o
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -21,11 +20,10 @@ import sys
 import pytest
 import yaml
 
-from agent.hostside import supervise
 from agent.judging import stats
 from agent.results import tree as results
 
-from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet
+from .sshd_hosts import REPO, SIM_HOST_VARS, fleet_running, inventory_for
 
 pytestmark = pytest.mark.integration
 
@@ -64,14 +62,8 @@ task_gate = true
 
 @pytest.fixture(scope="module")
 def fleet3(tmp_path_factory):
-    fleet = start_fleet(tmp_path_factory.mktemp("deep"), count=3)
-    try:
+    with fleet_running(tmp_path_factory.mktemp("deep"), 3) as fleet:
         yield fleet
-    finally:
-        for h in fleet.hosts:
-            with contextlib.suppress(Exception):
-                supervise.stop(str(h.workdir))
-        stop_fleet(fleet)
 
 
 def _inventory(fleet, tmp_path, env: dict[str, str], hostile: str = "") -> str:

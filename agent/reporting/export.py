@@ -112,7 +112,10 @@ def cell_fields(cell: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-CORRECTNESS_KEYS = ("score", "degenerate", "errors", "agreement", "first_divergence", "reference_cell", "seconds")
+CORRECTNESS_KEYS = (
+    *("score", "degenerate", "errors", "agreement", "first_divergence", "reference_cell", "seconds"),
+    *("consensus", "suspicious", "batch_score", "batch_concurrency", "long_seconds", "broke_first"),
+)
 
 
 def _correctness_fields(cell: dict[str, Any]) -> dict[str, Any]:
