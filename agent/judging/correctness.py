@@ -131,8 +131,9 @@ def reference(group: Sequence[dict[str, Any]]) -> tuple[dict[str, Any] | None, c
     wanted = next((c["correctness"].get("reference") for c in fit if c["correctness"].get("reference")), None)
     named = [c for c in fit if _matches(c, wanted)] if wanted else []
     pool = named or fit
-    overall = [[_similarity(a, b)[0] for b in pool] for a in pool]
-    open_ended = [[_similarity(a, b)[1] for b in pool] for a in pool]
+    pairs = {(i, j): _similarity(pool[i], pool[j]) for i in range(len(pool)) for j in range(i, len(pool))}
+    overall = [[pairs[min(i, j), max(i, j)][0] for j in range(len(pool))] for i in range(len(pool))]
+    open_ended = [[pairs[min(i, j), max(i, j)][1] for j in range(len(pool))] for i in range(len(pool))]
     t = pool[0]["correctness"].get("thresholds", {}) if pool else {}
     choice = consensus.choose(
         [str(c.get("host", "")) for c in pool], overall, open_ended, float(t.get("min_agreement", 0.6))
