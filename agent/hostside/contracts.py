@@ -510,6 +510,7 @@ class Correctness(TypedDict, total=False):
     agreement: float  # mean agreement with the reference's outputs; 1.0 for the reference itself
     first_divergence: int  # earliest word index where any output leaves the reference's; -1 = none
     reference_cell: str  # the cell id compared with ("" = none in its group)
+    reference_host: str  # its host (replicas of a configuration share the cell id)
     wrong: list[str]  # why the cell is WRONG OUTPUT ([] = it is not)
     consensus: str  # how the reference was chosen (named, consensus across N hosts, one host, none)
     suspicious: str  # "" | why this cell's outputs are not trusted (a perfect score that agrees with nobody)

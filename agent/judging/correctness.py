@@ -205,6 +205,7 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
             c = cell["correctness"]
             reasons = own_reasons(c)
             c["reference_cell"] = ref["cell_id"] if ref else ""
+            c["reference_host"] = str(ref.get("host", "")) if ref else ""  # replicas share the cell id
             c["consensus"] = choice.how
             c["suspicious"] = ""
             if ref is None or ref is cell:

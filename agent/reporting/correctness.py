@@ -85,7 +85,7 @@ def long_lines(summaries: Sequence[CellSummary]) -> list[str]:
         return []
     refs = sorted(
         {
-            (c.get("reference_cell", ""), c.get("consensus", ""))
+            (f"{c.get('reference_cell', '')} on {c.get('reference_host', '?')}", c.get("consensus", ""))
             for s in summaries
             if (c := s.cell.get("correctness") or {}).get("probed")
         }
@@ -99,7 +99,7 @@ def long_lines(summaries: Sequence[CellSummary]) -> list[str]:
         "axis). Seconds: the check's time on the host, once per cell.",
         "",
     ]
-    out += [f"- Reference {md(ref or 'none')}: {md(how)}" for ref, how in refs] + [""]
+    out += [f"- Reference {md(ref if not ref.startswith(' on') else 'none')}: {md(how)}" for ref, how in refs] + [""]
     out += [
         "| cell | tokens | compared as | s | own output | vs reference | batch vs alone | spec vs off | graphs vs eager "
         "| broke first |",
