@@ -1,6 +1,12 @@
 """Cross-check: the agent's load driver vs `vllm bench serve` on one real vLLM (CPU build 0.32.0, tiny Llama).
 
     .venv/bin/python bench/crosscheck_vllm_bench.py [--repeats 5] [--window 5] [--levels 1,4] [--json OUT]
+
+Against a server that is already up (the GPU tier: bench/gpu/run.sh crosscheck), with that vLLM's python for
+`vllm bench serve` and GPU utilisation per run from nvidia-smi (hostside/telemetry):
+
+    python3 bench/crosscheck_vllm_bench.py --url http://127.0.0.1:18000 --model /tmp/models/M --server-pid PID \
+        --python python3 --prompt-len 512 --output-len 128 --levels 1,8,32 --repeats 3 --window 10
     .venv/bin/python bench/crosscheck_vllm_bench.py --request-rate 4 [--repeats 3] [--window 8]   # open loop
 
     .venv/bin/python bench/crosscheck_vllm_bench.py --request-rate 4 --together [--repeats 5]   # both at once
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import resource
 import statistics
@@ -30,19 +37,29 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.hostside import loadgen, metrics
+from agent.hostside import loadgen, metrics, telemetry
 from tests.engine.bench_serve import BenchServe
-from tests.engine.fixtures import BASE_ENV, make_tiny_models, running_server, setup_vllm_cpu
 
 PROMPT_WORDS = 32
 OUTPUT_LEN = 64
 INPUT_TOKENS = 84  # open loop: exact prompt length (what 32 words made before: 83-85 tokens)
+# The engine tier's server environment (tests/engine/fixtures.BASE_ENV, which imports pytest: not on the GPU machine)
+BASE_ENV = {
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_LOOPBACK_IP": "127.0.0.1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_LOGGING_COLOR": "0",
+}
 # Per-run keys both clients report under the same names (`vllm bench serve` result JSON = loadgen's Window).
 CLIENT_KEYS = (
     "completed",
@@ -74,11 +91,16 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+SAMPLER: telemetry.Sampler | None = None  # GPU utilisation per run, when the server is on a GPU (--url)
+
+
 def measured(server, client_cpu, run):
     """Run `run()`; return its result with the server's token count and both sides' CPU seconds added."""
     before = metrics.scrape(server.url)
     server_cpu0, client_cpu0 = tree_cpu_s(server.proc.pid), client_cpu()
+    t0 = time.monotonic()
     result = run()
+    t1 = time.monotonic()
     server_cpu, client_cpu_used = tree_cpu_s(server.proc.pid) - server_cpu0, client_cpu() - client_cpu0
     time.sleep(0.5)  # let cut requests be counted
     after = metrics.scrape(server.url)
@@ -94,6 +116,7 @@ def measured(server, client_cpu, run):
         **{f"server_mean_{key}_ms": server_mean_ms(before, after, name) for key, name in SERVER_HISTOGRAMS.items()},
         "client_cpu_s": client_cpu_used,
         "server_cpu_s": server_cpu,
+        "gpu_util_pct": SAMPLER.summary(t0, t1, int(result["total_output_tokens"])).util_mean_pct if SAMPLER else None,
     }
 
 
@@ -112,8 +135,8 @@ def server_mean_ms(before: dict, after: dict, name: str) -> float:
     return 1000.0 * total / count if count > 0 else 0.0
 
 
-def crosscheck(server, python, levels, repeats, window_s, workdir):
-    first = loadgen.run_level(server.url, server.model, 1, window_s, 1.0, PROMPT_WORDS, OUTPUT_LEN, seed=0)
+def crosscheck(server, python, levels, repeats, window_s, workdir, prompt_words=PROMPT_WORDS, output_len=OUTPUT_LEN):
+    first = loadgen.run_level(server.url, server.model, 1, window_s, 1.0, prompt_words, output_len, seed=0)
     input_len = round(first["total_input_tokens"] / first["completed"])
     flags = [
         "--backend",
@@ -129,7 +152,7 @@ def crosscheck(server, python, levels, repeats, window_s, workdir):
         "--random-input-len",
         str(input_len),
         "--random-output-len",
-        str(OUTPUT_LEN),
+        str(output_len),
         "--ignore-eos",
         "--num-warmups",
         "0",
@@ -140,7 +163,7 @@ def crosscheck(server, python, levels, repeats, window_s, workdir):
     rows = []
     try:
         for c in levels:
-            probe = loadgen.run_level(server.url, server.model, c, window_s, 1.0, PROMPT_WORDS, OUTPUT_LEN, seed=99)
+            probe = loadgen.run_level(server.url, server.model, c, window_s, 1.0, prompt_words, output_len, seed=99)
             num_prompts = max(4 * c, probe["completed"])
             for repeat in range(1, repeats + 1):
                 # No warmup window for either client (the server is warm): both runs are the measured span only.
@@ -154,8 +177,8 @@ def crosscheck(server, python, levels, repeats, window_s, workdir):
                         c,
                         window_s,
                         0.0,
-                        PROMPT_WORDS,
-                        OUTPUT_LEN,
+                        prompt_words,
+                        output_len,
                         seed=repeat,
                     ),
                 )
@@ -165,7 +188,7 @@ def crosscheck(server, python, levels, repeats, window_s, workdir):
                     print(json.dumps(rows[-1]), flush=True)
     finally:
         bench.stop()
-    return {"input_len": input_len, "output_len": OUTPUT_LEN, "rows": rows}
+    return {"input_len": input_len, "output_len": output_len, "rows": rows}
 
 
 def crosscheck_rate(server, python, rate, repeats, window_s, workdir, together=False):
@@ -321,7 +344,7 @@ KEYS_COMPARED = ("output_throughput", "request_throughput", "median_ttft_ms")
 def summary(report) -> str:
     lines = [f"prompt {report['input_len']} tokens, output {report['output_len']} tokens; medians over the runs"]
     lines.append(
-        f"{'c':>3} {'client':8} {'tok/s':>7} {'srv tok/s':>9} {'client CPU/tok ms':>17} {'srv CPU %':>9}"
+        f"{'c':>3} {'client':8} {'tok/s':>7} {'srv tok/s':>9} {'client CPU/tok ms':>17} {'srv CPU %':>9} {'GPU %':>6}"
         "   (srv: the server's own /metrics token count and CPU use over the same span)"
     )
     for c in sorted({r["concurrency"] for r in report["rows"]}):
@@ -332,9 +355,40 @@ def summary(report) -> str:
                 f"{c:>3} {client:8} {med(lambda r: r['output_throughput']):7.0f} "
                 f"{med(lambda r: r['server_tokens'] / r['duration']):9.0f} "
                 f"{med(lambda r: 1000 * r['client_cpu_s'] / max(1, r['client_tokens'])):17.3f} "
-                f"{med(lambda r: 100 * r['server_cpu_s'] / r['duration']):9.0f}"
+                f"{med(lambda r: 100 * r['server_cpu_s'] / r['duration']):9.0f} "
+                f"{med(lambda r: r['gpu_util_pct'] or 0.0):6.0f}"
             )
+    lines.extend(interval_lines(report))
     return "\n".join(lines)
+
+
+def interval_lines(report) -> list[str]:
+    """Per level: the two clients' mean output tok/s and a 95 % Welch interval of their ratio (loadgen / bench)."""
+    lines = []
+    for c in sorted({r["concurrency"] for r in report["rows"]}):
+        ours = [r["output_throughput"] for r in report["rows"] if r["concurrency"] == c and r["client"] == "loadgen"]
+        theirs = [r["output_throughput"] for r in report["rows"] if r["concurrency"] == c and r["client"] == "bench"]
+        if min(len(ours), len(theirs)) < 2:
+            continue
+        low, high = ratio_interval(ours, theirs)
+        verdict = "within 5 %" if low >= 0.95 and high <= 1.05 else ("differs" if high < 1 or low > 1 else "unresolved")
+        lines.append(
+            f"c={c}: loadgen {statistics.mean(ours):.0f} vs bench {statistics.mean(theirs):.0f} tok/s, ratio "
+            f"{statistics.mean(ours) / statistics.mean(theirs):.3f}, 95 % interval [{low:.3f}, {high:.3f}]: {verdict}"
+        )
+    return lines
+
+
+def ratio_interval(a: list[float], b: list[float]) -> tuple[float, float]:
+    """95 % interval of mean(a) / mean(b) by the delta method on the logs (Welch's degrees of freedom)."""
+    from agent.judging.student import t_quantile
+
+    ma, mb = statistics.mean(a), statistics.mean(b)
+    va, vb = statistics.variance(a) / len(a) / ma**2, statistics.variance(b) / len(b) / mb**2
+    df = (va + vb) ** 2 / max(1e-300, va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = t_quantile(0.975, df) * (va + vb) ** 0.5
+    centre = math.log(ma / mb)
+    return math.exp(centre - half), math.exp(centre + half)
 
 
 def main(argv=None) -> int:
@@ -345,11 +399,21 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the full report here")
     p.add_argument("--request-rate", type=float, default=0.0, help="open loop at this rate instead of the levels")
     p.add_argument("--together", action="store_true", help="open loop: both clients at once, each at half the rate")
+    p.add_argument("--url", help="a server that is already up (its python: --python; its PID: --server-pid)")
+    p.add_argument("--model", help="with --url: the served model (also the tokenizer)")
+    p.add_argument("--server-pid", type=int, help="with --url: the server's PID (CPU accounting)")
+    p.add_argument("--python", default=sys.executable, help="with --url: a python that imports that vLLM")
+    p.add_argument("--prompt-len", type=int, default=PROMPT_WORDS, help="closed loop: prompt length (words)")
+    p.add_argument("--output-len", type=int, default=OUTPUT_LEN, help="closed loop: output tokens")
     args = p.parse_args(argv)
+    if args.url:
+        return crosscheck_external(args)
     # open loop: bench's duration runs on to the last request's end, loadgen's stops at the window's close; over 30 s
     # that edge is ~1 % of either figure, over 8 s it was 4-10 % of bench's
     args.window = args.window or (30.0 if args.request_rate else 5.0)
     print(f"load average at the start: {os.getloadavg()}", flush=True)
+    from tests.engine.fixtures import make_tiny_models, running_server, setup_vllm_cpu  # pytest: the CPU tier only
+
     python = setup_vllm_cpu()
     model = make_tiny_models(python)["tiny-llama"]
     with (
@@ -365,6 +429,23 @@ def main(argv=None) -> int:
                 server, python, [int(c) for c in args.levels.split(",")], args.repeats, args.window, workdir
             )
     print(rate_summary(report) if args.request_rate else summary(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+def crosscheck_external(args) -> int:
+    """The closed-loop cross-check against a running server, GPU utilisation sampled throughout."""
+    global SAMPLER
+    if not (args.model and args.server_pid):
+        raise SystemExit("--url needs --model and --server-pid")
+    server = types.SimpleNamespace(url=args.url, model=args.model, proc=psutil.Process(args.server_pid))
+    levels = [int(c) for c in args.levels.split(",")]
+    with tempfile.TemporaryDirectory() as workdir, telemetry.Sampler(interval_s=0.5) as SAMPLER:
+        report = crosscheck(
+            server, args.python, levels, args.repeats, args.window, workdir, args.prompt_len, args.output_len
+        )
+    print(summary(report))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0

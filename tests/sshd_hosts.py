@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -278,6 +278,25 @@ def _remove_user(user: str, sudoers: Path) -> None:
     subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
 
 
+def write_sim_inventory(fleet: SshFleet, port: int, serve_env: Callable[[str], dict[str, str]]) -> None:
+    """The fleet's inventory as simulated GB10s on `port`, each host's simulator given serve_env(host name) more."""
+    inv = inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": port})
+    for name, host_vars in inv["all"]["children"]["sparks"]["hosts"].items():
+        host_vars["spark_serve_env"] = {**SIM_HOST_VARS["spark_serve_env"], **serve_env(name)}
+    assert fleet.inventory is not None
+    fleet.inventory.write_text(yaml.safe_dump(inv))
+
+
+def stop_servers_and_fleet(fleet: SshFleet) -> None:
+    """Whatever server a test left on a host (by its work dir's records), then the sshd hosts."""
+    from agent.hostside import supervise
+
+    for h in fleet.hosts:
+        with contextlib.suppress(Exception):
+            supervise.stop(str(h.workdir))
+    stop_fleet(fleet)
+
+
 def stop_fleet(fleet: SshFleet) -> None:
     for host in fleet.hosts:
         if host.pid:
@@ -287,21 +306,6 @@ def stop_fleet(fleet: SshFleet) -> None:
             except (ProcessLookupError, ChildProcessError):
                 pass
             host.pid = 0
-
-
-@contextlib.contextmanager
-def fleet_running(root: Path, count: int) -> Iterator[SshFleet]:
-    """A fleet for a test module: started, and at the end every server the hosts still run stopped, then the hosts."""
-    from agent.hostside import supervise
-
-    fleet = start_fleet(root, count=count)
-    try:
-        yield fleet
-    finally:
-        for h in fleet.hosts:
-            with contextlib.suppress(Exception):
-                supervise.stop(str(h.workdir))
-        stop_fleet(fleet)
 
 
 if __name__ == "__main__":  # manual use: python tests/sshd_hosts.py DIR — starts hosts until Ctrl-C

@@ -20,7 +20,7 @@ from agent.planning.spec import load_spec
 from agent.reporting import compare
 from agent.reporting import markdown as report
 from agent.results.tree import load_cells
-from tests.test_report_fixtures import write_cell
+from tests.test_report_fixtures import write_cell, write_starts
 
 pytestmark = pytest.mark.unit
 
@@ -202,9 +202,10 @@ C = [1, 2, 4, 8]
 
 
 def test_two_checkpoints_on_one_backend_name_the_checkpoint(tmp_path):
-    """The new user's case from the issue: 6-8% apart at every level, spreads under 2%: the checkpoint ranks."""
-    write_cell(tmp_path, checkpoint="nv", backend="marlin", values={c: [93.0 * c, 93.5 * c, 92.6 * c] for c in C})
-    write_cell(
+    """The new user's case from the issue: 6-8% apart at every level, spreads under 2%, two interleaved server
+    starts each (under 25% apart one start is not enough: test_starts.py): the checkpoint ranks."""
+    write_starts(tmp_path, checkpoint="nv", backend="marlin", values={c: [93.0 * c, 93.5 * c, 92.6 * c] for c in C})
+    write_starts(
         tmp_path, checkpoint="uns-fast", backend="marlin", values={c: [100.0 * c, 101.0 * c, 99.5 * c] for c in C}
     )
     [rec] = stats.recommend(stats.summarize_cells(load_cells(tmp_path)))
@@ -222,7 +223,7 @@ def test_each_axis_is_ranked_with_the_others_held(tmp_path):
         for backend, b in (("marlin", 1.0), ("flashinfer_b12x", 0.5)):
             for extra, m in (({}, 1.0), (spec_on, 1.3)):
                 v = 100.0 * k * b * m
-                write_cell(
+                write_starts(
                     tmp_path,
                     checkpoint=ck,
                     backend=backend,
@@ -260,9 +261,9 @@ def test_the_env_rule_shows_its_effect_and_auto_is_what_it_loaded(tmp_path):
     """The FP8 default with and without the DeepGEMM rule: dies without it, runs with it (triton loaded)."""
     fp8 = dict(checkpoint="fp8", quant="fp8")
     rules, no_rule = {"env_variant": "rules"}, {"env_variant": "no-deep-gemm-rule"}
-    write_cell(tmp_path, backend="triton", config=rules, values={c: [55.0 * c, 55.5 * c, 54.5 * c] for c in C}, **fp8)
-    write_cell(tmp_path, backend="marlin", config=rules, values={c: [50.0 * c, 50.5 * c, 49.5 * c] for c in C}, **fp8)
-    write_cell(
+    write_starts(tmp_path, backend="triton", config=rules, values={c: [55.0 * c, 55.5 * c, 54.5 * c] for c in C}, **fp8)
+    write_starts(tmp_path, backend="marlin", config=rules, values={c: [50.0 * c, 50.5 * c, 49.5 * c] for c in C}, **fp8)
+    write_starts(
         tmp_path,
         backend="auto",
         config=rules,
@@ -320,11 +321,11 @@ def test_rank_by_goodput_without_slos_says_why_it_cannot_rank(tmp_path):
 
 def test_a_sparse_design_that_left_the_winning_combination_out_says_so(tmp_path):
     """nv wins the checkpoint at MTP off, MTP wins on uns-fast; nv with MTP was never measured."""
-    write_cell(tmp_path, checkpoint="nv", backend="marlin", values={c: [108.0 * c, 109.0 * c, 107.0 * c] for c in C})
-    write_cell(
+    write_starts(tmp_path, checkpoint="nv", backend="marlin", values={c: [108.0 * c, 109.0 * c, 107.0 * c] for c in C})
+    write_starts(
         tmp_path, checkpoint="uns-fast", backend="marlin", values={c: [100.0 * c, 101.0 * c, 99.0 * c] for c in C}
     )
-    write_cell(
+    write_starts(
         tmp_path,
         checkpoint="uns-fast",
         backend="marlin",

@@ -6,6 +6,7 @@ cell's one server (cell.yml's bench loop), and the report shows them (the detach
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,8 +121,10 @@ def test_axes_sweep_ranks_each_axis_shows_the_rule_and_resumes(tmp_path, sim_inv
     # each axis is a question with the other held: the checkpoint at MTP off, MTP on nv
     assert "#### checkpoint:" in what_to_run and "Held equal: speculative" in what_to_run
     assert "#### speculative:" in what_to_run and "Held equal: checkpoint" in what_to_run
-    assert "#### checkpoint: **nv**" in what_to_run, what_to_run  # the simulator's 7.9% gap between byte twins
-    assert "**Run nv" in what_to_run
+    # the simulator's 7.9% gap between byte twins, on one server start each: under 25%, not named (docs/tuning.md)
+    assert "#### checkpoint: **unresolved**" in what_to_run, what_to_run
+    assert re.search(r"nv leads uns-fast by \d+% \(under 25%\)", what_to_run), what_to_run
+    assert "**Run " in what_to_run and "resolving costs" in what_to_run
 
     # FP8: the default with and without the DeepGEMM rule; the report shows the rule's effect
     fp8 = {c["config"]["env_variant"]: c for c in results.load_cells(out / "axes-fp8")}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .sshd_hosts import SIM_HOST_VARS, fleet_running, inventory_for
+from .sshd_hosts import start_fleet, stop_servers_and_fleet, write_sim_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -27,13 +27,12 @@ SPEEDS = {"spark-a": 1.0, "spark-b": 0.95, "spark-c": 0.6}  # spark-b: 5% slower
 @pytest.fixture(scope="module")
 def three(tmp_path_factory):
     """Three sshd hosts of one fingerprint (port 8200: never another module's), each with its own sim speed."""
-    with fleet_running(tmp_path_factory.mktemp("three"), 3) as fleet:
-        inv = inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8200})
-        for name, host_vars in inv["all"]["children"]["sparks"]["hosts"].items():
-            host_vars["spark_serve_env"] = {**SIM_HOST_VARS["spark_serve_env"], "SPARK_SIM_SPEED": str(SPEEDS[name])}
-        assert fleet.inventory is not None
-        fleet.inventory.write_text(yaml.safe_dump(inv))
+    fleet = start_fleet(tmp_path_factory.mktemp("three"), count=3)
+    try:
+        write_sim_inventory(fleet, 8200, lambda name: {"SPARK_SIM_SPEED": str(SPEEDS[name])})
         yield fleet
+    finally:
+        stop_servers_and_fleet(fleet)
 
 
 def four_cells(tmp: Path) -> Path:

@@ -23,7 +23,7 @@ import yaml
 from agent.judging import stats
 from agent.results import tree as results
 
-from .sshd_hosts import REPO, SIM_HOST_VARS, fleet_running, inventory_for
+from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for, start_fleet, stop_servers_and_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -62,8 +62,11 @@ task_gate = true
 
 @pytest.fixture(scope="module")
 def fleet3(tmp_path_factory):
-    with fleet_running(tmp_path_factory.mktemp("deep"), 3) as fleet:
+    fleet = start_fleet(tmp_path_factory.mktemp("deep"), count=3)
+    try:
         yield fleet
+    finally:
+        stop_servers_and_fleet(fleet)
 
 
 def _inventory(fleet, tmp_path, env: dict[str, str], hostile: str = "") -> str:

@@ -179,3 +179,22 @@ def measurement(cell_id: str, concurrency: int, repeat: int, value: float | str)
             "spec_decode_num_accepted_tokens": 0.0,
         },
     }
+
+
+def write_starts(root: Path, *, starts: int = 2, drift: float = 0.005, **kw: Any) -> list[Path]:
+    """One config as `starts` interleaved server starts (planning/matrix.nth_start): start k has server_start = k
+    in its [config], begins at hour 10 + k (every config's start 1 before any start 2) and measures `drift` x
+    (k - 1) faster, a drift the interleaving cancels. Same keywords as write_cell."""
+    values = kw.pop("values")
+    config = kw.pop("config", None) or {}
+    return [
+        write_cell(
+            root,
+            values={c: [v * (1 + drift * (k - 1)) for v in vs] for c, vs in values.items()},
+            config={**config, **({"server_start": k} if k > 1 else {})},
+            started_at=f"2026-11-29T{10 + k:02d}:00:00Z",
+            finished_at=f"2026-11-29T{10 + k:02d}:04:00Z",
+            **kw,
+        )
+        for k in range(1, starts + 1)
+    ]

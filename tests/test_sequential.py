@@ -174,3 +174,42 @@ def test_a_step_the_budget_cannot_fit_is_listed_not_run(tmp_path):
     assert chosen == {"spark-a": []} and len(outcome.budget_left) == 1 and not outcome.settled
     chosen = tune._choose({"spark-a": [c]}, tmp_path / "none", S, cost + 1, 0.0, outcome)
     assert [x.config.repeats for x in chosen["spark-a"]] == [2] and chosen["spark-a"][0].id == c.id
+
+
+# ---------------------------------------------------------------- server starts (planned by tune up to --max-starts)
+
+
+def start_of(cand_: seq.Candidate, cid: str, k: int) -> seq.Candidate:
+    return seq.Candidate(cid, cand_.group, cand_.backend, cand_.label, cand_.concurrency, start=k)
+
+
+NV_STARTS = NV + [start_of(NV[0], "nvm2", 2), start_of(NV[1], "nvb2", 2)]
+
+
+def started(c: dict, k: int, at: str) -> dict:
+    return {**c, "config": {**c["config"], **({"server_start": k} if k > 1 else {})}, "started_at": at}
+
+
+def test_a_close_leader_and_its_rival_get_a_second_start_each_in_one_round():
+    full3 = {
+        k: started(cell(k, b, {c: [100.0 * v + c, 101.0 * v + c, 99.0 * v + c] for c in LEVELS}), 1, t)
+        for k, b, v, t in (("nvm", "marlin", 1.1, "t1"), ("nvb", "b12x", 1.0, "t2"))
+    }
+    plan = seq.plan_next(NV_STARTS, full3, S)  # 10% apart and settled, but on one start each
+    assert {(s.cell_id, s.stage, s.repeats) for s in plan.steps} == {("nvm2", "start", 2), ("nvb2", "start", 2)}
+    both = {
+        **full3,
+        "nvm2": started(cell("nvm2", "marlin", {c: [111.0 + c, 110.0 + c] for c in LEVELS}), 2, "t3"),
+        "nvb2": started(cell("nvb2", "b12x", {c: [100.5 + c, 99.5 + c] for c in LEVELS}), 2, "t4"),
+    }
+    plan = seq.plan_next(NV_STARTS, both, S)
+    assert plan.done and not any("server start" in p for p in plan.open_points)
+
+
+def test_a_wide_margin_needs_no_second_start():
+    wide = {
+        k: cell(k, b, {c: [100.0 * v + c, 101.0 * v + c, 99.0 * v + c] for c in LEVELS})
+        for k, b, v in (("nvm", "marlin", 1.5), ("nvb", "b12x", 1.0))
+    }
+    plan = seq.plan_next(NV_STARTS, wide, S)
+    assert plan.done and not plan.open_points

@@ -164,6 +164,10 @@ def _print_tables(result: dict) -> None:
             "",
             f"{facts['speculative']['method']} x{facts['speculative']['num_speculative_tokens']}{mean}",
         )
+    if facts["load_format"] == "dummy":
+        row("weights", "", "dummy (--load-format dummy): speed only, quality not judged")
+    elif facts["load_format"]:
+        row("load format", "", facts["load_format"])
     if facts["unknown_env"]:
         row("unknown env", "", ", ".join(facts["unknown_env"]))
     if facts["model_load_gib"] >= 0:

@@ -47,6 +47,11 @@ def register(sub) -> None:
     p.add_argument("--min-repeats", type=int, default=2, help="windows per point at first (default 2)")
     p.add_argument("--max-repeats", type=int, help="windows per point at most (default: the spec's repeats)")
     p.add_argument(
+        "--max-starts",
+        type=int,
+        help="independent server starts of one config at most (default: the spec's server_starts, at least 2)",
+    )
+    p.add_argument(
         "--carry-margin",
         type=float,
         default=1.25,
@@ -79,6 +84,7 @@ def run(args) -> int:
         min_repeats=args.min_repeats,
         max_repeats=args.max_repeats if args.max_repeats is not None else max(spec.repeats, args.min_repeats),
         carry_margin=args.carry_margin,
+        max_starts=args.max_starts if args.max_starts is not None else max(spec.server_starts, 2),
     )
     bad = seq.problems(settings)
     if bad:

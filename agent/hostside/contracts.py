@@ -125,6 +125,7 @@ class Attestation(TypedDict):
     unknown_env: list[str]  # variables vLLM ignored ("dead")
     autotuner_cliff_count: int
     jit_warning_count: int
+    load_format: str  # --load-format as the server took it ("dummy": random weights, quality never judged)
     speculative: SpeculativeFacts
     spec_acceptance_rates: list[float]  # fractions 0..1, one per logged interval
     model_load_gib: float
@@ -208,7 +209,29 @@ class _Shaped(TypedDict, total=False):
     prefix_cache: str  # before the window: reset | kept | unavailable | failed
 
 
-class Window(_Death, _Shaped):
+class WarmupRecord(TypedDict):
+    """loadgen: a point's warmup run until steady (hostside/steady.py), on the point's first measured window."""
+
+    windows: int  # warmup windows run
+    seconds: float  # from the first warmup window's start to the last one's end (the load driver's clock)
+    steady: bool  # False: stopped at `maximum` (or by failed requests) without settling
+    reason: str  # why it stopped
+    output_throughputs: list[float]  # tok/s of each warmup window
+    jit_lines: int  # JIT/autotune lines the server logged during the warmup windows
+    jit_evidence: str  # the first of them ("" = none)
+    tolerance: float  # the spec's warmup_tolerance
+    maximum: int  # the spec's warmup_max
+
+
+class _Steady(TypedDict, total=False):
+    warmup: WarmupRecord  # the point's warmup until steady, on its first measured window
+    # the JIT/autotune lines the server logged during this window (with a server log to read; absent without):
+    # more than 0 and the window is flagged, never ranked (judging/stats.py)
+    jit_lines: int
+    jit_evidence: str  # the first such line
+
+
+class Window(_Death, _Shaped, _Steady):
     """loadgen.summarize(): one window's numbers; keys as in `vllm bench serve` JSON where the meaning is the same."""
 
     concurrency: int
@@ -512,6 +535,7 @@ class Correctness(TypedDict, total=False):
     reference_cell: str  # the cell id compared with ("" = none in its group)
     reference_host: str  # its host (replicas of a configuration share the cell id)
     wrong: list[str]  # why the cell is WRONG OUTPUT ([] = it is not)
+    not_judged: str  # why its outputs are not judged ("dummy weights"; "" = they are): ranked on speed only
     consensus: str  # how the reference was chosen (named, consensus across N hosts, one host, none)
     suspicious: str  # "" | why this cell's outputs are not trusted (a perfect score that agrees with nobody)
     long_paths: list[LongPath]  # the long outputs along each path

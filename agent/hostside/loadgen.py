@@ -37,8 +37,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from . import arrivals, atomic, metrics, prompts, slo, telemetry, utc
-from .contracts import Measurement, Window
+from . import arrivals, atomic, metrics, prompts, slo, steady, telemetry, utc
+from .contracts import Measurement, WarmupRecord, Window
 from .errors import HostError
 from .loadpoints import level_name
 
@@ -599,9 +599,14 @@ async def _level(
     scrape: Scrape | None,
     finish: Finish,
     sampler: telemetry.Sampler | None = None,
+    rule: steady.Warmup | None = None,
+    log: steady.LogWatch | None = None,
 ) -> None:
-    """One warmup window, then `repeats` measured windows, each its own run of the load.
+    """The warmup, then `repeats` measured windows, each its own run of the load.
 
+    The warmup is one run of warmup_s, or with a steady-state rule (`rule.until_steady`) windows of duration_s
+    until the server settles (hostside/steady.py); the first measured window then carries the `warmup` record.
+    With a log watch every measured window says how many JIT lines the server logged during it (`jit_lines`).
     Between runs the load is off for SETTLE_S: cancelled requests are aborted and counted by the server
     before /metrics is read, and the next window starts on an idle server (as a fresh benchmark run does).
     finish(result, repeat, before, after) gets each window's result and its two scrapes as soon as it exists.
@@ -610,7 +615,12 @@ async def _level(
     engine_died=True, and no later window is run (they are skipped, not measured).
     """
     name = level_name(load.concurrency, load.shape.rate, load.shape.context_depth)
-    if warmup_s > 0:
+    record: WarmupRecord | None = None
+    if rule is not None and rule.until_steady:
+        record = await _warm_until_steady(load, duration_s, rule, log, sampler, name)
+        if record is None:
+            return
+    elif warmup_s > 0:
         if await _dead(load, name + "-warmup"):
             return
         await load.reset_prefix_cache()
@@ -633,10 +643,13 @@ async def _level(
             finish(result, repeat, None, None)
             continue
         cache = await load.reset_prefix_cache()  # one window's cache must not flatter the next
+        if log:
+            log.new_jit_lines()  # what the pause before it logged is no window's
         before = await scrape() if scrape else None
         wall = time.time()
         mark = sampler.mark() if sampler else 0.0
         requests, t0, t1 = await load.run(duration_s)
+        ended = sampler.mark() if sampler else 0.0
         if load.abort_reason and not load.died:
             await load.confirm_death()
         if load.died:
@@ -656,9 +669,63 @@ async def _level(
         result["started_at"] = utc.iso(wall)
         if load.abort_reason:
             result["ok"], result["error"] = False, load.abort_reason
+        if log:  # a compile during the window: flagged, and never ranked (judging/stats.py)
+            jit = log.new_jit_lines()
+            result["jit_lines"] = len(jit)
+            if jit:
+                result["jit_evidence"] = jit[0]
+        if record is not None:
+            result["warmup"], record = record, None
         if sampler:  # what the GPU and the server did during the window (hostside/telemetry.py)
-            sampler.attach(result, mark, before, after)
+            sampler.attach(result, mark, before, after, ended)
         finish(result, repeat, before, after)
+
+
+async def _warm_until_steady(
+    load: _Load,
+    duration_s: float,
+    rule: steady.Warmup,
+    log: steady.LogWatch | None,
+    sampler: telemetry.Sampler | None,
+    name: str,
+) -> WarmupRecord | None:
+    """Warmup windows of duration_s until steady.settled says stop; None when the server died meanwhile."""
+    throughputs: list[float] = []
+    jit: list[int] = []
+    evidence = ""
+    mark = sampler.mark() if sampler else 0.0
+    start = load.clock()
+    done, settled, why = False, False, ""
+    while not done:
+        if await _dead(load, f"{name}-warmup"):
+            return None
+        await load.reset_prefix_cache()
+        if log:
+            log.new_jit_lines()
+        requests, t0, t1 = await load.run(duration_s)
+        if load.died or (load.abort_reason and await load.confirm_death()):
+            return None
+        await asyncio.sleep(SETTLE_S)
+        lines = log.new_jit_lines() if log else []
+        evidence = evidence or (lines[0] if lines else "")
+        throughputs.append(_summary(load, requests, t0, t1, "")["output_throughput"])
+        jit.append(len(lines))
+        done, settled, why = steady.settled(throughputs, jit, rule)
+        if load.abort_reason and not done:  # nothing but failed requests: the windows will say so
+            done, why = True, "stopped: " + load.abort_reason
+    if sampler:
+        sampler.warmup_done(mark)
+    return WarmupRecord(
+        windows=len(throughputs),
+        seconds=round(load.clock() - start, 3),
+        steady=settled,
+        reason=why,
+        output_throughputs=[round(x, 2) for x in throughputs],
+        jit_lines=sum(jit),
+        jit_evidence=evidence,
+        tolerance=rule.tolerance,
+        maximum=max(rule.maximum, rule.minimum),
+    )
 
 
 def _summary(load: _Load, requests: Sequence[_Request], t0: float, t1: float, prefix_cache: str) -> Window:
@@ -834,6 +901,8 @@ def run_levels(
     depths: Sequence[int] = (),
     until_saturated: bool = False,
     sampler: telemetry.Sampler | None = None,
+    rule: steady.Warmup | None = None,
+    log: steady.LogWatch | None = None,
 ) -> list[Measurement]:
     """Per level: one warmup window, then `repeats` measured windows against the same server, each with
     `repeat`, the /metrics counter deltas over it (`metrics_delta`) and `spec_decode_acceptance_rate`.
@@ -845,6 +914,8 @@ def run_levels(
     until_saturated: stop after the first rate the server could not keep up with (saturated()).
     sampler (a started telemetry.Sampler): each window also gets `telemetry` and `server` (and the level's
     first window `warmup_telemetry`).
+    rule, log: warm up until steady (hostside/steady.py) instead of one warmup_s run; flag measured windows whose
+    server log shows a JIT line.
     """
     results: list[Measurement] = []
 
@@ -875,7 +946,7 @@ def run_levels(
                 load = _Load(
                     url, model, concurrency, prompt_len, output_len, profile, rng, timeout_s, clock, watch, level
                 )
-                asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish, sampler))
+                asyncio.run(_level(load, duration_s, warmup_s, repeats, scrape, finish, sampler, rule, log))
         if until_saturated and rate and saturated(results[first:], rate):
             break
     return results

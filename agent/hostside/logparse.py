@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from . import clusterlog
+from . import clusterlog, steady
 from .contracts import Attestation, Failure
 
 # --- unwrapping one raw line ---------------------------------------------------------------------
@@ -369,6 +369,9 @@ _NAMESPACE_QUANT = re.compile(r"[(, ]quantization='(\w{1,40})'")
 _NAMESPACE_SPEC = re.compile(r"[(, ]speculative_model='([^']{1,300})'")
 _NAMESPACE_SPEC_TOKENS = re.compile(r"[(, ]num_speculative_tokens=(\d{1,4})\b")
 _ARGS = re.compile(r"non-default args: (\{.*)")
+_INFERENCE_JIT = re.compile(steady.INFERENCE_JIT)  # one wording, shared with the steady-state rule
+_CONFIG_LOAD_FORMAT = re.compile(r"(?:^|[ ,])load_format=(?:LoadFormat\.)?'?(\w{1,40})")
+_NAMESPACE_LOAD_FORMAT = re.compile(r"[(, ]load_format='(\w{1,40})'")
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: ([A-Za-z_][A-Za-z0-9_]*)")
 
 # (literal, form): a form is only tried on a message that holds its literal. A line of thousands of "Using "
@@ -588,6 +591,7 @@ def _new_facts() -> Attestation:
         "unknown_env": [],
         "autotuner_cliff_count": 0,
         "jit_warning_count": 0,
+        "load_format": "",
         "speculative": {
             "method": "",
             "num_speculative_tokens": -1,
@@ -974,7 +978,7 @@ class Follower:
         if "No tuned config covers" in msg or "perf cliff" in msg:
             f["autotuner_cliff_count"] += 1
             return
-        if "during inference" in msg and "latency spike" in msg:
+        if "during inference" in msg and _INFERENCE_JIT.search(msg):
             f["jit_warning_count"] += 1
             return
         if _LINEAR_FALLBACK.search(msg):
@@ -999,6 +1003,8 @@ class Follower:
             m = _NAMESPACE_QUANT.search(msg)
             if m and not f["quantization"]:
                 f["quantization"] = m.group(1)
+            m = _NAMESPACE_LOAD_FORMAT.search(msg)
+            self._load_format(m.group(1) if m else None)
             m = _NAMESPACE_SPEC.search(msg)
             spec = f["speculative"]
             if m and not spec["method"]:
@@ -1040,6 +1046,7 @@ class Follower:
                 quant = f["non_default_args"].get("quantization")
                 if isinstance(quant, str) and not f["quantization"]:
                     f["quantization"] = quant
+                self._load_format(f["non_default_args"].get("load_format"))
                 model = f["non_default_args"].get("model_tag") or f["non_default_args"].get("model")
                 if isinstance(model, str) and not f["served_model"]:
                     f["served_model"] = model
@@ -1066,8 +1073,16 @@ class Follower:
             self._f["vllm_version"] = version.lstrip("v")
             self._evidence("version", line)
 
+    def _load_format(self, value: Any) -> None:
+        """--load-format as the server took it (the launch's flag, in non-default args or the engine config):
+        `dummy` = random weights, whose outputs are never judged (judging/correctness.py)."""
+        if isinstance(value, str) and value and not self._f["load_format"]:
+            self._f["load_format"] = value.lower()[:40]
+
     def _engine_config(self, config: str) -> None:
         f, spec = self._f, self._f["speculative"]
+        m = _CONFIG_LOAD_FORMAT.search(config)
+        self._load_format(m.group(1) if m else None)
         m = _CONFIG_MODEL.search(config)
         if m and not f["served_model"]:
             f["served_model"] = m.group(1)

@@ -335,6 +335,8 @@ def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDo
                     level=point.concurrency,
                     duration=float(cell["duration_s"]),
                     warmup=int(cell["warmup"]),
+                    warmup_max=int(cell.get("warmup_max", 0)),
+                    warmup_tolerance=float(cell.get("warmup_tolerance", 0.0)),
                     repeats=int(cell["repeats"]),
                     prompt_len=int(cell["prompt_len"]),
                     output_len=int(cell["output_len"]),

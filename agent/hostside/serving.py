@@ -17,12 +17,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import atomic, docker, loadgen, loadpoints, probe, redact, supervise, telemetry, warmcache
+from . import atomic, docker, loadgen, loadpoints, probe, redact, steady, supervise, telemetry, warmcache
 from .contracts import Holder, LongOptions, Measurement
 from .errors import HostError
 
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"  # huggingface_hub's default for the images' root user
 
+SERVER_LOG = "server.log"  # the server's output, in its run folder
 DIED_FILE = "died.json"  # in the run folder when the server died mid-cell: when, how, in which window
 
 
@@ -164,7 +165,7 @@ def serve_cell(
         runtime, redact.redact_argv(argv), redact.redact_env(full_env), image, container, cell_id, volumes=mounts
     )
     (rdir / "launch.txt").write_text(shown + "\n")  # redacted; the server below gets full_env as it is
-    log_path = str(rdir / "server.log")
+    log_path = str(rdir / SERVER_LOG)
     supervise.start(
         cell_id,
         workdir,
@@ -245,11 +246,15 @@ def bench_level(
     time_scale: float = 1.0,
     shape: Mapping[str, Any] | None = None,
     telemetry_opts: Mapping[str, Any] | None = None,
+    warmup_max: int = 0,
+    warmup_tolerance: float = 0.0,
 ) -> dict[str, Any]:
     """One load point (concurrency `level`; the rate and context depth are shape's request_rate and context_depth):
     warmups, then measured windows, each saved as soon as it is over under its point's name (loadpoints.WINDOW).
     A server that dies ends the bench at once (died.json says when and where). The one implementation behind the
-    spark_bench module and the detached runner. Raises HostError/ValueError/OSError on bad input."""
+    spark_bench module and the detached runner. Raises HostError/ValueError/OSError on bad input.
+    warmup_tolerance > 0: warm up until steady, `warmup` to `warmup_max` windows (hostside/steady.py); with the
+    cell's server log at hand every measured window is also checked for JIT lines."""
     os.makedirs(out_dir, exist_ok=True)
 
     def save(result: Measurement) -> None:
@@ -295,6 +300,8 @@ def bench_level(
             shape=load_shape,
             clock=loadgen.scaled_clock(time_scale),
             sampler=sampler,
+            rule=steady.Warmup(warmup, warmup_max, warmup_tolerance),
+            log=steady.LogWatch(str(run_dir(workdir, cell_id) / SERVER_LOG)) if watched else None,
         )
     if watch.died:
         record_death(rdir=out_dir, died=watch.died)

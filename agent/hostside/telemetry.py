@@ -362,9 +362,11 @@ class Sampler:
         """The warmup's telemetry, kept apart: the level's first measured window carries it."""
         self._warmup = self.summary(mark, self.clock(), -1)
 
-    def attach(self, result: Any, mark: float, before: object, after: object) -> None:
-        """Add `telemetry` (and `warmup_telemetry`, once per level) and `server` to a window's result dict."""
-        end = self.clock()
+    def attach(self, result: Any, mark: float, before: object, after: object, end: float | None = None) -> None:
+        """Add `telemetry` (and `warmup_telemetry`, once per level) and `server` to a window's result dict.
+        `end`: when the load stopped (mark()); without it, now. The idle settle pause after a window is no part
+        of it: it would dilute the window's utilisation and power."""
+        end = self.clock() if end is None else end
         result["telemetry"] = self.summary(mark, end, int(result.get("total_output_tokens", 0)))
         if self._warmup is not None:
             result["warmup_telemetry"], self._warmup = self._warmup, None

@@ -1,5 +1,6 @@
 """Fast and right: a cell whose probe outputs are degenerate, score too low, or disagree with its checkpoint's
-reference cell is WRONG OUTPUT, shown but never ranked (docs/correctness.md).
+reference cell is WRONG OUTPUT, shown but never ranked (docs/correctness.md). A cell served on dummy weights
+(`--load-format dummy`) is never judged: "quality not judged: dummy weights", ranked on speed only.
 
 `table` scores one cell's probe.json on the controller (collect: the host's own judgement is never asked for);
 `annotate` chooses each checkpoint's reference by consensus (judging/consensus.py) and compares the cells with it,
@@ -10,6 +11,7 @@ cell_verdict asks.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -21,6 +23,20 @@ from agent.planning.settings import CorrectnessSettings
 THRESHOLDS = ("min_score", "max_score_drop", "min_agreement", "max_degenerate", "long_min_tokens", "min_task_accuracy")
 PATH_ORDER = ("speculative", "graphs", "batch", "reference")  # a tie in where paths broke: the most specific one
 EAGER = "--enforce-eager"  # CUDA graphs off: an extra_args axis (docs/axes.md) gives a cell its eager twin
+DUMMY = "dummy weights"
+
+
+def not_judged(cell: Mapping[str, Any]) -> str:
+    """Why this cell's outputs are not judged ("" = they are). A server on random weights (`--load-format dummy`,
+    seen in the launch or in the log's non-default args) answers with noise by construction: that is no fault."""
+    attestation = cell.get("attestation")
+    if isinstance(attestation, Mapping) and str(attestation.get("load_format", "")).lower() == "dummy":
+        return DUMMY
+    launch, config = cell.get("launch"), cell.get("config")
+    argv = [str(a) for a in (launch.get("argv") or [] if isinstance(launch, Mapping) else [])]
+    argv += [str(a) for a in (config.get("extra_args") or [] if isinstance(config, Mapping) else [])]
+    flags = [f"{a}={b}" for a, b in itertools.pairwise(argv)] + argv
+    return DUMMY if "--load-format=dummy" in flags else ""
 
 
 def table(run: Mapping[str, Any] | None, settings: CorrectnessSettings) -> Correctness:
@@ -117,6 +133,7 @@ def _fit(group: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         for c in group
         if c.get("verdict") == "valid"
         and c.get("status") != "failed"
+        and not not_judged(c)  # noise by construction: never the yardstick
         and c.get("correctness", {}).get("probed")
         and not own_reasons(c["correctness"])
     ]
@@ -205,6 +222,7 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
             c = cell["correctness"]
             reasons = own_reasons(c)
             c["reference_cell"] = ref["cell_id"] if ref else ""
+            c["not_judged"] = not_judged(cell)
             c["reference_host"] = str(ref.get("host", "")) if ref else ""  # replicas share the cell id
             c["consensus"] = choice.how
             c["suspicious"] = ""
@@ -242,7 +260,7 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
             c["broke_first"] = _broke_first(c["long_paths"])
             if reasons:
                 reasons.extend(_blame(cell, group))
-            c["wrong"] = reasons
+            c["wrong"] = [] if c["not_judged"] else reasons
 
 
 def _long_paths(cell: dict[str, Any], ref: dict[str, Any] | None, group: Sequence[dict[str, Any]]) -> list[LongPath]:
@@ -352,6 +370,6 @@ def wrong_reasons(cell: Mapping[str, Any]) -> list[str]:
     """Why this cell's outputs are wrong ([] = they are not, or were never probed). Uses the group judgement when
     the tree was read through load_cells, else the cell's own checks."""
     c = cell.get("correctness")
-    if not isinstance(c, Mapping) or not c.get("probed"):
+    if not isinstance(c, Mapping) or not c.get("probed") or not_judged(cell):
         return []
     return list(c["wrong"]) if "wrong" in c else own_reasons(c)

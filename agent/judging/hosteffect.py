@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 CONFIDENCE = 0.95
 MAX_EFFECT = 0.15  # hosts of one fingerprint whose speeds differ by more than this are not ranked against each other
-SCHEDULE = ("concurrency", "warmup", "repeats")  # a reference cell is its base cell with fewer levels
+SCHEDULE = ("concurrency", "warmup", "repeats", "server_start")  # a reference cell: its base with fewer levels
 
 
 @dataclass(frozen=True)

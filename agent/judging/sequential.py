@@ -10,6 +10,10 @@ on its own, in three steps per cell, each a fresh run of that cell that replaces
 2. **full**: the concurrency levels the screen left out, `min_repeats` windows, for the cells still in the
    running (the screen's windows are kept: together they cover every level of the spec).
 3. **more**: the cells with a point still open against the leader get `max_repeats` windows, once.
+4. **start**: another independent server start of the leader and of each rival still within RESOLVE_MARGIN of it
+   or still open (planning/matrix.nth_start: its own cell, run in the same round, so the starts interleave), while
+   either has fewer than two starts (the report's winner rule), or while a point is open and the between-start
+   variance outweighs what more windows could remove; at most `max_starts` starts a config.
 
 Sequential testing: a point is *settled* only when the report's own rule (stats.rank_pair: ranges that don't
 overlap, or a bootstrap CI on the ratio) orders it AND a one-sided two-sample t-test on log throughput rejects equality
@@ -26,13 +30,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.judging import stats
+from agent.judging import nested, stats
 from agent.judging.student import t_sf
 
 LOOKS = 3  # screen, full, more: the most tests a point ever gets (Bonferroni divides alpha by this)
 SCREEN = "screen"
 FULL = "full"
 MORE = "more"
+START = "start"
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class TuneSettings:
     min_repeats: int = 2
     max_repeats: int = 3
     carry_margin: float = 1.25  # a loss by at least this ratio at every screened level ends a backend
+    max_starts: int = 2  # independent server starts tune may give one config (the report's rule needs 2)
     seed: int = stats.DEFAULT_SEED
 
     @property
@@ -58,6 +64,8 @@ def problems(s: TuneSettings) -> list[str]:
         out.append(f"--min-repeats {s.min_repeats} is below {stats.MIN_REPEATS}: one window says nothing about noise")
     if s.min_repeats > s.max_repeats:
         out.append(f"--min-repeats {s.min_repeats} is above --max-repeats {s.max_repeats}; raise the maximum")
+    if not 1 <= s.max_starts <= 100:
+        out.append(f"--max-starts {s.max_starts} is outside 1..100; use e.g. 2")
     if not s.carry_margin >= 1.0:
         out.append(f"--carry-margin {s.carry_margin} is below 1; use e.g. 1.25")
     return out
@@ -105,12 +113,22 @@ def t_p_greater(a: Sequence[float], b: Sequence[float], pooled: Noise | None = N
     return t_sf(diff / se, pooled.df)
 
 
-def settle(a: Sequence[float], b: Sequence[float], s: TuneSettings, pooled: Noise | None = None) -> stats.Ranking:
+def settle(
+    a: Sequence[float],
+    b: Sequence[float],
+    s: TuneSettings,
+    pooled: Noise | None = None,
+    starts: tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]] = ((), ()),
+) -> stats.Ranking:
     """Does a beat b, settled for a sequential procedure? The report's rule must order them, and the t-test
-    must agree at the per-look alpha; otherwise CANNOT_RANK (the point stays open)."""
-    r = stats.rank_pair(a, b, seed=s.seed, confidence=s.confidence)
+    must agree at the per-look alpha; otherwise CANNOT_RANK (the point stays open). With two starts each the
+    t-test takes the start means (the unit of replication), not the windows."""
+    r = stats.rank_pair(a, b, seed=s.seed, confidence=s.confidence, starts=starts)
     if r.outcome == stats.CANNOT_RANK:
         return r
+    if min(r.starts) >= nested.MIN_STARTS:
+        a, b = ([math.exp(m) for m in nested.start_means(x)] for x in starts)
+        pooled = None
     p = t_p_greater(a, b, pooled) if r.outcome == "a" else t_p_greater(b, a, pooled)
     needed = s.look_alpha / 2.0
     if p <= needed:
@@ -164,6 +182,7 @@ class Candidate:
     backend: str
     label: str
     concurrency: tuple[int, ...]
+    start: int = 1  # its server start (planning/matrix.nth_start); starts above 1 run only as START steps
 
 
 def screen_levels(levels: Sequence[int]) -> tuple[int, ...]:
@@ -189,6 +208,8 @@ def plan_next(candidates: Sequence[Candidate], measured: dict[str, dict[str, Any
 def _plan_group(
     members: list[Candidate], measured: dict[str, dict[str, Any]], s: TuneSettings, out: dict[str, str], plan: Plan
 ) -> None:
+    later = {(c.backend, c.start): c for c in members if c.start > 1}
+    members = [c for c in members if c.start == 1]
     started = any(c.cell_id in measured for c in members)
     live = []
     for c in members:
@@ -206,7 +227,7 @@ def _plan_group(
         plan.steps += [Step(c.cell_id, SCREEN, screen_levels(c.concurrency), s.min_repeats) for c in todo]
         return
     rankable = [c for c in live if stats.cell_verdict(measured[c.cell_id]) == "valid"]
-    summaries = {c.cell_id: stats.summarize_cell(measured[c.cell_id]) for c in rankable}
+    summaries = {c.cell_id: _summary(c, measured, later) for c in rankable}
     verdicts = _versus_leader(rankable, summaries, s)
     survivors = []
     for c in rankable:
@@ -226,10 +247,27 @@ def _plan_group(
         ]
         return
     opened = [c for c in survivors if verdicts[c.cell_id]["open"]]
-    more = [c for c in opened if _repeats(summaries[c.cell_id]) < s.max_repeats]
+    more = [
+        c for c in opened if _repeats(summaries[c.cell_id]) < s.max_repeats and not _start_bound(summaries[c.cell_id])
+    ]
     if more:
         plan.steps += [Step(c.cell_id, MORE, c.concurrency, s.max_repeats) for c in more]
         return
+    restart = _needs_start(survivors, summaries, verdicts) if later else []  # none planned: windows only
+    steps = [
+        Step(nxt.cell_id, START, c.concurrency, s.min_repeats)
+        for c in restart
+        if (nxt := later.get((c.backend, _starts(summaries[c.cell_id]) + 1))) is not None
+        and nxt.cell_id not in measured
+    ]
+    if steps:
+        plan.steps += steps
+        return
+    for c in restart:
+        plan.open_points.append(
+            f"{c.label}: within {stats.RESOLVE_MARGIN:.0%} of the leader or open, on "
+            f"{_starts(summaries[c.cell_id])} server start(s) (--max-starts {s.max_starts} reached)"
+        )
     for c in opened:
         plan.open_points += [f"{c.label} @ c={lvl}: {why}" for lvl, why in verdicts[c.cell_id]["open"]]
 
@@ -241,6 +279,65 @@ def open_against_leader(
     valid = [c for c in cells if stats.cell_verdict(measured[c.cell_id]) == "valid"]
     summaries = {c.cell_id: stats.summarize_cell(measured[c.cell_id]) for c in valid}
     return {k: v["open"] for k, v in _versus_leader(valid, summaries, s).items()}
+
+
+def _summary(
+    c: Candidate, measured: dict[str, dict[str, Any]], later: dict[tuple[str, int], Candidate]
+) -> stats.CellSummary:
+    """A candidate's measured starts as one summary (stats.merge_starts: windows grouped by start)."""
+    cells = [measured[c.cell_id]] + [
+        measured[x.cell_id]
+        for (backend, _), x in sorted(later.items())
+        if backend == c.backend and x.cell_id in measured
+    ]
+    same = [x for x in cells if stats.cell_verdict(x) == stats.cell_verdict(cells[0])]
+    return stats.summarize_cell(stats.merge_starts(same)[0])
+
+
+def _starts(summary: stats.CellSummary) -> int:
+    return len(stats.starts_of(summary.cell))
+
+
+def _start_bound(summary: stats.CellSummary) -> bool:
+    """Does the between-start variance outweigh what more windows could remove (its known estimate above the
+    windows' share of a start mean)? Then the answer is another start, not more windows."""
+    points = [p.noise for p in summary.points.values() if len(p.starts) >= nested.MIN_STARTS]
+    if not points:
+        return False
+    floor = nested.pooled(points)
+    per_start = floor.windows / max(floor.starts, 1)
+    return floor.between is not None and floor.between > (floor.within or 0.0) / per_start
+
+
+def _needs_start(
+    survivors: list[Candidate], summaries: dict[str, stats.CellSummary], verdicts: dict[str, dict[str, Any]]
+) -> list[Candidate]:
+    """The leader and the rivals that need another server start: within RESOLVE_MARGIN of the leader (the median
+    of the per-level ratios, as the report's margin) on fewer than two starts, or still open where the
+    between-start variance dominates. The leader: the highest geometric mean over the levels all measured."""
+    levels = sorted(set.intersection(*(set(summaries[c.cell_id].points) for c in survivors)))
+    med = {
+        c.cell_id: {lvl: statistics.median(summaries[c.cell_id].points[lvl].values) for lvl in levels}
+        for c in survivors
+        if all(summaries[c.cell_id].points[lvl].values for lvl in levels)
+    }
+    if not levels or len(med) < 2:
+        return []
+    ranked = [c for c in survivors if c.cell_id in med]
+    leader = max(ranked, key=lambda c: sum(math.log(v) for v in med[c.cell_id].values() if v > 0))
+    out = []
+    for c in ranked:
+        if c is leader:
+            continue
+        ratio = statistics.median(
+            med[leader.cell_id][lvl] / med[c.cell_id][lvl] for lvl in levels if med[c.cell_id][lvl]
+        )
+        few = min(_starts(summaries[x.cell_id]) for x in (leader, c)) < nested.MIN_STARTS
+        close = ratio < 1 + stats.RESOLVE_MARGIN and few
+        noisy = verdicts[c.cell_id]["open"] and (few or _start_bound(summaries[c.cell_id]))
+        if close or noisy:
+            out.append(c)
+    return [leader, *out] if out else []
 
 
 def _repeats(summary: stats.CellSummary) -> int:
@@ -266,7 +363,8 @@ def _versus_leader(
             if c is leader:
                 continue
             na, nb = noise[leader.cell_id], noise[c.cell_id]
-            r = settle(lead_vals, summaries[c.cell_id].points[lvl].values, s, Noise(na.ss + nb.ss, na.df + nb.df))
+            pa, pb = summaries[leader.cell_id].points[lvl], summaries[c.cell_id].points[lvl]
+            r = settle(lead_vals, pb.values, s, Noise(na.ss + nb.ss, na.df + nb.df), (pa.starts, pb.starts))
             if r.outcome == "a":
                 losses[c.cell_id].append((lvl, r.ratio, leader.label))
             else:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.hostside import loadpoints
-from agent.judging import correctness, hosteffect
-from agent.planning.matrix import BACKEND_FIELDS, backend_label
+from agent.judging import correctness, hosteffect, nested
+from agent.planning.matrix import BACKEND_FIELDS, backend_label, start_key
 from agent.planning.settings import LoadSettings, ServerSettings, flat_names, toml_schema
 
 DEFAULT_THRESHOLD = 0.10  # spread above which a point is unstable
@@ -38,9 +38,12 @@ RANK_BY = {
 RANK_BY_WORDS = {key: words for key, words in RANK_BY.values()}
 LATENCY_METRICS = ("median_ttft_ms", "median_tpot_ms")
 # Config keys that describe the sweep's schedule, not the configuration being measured.
-SCHEDULE_FIELDS = ("concurrency", "warmup", "repeats")
+SCHEDULE_FIELDS = ("concurrency", "warmup", "repeats", "server_start")
+# "what to run" names a winner this close to its runner-up only when both have MIN_STARTS interleaved server starts
+RESOLVE_MARGIN = 0.25
 
 CANNOT_RANK = "cannot rank"
+UNRESOLVED = "unresolved"  # a leader by less than RESOLVE_MARGIN without two interleaved server starts each
 
 
 # ---------------------------------------------------------------- one point: repeats of one concurrency
@@ -73,6 +76,13 @@ class Point:
     ranked: Stat | None = None  # the metric the report ranks by (--rank-by); None: no repeat carries it
     # window key -> its repeats (PERCENTILE_KEYS, request_goodput): the report's detailed table; only keys measured
     tails: dict[str, Stat] = field(default_factory=dict)
+    jit_dropped: tuple[int, ...] = ()  # repeats whose server log showed a JIT compile: flagged, never ranked
+    starts: tuple[tuple[float, ...], ...] = ()  # the ranked metric's windows grouped by server start
+
+    @property
+    def noise(self) -> nested.Nested:
+        """Between-start and between-window variance of this point (judging/nested.py)."""
+        return nested.estimate(self.starts or (self.values,))
 
     @property
     def values(self) -> tuple[float, ...]:
@@ -101,17 +111,25 @@ def describe(values: Sequence[float]) -> Stat | None:
 def summarize_point(
     concurrency: int, runs: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD, metric: str = RANK_METRIC
 ) -> Point:
-    """The runs of one concurrency → median + spread; failed runs are left out of the median but kept. `metric`
-    is the window key rankings compare (a run without it, e.g. no SLO set, gives no value)."""
-    ok, failed = [], []
+    """The runs of one concurrency → median + spread; failed runs are left out of the median but kept, and so are
+    windows during which the server compiled kernels (`jit_lines`, hostside/steady.py): a latency spike, not the
+    configuration's speed. `metric` is the window key rankings compare (a run without it gives no value)."""
+    ok, failed, jit = [], [], []
     for run in sorted(runs, key=lambda r: r.get("repeat", 0)):
-        if run.get("ok", True):
+        if run.get("ok", True) and run.get("jit_lines", 0):
+            jit.append(int(run.get("repeat", 0)))
+        elif run.get("ok", True):
             ok.append(run)
         else:
             failed.append(
                 FailedRun(concurrency, int(run.get("repeat", 0)), str(run.get("error", "")) or "no reason given")
             )
     throughput = describe([r.get(RANK_METRIC, 0.0) for r in ok])
+    ranked = throughput if metric == RANK_METRIC else describe([float(r[metric]) for r in ok if metric in r])
+    by_start: dict[int, list[float]] = {}
+    for r in ok:
+        if metric in r or metric == RANK_METRIC:
+            by_start.setdefault(int(r.get("server_start", 1)), []).append(float(r.get(metric, 0.0)))
     return Point(
         concurrency=concurrency,
         throughput=throughput,
@@ -120,8 +138,10 @@ def summarize_point(
         tpot=describe([r["median_tpot_ms"] for r in ok if r.get("median_tpot_ms", 0.0) > 0]),
         failed=tuple(failed),
         unstable=throughput is not None and throughput.spread > threshold,
-        ranked=throughput if metric == RANK_METRIC else describe([float(r[metric]) for r in ok if metric in r]),
+        ranked=ranked,
         tails=_tails(ok),
+        jit_dropped=tuple(jit),
+        starts=tuple(tuple(v) for _, v in sorted(by_start.items())),
     )
 
 
@@ -241,8 +261,47 @@ def summarize_cell(
 def summarize_cells(
     cells: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD, metric: str = RANK_METRIC
 ) -> list[CellSummary]:
-    """One summary per cell, and per (request rate, context depth) of a cell with load axes (load_slices)."""
-    return [summarize_cell(part, threshold, metric) for c in cells for part in load_slices(c)]
+    """One summary per cell, and per (request rate, context depth) of a cell with load axes (load_slices). The
+    server starts of one config on one host are one summary (merge_starts)."""
+    return [summarize_cell(part, threshold, metric) for c in merge_starts(cells) for part in load_slices(c)]
+
+
+def merge_starts(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The server starts of one config on one host (planning/matrix.nth_start: [config] server_start), with one
+    verdict, as one cell: the first start's record, every start's windows (each tagged with its server_start),
+    and `starts`: each start's cell id, start time and elapsed seconds. A start that failed, or whose verdict
+    differs, stays a cell of its own (the report says so). A cell of one start reads as before."""
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+    for c in cells:
+        key = (str(c.get("sweep", "")), str(c.get("host", "")), start_key(c.get("config", {})), cell_verdict(c))
+        groups.setdefault(key, []).append(c)
+    out = []
+    for group in groups.values():
+        group.sort(key=server_start)
+        runs = [{**r, "server_start": server_start(c)} for c in group for r in c.get("runs", [])]
+        out.append({**group[0], "runs": runs, "starts": [_start_of(c) for c in group]} if len(group) > 1 else group[0])
+    return out
+
+
+def server_start(cell: dict[str, Any]) -> int:
+    return int(cell.get("config", {}).get("server_start", 1))
+
+
+def _start_of(cell: dict[str, Any]) -> dict[str, Any]:
+    elapsed = float(cell.get("elapsed_s", 0.0) or 0.0) or float(cell.get("startup_s", 0.0) or 0.0) + float(
+        cell.get("measure_s", 0.0) or 0.0
+    )
+    return {
+        "cell_id": cell.get("cell_id", ""),
+        "server_start": server_start(cell),
+        "started_at": str(cell.get("started_at", "")),
+        "elapsed_s": elapsed,
+    }
+
+
+def starts_of(cell: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each server start of a (merged) cell: [{cell_id, server_start, started_at, elapsed_s}]."""
+    return cell.get("starts") or [_start_of(cell)]
 
 
 LOAD_LISTS = ("request_rates", "context_depths")
@@ -319,6 +378,7 @@ class Ranking:
     ci: tuple[float, float] | None = None
     across: str = ""  # "spark-1 vs spark-2": the two cells ran on different hosts (the host effect divided out)
     widened: float = 0.0  # how much the host effect added to the standard error (0.3 = 30%)
+    starts: tuple[int, int] = (1, 1)  # server starts behind a and b; below 2, the between-start noise is unknown
 
 
 def ranges_overlap(a: Sequence[float], b: Sequence[float]) -> bool:
@@ -386,8 +446,27 @@ def rank_pair(
     resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
     min_repeats: int = MIN_REPEATS,
+    starts: tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]] = ((), ()),
+    floor: nested.Nested | None = None,
 ) -> Ranking:
-    """Does a beat b (higher is better)? Only outside the noise; otherwise CANNOT_RANK."""
+    """Does a beat b (higher is better)? Only outside the noise; otherwise CANNOT_RANK. `starts`: a's and b's
+    windows grouped by server start; with MIN_STARTS each, the start means decide (both kinds of noise), else
+    the windows do, as before, and the Ranking says how many starts stood behind them."""
+    count = (max(len(starts[0]), 1), max(len(starts[1]), 1))
+    by_start = nested.ratio_interval(starts[0], starts[1], confidence, floor)
+    if by_start is not None:
+        ratio, ci = by_start
+        words = f"start means of {count[0]} and {count[1]} server starts: {confidence:.0%} interval"
+        if ci[0] > 1 or ci[1] < 1:
+            return Ranking("a" if ci[0] > 1 else "b", ratio, f"{words} excludes 1", ci, starts=count)
+        return Ranking(CANNOT_RANK, ratio, f"{words} includes 1", ci, starts=count)
+    return replace(_rank_windows(a, b, seed, resamples, confidence, min_repeats), starts=count)
+
+
+def _rank_windows(
+    a: Sequence[float], b: Sequence[float], seed: int, resamples: int, confidence: float, min_repeats: int
+) -> Ranking:
+    """The report's window rule: ranges that do not overlap, or a bootstrap interval that excludes 1."""
     if len(a) < min_repeats or len(b) < min_repeats:
         ratio = _ratio(a, b)
         return Ranking(CANNOT_RANK, ratio, f"fewer than {min_repeats} successful repeats")
@@ -500,6 +579,7 @@ class Question:
     versus: list[Loser]  # the winner against each other candidate (empty without a winner)
     per_concurrency: dict[int, str]  # c → winning value or CANNOT_RANK
     same: dict[str, str] = field(default_factory=dict)  # "auto" → the backend it loaded, itself a candidate
+    unresolved: str = ""  # the leader's margin is inside the start-to-start noise: what it would cost to resolve
 
 
 @dataclass
@@ -516,6 +596,7 @@ class Recommendation:
     effects: list[str]  # one axis value runs where another fails to start or is INVALID, all else held equal
     metric: str = RANK_METRIC
     hosts: hosteffect.HostEffects = field(default_factory=hosteffect.HostEffects)  # each host's measured speed
+    noise: nested.Nested | None = None  # the machine's noise floor from its A/A pairs (None: no cell started twice)
 
     @property
     def undecided(self) -> list[Question]:
@@ -542,6 +623,7 @@ def matchups(
     host are paired first; two values measured at a level only on different hosts (of one fingerprint) are ranked
     with the host effect divided out (rank_across), or refused with the reason when it is not known."""
     labels = _labels(group, axis)
+    floor = noise_floor([s for s in group if s.rankable])
     by_key: dict[str, list[CellSummary]] = {}
     for s in group:
         if s.rankable:
@@ -559,7 +641,10 @@ def matchups(
                     local = [(x, y) for x, y in pairs if _host(x) == _host(y)]
                     for x, y in local or pairs:
                         if _host(x) == _host(y):
-                            ranking = rank_pair(x.points[c].values, y.points[c].values, seed=seed)
+                            px, py = x.points[c], y.points[c]
+                            ranking = rank_pair(
+                                px.values, py.values, seed=seed, starts=(px.starts, py.starts), floor=floor
+                            )
                         else:
                             ranking = rank_hosts(x, y, c, effects or hosteffect.HostEffects())
                         out.append(Matchup(x.checkpoint, c, a, b, ranking))
@@ -617,7 +702,7 @@ def _flip(r: Ranking) -> Ranking:
     outcome = {"a": "b", "b": "a"}.get(r.outcome, r.outcome)
     ci = (1 / r.ci[1], 1 / r.ci[0]) if r.ci else None
     across = " vs ".join(reversed(r.across.split(" vs "))) if r.across else ""
-    return Ranking(outcome, 1 / r.ratio if r.ratio else math.inf, r.rule, ci, across, r.widened)
+    return Ranking(outcome, 1 / r.ratio if r.ratio else math.inf, r.rule, ci, across, r.widened, r.starts[::-1])
 
 
 def dominant(candidates: Sequence[str], ms: Sequence[Matchup], same: dict[str, str] | None = None) -> str | None:
@@ -712,7 +797,15 @@ def _recommend_group(
         effects=startup_effects(group),
         metric=metric,
         hosts=effects,
+        noise=noise_floor(valid),
     )
+
+
+def noise_floor(valid: Sequence[CellSummary]) -> nested.Nested | None:
+    """Between starts and between windows, pooled over every point of a config started twice or more: each such
+    config is an A/A pair (the same cell started again). None when no config has two starts."""
+    points = [p.noise for s in valid for p in s.points.values() if len(p.starts) >= nested.MIN_STARTS]
+    return nested.pooled(points) if points else None
 
 
 def _choice_words(choice: dict[str, str]) -> list[str]:
@@ -731,16 +824,57 @@ def _question(
     table = _score(ms)
     rivals = [o for o in candidates if o != winner and same.get(o) != winner]
     versus = [_loser(o, table.get((winner, o), [])) for o in rivals] if winner else []
+    unresolved = _unresolved(axis, winner, versus, valid) if winner else ""
     return Question(
         axis=axis,
         held=held,
         candidates=candidates,
         matchups=ms,
-        winner=winner,
-        reason=_reason(axis, winner, candidates, ms, versus),
-        versus=versus,
+        winner=None if unresolved else winner,
+        reason=unresolved or _reason(axis, winner, candidates, ms, versus),
+        versus=[] if unresolved else versus,
         per_concurrency=_per_concurrency(candidates, ms, same),
         same=same,
+        unresolved=unresolved,
+    )
+
+
+def _unresolved(axis: str, winner: str, versus: list[Loser], valid: list[CellSummary]) -> str:
+    """Why the winner cannot be named yet, or "": its margin over the runner-up (the closest loser, median ratio)
+    is under RESOLVE_MARGIN and the two do not each have MIN_STARTS server starts, interleaved in time wherever
+    they ran on one host. With one start the between-start noise is unknown, and a real machine's (compile and
+    autotune outcomes, memory layout) can pose as a difference of that size. Says what resolving would cost."""
+    if not versus:
+        return ""
+    runner = min(versus, key=lambda v: v.ratio_median)
+    margin = runner.ratio_median - 1
+    if not margin < RESOLVE_MARGIN:
+        return ""
+    labels = _labels(valid, axis)
+    mine = {v: [s for s in valid if labels[axis_value(s.config, axis)] == v] for v in (winner, runner.backend)}
+    cells = mine[winner] + mine[runner.backend]
+    few = [s for s in cells if len(starts_of(s.cell)) < nested.MIN_STARTS]
+    apart = [
+        (x, y)
+        for x in mine[winner]
+        for y in mine[runner.backend]
+        if _host(x) == _host(y)
+        and comparison_key(x.cell, axis) == comparison_key(y.cell, axis)
+        and not nested.interleaved(*([s["started_at"] for s in starts_of(z.cell)] for z in (x, y)))
+    ]
+    if not few and not apart:
+        return ""
+    missing = sum(nested.MIN_STARTS - len(starts_of(s.cell)) for s in few) or nested.MIN_STARTS * len(cells)
+    per_start = statistics.median([st["elapsed_s"] for s in cells for st in starts_of(s.cell)]) / 60
+    why = (
+        f"{len(few)} of their {len(cells)} cells have fewer than {nested.MIN_STARTS} server starts"
+        if few
+        else "their server starts were not interleaved in time (A A B B lets drift pose as a difference)"
+    )
+    return (
+        f"{winner} leads {runner.backend} by {margin:.0%} (under {RESOLVE_MARGIN:.0%}), but {why}; "
+        f"resolving costs {missing} server starts × {per_start:.1f} min = {missing * per_start:.1f} min "
+        f"(server_starts = {nested.MIN_STARTS} in the spec's [matrix], or `tune`)"
     )
 
 
@@ -784,7 +918,7 @@ def _group_reason(questions: list[Question], valid: list[CellSummary], metric: s
         return f"no measurement carries {metric} (the sweep set no SLO): rank by throughput instead"
     if len(questions) == 1:
         return questions[0].reason
-    decided = [q for q in questions if q.winner]
+    decided = [q for q in questions if q.winner or q.unresolved]
     if not decided:
         return "no axis separates its values outside the noise"
     return "; ".join(f"{q.axis}: {q.reason}" for q in decided)

@@ -38,10 +38,15 @@ class PointTelemetry:
     preemptions: float | None  # sum over the windows
     waiting_max: float | None
     token_disagreements: list[str]  # "r2: server 1900 vs client 1200 (bound 300)"
+    # (repeat, mean GPU utilisation %) of each window below GPU_BOUND_PCT: the host, not the GPU, bounded it
+    not_gpu_bound: tuple[tuple[int, float], ...] = ()
 
     @property
     def throttled(self) -> bool:
         return self.throttled_windows > 0
+
+
+GPU_BOUND_PCT = 90.0  # mean utilisation below which a window measured the host's CPU more than the GPU
 
 
 def _ok_runs(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -97,6 +102,13 @@ def point_telemetry(concurrency: int, runs: Sequence[dict[str, Any]]) -> PointTe
         preemptions=sum(s.get("deltas", {}).get(PREEMPTIONS, 0.0) for s in servers) if servers else None,
         waiting_max=_max([g.get(WAITING, {}).get("max", -1.0) for g in gauges]),
         token_disagreements=disagreements,
+        not_gpu_bound=tuple(
+            (int(r.get("repeat", 0)), float(r["telemetry"]["util_mean_pct"]))
+            for r in ok
+            if isinstance(r.get("telemetry"), dict)
+            and r["telemetry"].get("available")
+            and 0 <= float(r["telemetry"].get("util_mean_pct", -1.0)) < GPU_BOUND_PCT
+        ),
     )
 
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.judging.stats import axes_of, axis_value
-from agent.planning.matrix import Cell, cell_id
+from agent.planning.matrix import Cell, cell_id, start_key
 
 TIE = 0.10  # a finer split must save more than 10% to be worth its extra hosts and comparisons across them
 START_S = 60.0  # what a server start costs a cell, for planning: a warm vLLM start on a Spark (cold: minutes)
@@ -145,7 +145,8 @@ def plan_group(
         references = {h: (base if h == home else ref.id) for h in used}
     assignment: dict[str, list[str]] = {}
     for h in hosts:
-        order = [c.id for c in sorted(load[h], key=lambda c: (c.id != base, -estimate[c.id]))]
+        # start k of every cell before any start k+1 (A1 B1 A2 B2); within a start, the base first, longest first
+        order = [c.id for c in sorted(load[h], key=lambda c: (c.config.server_start, c.id != base, -estimate[c.id]))]
         mine = references.get(h, "")
         if mine and h != home:  # the reference first; a one-level base is itself measured again there
             order.insert(0, mine)
@@ -179,7 +180,10 @@ def _splits(cells: Sequence[Cell]) -> list[tuple[tuple[str, ...], list[list[Cell
         for c, cfg in zip(cells, configs, strict=True):
             blocks.setdefault(tuple(axis_value(cfg, a) for a in subset), []).append(c)
         out.append((tuple(subset), list(blocks.values())))
-    out.append(((EVERY_CELL,), [[c] for c in cells]))
+    alone: dict[str, list[Cell]] = {}  # every config alone, its server starts together on one host
+    for c, cfg in zip(cells, configs, strict=True):
+        alone.setdefault(start_key(cfg), []).append(c)
+    out.append(((EVERY_CELL,), list(alone.values())))
     return out
 
 

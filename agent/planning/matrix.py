@@ -56,6 +56,11 @@ class CellConfig:
     repeats: int
     # Added with the [matrix] axes (left out of the table, and so of the id, at its default):
     env_variant: str = field(default="", metadata=meta(keep_default=False))  # [matrix.env] name; "" = none
+    # warm up until steady (hostside/steady.py): at most warmup_max windows, the last two within warmup_tolerance
+    warmup_max: int = field(default=0, metadata=meta(keep_default=False))
+    warmup_tolerance: float = field(default=0.0, metadata=meta(keep_default=False))
+    # Added with server starts: the k-th independent start of this config (1 = the only one before: same id)
+    server_start: int = field(default=1, metadata=meta(keep_default=False))
 
     def to_dict(self) -> dict[str, Any]:
         return flat_dict(self)
@@ -122,7 +127,8 @@ class Cell:
         if c.server.speculative:
             parts.append("spec=" + c.speculative_method)
         ref = [f"(reference, c={self.config.concurrency[0]})"] if self.reference_of else []
-        return " ".join(parts + ([self.axes_label] if self.axes_label else []) + ref)
+        start = [f"(start {c.server_start})"] if c.server_start > 1 else []
+        return " ".join(parts + ([self.axes_label] if self.axes_label else []) + ref + start)
 
     def playbook_vars(self) -> dict[str, Any]:
         """What cell.yml needs as `cell`."""
@@ -135,6 +141,8 @@ class Cell:
             "concurrency": list(c.concurrency),
             "duration_s": c.duration_s,
             "warmup": c.warmup,
+            "warmup_max": c.warmup_max,
+            "warmup_tolerance": c.warmup_tolerance,
             "repeats": c.repeats,
             "prompt_len": c.load.prompt_len,
             "output_len": c.load.output_len,
@@ -250,7 +258,22 @@ def plan_cells(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any]
         cell = _cell(spec, host, facts, host_vars, combo)
         cell.axes_label = " ".join(f"{a}={_label_value(combo[a])}" for a in shown)
         cells.append(cell)
-    return cells
+    return [start for k in range(1, spec.server_starts + 1) for start in (nth_start(c, k) for c in cells)]
+
+
+def nth_start(cell: Cell, k: int) -> Cell:
+    """The k-th independent server start of a planned cell: its own id (start 1 keeps the cell's), run folder and
+    server log. plan_cells lists every cell's start k before any start k+1, so a host runs A1 B1 A2 B2: drift over
+    time falls on every config alike instead of posing as a difference between them."""
+    if k == 1:
+        return cell
+    config = replace(cell.config, server_start=k)
+    return replace(cell, id=cell_id(config, cell.env), config=config, notes=list(cell.notes))
+
+
+def start_key(cell_or_config: Mapping[str, Any]) -> str:
+    """What the starts of one config share: its [config] table without server_start (host and sweep aside)."""
+    return json.dumps({k: v for k, v in cell_or_config.items() if k != "server_start"}, sort_keys=True, default=str)
 
 
 _LABELLED = ("checkpoint", *BACKEND_FIELDS, "speculative")  # already in Cell.label
@@ -284,6 +307,8 @@ def _cell(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any], com
         warmup=spec.warmup,
         repeats=spec.repeats,
         env_variant=combo["env"],
+        warmup_max=spec.warmup_max,
+        warmup_tolerance=spec.warmup_tolerance,
     )
     overrides = {**spec.env, **spec.design.env.get(combo["env"], {})}  # a variant's overrides win over [env]
     resolved = envrules.resolve_env(facts, ckpt.quant, spec.vllm_version, overrides)

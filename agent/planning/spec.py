@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agent.errors import UserError
-from agent.hostside import docker, longdecode
+from agent.hostside import docker, longdecode, steady
 from agent.planning import design as axes_design
 from agent.planning import loadspec
 from agent.planning.design import Design
@@ -56,7 +56,10 @@ _RANGES: dict[str, tuple[float, float]] = {
     "max_num_seqs": (1, 1 << 16),
     "duration_s": (0.001, 86_400),
     "warmup": (0, 100),
+    "warmup_max": (0, 100),
+    "warmup_tolerance": (0, 1),
     "repeats": (1, 1000),
+    "server_starts": (1, 100),
     "prompt_len": (1, 1 << 24),
     "output_len": (1, 1 << 24),
     "seed": (0, (1 << 63) - 1),
@@ -95,10 +98,13 @@ class Spec:
     warmup: int
     repeats: int
     load: LoadSettings
+    warmup_max: int = 0  # with warmup_tolerance: warm up until steady, at most this many windows (hostside/steady)
+    warmup_tolerance: float = 0.0  # 0: the fixed `warmup`
     env: dict[str, str] = field(default_factory=dict)  # overrides, recorded with the rule they override
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     correctness: CorrectnessSettings = field(default_factory=CorrectnessSettings)
     design: Design = field(default_factory=Design)  # the [matrix] axes beyond the backends
+    server_starts: int = 1  # independent server starts of every cell (planning/matrix.nth_start), interleaved
 
     def axes(self) -> list[tuple[str, list[Any]]]:
         """(axis, values) in planning order: the fixed axes, then each [matrix] server setting in field order."""
@@ -131,7 +137,10 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
         "concurrency": ((list,), True, None),
         "duration_s": ((int, float), False, 60),
         "warmup": ((int,), False, 1),
+        "warmup_max": ((int,), False, 0),  # 0: steady.DEFAULT_MAX once warmup_tolerance is set
+        "warmup_tolerance": ((int, float), False, 0),
         "repeats": ((int,), False, 3),
+        "server_starts": ((int,), False, 1),
         # axes beyond the backends (planning/design.py) and the combinations to leave out or keep
         "checkpoint": ((list,), False, None),
         "image": ((list,), False, None),
@@ -332,7 +341,10 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         duration_s=float(matrix["duration_s"]),
         warmup=matrix["warmup"],
         repeats=matrix["repeats"],
+        server_starts=matrix["server_starts"],
         load=LoadSettings(**load),
+        warmup_max=_warmup_max(matrix),
+        warmup_tolerance=float(matrix["warmup_tolerance"]),
         env={k: str(v) for k, v in env.items()},
         telemetry=telemetry,
         correctness=_correctness(
@@ -506,6 +518,14 @@ def _speculative(path: Path, line: int, value: str | dict) -> str:
     return json.dumps(parsed, sort_keys=True, separators=(",", ":"))
 
 
+def _warmup_max(matrix: dict[str, Any]) -> int:
+    """The most warmup windows: as written, or with a tolerance and none written steady.DEFAULT_MAX (at least
+    `warmup`); 0 without a tolerance (fixed warmup)."""
+    if not matrix["warmup_tolerance"]:
+        return 0
+    return int(matrix["warmup_max"]) or max(steady.DEFAULT_MAX, matrix["warmup"])
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(name)
 
@@ -547,6 +567,25 @@ def _check_values(path: Path, lines: _Lines, server: dict, matrix: dict, load: d
         ("matrix", "duration_s", matrix["duration_s"] > 0, "must be > 0 seconds"),
         ("matrix", "warmup", matrix["warmup"] >= 0, "must be >= 0"),
         ("matrix", "repeats", matrix["repeats"] >= 1, "must be >= 1"),
+        (
+            "matrix",
+            "warmup_tolerance",
+            0 <= matrix["warmup_tolerance"] < 1,
+            "must be a share from 0 (fixed warmup) to below 1, e.g. 0.05 (windows within 5%)",
+        ),
+        (
+            "matrix",
+            "warmup_max",
+            not matrix["warmup_max"] or matrix["warmup_tolerance"] > 0,
+            "needs warmup_tolerance (the steady-state rule), e.g. warmup_tolerance = 0.05",
+        ),
+        (
+            "matrix",
+            "warmup_max",
+            not matrix["warmup_max"] or matrix["warmup_max"] >= max(matrix["warmup"], 1),
+            f"must be at least warmup ({matrix['warmup']}) and at least 1",
+        ),
+        ("matrix", "server_starts", matrix["server_starts"] >= 1, "must be >= 1"),
         ("server", "gpu_memory_utilization", 0 < server["gpu_memory_utilization"] <= 1, "must be in (0, 1]"),
         ("server", "max_model_len", server["max_model_len"] > 0, "must be > 0"),
         ("server", "max_num_seqs", server["max_num_seqs"] > 0, "must be > 0"),

@@ -1,5 +1,6 @@
-"""The report's correctness parts: speed and quality side by side per cell, and the WRONG OUTPUT cells (never
-ranked) with their reasons. The judgement itself is agent/judging/correctness.py."""
+"""The report's correctness parts: speed and quality side by side per cell, the WRONG OUTPUT cells (never ranked)
+with their reasons, and cells on dummy weights (ranked on speed only). The judgement itself is
+agent/judging/correctness.py."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ def _best(s: CellSummary) -> str:
 
 def _name(s: CellSummary) -> str:
     return f"{md(s.checkpoint)} {md(s.backend_text)} on {md(s.cell.get('host', '?'))}"
+
+
+QUALITY_NOT_JUDGED = "quality not judged: "
 
 
 def wrong_lines(summaries: Sequence[CellSummary]) -> list[str]:
@@ -37,11 +41,14 @@ def table_lines(summaries: Sequence[CellSummary]) -> list[str]:
             continue
         ref = c.get("reference_cell", "")
         agreement = "reference" if ref == s.cell.get("cell_id") else (f"{c['agreement']:.0%}" if ref else "–")
+        judged = s.verdict.upper() if s.verdict != "valid" else "valid"
+        if correctness.not_judged(s.cell):
+            agreement, judged = "–", f"{judged}; {QUALITY_NOT_JUDGED}{correctness.not_judged(s.cell)}"
         first = c.get("first_divergence", -1)
         rows.append(
             f"| {_name(s)} | {_best(s)} | {c.get('exact', 0)}/{c.get('answered', 0)} ({c.get('score', 0.0):.0%}) "
             f"| {agreement} | {'–' if first < 0 else f'word {first}'} | {c.get('degenerate', 0)}/{c.get('prompts', 0)} "
-            f"| {float(c.get('seconds', 0.0)):.1f} | {md(s.verdict.upper() if s.verdict != 'valid' else 'valid')} |"
+            f"| {float(c.get('seconds', 0.0)):.1f} | {md(judged)} |"
         )
     if not rows:
         return ["No cell was probed (the probe is off, or every server died before it)."]
@@ -126,11 +133,24 @@ def sections(summaries: Sequence[CellSummary]) -> list[str]:
 
 
 def what_to_run_lines(summaries: Sequence[CellSummary]) -> list[str]:
-    """Said under "What to run": fast or not, these are never the answer."""
-    wrong = [s for s in stats.distinct_cells(summaries) if s.verdict == stats.WRONG_OUTPUT]
-    if not wrong:
-        return []
-    names = ", ".join(
-        dict.fromkeys(f"{md_code(s.backend_text)} on {md(s.checkpoint)} ({md(s.cell.get('host', '?'))})" for s in wrong)
-    )
-    return [f"Never recommended, whatever their speed: WRONG OUTPUT {names} (see WRONG OUTPUT cells).", ""]
+    """Said under "What to run": fast or not, WRONG OUTPUT cells are never the answer; a ranking among cells on
+    dummy weights is one of speed alone."""
+    once = stats.distinct_cells(summaries)
+    out = []
+    dummy = [s for s in once if s.rankable and correctness.not_judged(s.cell)]
+    if dummy:
+        names = ", ".join(f"{md_code(s.backend_text)} on {md(s.checkpoint)}" for s in dummy)
+        out += [
+            f"**The ranking is speed-only** for {len(dummy)} cell(s) served on dummy weights (`--load-format "
+            f"dummy`): their outputs are noise by construction, {QUALITY_NOT_JUDGED}dummy weights ({names}).",
+            "",
+        ]
+    wrong = [s for s in once if s.verdict == stats.WRONG_OUTPUT]
+    if wrong:
+        names = ", ".join(
+            dict.fromkeys(
+                f"{md_code(s.backend_text)} on {md(s.checkpoint)} ({md(s.cell.get('host', '?'))})" for s in wrong
+            )
+        )
+        out += [f"Never recommended, whatever their speed: WRONG OUTPUT {names} (see WRONG OUTPUT cells).", ""]
+    return out

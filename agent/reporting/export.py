@@ -83,7 +83,7 @@ RUN_COLUMNS = [
     "mean_e2el_ms",
 ]
 RENAMED = {"concurrency": "max_concurrency"}
-SKIPPED = {"schema", "cell_id", "metrics_delta", "telemetry", "warmup_telemetry", "server"}
+SKIPPED = {"schema", "cell_id", "metrics_delta", "telemetry", "warmup_telemetry", "server", "warmup"}
 
 
 def cell_fields(cell: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +113,7 @@ def cell_fields(cell: dict[str, Any]) -> dict[str, Any]:
 
 
 CORRECTNESS_KEYS = (
-    *("score", "degenerate", "errors", "agreement", "first_divergence", "reference_cell", "seconds"),
+    *("score", "degenerate", "errors", "agreement", "first_divergence", "reference_cell", "seconds", "not_judged"),
     *("consensus", "suspicious", "batch_score", "batch_concurrency", "long_seconds", "broke_first"),
 )
 
@@ -142,6 +142,8 @@ def run_fields(run: dict[str, Any]) -> dict[str, Any]:
         for k, v in (run.get(table) or {}).items():
             if k != "timeline":
                 out[f"{table}.{k}"] = v
+    for k, v in (run.get("warmup") or {}).items():  # hostside WarmupRecord: the point's warmup until steady
+        out[f"warmup.{k}"] = _flat(v)
     server = run.get("server") or {}  # hostside ServerView, under vLLM's metric names
     for k, v in server.items():
         if k == "deltas":

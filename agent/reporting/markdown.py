@@ -17,11 +17,12 @@ from typing import Any
 from agent.errors import UserError
 from agent.hostside import atomic
 from agent.hostside.serving import launch_command
-from agent.judging import bandwidth, replicas, stats
+from agent.judging import bandwidth, correctness, replicas, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Recommendation, Stat
+from agent.judging.telemetry import GPU_BOUND_PCT
 from agent.planning.matrix import BACKEND_FIELDS, serve_argv
 from agent.reporting import correctness as correctness_report
-from agent.reporting import loadreport, startup
+from agent.reporting import loadreport, startup, warmup
 from agent.reporting import multinode as multinode_report
 from agent.reporting import telemetry as telemetry_report
 from agent.reporting.escape import md, md_code, md_fence, rich
@@ -183,15 +184,16 @@ def verdict_lines(rec: Recommendation) -> list[str]:
     per question, who is slower and by how much, and which axes it held equal. Every value is escaped
     (escape.md): GPU names and log-derived text come from hosts."""
     lines = [f"### {md(rec.hardware)} · {md(rec.quant)}", ""]
-    undecided = ", ".join(q.axis for q in rec.undecided)
+    undecided = undecided_text(rec)
     if rec.winner and not undecided:
         lines.append(f"**Run {md(rec.winner)}.** {md(rec.reason)}.")
     elif rec.winner:
-        lines.append(f"**Run {md(rec.winner)}; {CANNOT_RANK} {md(undecided)}.** {md(rec.reason)}.")
+        lines.append(f"**Run {md(rec.winner)}; {md(undecided)}.** {md(rec.reason)}.")
     else:
-        lines.append(f"**{CANNOT_RANK.capitalize()}.** {md(rec.reason)}.")
+        lines.append(f"**{_undecided_word(rec).capitalize()}.** {md(rec.reason)}.")
     words, key = stats.RANK_BY_WORDS.get(rec.metric, rec.metric), rec.metric
     lines += ["", f"Ranked by {md(words)} ({md_code(key)}), each axis within the others held equal."]
+    lines += ["", noise_floor_line(rec)]
     if len(rec.questions) == 1:
         lines += _question_lines(rec.questions[0], heading=False)
     else:
@@ -223,6 +225,28 @@ def verdict_lines(rec: Recommendation) -> list[str]:
         ]
         lines += [_not_ranked_failed(s) for s in rec.failed]
     return lines + [""]
+
+
+def undecided_text(rec: Recommendation) -> str:
+    """ "cannot rank checkpoint, unresolved speculative": the axes without a winner, each with why."""
+    return ", ".join(f"{stats.UNRESOLVED if q.unresolved else CANNOT_RANK} {q.axis}" for q in rec.undecided)
+
+
+def _undecided_word(rec: Recommendation) -> str:
+    """ "unresolved" when a leader is inside the start-to-start noise (more starts would settle it), else
+    "cannot rank"."""
+    return stats.UNRESOLVED if any(q.unresolved for q in rec.questions) else CANNOT_RANK
+
+
+def noise_floor_line(rec: Recommendation) -> str:
+    """The machine's noise floor, from its A/A pairs (every config started twice or more is one)."""
+    if rec.noise is None:
+        return (
+            "Noise floor: between server starts unknown (every cell was started once; `server_starts = 2` in "
+            "[matrix] measures it), so a margin under "
+            f"{stats.RESOLVE_MARGIN:.0%} is not named a winner."
+        )
+    return f"Noise floor (A/A: the same cell started again, standard deviations): {md(rec.noise.words())}."
 
 
 def host_lines(rec: Recommendation) -> list[str]:
@@ -258,7 +282,7 @@ def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
     held = ", ".join(q.held) if q.held else "every other setting"
     lines = [""]
     if heading:
-        verdict = f"**{md(q.winner)}**" if q.winner else f"**{CANNOT_RANK}**"
+        verdict = f"**{md(q.winner)}**" if q.winner else f"**{stats.UNRESOLVED if q.unresolved else CANNOT_RANK}**"
         lines += [f"#### {md(q.axis)}: {verdict}", "", f"{md(q.reason)}.", ""]
     lines.append(f"Held equal: {md(held)} (and always the kind of machine, the load and the schedule).")
     if q.winner and q.versus:
@@ -312,6 +336,7 @@ def render_markdown(data: ReportData, plots: Iterable[str] = PLOTS) -> str:
     out += correctness_report.sections(data.summaries)
     out += loadreport.sections(data.summaries)
     out += telemetry_report.sections(data.summaries)
+    out += warmup.sections(data.summaries)
     out += ["## Single stream vs the bandwidth ceiling (c=1)", ""]
     out += ceiling_lines(data.summaries) or ["No cell carries checkpoint_info.bytes_per_token: no ceiling.", ""]
     out += ["## Unstable points", ""] + _or_none(unstable_lines(data.summaries, data.threshold)) + [""]
@@ -370,6 +395,16 @@ def problem_lines(data: ReportData) -> list[str]:
             "Throttling",
         ),
         (p["failed_runs"], "failed run(s)", "Failed runs (left out of the medians)"),
+        (
+            warmup.jit_dropped(data.summaries),
+            "measured window(s) dropped for a JIT compile during them",
+            "Windows dropped: JIT compile during the window",
+        ),
+        (
+            sum(len(telemetry_report.not_gpu_bound(s)) for s in data.summaries),
+            f"point(s) with windows not GPU-bound (mean GPU utilisation below {GPU_BOUND_PCT:.0f}%)",
+            "Windows not GPU-bound",
+        ),
     ]
     lines = [f"- **{n}** {what}" + (f" — see {section}" if section else "") for n, what, section in counts if n]
     lines += [f"    - lost: {md(x)}" for x in data.lost[:20]]
@@ -461,6 +496,10 @@ def _point_row(s: CellSummary, p: Point) -> list[str]:
         flags.append("before the crash")
     if telemetry_report.point_throttled(s.cell, p.concurrency):
         flags.append("THROTTLED")
+    if p.jit_dropped:
+        flags.append(f"{len(p.jit_dropped)} dropped (JIT)")
+    if any(t.concurrency == p.concurrency for t in telemetry_report.not_gpu_bound(s)):
+        flags.append("not GPU-bound")
     return [
         s.cell.get("host", ""),
         s.checkpoint,
@@ -761,6 +800,8 @@ def terminal_table(
 
 
 def _verdict_markup(s: CellSummary) -> str:
+    if s.verdict == "valid" and correctness.not_judged(s.cell):
+        return f"[green]valid[/] (speed only: {rich(correctness.not_judged(s.cell))})"
     if s.verdict == "valid":
         return "[green]valid[/]"
     if s.verdict == "invalid":
@@ -783,7 +824,7 @@ def _cell_markup(p: Point | None) -> str:
 
 
 def _caption(recs: Sequence[Recommendation]) -> str:
-    return "  ".join(rich(f"{r.hardware}·{r.quant}: {r.winner or CANNOT_RANK}") for r in recs)
+    return "  ".join(rich(f"{r.hardware}·{r.quant}: {r.winner or _undecided_word(r)}") for r in recs)
 
 
 # ---------------------------------------------------------------- I/O
@@ -873,11 +914,10 @@ def what_to_run(data: ReportData) -> list[str]:
     """The recommendation, one plain line per (hardware, quant): what a person reads first on the terminal."""
     out = []
     for rec in data.recommendations:
-        undecided = ", ".join(q.axis for q in rec.undecided)
-        if rec.winner:
-            verdict = f"run {rec.winner}" + (f"; {CANNOT_RANK} {undecided}" if undecided else "")
-        else:
-            verdict = CANNOT_RANK
+        undecided = undecided_text(rec)
+        verdict = (
+            (f"run {rec.winner}" + (f"; {undecided}" if undecided else "")) if rec.winner else _undecided_word(rec)
+        )
         out.append(f"{rec.hardware} · {rec.quant}: {verdict} ({rec.reason})")
     return out
 

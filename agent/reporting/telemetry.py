@@ -101,6 +101,20 @@ def throttling_lines(summaries: Sequence[CellSummary]) -> list[str]:
     return out
 
 
+def not_gpu_bound_lines(summaries: Sequence[CellSummary]) -> list[str]:
+    """Per point, its windows whose mean GPU utilisation was below tj.GPU_BOUND_PCT (only where telemetry was read)."""
+    out = []
+    for s in summaries:
+        for t in not_gpu_bound(s):
+            if t.not_gpu_bound:
+                said = ", ".join(f"r{k} {u:.0f}%" for k, u in t.not_gpu_bound)
+                out.append(
+                    f"- {md(s.cell.get('host', '?'))} · {md(s.checkpoint)} · {md(s.backend)} c={t.concurrency}: "
+                    f"{len(t.not_gpu_bound)} of {t.windows} window(s) not GPU-bound ({md(said)} mean utilisation)"
+                )
+    return out
+
+
 def cooldown_lines(summaries: Sequence[CellSummary]) -> list[str]:
     out = []
     for s in summaries:
@@ -135,6 +149,19 @@ def sections(summaries: Sequence[CellSummary]) -> list[str]:
     cooled = cooldown_lines(summaries)
     if cooled:
         out += ["Cool-down before cells:", ""] + cooled + [""]
+    idle = not_gpu_bound_lines(summaries)  # only points with telemetry: none read, nothing said
+    if idle:
+        out += ["## Windows not GPU-bound", ""]
+        out += (
+            [
+                f"Mean GPU utilisation below {tj.GPU_BOUND_PCT:.0f}% during the window: the host's CPU (scheduler, API "
+                "server, load driver), not the GPU, bounded it, so its tok/s says more about the host than about the "
+                "kernels being compared (a small or dummy model, a shared VM).",
+                "",
+            ]
+            + idle
+            + [""]
+        )
     out += ["## Server vs client token counts", ""]
     out += (token_check_lines(summaries) or ["Every window agrees within the cut-request bound."]) + [""]
     return out
@@ -143,6 +170,11 @@ def sections(summaries: Sequence[CellSummary]) -> list[str]:
 def throttled(s: CellSummary) -> list:
     """The cell's throttled points (its windows above the threshold), for the report's Problems count."""
     return list(tj.throttled_points(s.cell))
+
+
+def not_gpu_bound(s: CellSummary) -> list:
+    """The cell's points with windows below tj.GPU_BOUND_PCT mean GPU utilisation (telemetry read)."""
+    return [t for t in tj.cell_telemetry(s.cell).values() if t.not_gpu_bound]
 
 
 def point_throttled(cell: dict, concurrency: int) -> bool:

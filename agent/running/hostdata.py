@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, get_type_hints
 
 from agent.hostside import longdecode
-from agent.hostside.contracts import ServerView, Window, WindowTelemetry
+from agent.hostside.contracts import ServerView, WarmupRecord, Window, WindowTelemetry
 from agent.reporting.escape import plain
 
 MAX_TEXT = 4096  # one log line, one error message
@@ -335,6 +335,10 @@ SERVER: dict[str, Field] = _typed_fields(
     },
 )
 
+WARMUP: dict[str, Field] = _typed_fields(
+    get_type_hints(WarmupRecord), {"output_throughputs": (_floats(0.0, 1e15, 100), [])}
+)
+
 RUN: dict[str, Field] = {
     "concurrency": (_int(1, 1 << 20), 0),
     "repeat": (_int(1, 1 << 20), 0),
@@ -353,6 +357,9 @@ RUN: dict[str, Field] = {
     "telemetry": (lambda v, w: shape(v, w, TELEMETRY), ABSENT),  # absent in results of hosts without a sampler
     "warmup_telemetry": (lambda v, w: shape(v, w, TELEMETRY), ABSENT),
     "server": (lambda v, w: shape(v, w, SERVER), ABSENT),
+    "warmup": (lambda v, w: shape(v, w, WARMUP), ABSENT),  # a warmup until steady (hostside/steady.py)
+    "jit_lines": (_int(0, 2**53), ABSENT),  # absent: nobody read the server log during the window
+    "jit_evidence": (_text(MAX_TEXT), ABSENT),
 }
 
 

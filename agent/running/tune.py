@@ -89,7 +89,9 @@ def run_tune(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
 ) -> TuneOutcome:
-    """Loop: plan from the results tree, run the planned steps, until settled, out of budget or interrupted."""
+    """Loop: plan from the results tree, run the planned steps, until settled, out of budget or interrupted.
+    Every config is planned with up to --max-starts server starts; a later start runs only as a START step."""
+    spec = dataclasses.replace(spec, server_starts=max(spec.server_starts, settings.max_starts))
     sweep_dir = Path(results_root) / spec.name
     outcome = TuneOutcome(sweep_dir)
     t0 = time.monotonic()
@@ -194,6 +196,7 @@ def candidate(cell: Cell) -> seq.Candidate:
         backend=backend_label(config),
         label=cell.label,
         concurrency=tuple(cell.config.concurrency),
+        start=cell.config.server_start,
     )
 
 

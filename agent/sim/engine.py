@@ -84,6 +84,7 @@ class Engine:
         self.step_end: float | None = None
         self.max_lag_s = 1.0  # catch up on missed steps for at most this long
         self.slowdown = 1.0  # decode speed as a fraction of normal (gpu.publish lowers it while throttled)
+        self.compiling = 1.0  # likewise, while kernels JIT-compile (the JIT fault, sim/jit.py)
         self.dead = False
         self.submitted = 0  # completion requests received so far (the crash-at-request fault counts them)
         self.on_submit: Callable[[int], None] | None = None  # called with the running count after each submit
@@ -149,7 +150,7 @@ class Engine:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), first_ready - now)
             return
-        dt = self.rate.step_s(len(self.running), self.mixed()) / self.slowdown
+        dt = self.rate.step_s(len(self.running), self.mixed()) / (self.slowdown * self.compiling)
         if self.step_end is None or self.step_end < now - self.max_lag_s:
             self.step_end = now  # (re)start the clock: after a pause, or when hopelessly behind
         started = self.step_end

@@ -8,12 +8,12 @@ import random
 import signal
 import sys
 
-from . import cluster, gpu
+from . import cluster, gpu, jit
 from . import options as options_mod
 from .engine import Engine
 from .options import Options, UsageError
 from .plan import Plan, make_plan
-from .ratemodel import RateModel
+from .ratemodel import RateModel, start_factor, start_noise
 from .server import Server
 from .startup import Startup
 from .vlog import API, ENGINE, VllmLog
@@ -26,9 +26,10 @@ HELP = """Simulated vLLM on a DGX Spark (GB10). Same command line as `vllm serve
   --sim-rate R           calibrated (default) or unlimited                           [SPARK_SIM_RATE]
   --sim-startup-s S      simulated startup time (default 1 s)                        [SPARK_SIM_STARTUP_S]
   --sim-log-interval S   periodic throughput log interval (default 10 s)            [SPARK_SIM_LOG_INTERVAL]
+  --sim-start-noise F    each server start's own speed, 1 +- F (default: calibration) [SPARK_SIM_START_NOISE]
 Faults: --sim-crash-after S, --sim-crash-at-request N (--sim-crash-kind cuda|oom|kill, --sim-crash-backend B),
         --sim-slow-start S, --sim-health-hang 1, --sim-oom 1, --sim-drop-streams FRACTION,
-        --sim-silent-fallback BACKEND, --sim-throttle-after S (thermal throttling after S s busy)   (and SPARK_SIM_CRASH_AFTER, ... likewise). See agent/sim/README.md."""
+        --sim-silent-fallback BACKEND, --sim-jit-s S (JIT lines and slower steps for the first S s of serving), --sim-throttle-after S (thermal throttling after S s busy)   (and SPARK_SIM_CRASH_AFTER, ... likewise). See agent/sim/README.md."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +75,8 @@ async def serve(opts: Options, plan: Plan, log: VllmLog, ranks: cluster.Cluster 
     # a slower or faster machine (--sim-speed) is a clock running at that fraction: tokens and prefill alike
     clock = float(opts.sim.get("time_scale") or 1.0) * float(opts.sim.get("speed") or 1.0)
     rate = RateModel(plan, opts.sim["rate"] == "unlimited", rng, clock)
+    start = os.environ.get("SPARK_AGENT_CELL", "")  # supervise.CELL_ENV: each start of a config is its own cell
+    rate.start_mult = start_factor(start_noise(opts.sim, rate.hw), seed, start)
     if ranks is not None:
         rate.compute_scale, rate.comm_s = ranks.step_cost()
     engine = Engine(rate, opts.max_num_seqs, plan.kv_tokens, rng, opts.sim["drop_streams"], prefix_caching(opts))
@@ -96,6 +99,8 @@ async def serve(opts: Options, plan: Plan, log: VllmLog, ranks: cluster.Cluster 
         asyncio.ensure_future(periodic_log(engine, log, opts.sim["log_interval"])),
         asyncio.ensure_future(gpu.publish(engine, gpu.state_path(opts.host, opts.port), opts.sim["throttle_after"])),
     ]
+    if opts.sim["jit_s"]:
+        tasks.append(asyncio.ensure_future(jit.compile_while_serving(engine, log, opts.sim["jit_s"], clock)))
     tasks[0].add_done_callback(lambda task: _engine_ended(task, engine, log, stopped))
     _arm_crash_faults(opts, plan, engine, log, stopped, tasks)
     if ranks is not None:

@@ -27,6 +27,7 @@ VLLM_FLAGS = {
     "gpu_memory_utilization": float,
     "max_model_len": int,
     "max_num_seqs": int,
+    "load_format": str,
 }
 CRASH_KINDS = ("cuda", "oom", "kill")
 FLAG_SINCE = {"moe_backend": "moe_backends", "linear_backend": "linear_backends", "attention_backend": "attention"}
@@ -54,7 +55,9 @@ SIM_FLAGS = {
     "drop_streams": (float, 0.0),  # fault: this fraction of streams is cut mid-response
     "silent_fallback": (str, ""),  # fault: the named MoE backend loads whatever was requested
     "throttle_after": (float, None),  # fault: the GPU throttles (thermal) after N s of busy time (sim/gpu.py)
+    "jit_s": (float, 0.0),  # fault: the first S s of serving compile kernels: JIT lines, slower (sim/jit.py)
     "speed": (float, 1.0),  # this machine's speed against a typical one (0.95: a host 5% slower; host effects)
+    "start_noise": (float, None),  # between-start noise (0.1: +-10% a start); None: the hardware's (calibration.toml)
 }
 
 
@@ -71,6 +74,7 @@ class Options:
     gpu_memory_utilization: float | None = None
     max_model_len: int = 262144
     max_num_seqs: int = 256
+    load_format: str = "auto"  # dummy: random weights, every answer noise (as a real server's)
     given: dict = field(default_factory=dict)  # vLLM's "non-default args", in command-line order
     sim: dict = field(default_factory=dict)
 
@@ -157,6 +161,8 @@ def _check_sim(sim: dict, cal: dict) -> None:
         raise UsageError(f"--sim-crash-kind {sim['crash_kind']}: choose one of {', '.join(CRASH_KINDS)}")
     if not 0.05 <= sim["speed"] <= 20:
         raise UsageError(f"--sim-speed {sim['speed']}: give a factor from 0.05 to 20 (1 = a typical machine)")
+    if sim["start_noise"] is not None and not 0 <= sim["start_noise"] <= 1:
+        raise UsageError(f"--sim-start-noise {sim['start_noise']}: give a spread from 0 to 1 (0.10 = 10%)")
     if sim["wrong_output"]:
         try:
             answers.parse_faults(sim["wrong_output"])
@@ -165,6 +171,8 @@ def _check_sim(sim: dict, cal: dict) -> None:
                 f"--sim-wrong-output {sim['wrong_output']}: give TARGET:RATE or TARGET:late@N, e.g. marlin:0.5 "
                 "(RATE from 0 to 1), draft:late@6000 or graph:1 (TARGET: a MoE backend, draft or graph)"
             ) from None
+    if not 0 <= sim["jit_s"] <= 86_400:
+        raise UsageError(f"--sim-jit-s {sim['jit_s']}: give seconds from 0 to 86400 (0 = off)")
     if sim["crash_at_request"] < 0:
         raise UsageError(f"--sim-crash-at-request {sim['crash_at_request']}: give a request number >= 1 (0 = off)")
 

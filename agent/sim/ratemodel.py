@@ -1,15 +1,18 @@
 """How fast the simulated GPU decodes: step time per concurrency, speculative acceptance, TTFT and noise.
 
-All numbers come from calibration.toml. Noise comes from one seeded generator, drawn once per load phase
-(a phase starts when requests arrive after the server was idle for `phase_idle_s`), so each measurement
-window of a sweep (each repeat of a cell) sees its own draw, and a fixed --sim-seed replays them.
+All numbers come from calibration.toml. Noise comes in two layers, as on a real machine:
+- between server starts (compile and autotune outcomes, memory layout): one speed factor per start, drawn from a
+  generator seeded by --sim-seed and the cell the start serves (start_factor), so a fixed seed replays every start
+  and two starts of one config (two cell ids) differ;
+- between windows of one start: one seeded generator, drawn once per load phase (a phase starts when requests
+  arrive after the server was idle for `phase_idle_s`), so each measurement window sees its own draw.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from . import calibration
 from .plan import Plan
@@ -37,7 +40,9 @@ class RateModel:
         self.time_scale = time_scale  # the accelerated clock: K times the tokens per real second, 1/K the TTFT
         self.unlimited = unlimited
         self.hw = cal["hardware"][plan.hardware]
-        self.curve = self.hw["moe"][plan.quant][plan.moe_loaded]
+        # a checkpoint with its own measured rates on this hardware (checkpoint_rates) uses them, else the chip's
+        own = self.hw.get("checkpoint_rates", {}).get(plan.checkpoint, {}).get(plan.quant, {})
+        self.curve = own.get(plan.moe_loaded) or self.hw["moe"][plan.quant][plan.moe_loaded]
         self.speed = cal["checkpoints"][plan.checkpoint]["speed"]
         self.spec_tokens = plan.spec_tokens
         self.acceptance = cal["checkpoints"][plan.checkpoint]["spec_acceptance"] if plan.spec_tokens else 0.0
@@ -45,6 +50,7 @@ class RateModel:
         self.mixed_spread = cal["load_profiles"]["mixed_spread"]
         self.backend_mult = 1.0
         self.mixed_mult = 1.0
+        self.start_mult = 1.0  # this server start's own speed (start_factor)
         # multi-node (sim/cluster.py): TP splits the weights read per step; the link adds its all-reduce time
         self.compute_scale = 1.0
         self.comm_s: Callable[[int], float] = lambda concurrency: 0.0
@@ -63,7 +69,7 @@ class RateModel:
     def aggregate_tok_s(self, concurrency: int, mixed: bool = False) -> float:
         """Decode tokens/s of all streams together without speculative decoding."""
         base = calibration.interpolate(self.curve["c"], self.curve["tok_s"], max(1, concurrency))
-        return base * self.speed * self.backend_mult * (self.mixed_mult if mixed else 1.0)
+        return base * self.speed * self.start_mult * self.backend_mult * (self.mixed_mult if mixed else 1.0)
 
     def step_s(self, concurrency: int, mixed: bool = False) -> float:
         """Duration of one decode step (every running sequence advances by one token plus accepted drafts)."""
@@ -100,3 +106,18 @@ class RateModel:
         table = self.hw["spec_step_cost"]
         cost = calibration.interpolate(table["c"], table["cost"], concurrency)
         return base * (1 + self.spec_tokens * self.acceptance) / cost
+
+
+def start_noise(sim: Mapping[str, object], hw: Mapping[str, object]) -> float:
+    """The between-start spread: --sim-start-noise, else the hardware's `start_noise` in calibration.toml. Like a
+    curve's `noise`, 0.10 means a factor drawn uniformly from 0.9 to 1.1."""
+    given = sim.get("start_noise")
+    return float(given if given is not None else hw.get("start_noise", 0.0))  # type: ignore[arg-type]
+
+
+def start_factor(noise: float, seed: int, start: str) -> float:
+    """One server start's speed factor, uniform in 1 +- `noise`, from a generator of its own seeded by the sim seed
+    and `start` (the cell id the supervisor marks the server with), never the window generator's stream."""
+    if noise <= 0:
+        return 1.0
+    return 1 + random.Random(f"{seed}:{start}").uniform(-noise, noise)

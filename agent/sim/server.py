@@ -57,6 +57,8 @@ class Server:
             for f in answers.parse_faults(opts.sim.get("wrong_output") or "")
             if f.hits(plan.moe_loaded, plan.spec_tokens > 0, eager)
         ]
+        if opts.load_format == "dummy":  # random weights: every answer is noise, as a real server's is
+            self.faults.append(answers.Fault("dummy", rate=1.0))
 
     # -- plumbing -----------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -152,7 +152,7 @@ class Startup:
             (
                 f"Initializing a V1 LLM engine (v{plan.version}) with config: model='{opts.model}', speculative_config={spec}, "
                 f"tokenizer='{opts.model}', skip_tokenizer_init=False, tokenizer_mode=auto, trust_remote_code=False, "
-                f"dtype=torch.bfloat16, max_seq_len={opts.max_model_len}, load_format=auto, "
+                f"dtype=torch.bfloat16, max_seq_len={opts.max_model_len}, load_format={opts.load_format}, "
                 f"tensor_parallel_size={opts.given.get('tensor_parallel_size', 1)}, "
                 + (
                     f"pipeline_parallel_size={opts.given['pipeline_parallel_size']}, "

@@ -14,5 +14,5 @@ P=/tmp/payload-x/payload
 (cd "$P/wheels" && sha256sum -c --quiet ../SHA256SUMS)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$P"/wheels/*.whl
 mkdir -p "$MODELS" && cp -r "$P/models/." "$MODELS/"
-SITE=$SITE python3 "$HERE/make_checkpoint.py" tokenizer "$MODELS/moe-fp8"
-echo "installed in $(( $(date +%s) - t0 )) s: $(ls "$P"/wheels | wc -l) wheels into $SITE; model at $MODELS/moe-fp8"
+SITE=$SITE python3 "$HERE/make_checkpoint.py" tokenizer "$MODELS"
+echo "installed in $(( $(date +%s) - t0 )) s: $(ls "$P"/wheels | wc -l) wheels into $SITE; models at $MODELS: $(ls "$MODELS" | tr "\n" " ")"

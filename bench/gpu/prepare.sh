@@ -21,14 +21,14 @@ python3 -m pip download -q --no-deps --require-hashes --only-binary=:all: --pyth
 
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
-mkdir -p "$STAGE/payload/wheels" "$STAGE/payload/models/moe-fp8"
+mkdir -p "$STAGE/payload/wheels" "$STAGE/payload/models"
 # exactly the lock's files (the cache may hold others)
 grep -o '# [^ ]*\.whl$' "$HERE/wheels.lock" | cut -c3- | while read -r whl; do
   cp "$CACHE/$whl" "$STAGE/payload/wheels/"
 done
 vllm=$(ls "$STAGE"/payload/wheels/vllm-0.24.0-*.whl)
 zip -q -d "$vllm" "$FA2"
-python3 "$HERE/make_checkpoint.py" config "$STAGE/payload/models/moe-fp8" >/dev/null
+python3 "$HERE/make_checkpoint.py" config "$STAGE/payload/models" >/dev/null
 (cd "$STAGE/payload/wheels" && sha256sum -- *.whl) > "$STAGE/payload/SHA256SUMS"
 
 rm -rf "$PIECES" && mkdir -p "$PIECES"

@@ -37,6 +37,18 @@ options:
     description: Warmup windows before the measured ones (each O(duration) long).
     type: int
     default: 1
+  warmup_max:
+    description:
+      - With O(warmup_tolerance), the most warmup windows (0 = O(warmup)); the load driver warms up until the
+        server is steady (no JIT line in its log for a window, the last two warmup windows within the tolerance).
+    type: int
+    default: 0
+  warmup_tolerance:
+    description:
+      - Largest relative difference of output tok/s between the last two warmup windows that counts as steady;
+        0 keeps the fixed O(warmup) (agent/hostside/steady.py).
+    type: float
+    default: 0.0
   repeats:
     description: Measured windows.
     type: int
@@ -226,6 +238,8 @@ ARGUMENT_SPEC = {
     "level": {"type": "int", "required": True},
     "duration": {"type": "float", "required": True},
     "warmup": {"type": "int", "default": 1},
+    "warmup_max": {"type": "int", "default": 0},
+    "warmup_tolerance": {"type": "float", "default": 0.0},
     "repeats": {"type": "int", "default": 3},
     "prompt_len": {"type": "int", "default": 1024},
     "output_len": {"type": "int", "default": 256},
@@ -280,6 +294,8 @@ def main() -> None:
             level=p["level"],
             duration=p["duration"],
             warmup=p["warmup"],
+            warmup_max=p["warmup_max"],
+            warmup_tolerance=p["warmup_tolerance"],
             repeats=p["repeats"],
             prompt_len=p["prompt_len"],
             output_len=p["output_len"],
