@@ -16,9 +16,11 @@ import time
 import unicodedata
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypedDict
 
-from .contracts import ProbeOutput, ProbeRun
+from . import longdecode
+from .contracts import LongOptions, ProbeOutput, ProbeRun
 
 PROBE_FILE = "probe.json"
 SET_VERSION = 1  # bump when the prompts change: outputs of different sets are never compared
@@ -26,6 +28,8 @@ SEED = 31
 TASK_TOKENS = 16  # room for a short answer; the stop at "\n" ends it sooner
 TEXT_TOKENS = 32  # continuations: long enough to see a loop or a late divergence
 MAX_OUTPUT_CHARS = 512  # what a host may send back per prompt (bounded again by the controller)
+BATCH_TASKS = 48  # the task set asked at the cell's highest concurrency (tasks()); one answer is 2% of it
+WORDS = ("planet", "garden", "window", "forest", "bridge", "candle", "silver", "rocket", "marble", "castle", "lantern")
 
 SHOTS = "Q: Compute 2 + 3.\nA: 5\n\nQ: Reverse the word 'cat'.\nA: tac\n\n"
 
@@ -49,42 +53,70 @@ class ProbePrompt(TypedDict):
     max_tokens: int
 
 
+def _arithmetic(rng: random.Random) -> tuple[str, str]:
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    op = rng.choice("+-*")
+    return f"Compute {a} {op} {b}.", str(a + b if op == "+" else a - b if op == "-" else a * b)
+
+
+def _count(rng: random.Random) -> tuple[str, str]:
+    letter = rng.choice("abc")
+    word = "".join(rng.choice("abcd") for _ in range(rng.randint(6, 10)))
+    return f"How many times does the letter '{letter}' appear in '{word}'?", str(word.count(letter))
+
+
+def _retrieve(rng: random.Random) -> tuple[str, str]:
+    names = ["amber", "birch", "cedar", "delta", "ember", "fjord"]
+    codes = {name: str(rng.randint(1000, 9999)) for name in names}
+    asked = rng.choice(names)
+    listing = ", ".join(f"{k}={v}" for k, v in codes.items())
+    return f"Codes: {listing}. What is the code for {asked}?", codes[asked]
+
+
+def _reverse(word: str) -> tuple[str, str]:
+    return f"Reverse the word '{word}'.", word[::-1]
+
+
+def _task(kind: str, n: int, question: str, answer: str) -> ProbePrompt:
+    return ProbePrompt(
+        id=f"{kind}-{n}", kind=kind, prompt=SHOTS + f"Q: {question}\nA:", answer=answer, max_tokens=TASK_TOKENS
+    )
+
+
 def prompts() -> list[ProbePrompt]:
     """The probe set: the same list on every host and in every version of the same SET_VERSION."""
     rng = random.Random(SEED)
-    out: list[ProbePrompt] = []
-
-    def add(kind: str, question: str, answer: str) -> None:
-        n = sum(p["kind"] == kind for p in out) + 1
-        text = SHOTS + f"Q: {question}\nA:"
-        out.append(ProbePrompt(id=f"{kind}-{n}", kind=kind, prompt=text, answer=answer, max_tokens=TASK_TOKENS))
-
-    for _ in range(4):
-        a, b = rng.randint(10, 99), rng.randint(10, 99)
-        op = rng.choice("+-*")
-        value = a + b if op == "+" else a - b if op == "-" else a * b
-        add("arithmetic", f"Compute {a} {op} {b}.", str(value))
-    for word in ("planet", "garden", "window"):
-        add("reverse", f"Reverse the word '{word}'.", word[::-1])
-    for _ in range(3):
-        letter = rng.choice("abc")
-        word = "".join(rng.choice("abcd") for _ in range(rng.randint(6, 10)))
-        add("count", f"How many times does the letter '{letter}' appear in '{word}'?", str(word.count(letter)))
-    names = ["amber", "birch", "cedar", "delta", "ember", "fjord"]
-    for _ in range(3):
-        codes = {name: str(rng.randint(1000, 9999)) for name in names}
-        asked = rng.choice(names)
-        listing = ", ".join(f"{k}={v}" for k, v in codes.items())
-        add("retrieve", f"Codes: {listing}. What is the code for {asked}?", codes[asked])
+    made = [("arithmetic", _arithmetic(rng)) for _ in range(4)]
+    made += [("reverse", _reverse(word)) for word in ("planet", "garden", "window")]
+    made += [("count", _count(rng)) for _ in range(3)]
+    made += [("retrieve", _retrieve(rng)) for _ in range(3)]
+    out = [_task(kind, sum(k == kind for k, _ in made[: i + 1]), *qa) for i, (kind, qa) in enumerate(made)]
     for n, text in enumerate(TEXTS, 1):
         out.append(ProbePrompt(id=f"text-{n}", kind="text", prompt=text, answer="", max_tokens=TEXT_TOKENS))
     return out
 
 
-def run(url: str, model: str, timeout_s: float = 60.0, budget_s: float = 300.0) -> ProbeRun:
+def tasks(count: int = BATCH_TASKS) -> list[ProbePrompt]:
+    """The task-accuracy set asked at the cell's highest concurrency: questions of the probe's four kinds, made
+    from another seed (licence-clean: generated here), ids task-1..task-N."""
+    rng = random.Random(SEED + 1)
+    made = {"arithmetic": _arithmetic, "count": _count, "retrieve": _retrieve}
+    out = []
+    for n in range(1, count + 1):
+        kind = ("arithmetic", "reverse", "count", "retrieve")[n % 4]
+        task = _task(kind, n, *(_reverse(rng.choice(WORDS)) if kind == "reverse" else made[kind](rng)))
+        task["id"] = f"task-{n}"
+        out.append(task)
+    return out
+
+
+def run(
+    url: str, model: str, timeout_s: float = 60.0, budget_s: float = 300.0, long: LongOptions | None = None
+) -> ProbeRun:
     """Send every prompt once, one after another (no batching: batch composition can change greedy outputs),
     temperature 0. A failed request is recorded with its error; the probe never raises for the server's sake,
-    and stops asking once `budget_s` is spent (the rest are recorded as skipped)."""
+    and stops asking once `budget_s` is spent (the rest are recorded as skipped). Then the long-decode check
+    (hostside/longdecode.py) when `long` asks for tokens, within its own budget."""
     started = time.monotonic()
     outputs: list[ProbeOutput] = []
     for p in prompts():
@@ -93,7 +125,25 @@ def run(url: str, model: str, timeout_s: float = 60.0, budget_s: float = 300.0) 
             outputs.append(ProbeOutput(id=p["id"], text="", finish_reason="", error="skipped: over budget", seconds=0))
             continue
         outputs.append(_ask(url, model, p, min(timeout_s, left)))
-    return ProbeRun(set_version=SET_VERSION, outputs=outputs, seconds=round(time.monotonic() - started, 3))
+    batch: list[ProbeOutput] = []
+    level = long["tasks_batch"] if long else 0
+    if level >= 2:  # the task set at the cell's highest concurrency: what batching does to answers
+        left = max(budget_s - (time.monotonic() - started), 0.0)
+        with ThreadPoolExecutor(max_workers=level) as pool:
+            batch = list(pool.map(lambda p: _ask(url, model, p, min(timeout_s, left)), tasks()))
+    seconds = round(time.monotonic() - started, 3)
+    long_started, long_outputs = time.monotonic(), []
+    if long and long["tokens"] > 0:
+        long_outputs = longdecode.run(url, model, long["tokens"], long["prompts"], long["batch"], long["budget_s"])
+    return ProbeRun(
+        set_version=SET_VERSION,
+        outputs=outputs,
+        seconds=seconds,
+        batch_outputs=batch,
+        batch_concurrency=level if batch else 0,
+        long=long_outputs,
+        long_seconds=round(time.monotonic() - long_started, 3),
+    )
 
 
 def _ask(url: str, model: str, p: ProbePrompt, timeout_s: float) -> ProbeOutput:

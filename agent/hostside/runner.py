@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import atomic, loadpoints, serving, supervise, utc
+from . import atomic, loadpoints, longdecode, serving, supervise, utc
 from .contracts import CellDone, Holder, RunnerProgress
 from .errors import HostError
 
@@ -367,6 +367,7 @@ def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDo
             seal_it=True,
             probe_url=probe_url,
             probe_model=str(cell.get("model", "")),
+            probe_long=longdecode.options(cell.get("probe_long")),
         )
     return CellDone(outcome="sealed", error="", started=started, finished=time.time(), measure_s=round(measure_s, 3))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import atomic, docker, loadgen, loadpoints, probe, redact, steady, supervise, telemetry, warmcache
-from .contracts import Holder, Measurement
+from .contracts import Holder, LongOptions, Measurement
 from .errors import HostError
 
 HF_CACHE_IN_CONTAINER = "/root/.cache/huggingface"  # huggingface_hub's default for the images' root user
@@ -323,7 +323,7 @@ def bench_level(
     }
 
 
-def probe_cell(workdir: str, cell_id: str, url: str, model: str) -> bool:
+def probe_cell(workdir: str, cell_id: str, url: str, model: str, long: LongOptions | None = None) -> bool:
     """The correctness probe (hostside/probe.py) against the cell's server after its windows, into probe.json.
     Only a server of this cell that still runs and did not die mid-cell is asked; returns whether it was."""
     rdir = run_dir(workdir, cell_id)
@@ -332,7 +332,7 @@ def probe_cell(workdir: str, cell_id: str, url: str, model: str) -> bool:
         return False
     if supervise.gone(workdir, cell_id):
         return False
-    atomic.write_json(rdir / probe.PROBE_FILE, probe.run(url, model))
+    atomic.write_json(rdir / probe.PROBE_FILE, probe.run(url, model, long=long))
     return True
 
 
@@ -343,11 +343,14 @@ def teardown_cell(
     seal_it: bool,
     probe_url: str = "",
     probe_model: str = "",
+    probe_long: LongOptions | None = None,
 ) -> dict[str, Any]:
     """Probe the server's outputs when given its url (a cell run to its end), stop it (idempotent), record a death
     seen only now, and pack the run folder when asked. The one implementation behind spark_server state=stopped
     and the detached runner, so both paths probe alike."""
-    probed = bool(seal_it and cell_id and probe_url) and probe_cell(workdir, cell_id, probe_url, probe_model)
+    probed = bool(seal_it and cell_id and probe_url) and probe_cell(
+        workdir, cell_id, probe_url, probe_model, probe_long
+    )
     result = supervise.stop(workdir=workdir, cell_id=cell_id, holder=holder)
     result["probed"] = probed
     if result.get("ended") and cell_id:  # it died after the load driver last looked: still a death

@@ -3,8 +3,10 @@ reference cell is WRONG OUTPUT, shown but never ranked (docs/correctness.md). A 
 (`--load-format dummy`) is never judged: "quality not judged: dummy weights", ranked on speed only.
 
 `table` scores one cell's probe.json on the controller (collect: the host's own judgement is never asked for);
-`annotate` compares the cells of one checkpoint with their reference when a tree is read (tree.load_cells), since
-the reference may be measured after the cell; `wrong_reasons` is what cell_verdict asks.
+`annotate` chooses each checkpoint's reference by consensus (judging/consensus.py) and compares the cells with it,
+and the long outputs along each path (alone vs the reference, in a batch vs alone, speculative decoding on vs off),
+when a tree is read (tree.load_cells), since the reference may be measured after the cell; `wrong_reasons` is what
+cell_verdict asks.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agent.hostside import probe
-from agent.hostside.contracts import Correctness, ProbeResult
+from agent.hostside.contracts import Correctness, LongPath, ProbeResult
+from agent.judging import consensus, longdecode
 from agent.planning.settings import CorrectnessSettings
 
-THRESHOLDS = ("min_score", "max_score_drop", "min_agreement", "max_degenerate")
+THRESHOLDS = ("min_score", "max_score_drop", "min_agreement", "max_degenerate", "long_min_tokens", "min_task_accuracy")
+PATH_ORDER = ("speculative", "graphs", "batch", "reference")  # a tie in where paths broke: the most specific one
+EAGER = "--enforce-eager"  # CUDA graphs off: an extra_args axis (docs/axes.md) gives a cell its eager twin
 DUMMY = "dummy weights"
 
 
@@ -68,6 +73,19 @@ def table(run: Mapping[str, Any] | None, settings: CorrectnessSettings) -> Corre
     out["degenerate"] = sum(bool(r["degenerate"]) for r in results)
     out["errors"] = sum(bool(r["error"]) for r in results)
     out["outputs"] = results
+    if run.get("batch_outputs"):
+        asked_batch = {p["id"]: p for p in probe.tasks()}
+        right = [
+            not o["error"] and probe.normalize(o["text"]) == asked_batch[o["id"]]["answer"]
+            for o in run["batch_outputs"]
+            if o["id"] in asked_batch
+        ]
+        out["batch_concurrency"] = int(run.get("batch_concurrency", 0))
+        out["batch_answered"], out["batch_exact"] = len(right), sum(right)
+        out["batch_score"] = round(sum(right) / len(right), 4) if right else 0.0
+    if run.get("long"):
+        out["long"] = [longdecode.summarize(o, settings.long_min_tokens) for o in run["long"]]
+        out["long_seconds"] = float(run.get("long_seconds", 0.0))
     return out
 
 
@@ -86,6 +104,14 @@ def own_reasons(c: Mapping[str, Any]) -> list[str]:
         reasons.append(f"the probe's requests failed: {c.get('errors')} of {prompts}")
     if float(c.get("score", 0.0)) < float(t.get("min_score", 0.0)):
         reasons.append(f"task score {c.get('score', 0.0):.0%} below the minimum {t.get('min_score'):.0%}")
+    bad = [r for r in c.get("long", []) if r.get("degenerate")]
+    if bad:
+        first = min(bad, key=lambda r: (int(r["degenerate_at"]), r["path"] != "c1"))
+        where = "alone (c=1)" if first["path"] == "c1" else "in a batch"
+        reasons.append(
+            f"long decode degenerates ({first['degenerate']}) after token {first['degenerate_at']} of "
+            f"{first['tokens']} on {first['id']} {where}: {first['excerpt'][:120]!r}"
+        )
     return reasons
 
 
@@ -100,10 +126,8 @@ def _matches(cell: Mapping[str, Any], wanted: Mapping[str, str]) -> bool:
     return all(str(cfg.get(k) or "auto") == str(v or "auto") for k, v in wanted.items())
 
 
-def reference(group: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The group's reference: a probed, valid cell whose outputs are sane on their own; the one the spec names
-    when it names one, else the highest task score (then the earliest start, then the id: deterministic).
-    Highest score rather than first measured: a fast-but-broken first backend must not become the yardstick."""
+def _fit(group: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Cells that may be the yardstick: valid, probed, outputs sane on their own; earliest start first."""
     fit = [
         c
         for c in group
@@ -113,12 +137,58 @@ def reference(group: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         and c.get("correctness", {}).get("probed")
         and not own_reasons(c["correctness"])
     ]
+    return sorted(fit, key=lambda c: (str(c.get("started_at")), str(c.get("cell_id"))))
+
+
+def reference(group: Sequence[dict[str, Any]]) -> tuple[dict[str, Any] | None, consensus.Choice, list[dict]]:
+    """(the group's reference, how it was chosen, the candidates): among the sane cells (the ones the spec names,
+    when it names a configuration), the consensus: the cell that agrees with the most others, across two hosts
+    when there are two. Never a cell's own task score: a host can forge that, not the others' continuations."""
+    fit = _fit(group)
     wanted = next((c["correctness"].get("reference") for c in fit if c["correctness"].get("reference")), None)
-    if wanted:
-        named = [c for c in fit if _matches(c, wanted)]
-        fit = named or fit
-    fit.sort(key=lambda c: (-float(c["correctness"].get("score", 0.0)), str(c.get("started_at")), c.get("cell_id")))
-    return fit[0] if fit else None
+    named = [c for c in fit if _matches(c, wanted)] if wanted else []
+    pool = named or fit
+    pairs = {(i, j): _similarity(pool[i], pool[j]) for i in range(len(pool)) for j in range(i, len(pool))}
+    overall = [[pairs[min(i, j), max(i, j)][0] for j in range(len(pool))] for i in range(len(pool))]
+    open_ended = [[pairs[min(i, j), max(i, j)][1] for j in range(len(pool))] for i in range(len(pool))]
+    t = pool[0]["correctness"].get("thresholds", {}) if pool else {}
+    choice = consensus.choose(
+        [str(c.get("host", "")) for c in pool], overall, open_ended, float(t.get("min_agreement", 0.6))
+    )
+    if named:
+        choice.how = "named by the spec; " + choice.how
+    ref = pool[choice.index] if choice.index is not None else None
+    return ref, choice, pool
+
+
+def _similarity(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[float, float]:
+    """(agreement over all outputs, over the open-ended ones: continuations and long decodes alone) of two cells."""
+    if a is b:
+        return 1.0, 1.0
+    ca, cb = a["correctness"], b["correctness"]
+    theirs = {r["id"]: r for r in cb.get("outputs", []) if not r.get("error")}
+    every, open_ended = [], []
+    for r in ca.get("outputs", []):
+        other = theirs.get(r["id"])
+        if other is None or r.get("error"):
+            continue
+        share = probe.agreement(other["text"], r["text"])[0]
+        every.append(share)
+        if r.get("kind") == "text":
+            open_ended.append(share)
+    long_b = {r["id"]: r for r in cb.get("long", []) if r["path"] == "c1" and not r.get("error")}
+    for r in ca.get("long", []):
+        other = long_b.get(r["id"])
+        if other is None or r["path"] != "c1" or r.get("error"):
+            continue
+        share = longdecode.first_divergence(other, r)[1]
+        every.append(share)
+        open_ended.append(share)
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else 0.0
+
+    return mean(every), (mean(open_ended) if open_ended else 1.0)  # nothing open-ended: overall decides
 
 
 def compare(c: Correctness, ref: Correctness) -> tuple[float, int]:
@@ -139,18 +209,23 @@ def compare(c: Correctness, ref: Correctness) -> tuple[float, int]:
 
 
 def annotate(cells: Iterable[dict[str, Any]]) -> None:
-    """Add agreement with the group's reference and the reasons for WRONG OUTPUT to every probed cell (in place)."""
+    """Add agreement with the group's reference, the long outputs along each path and the reasons for WRONG
+    OUTPUT to every probed cell (in place)."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for cell in cells:
         if isinstance(cell.get("correctness"), dict) and cell["correctness"].get("probed"):
             groups.setdefault(_group_key(cell), []).append(cell)
     for group in groups.values():
-        ref = reference(group)
+        ref, choice, pool = reference(group)
+        loners = {id(pool[i]) for i in choice.suspicious}
         for cell in group:
             c = cell["correctness"]
             reasons = own_reasons(c)
             c["reference_cell"] = ref["cell_id"] if ref else ""
             c["not_judged"] = not_judged(cell)
+            c["reference_host"] = str(ref.get("host", "")) if ref else ""  # replicas share the cell id
+            c["consensus"] = choice.how
+            c["suspicious"] = ""
             if ref is None or ref is cell:
                 c["agreement"], c["first_divergence"] = (1.0, -1) if ref is cell else (0.0, -1)
             else:
@@ -168,7 +243,127 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
                         f"task score {c.get('score', 0.0):.0%}, {drop:.0%} below the reference's "
                         f"{r.get('score', 0.0):.0%} (allowed: {float(t.get('max_score_drop', 0.25)):.0%})"
                     )
+                floor = float(t.get("min_task_accuracy", 0.97)) * float(r.get("batch_score", 0.0))
+                if "batch_score" in c and "batch_score" in r and c["batch_score"] < floor - 1e-9:
+                    reasons.append(
+                        f"task accuracy at c={c.get('batch_concurrency')} {c['batch_score']:.1%} "
+                        f"({c.get('batch_exact')}/{c.get('batch_answered')}), below "
+                        f"{float(t.get('min_task_accuracy', 0.97)):.0%} of the reference's {r['batch_score']:.1%}"
+                    )
+                if id(cell) in loners or (choice.supporters and _similarity(cell, ref)[1] == 0):
+                    c["suspicious"] = (
+                        f"its task score is {c.get('score', 0.0):.0%}, yet it shares none of its open-ended outputs "
+                        "with the consensus: not a yardstick"
+                    )
+                    reasons.append("agrees with no other cell: " + c["suspicious"])
+            c["long_paths"] = _long_paths(cell, ref, group)
+            c["broke_first"] = _broke_first(c["long_paths"])
+            if reasons:
+                reasons.extend(_blame(cell, group))
             c["wrong"] = [] if c["not_judged"] else reasons
+
+
+def _long_paths(cell: dict[str, Any], ref: dict[str, Any] | None, group: Sequence[dict[str, Any]]) -> list[LongPath]:
+    """The cell's long outputs compared along each path: alone vs the reference cell's; in a batch vs its own
+    alone; with speculative decoding vs its spec-off twin's; with CUDA graphs vs its eager twin's."""
+    rows = {(r["id"], r["path"]): r for r in cell["correctness"].get("long", []) if not r.get("error")}
+    out: list[LongPath] = []
+
+    def add(path: str, against: dict[str, Any], mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> None:
+        at, share = longdecode.first_divergence(theirs, mine)
+        out.append(
+            LongPath(
+                path=path,
+                against=str(against.get("cell_id", "")),
+                prompt=str(mine["id"]),
+                first_divergence=at,
+                agreement=round(share, 4),
+                follows=longdecode.verdict(mine, at),
+                degenerate_at=int(mine.get("degenerate_at", -1)),
+            )
+        )
+
+    others = [
+        ("reference", ref),
+        ("speculative", _twin(cell, group, "speculative")),
+        ("graphs", _twin(cell, group, "graphs")),
+    ]
+    for (pid, path), mine in sorted(rows.items()):
+        if path == "batch" and (pid, "c1") in rows:
+            add("batch", cell, mine, rows[(pid, "c1")])
+        if path != "c1":
+            continue
+        for name, other in others:
+            if other is None or other is cell:
+                continue
+            theirs = next(
+                (r for r in other["correctness"].get("long", []) if (r["id"], r["path"]) == (pid, "c1")), None
+            )
+            if theirs and not theirs.get("error"):
+                add(name, other, mine, theirs)
+    return out
+
+
+def _twin(cell: Mapping[str, Any], group: Sequence[dict[str, Any]], path: str) -> dict[str, Any] | None:
+    """The cell's twin along a path, sane on its own, its own host's first: for a cell with speculative decoding on,
+    the same configuration with it off ("speculative"); for a cell with CUDA graphs (no --enforce-eager), the same
+    configuration eager ("graphs"). None when the cell is not on that path or has no such twin."""
+
+    def switched_on(cfg: Mapping[str, Any]) -> bool:
+        return bool(cfg.get("speculative")) if path == "speculative" else EAGER not in (cfg.get("extra_args") or [])
+
+    def rest(cfg: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(cfg)
+        if path == "speculative":
+            out.pop("speculative", None)
+        else:
+            out["extra_args"] = [a for a in cfg.get("extra_args") or [] if a != EAGER]
+        return out
+
+    cfg = cell.get("config", {})
+    if not switched_on(cfg):
+        return None
+    same = rest(cfg)
+    for other in sorted(group, key=lambda o: o.get("host") != cell.get("host")):  # its own host's first
+        ocfg = other.get("config", {})
+        if not switched_on(ocfg) and rest(ocfg) == same and not own_reasons(other["correctness"]):
+            return other
+    return None
+
+
+def _broke_first(paths: Sequence[LongPath]) -> str:
+    """The path whose long output went bad at the earliest token ("" = none did)."""
+    broken = [p for p in paths if p["follows"] in ("loop", "garbage")]
+    if not broken:
+        return ""
+    first = min(broken, key=lambda p: (p["first_divergence"], PATH_ORDER.index(p["path"])))
+    return first["path"]
+
+
+def _blame(cell: Mapping[str, Any], group: Sequence[dict[str, Any]]) -> list[str]:
+    """Which path a wrong cell's fault is on, where another cell or its own alone-run shows it is that path."""
+    c = cell["correctness"]
+    out = []
+    twin = _twin(cell, group, "speculative")
+    if twin is not None:
+        out.append(
+            f"only with speculative decoding on ({cell.get('config', {}).get('speculative')}): its spec-off twin "
+            f"{twin['cell_id']} is clean, so the draft path broke, not the target model"
+        )
+    eager = _twin(cell, group, "graphs")
+    if eager is not None:
+        out.append(
+            f"only with CUDA graphs: its eager twin {eager['cell_id']} ({EAGER}) is clean, so a kernel broke under "
+            "CUDA graphs, not the model"
+        )
+    long_rows = [r for r in c.get("long", []) if not r.get("error")]
+    if any(r["degenerate"] for r in long_rows if r["path"] == "batch") and not any(
+        r["degenerate"] for r in long_rows if r["path"] == "c1"
+    ):
+        out.append("only in a batch at the cell's highest concurrency: alone (c=1) its long outputs are clean")
+    if c.get("broke_first"):
+        out.append(f"the path that broke first: {c['broke_first']}")
+    return out
 
 
 def wrong_reasons(cell: Mapping[str, Any]) -> list[str]:

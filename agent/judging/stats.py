@@ -981,7 +981,9 @@ def startup_effects(group: Sequence[CellSummary]) -> list[str]:
             for s in by_key[key]:
                 if s.rankable or not ran:
                     continue
-                what = "was INVALID" if s.verdict == "invalid" else _failure_words(s.cell)
+                what = {"invalid": "was INVALID", WRONG_OUTPUT: "gave WRONG OUTPUT"}.get(s.verdict) or _failure_words(
+                    s.cell
+                )
                 held = ", ".join(f"{a} {value_label(s.config, a)}" for a in ["checkpoint", "backend"] if a != axis)
                 lines.append(
                     f"{axis}: with {labels[axis_value(s.config, axis)]} the server {what}, where "

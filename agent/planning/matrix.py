@@ -154,9 +154,25 @@ class Cell:
             "points": [dataclasses.asdict(p) for p in loadpoints.cell_points(c.concurrency, shape_vars(c.load))],
             "telemetry": flat_dict(self.telemetry),
             "probe": self.correctness.enabled,  # the correctness probe before teardown (hostside/probe.py)
+            "probe_long": _long_options(
+                self.correctness, list(c.concurrency)
+            ),  # then the long-decode check (hostside/longdecode.py); {} = off
             "time_scale": float(self.host_env.get("SPARK_SIM_TIME_SCALE", "1")),  # the simulator's accelerated clock
             **({"cluster": self.cluster} if self.cluster else {}),
         }
+
+
+def _long_options(c: CorrectnessSettings, concurrency: list[int]) -> dict[str, Any]:
+    if not (c.enabled and (c.long_decode or c.task_gate)):
+        return {}
+    highest = max(concurrency) if concurrency else 0
+    return {
+        "tokens": c.long_tokens if c.long_decode else 0,
+        "prompts": c.long_prompts,
+        "batch": highest if c.long_batch else 0,
+        "budget_s": c.long_budget_s,
+        "tasks_batch": highest if c.task_gate else 0,
+    }
 
 
 def shape_vars(load: LoadSettings) -> dict[str, Any]:

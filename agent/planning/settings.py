@@ -109,17 +109,41 @@ class TelemetrySettings:
     cool_timeout_s: float = setting(600.0, toml=(float, int))  # give up waiting (recorded) after this long
 
 
+# The correctness thresholds' defaults, in one place (docs/correctness.md says why each). Set them from the agreement
+# real kernels reach with each other on a GPU (issue 37: triton vs deep_gemm vs marlin, graphs vs eager, spec on/off).
+CORRECTNESS_DEFAULTS: dict[str, float] = {
+    "min_score": 0.0,  # exact-match share a cell must reach (0 = off)
+    "max_score_drop": 0.25,  # below the group's reference by more: wrong
+    "min_agreement": 0.6,  # mean prefix agreement with the reference (short probe)
+    "max_degenerate": 0.1,  # share of short outputs that loop, are empty or noise
+    "long_tokens": 8192,  # tokens per long greedy generation (ignore_eos), cut to what max_model_len leaves
+    "long_prompts": 2,  # long generations per cell (at most 4)
+    "long_min_tokens": 64,  # a long output degenerates only when its bad tail is at least this long
+    "min_task_accuracy": 0.97,  # task gate: at the highest concurrency, at least this share of the reference's
+}
+
+
 @dataclass
 class CorrectnessSettings:
-    """[correctness]: the probe after each cell's windows (hostside/probe.py) and when its outputs make the cell
-    WRONG OUTPUT (judging/correctness.py). Not part of the cell id. Defaults justified in docs/correctness.md."""
+    """[correctness]: the probe after each cell's windows (hostside/probe.py), the long-decode check
+    (hostside/longdecode.py), and when their outputs make the cell WRONG OUTPUT (judging/correctness.py). Not part
+    of the cell id. Defaults: CORRECTNESS_DEFAULTS, justified in docs/correctness.md."""
 
     enabled: bool = setting(True, toml=(bool,))
-    min_score: float = setting(0.0, toml=(float, int))  # exact-match share a cell must reach (0 = off)
-    max_score_drop: float = setting(0.25, toml=(float, int))  # below the group's reference by more: wrong
-    min_agreement: float = setting(0.6, toml=(float, int))  # mean prefix agreement with the reference
-    max_degenerate: float = setting(0.1, toml=(float, int))  # share of outputs that loop, are empty or noise
-    # the reference cell of each checkpoint: config values it must have (e.g. {moe_backend = "marlin"}); {} = best
+    min_score: float = setting(CORRECTNESS_DEFAULTS["min_score"], toml=(float, int))
+    max_score_drop: float = setting(CORRECTNESS_DEFAULTS["max_score_drop"], toml=(float, int))
+    min_agreement: float = setting(CORRECTNESS_DEFAULTS["min_agreement"], toml=(float, int))
+    max_degenerate: float = setting(CORRECTNESS_DEFAULTS["max_degenerate"], toml=(float, int))
+    long_decode: bool = setting(False, toml=(bool,))  # the long-decode check after the probe (minutes per cell)
+    long_tokens: int = setting(int(CORRECTNESS_DEFAULTS["long_tokens"]), toml=(int,))
+    long_prompts: int = setting(int(CORRECTNESS_DEFAULTS["long_prompts"]), toml=(int,))
+    long_min_tokens: int = setting(int(CORRECTNESS_DEFAULTS["long_min_tokens"]), toml=(int,))
+    long_batch: bool = setting(True, toml=(bool,))  # also generate them inside a batch of the cell's highest level
+    long_budget_s: float = setting(1800.0, toml=(float, int))  # the long-decode check stops asking after this
+    task_gate: bool = setting(False, toml=(bool,))  # the task-accuracy set at the cell's highest concurrency
+    min_task_accuracy: float = setting(CORRECTNESS_DEFAULTS["min_task_accuracy"], toml=(float, int))
+    # the reference cell of each checkpoint: config values it must have (e.g. {moe_backend = "marlin"}); {} = the
+    # consensus of the cells (judging/consensus.py)
     reference: dict[str, Any] = field(default_factory=dict, metadata=meta(toml=(dict,)))
 
 

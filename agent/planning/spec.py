@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agent.errors import UserError
-from agent.hostside import docker, steady
+from agent.hostside import docker, longdecode, steady
 from agent.planning import design as axes_design
 from agent.planning import loadspec
 from agent.planning.design import Design
@@ -347,7 +347,9 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         warmup_tolerance=float(matrix["warmup_tolerance"]),
         env={k: str(v) for k, v in env.items()},
         telemetry=telemetry,
-        correctness=_correctness(path, lines, raw.get("correctness", {})),
+        correctness=_correctness(
+            path, lines, raw.get("correctness", {}), min(design.server.get("max_model_len", [server["max_model_len"]]))
+        ),
         design=design,
     )
     return _with_combinations(path, lines, spec, matrix)
@@ -374,12 +376,27 @@ def _telemetry(path: Path, lines: _Lines, raw: Any) -> TelemetrySettings:
     return TelemetrySettings(required=table["required"], **numbers)
 
 
-def _correctness(path: Path, lines: _Lines, raw: Any) -> CorrectnessSettings:
-    """[correctness]: shares from 0 to 1; a reference names config keys with string values."""
+def _correctness(path: Path, lines: _Lines, raw: Any, max_model_len: int) -> CorrectnessSettings:
+    """[correctness]: shares from 0 to 1; long generations that fit the context; a reference names config keys
+    with string values."""
     table = _check_table(path, lines, "correctness", raw)
-    for key in ("min_score", "max_score_drop", "min_agreement", "max_degenerate"):
+    for key in ("min_score", "max_score_drop", "min_agreement", "max_degenerate", "min_task_accuracy"):
         if not 0 <= table[key] <= 1:
             raise _err(path, lines.of("correctness", key), f"'{key}' is a share, 0 to 1, got {table[key]!r}")
+    room = min(max_model_len - LONG_PROMPT_ROOM, longdecode.MAX_TOKENS)
+    if not (isinstance(raw, dict) and "long_tokens" in raw):  # the default: as long as the context allows
+        table["long_tokens"] = max(1, min(table["long_tokens"], room))
+    elif not 1 <= table["long_tokens"] <= room:
+        raise _err(
+            path,
+            lines.of("correctness", "long_tokens"),
+            f"long_tokens = {table['long_tokens']} does not fit: give 1 to {room} (the smallest max_model_len, "
+            f"{max_model_len}, less {LONG_PROMPT_ROOM} for the prompt; at most {longdecode.MAX_TOKENS})",
+        )
+    bounds = {"long_prompts": (1, longdecode.MAX_PROMPTS), "long_min_tokens": (1, 4096), "long_budget_s": (1, 86400)}
+    for key, (low, high) in bounds.items():
+        if not low <= table[key] <= high:
+            raise _err(path, lines.of("correctness", key), f"'{key}' must be from {low} to {high}, got {table[key]!r}")
     reference = table["reference"]
     for key, value in reference.items():
         if key not in CORRECTNESS_REFERENCE_KEYS or not isinstance(value, str):
@@ -390,9 +407,22 @@ def _correctness(path: Path, lines: _Lines, raw: Any) -> CorrectnessSettings:
                 f"[correctness] reference: {str(key)[:40]!r} must be one of {known}, with a string value",
             )
     numbers = {k: float(table[k]) for k in ("min_score", "max_score_drop", "min_agreement", "max_degenerate")}
-    return CorrectnessSettings(enabled=table["enabled"], reference=dict(reference), **numbers)
+    return CorrectnessSettings(
+        enabled=table["enabled"],
+        reference=dict(reference),
+        long_decode=bool(table["long_decode"]),
+        long_tokens=int(table["long_tokens"]),
+        long_prompts=int(table["long_prompts"]),
+        long_min_tokens=int(table["long_min_tokens"]),
+        long_batch=bool(table["long_batch"]),
+        long_budget_s=float(table["long_budget_s"]),
+        task_gate=bool(table["task_gate"]),
+        min_task_accuracy=float(table["min_task_accuracy"]),
+        **numbers,
+    )
 
 
+LONG_PROMPT_ROOM = 256  # tokens left for a long-decode opening (hostside/longdecode.py: under 100 words each)
 CORRECTNESS_REFERENCE_KEYS = ("moe_backend", "linear_backend", "attention_backend", "image")
 
 
@@ -771,6 +801,14 @@ def _with_combinations(path: Path, lines: _Lines, spec: Spec, matrix: dict[str, 
         )
     if len(cells) > axes_design.MAX_CELLS:
         raise _err(path, line, f"{len(cells):,} cells per host; the limit is {axes_design.MAX_CELLS:,}: exclude some")
+    wanted = spec.correctness.reference
+    if wanted and not any(all(str(c[k] or "auto") == str(v or "auto") for k, v in wanted.items()) for c in cells):
+        shown = ", ".join(f"{k} = {v!r}" for k, v in wanted.items())
+        raise _err(
+            path,
+            lines.of("correctness", "reference"),
+            f"[correctness] reference ({shown}) matches no cell of the matrix; name values the matrix has",
+        )
     return replace(spec, design=replace(spec.design, include=include, exclude=exclude))
 
 

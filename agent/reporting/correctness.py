@@ -59,6 +59,64 @@ def table_lines(summaries: Sequence[CellSummary]) -> list[str]:
     return head + rows
 
 
+def _path(c: dict, name: str) -> str:
+    """One path's long comparisons in a cell: the earliest divergence and what follows it."""
+    found = [p for p in c.get("long_paths", []) if p["path"] == name]
+    if not found:
+        return "–"
+    first = min(found, key=lambda p: (p["first_divergence"] < 0, p["first_divergence"]))
+    if first["first_divergence"] < 0:
+        return "identical"
+    return f"token {first['first_divergence']}: {first['follows']}"
+
+
+def long_lines(summaries: Sequence[CellSummary]) -> list[str]:
+    """The long-decode check per cell: where its long outputs went bad, and each path against the others."""
+    rows = []
+    for s in summaries:
+        c = s.cell.get("correctness") or {}
+        longs = c.get("long") or []
+        if not c.get("probed") or not longs:
+            continue
+        bad = [r for r in longs if r.get("degenerate")]
+        turned = min(bad, key=lambda r: r["degenerate_at"]) if bad else None
+        own = f"{turned['degenerate']} from token {turned['degenerate_at']}" if turned else "clean"
+        rows.append(
+            f"| {_name(s)} ({md(s.cell.get('cell_id', ''))}) | {max(r['tokens'] for r in longs)} "
+            f"| {longs[0].get('units', '')} | {float(c.get('long_seconds', 0.0)):.0f} | {md(own)} "
+            f"| {md(_path(c, 'reference'))} | {md(_path(c, 'batch'))} | {md(_path(c, 'speculative'))} "
+            f"| {md(_path(c, 'graphs'))} "
+            f"| {md(c.get('broke_first') or '–')} |"
+        )
+    if not rows:
+        return []
+    refs = sorted(
+        {
+            (f"{c.get('reference_cell', '')} on {c.get('reference_host', '?')}", c.get("consensus", ""))
+            for s in summaries
+            if (c := s.cell.get("correctness") or {}).get("probed")
+        }
+    )
+    out = [
+        "### Long decode: where outputs go bad, path by path",
+        "",
+        "Long greedy generations (ignore_eos) after the probe, alone (c=1) and inside a batch at the cell's highest "
+        "concurrency, compared token by token: with the reference cell, alone against batched, speculative "
+        "decoding on against its spec-off twin, CUDA graphs against an `--enforce-eager` twin (an `extra_args` "
+        "axis). Seconds: the check's time on the host, once per cell.",
+        "",
+    ]
+    out += [f"- Reference {md(ref if not ref.startswith(' on') else 'none')}: {md(how)}" for ref, how in refs] + [""]
+    out += [
+        "| cell | tokens | compared as | s | own output | vs reference | batch vs alone | spec vs off | graphs vs eager "
+        "| broke first |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+    return out
+
+
 def sections(summaries: Sequence[CellSummary]) -> list[str]:
     once = stats.distinct_cells(summaries)
     out = ["## Correctness: speed and quality side by side", ""]
@@ -68,6 +126,7 @@ def sections(summaries: Sequence[CellSummary]) -> list[str]:
         "",
     ]
     out += table_lines(once) + [""]
+    out += long_lines(once)
     wrong = wrong_lines(once)
     out += ["## WRONG OUTPUT cells (never ranked)", ""] + (wrong or ["None."]) + [""]
     return out
@@ -88,6 +147,10 @@ def what_to_run_lines(summaries: Sequence[CellSummary]) -> list[str]:
         ]
     wrong = [s for s in once if s.verdict == stats.WRONG_OUTPUT]
     if wrong:
-        names = ", ".join(f"{md_code(s.backend_text)} on {md(s.checkpoint)}" for s in wrong)
+        names = ", ".join(
+            dict.fromkeys(
+                f"{md_code(s.backend_text)} on {md(s.checkpoint)} ({md(s.cell.get('host', '?'))})" for s in wrong
+            )
+        )
         out += [f"Never recommended, whatever their speed: WRONG OUTPUT {names} (see WRONG OUTPUT cells).", ""]
     return out

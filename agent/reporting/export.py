@@ -113,14 +113,8 @@ def cell_fields(cell: dict[str, Any]) -> dict[str, Any]:
 
 
 CORRECTNESS_KEYS = (
-    "score",
-    "degenerate",
-    "errors",
-    "agreement",
-    "first_divergence",
-    "reference_cell",
-    "seconds",
-    "not_judged",
+    *("score", "degenerate", "errors", "agreement", "first_divergence", "reference_cell", "seconds", "not_judged"),
+    *("consensus", "suspicious", "batch_score", "batch_concurrency", "long_seconds", "broke_first"),
 )
 
 

@@ -60,6 +60,8 @@ _CELL: dict[str, Any] = {
         "outputs": (list, dict),
         "thresholds": dict,
         "reference": dict,
+        "long": (list, dict),
+        "long_seconds": _NUMBER,
     },
 }
 _RUN: dict[str, Any] = {

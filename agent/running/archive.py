@@ -39,7 +39,7 @@ FIXED = {
     "launch.txt": MAX_FILE_BYTES,
     "serve.json": MAX_FILE_BYTES,
     DIED_FILE: MAX_FILE_BYTES,  # only when the server died mid-cell
-    PROBE_FILE: MAX_FILE_BYTES,  # the correctness probe's outputs (hostside/probe.py)
+    PROBE_FILE: 32 * MiB,  # the correctness probe's outputs with the long decodes' text and token ids
     "ray-node.log": MAX_LOG_BYTES,  # a multi-node cell: this node's `ray start` log (hostside/raynode.py)
 }
 REGULAR = (b"0", b"\0")

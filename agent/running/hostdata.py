@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, get_type_hints
 
+from agent.hostside import longdecode
 from agent.hostside.contracts import ServerView, WarmupRecord, Window, WindowTelemetry
 from agent.reporting.escape import plain
 
@@ -405,10 +406,45 @@ def _probe_outputs(value: Any, where: str) -> list[dict[str, Any]]:
     return [shape(v, f"{where}[{i}]", PROBE_OUTPUT, required=("id",)) for i, v in enumerate(value)]
 
 
+def _ints(hi: int, items: int) -> Callable[[Any, str], list[int]]:
+    def check(value: Any, where: str) -> list[int]:
+        if not isinstance(value, list) or len(value) > items:
+            raise BadHostData(f"{where}: expected a list of at most {items} integers")
+        return [integer(v, where, 0, hi) for v in value]
+
+    return check
+
+
+LONG_OUTPUT: dict[str, Field] = {
+    "id": (_token(re.compile(r"long-[0-9]{1,2}"), 8), ""),
+    "path": (_token(re.compile(r"c1|batch"), 8), ""),
+    "text": (_text(longdecode.MAX_CHARS), ""),
+    "token_ids": (_ints(2**31, longdecode.MAX_TOKENS), []),
+    "chunk_tokens": (_ints(2**31, longdecode.MAX_TOKENS), []),
+    "chunk_chars": (_ints(2**31, longdecode.MAX_TOKENS), []),
+    "error": (_text(MAX_TEXT), ""),
+    "seconds": (_num(0, 1e6), 0.0),
+}
+
+
+def _long_outputs(value: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or len(value) > 2 * longdecode.MAX_PROMPTS:
+        raise BadHostData(f"{where}: expected a list of at most {2 * longdecode.MAX_PROMPTS} long outputs")
+    out = [shape(v, f"{where}[{i}]", LONG_OUTPUT, required=("id", "path")) for i, v in enumerate(value)]
+    for i, o in enumerate(out):
+        if len(o["chunk_tokens"]) != len(o["chunk_chars"]):
+            raise BadHostData(f"{where}[{i}]: chunk_tokens and chunk_chars differ in length")
+    return out
+
+
 PROBE: dict[str, Field] = {
     "set_version": (_int(0, 10_000), 0),
     "outputs": (_probe_outputs, []),
     "seconds": (_num(0, 1e6), 0.0),
+    "batch_outputs": (_probe_outputs, []),
+    "batch_concurrency": (_int(0, 1 << 20), 0),
+    "long": (_long_outputs, []),
+    "long_seconds": (_num(0, 1e6), 0.0),
 }
 
 

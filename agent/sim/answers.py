@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import re
 import zlib
+from dataclasses import dataclass
 
 QUESTION = re.compile(r"Q: ([^\n]*)\nA:\s*$")
 ARITHMETIC = re.compile(r"Compute (-?\d{1,9}) ([-+*]) (-?\d{1,9})\.")
@@ -58,18 +59,55 @@ def reply(prompt: str, max_tokens: int, backend: str) -> list[str] | None:
     return [" " + (common if i < shared else own).choice(words) for i in range(max_tokens)]
 
 
-def parse_fault(text: str) -> tuple[str, float]:
-    """`BACKEND:RATE` of --sim-wrong-output; ValueError when it is not that (RATE from 0 to 1)."""
-    backend, sep, rate = text.rpartition(":")
-    value = float(rate)
-    if not sep or not backend or not 0 <= value <= 1:
+@dataclass(frozen=True)
+class Fault:
+    """--sim-wrong-output: where a broken kernel sits and when it shows."""
+
+    target: str  # a MoE backend's name | "draft" (wrong only with speculative decoding on) | "graph" (wrong only
+    # without --enforce-eager: a kernel that breaks under CUDA graphs)
+    rate: float = 0.0  # share of prompts that are wrong from their first token
+    late: int = 0  # > 0: every prompt is right until this token, then loops or emits noise (a long decode going bad)
+
+    def hits(self, moe_loaded: str, speculative: bool, eager: bool) -> bool:
+        """Whether this server has the broken path."""
+        if self.target == "draft":
+            return speculative
+        if self.target == "graph":
+            return not eager
+        return self.target == (moe_loaded or "").lower()
+
+
+def parse_faults(text: str) -> list[Fault]:
+    """--sim-wrong-output: faults separated by commas; ValueError when one is not a fault."""
+    return [parse_fault(part.strip()) for part in text.split(",") if part.strip()]
+
+
+def parse_fault(text: str) -> Fault:
+    """`TARGET:RATE` or `TARGET:late@N`; ValueError when it is not that."""
+    target, sep, mode = text.rpartition(":")
+    if not sep or not target:
         raise ValueError(text)
-    return backend.lower(), value
+    if mode.startswith("late@"):
+        late = int(mode[5:])
+        if late < 1:
+            raise ValueError(text)
+        return Fault(target.lower(), late=late)
+    value = float(mode)
+    if not 0 <= value <= 1:
+        raise ValueError(text)
+    return Fault(target.lower(), rate=value)
 
 
 def wrong(prompt: str, rate: float) -> bool:
     """Whether the fault hits this prompt: decided by the prompt, so every run of the cell is wrong alike."""
     return rate > 0 and (zlib.crc32(b"wrong\0" + prompt.encode()) % 10_000) / 10_000 < rate
+
+
+def gone_bad(prompt: str, late: int, said: list[str], max_tokens: int) -> list[str]:
+    """A late fault: the right tokens until token `late`, then a broken kernel's (only when the output is longer)."""
+    if max_tokens <= late:
+        return said
+    return said[:late] + garbage(prompt, max_tokens - late)
 
 
 def garbage(prompt: str, max_tokens: int) -> list[str]:

@@ -49,7 +49,9 @@ SIM_FLAGS = {
     "time_scale": (float, 1.0),  # the accelerated clock: rates and the calibrated startup run K times faster
     "health_hang": ("bool", False),  # fault: /health never answers
     "oom": ("bool", False),  # fault: CUDA OOM while loading weights
-    "wrong_output": (str, ""),  # fault: BACKEND:RATE, that MoE backend loops or emits noise on RATE of prompts
+    # fault: TARGET:RATE or TARGET:late@N (several: comma-separated), TARGET a MoE backend, draft (speculative
+    # decoding on) or graph (not --enforce-eager): loops or noise on RATE of prompts, or on every output from token N
+    "wrong_output": (str, ""),
     "drop_streams": (float, 0.0),  # fault: this fraction of streams is cut mid-response
     "silent_fallback": (str, ""),  # fault: the named MoE backend loads whatever was requested
     "throttle_after": (float, None),  # fault: the GPU throttles (thermal) after N s of busy time (sim/gpu.py)
@@ -163,10 +165,11 @@ def _check_sim(sim: dict, cal: dict) -> None:
         raise UsageError(f"--sim-start-noise {sim['start_noise']}: give a spread from 0 to 1 (0.10 = 10%)")
     if sim["wrong_output"]:
         try:
-            answers.parse_fault(sim["wrong_output"])
+            answers.parse_faults(sim["wrong_output"])
         except ValueError:
             raise UsageError(
-                f"--sim-wrong-output {sim['wrong_output']}: give BACKEND:RATE, e.g. marlin:0.5 (RATE from 0 to 1)"
+                f"--sim-wrong-output {sim['wrong_output']}: give TARGET:RATE or TARGET:late@N, e.g. marlin:0.5 "
+                "(RATE from 0 to 1), draft:late@6000 or graph:1 (TARGET: a MoE backend, draft or graph)"
             ) from None
     if not 0 <= sim["jit_s"] <= 86_400:
         raise UsageError(f"--sim-jit-s {sim['jit_s']}: give seconds from 0 to 86400 (0 = off)")

@@ -12,7 +12,7 @@ from . import answers, calibration
 from .engine import Engine, Request
 from .options import Options
 from .plan import Plan
-from .streams import Stream
+from .streams import TOKEN_IDS, Stream
 from .vlog import API, VllmLog
 
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
@@ -33,9 +33,6 @@ def count_words(text) -> int:
     return max(1, len(str(text).split()))
 
 
-TOKEN_IDS = 151_936  # the Qwen3 vocabulary size: /tokenize's ids fall in its range
-
-
 def prompt_words(body: dict) -> list[str]:
     """The prompt's tokens as the prefix cache sees them: its words (chat: every message's, in order)."""
     if isinstance(body.get("messages"), list):
@@ -54,11 +51,14 @@ class Server:
         self.rng = engine.rng
         # vLLM serves its dev routes (/reset_prefix_cache among them) only with VLLM_SERVER_DEV_MODE=1
         self.dev_mode = dev_mode
-        fault = opts.sim.get("wrong_output") or ""
-        backend, rate = answers.parse_fault(fault) if fault else ("", 0.0)
-        self.wrong_rate = rate if backend == (plan.moe_loaded or "").lower() else 0.0
+        eager = bool(opts.given.get("enforce_eager"))
+        self.faults = [
+            f
+            for f in answers.parse_faults(opts.sim.get("wrong_output") or "")
+            if f.hits(plan.moe_loaded, plan.spec_tokens > 0, eager)
+        ]
         if opts.load_format == "dummy":  # random weights: every answer is noise, as a real server's is
-            self.wrong_rate = 1.0
+            self.faults.append(answers.Fault("dummy", rate=1.0))
 
     # -- plumbing -----------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -251,6 +251,7 @@ class Server:
         kind, script = self._script(body, chat, max_tokens)
         if script is not None:
             stream.script = script
+            stream.token_ids = bool(body.get("return_token_ids"))
             if kind == "answer":  # the answer ends the completion
                 stop_at = min(stop_at, len(script))
             elif kind == "garbage":  # a broken kernel runs on to max_tokens
@@ -271,20 +272,24 @@ class Server:
 
     def _script(self, body: dict, chat: bool, max_tokens: int) -> tuple[str, list[str] | None]:
         """(kind, tokens) the fake model says to a completion prompt (answers.py): "answer" to a question it can
-        compute, "text" continuing other text, "garbage" when the wrong-output fault hits the loaded backend; None
-        for the plain word cycle (chat, token ids, and streamed text: the load driver's path keeps its pre-built
-        chunks, fast)."""
+        compute, "text" continuing other text, "garbage" when the wrong-output fault hits this server; None for the
+        plain word cycle (chat, token ids, and streamed text not asking for token ids: the load driver's path keeps
+        its pre-built chunks, fast; the long-decode check asks for token ids)."""
         prompt = body.get("prompt")
         if chat or not isinstance(prompt, str):
             return "", None
-        if self.wrong_rate and answers.wrong(prompt, self.wrong_rate):
+        if any(f.rate and answers.wrong(prompt, f.rate) for f in self.faults):
             return "garbage", answers.garbage(prompt, max_tokens)
         said = answers.answer_tokens(prompt, max_tokens)
         if said is not None:
             return "answer", said
-        if body.get("stream"):
+        if body.get("stream") and not body.get("return_token_ids"):
             return "", None
-        return "text", answers.reply(prompt, max_tokens, self.plan.moe_loaded)
+        said = answers.reply(prompt, max_tokens, self.plan.moe_loaded)
+        late = min((f.late for f in self.faults if f.late), default=0)
+        if late and said is not None:
+            return "text", answers.gone_bad(prompt, late, said, max_tokens)
+        return "text", said
 
     # -- /metrics -------------------------------------------------------------------------------
     def metrics_text(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+import zlib
 
 # Token text: a fixed word cycle (plain ASCII: needs no JSON escaping).
 WORDS = [" the", " spark", " serves", " tokens", " at", " a", " steady", " rate", " and", " then", " some", " more"]
@@ -16,6 +17,14 @@ WORDS = [" the", " spark", " serves", " tokens", " at", " a", " steady", " rate"
 
 def token_text(start: int, n: int) -> str:
     return "".join(WORDS[(start + i) % len(WORDS)] for i in range(n))
+
+
+TOKEN_IDS = 151_936  # the Qwen3 vocabulary size: /tokenize's ids fall in its range
+
+
+def token_id(token: str) -> int:
+    """A scripted token's id: stable per token text (as /tokenize's ids)."""
+    return zlib.crc32(token.encode()) % TOKEN_IDS
 
 
 def _chunked(payload: bytes) -> bytes:
@@ -62,15 +71,20 @@ class Stream:
             self.mid = '","logprobs":null,"finish_reason":'
         self.head = head
         self.script: list[str] | None = None  # the model's own tokens (answers.reply); None: the word cycle
+        self.token_ids = False  # return_token_ids: each choice carries its tokens' ids (scripted text only)
 
     # -- engine side ---------------------------------------------------------------------------
     def emit(self, n: int, finish: str | None) -> None:
+        ids = ""
         if self.script is None:
             text = token_text(self.generated, n)
         else:  # any characters: escaped for the pre-built SSE chunk, kept as they are for a whole response
-            text = "".join(self.script[self.generated : self.generated + n])
+            tokens = self.script[self.generated : self.generated + n]
+            text = "".join(tokens)
             if self.stream:
                 text = json.dumps(text)[1:-1]
+            if self.token_ids:
+                ids = ',"token_ids":[' + ",".join(str(token_id(t)) for t in tokens) + "]"
         self.generated += n
         if finish:
             self.finish = finish
@@ -82,7 +96,7 @@ class Stream:
         usage = ""
         if self.continuous_usage:
             usage = f',"usage":{self._usage()}'
-        self.buffer.append(f"data: {self.pre}{text}{self.mid}{reason}{stop}}}]{usage}}}\n\n")
+        self.buffer.append(f"data: {self.pre}{text}{self.mid}{reason}{stop}{ids}}}]{usage}}}\n\n")
         if finish:
             self.flush()
 
@@ -125,6 +139,8 @@ class Stream:
             }
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": self.finish, "stop_reason": None}
+            if self.token_ids and self.script is not None:
+                choice["token_ids"] = [token_id(t) for t in self.script[: self.generated]]
         return {
             "id": self.id,
             "object": "chat.completion" if self.chat else "text_completion",

@@ -84,6 +84,12 @@ options:
         cell's server if it still runs, as O(model), and write C(probe.json) into the run folder.
     type: bool
     default: false
+  probe_long:
+    description:
+      - With O(probe), the long-decode check after the probe (agent/hostside/longdecode.py) with keys C(tokens),
+        C(prompts), C(batch) (the cell's highest concurrency) and C(budget_s); empty or C(tokens=0) is off.
+    type: dict
+    default: {}
   model:
     description:
       - The cell's checkpoint as the server's command line names it. With the docker runtime, a folder given by
@@ -200,7 +206,7 @@ server:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_hostside import docker, logparse, serving, supervise  # noqa: F401 (loaded for the fork)
+from ansible.module_utils.spark_hostside import docker, logparse, longdecode, serving, supervise  # noqa: F401 (loaded for the fork)
 
 ARGUMENT_SPEC = {
     "state": {"type": "str", "default": "started", "choices": ["started", "stopped", "sealed", "status"]},
@@ -220,6 +226,7 @@ ARGUMENT_SPEC = {
     "model_cache": {"type": "str", "default": ""},
     "seal": {"type": "bool", "default": False},
     "probe": {"type": "bool", "default": False},
+    "probe_long": {"type": "dict", "default": {}},
 }
 
 
@@ -239,6 +246,7 @@ def main() -> None:
             seal_it=p["seal"],
             probe_url=p["url"] if p["probe"] else "",
             probe_model=p["model"],
+            probe_long=longdecode.options(p["probe_long"]),
         )
         module.exit_json(changed=result["stopped"], **result)
     if module.check_mode:
