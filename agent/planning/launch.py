@@ -43,6 +43,7 @@ _YAML_HINT = re.compile(r"^(?:services|apiVersion|kind|spec|containers|command|a
 _WRAPPERS = {"env", "sudo", "nohup", "exec", "time", "nice", "setsid", "stdbuf", "taskset", "numactl", "command"}
 _SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _BENCH_SCRIPTS = ("benchmark_throughput.py", "benchmark_latency.py")
+_BENCH_THROUGHPUT, _BENCH_LATENCY = ["bench", "throughput"], ["bench", "latency"]
 _SHELLS = {"sh", "bash", "zsh", "dash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "/usr/bin/env"}
 # Flags only vLLM's server takes: `docker run IMAGE serve ...` of an image whose name does not say vLLM is one
 # when these follow.
@@ -420,9 +421,8 @@ def _serve_args(words: list[str]) -> list[str] | None:
         # vLLM's own benchmark scripts and `vllm bench throughput|latency` start an engine in-process: launches too
         if word.endswith(_BENCH_SCRIPTS) and (i == 0 or words[i - 1].split("/")[-1].startswith("python")):
             return words[i + 1 :]
-        if (word == "vllm" or word.endswith("/vllm")) and words[i + 1 : i + 2] == ["bench"] and i + 2 < len(words):
-            if words[i + 2] in ("throughput", "latency"):
-                return words[i + 3 :]
+        if (word == "vllm" or word.endswith("/vllm")) and words[i + 1 : i + 3] in (_BENCH_THROUGHPUT, _BENCH_LATENCY):
+            return words[i + 3 :]
     return None
 
 
@@ -468,10 +468,10 @@ def _docker_run(words: list[str], source: str, line: int, env: dict[str, tuple[s
         serve = _entrypoint_args(image, rest)
     if serve is None:
         return []
-    found = _launch(source, line, "docker", serve, container_env, image)
+    launch = _launch(source, line, "docker", serve, container_env, image)
     if not env_file:  # an env file may pass anything: unknown here
-        found.host_only = {k: n for k, (_, n) in env.items() if k not in container_env}
-    return [found]
+        launch.host_only = {k: n for k, (_, n) in env.items() if k not in container_env}
+    return [launch]
 
 
 def _entrypoint_args(image: str, words: list[str]) -> list[str] | None:
@@ -590,8 +590,8 @@ def _from_guide(text: str, source: str) -> list[Launch]:
                 args += [m.group(1)] + ([value] if value and not value.startswith("-") else [])
                 first = first or n
         if not model and "model" in line.lower():
-            m = _GUIDE_MODEL.search(line)
-            model = m.group(1) if m and not m.group(1).startswith(("http", "www.")) else ""
+            named = _GUIDE_MODEL.search(line)
+            model = named.group(1) if named and not named.group(1).startswith(("http", "www.")) else ""
     if not env and not args:
         return []
     if model and "--model" not in args:
