@@ -110,7 +110,6 @@ _KNOWN_STARTS = (
     "Using ",
     "Selected ",
     "Initializing a",
-    "Dumping ",  # dump_input.py: the engine failed in a step while serving
     "non-default args",
     "Unknown vLLM environment variable",
     "Model loading took",
@@ -229,6 +228,7 @@ _NEEDLES = (
     "LLM server version",
     "\u2588",
     "Initializing a",
+    "Dumping ",  # dump_input.py: the engine failed in a step while serving
     "-default args",
     "Unknown vLLM",
     "AutoTuner",
@@ -266,6 +266,7 @@ _NEEDLES = (
     "ptxas",
     "EngineCore failed",
     "EngineCore encountered",
+    "died unexpectedly",
     "Engine core init",
     "Engine process failed",
     "WorkerProc failed",
@@ -306,7 +307,6 @@ _NEEDLES = (
     "alueError",
     "out of resource",  # Triton: "out of resource: shared memory, Required: 81920, Hardware limit: 65536"
     "requires GPUs with",  # FlashInfer's JIT: "FlashInfer requires GPUs with sm75 or higher"
-    "kernels for",  # 0.10-0.13 MoE: "Using FlashInfer kernels for ModelOptNvFp4FusedMoE"
 )
 
 
@@ -363,7 +363,7 @@ _CONFIG_SPEC = re.compile(r"speculative_config=SpeculativeConfig\(method='([\w-]
 _CONFIG_DRAFT = re.compile(
     r"speculative_config=SpeculativeConfig\(draft_model='?([^',)]{1,300})'?(?:, num_spec_tokens=(\d+))?"
 )
-_CONFIG_QUANT = re.compile(r"(?:^|[ ,])quantization=(\w{1,40})")
+_CONFIG_QUANT = re.compile(r"(?:^|[ ,])quantization=([\w-]{1,40})")  # compressed-tensors too
 # 0.5-0.6: a GPTQ/AWQ checkpoint upgraded to the Marlin kernels ("... is convertible to gptq_marlin during runtime").
 _QUANT_WORDED = re.compile(
     r"(?:^|\s)(\w{1,40}) quantization is not fully optimized|model is serialized in (\w{1,40}) format"
@@ -477,11 +477,14 @@ _READY = re.compile(
 # can show this without the start's own lines.
 _SERVED_ACCESS = re.compile(r'"(?:GET|POST|PUT|DELETE|PATCH) /\S{0,300} HTTP/\d(?:\.\d)?" 200\b')
 _SERVED_REQUEST = ("Added request", "Received request", "Finished request", "Generated response")
-# Only the engine loop that serves logs these: V1's busy loop (core.py) and its step dump (dump_input.py, which
-# carries the version and the engine config), and V0's engine loop (MQLLMEngine, AsyncLLMEngine).
+# Only the loops that serve log these: V1's busy loop (core.py) and its step dump (dump_input.py, which carries the
+# version and the engine config), the API server's output handler (started by the first request), and V0's engine
+# loop (MQLLMEngine, AsyncLLMEngine).
 _SERVING_ENGINE = re.compile(
-    r"\bin (?:run_busy_loop|_process_engine_step|step_with_batch_queue|run_engine_loop|engine_step)\b"
+    r"\bin (?:run_busy_loop|_process_engine_step|step_with_batch_queue|run_engine_loop|engine_step|output_handler)\b"
+    r"|output_handler failed"
     r"|EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|Dumping (?:input data|scheduler output)"
+    r"|Engine core proc \w{1,40} died unexpectedly"
 )
 # V0's engine loop logs the exception's repr when it dies: "ERROR ... engine.py:158] NotImplementedError('...')"
 _EXCEPTION_REPR = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\(")
@@ -503,6 +506,8 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
             _Then(r"kernel_runtime\.hpp", r"Assert|exit_code == 0|!= nullptr"),
             _Then("jit_kernels/", r"Assert|exit_code == 0|!= nullptr"),
             _Then("ssertion error", r"\.(?:hpp|cuh):\d+"),
+            # any error DeepGEMM's own sources raise ("CUDA driver error (.../deepgemm-src/.../runtime_utils.hpp:144)")
+            _Then(r"deepgemm-src|DeepGEMM/csrc", r"\.(?:hpp|cuh):\d+"),
         ),
     ),
     (
@@ -571,11 +576,12 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
 # "died" lines are the API server's final word, after the engine's traceback (or before, when streams interleave).
 _ENGINE_DYING = re.compile(
     r"EngineCore failed to start|WorkerProc failed to start|Worker failed with error"
-    r"|EngineCore encountered a fatal error"
+    r"|EngineCore encountered a fatal error|AsyncLLM output_handler failed"
 )
 _ENGINE_DIED = re.compile(
     r"Engine core initialization failed|Engine process failed to start|EngineDeadError"
     r"|Got fatal signal from worker processes"  # 0.7's V1 wording
+    r"|Engine core proc \w{1,40} died unexpectedly"  # V1 core_client's monitor, which runs once the engine is up
 )
 # After readiness, the root cause of an engine that died mid-run: checked before the startup signatures. The OOM
 # killer and signals leave no line of vLLM's own; the supervisor adds one when the server ends (SUPERVISOR_PREFIX).
@@ -752,6 +758,7 @@ class Follower:
         self._disabled = ""  # a "... is disabled for this configuration" warning (see _DISABLED)
         self._rejected: list[tuple[str, str]] = []  # (part, message): candidates automatic selection passed over
         self._prose_exception = ""  # an exception named inside prose (see _PROSE_EXCEPTION)
+        self._early_death = ("", "", "")  # (class, message, line): a runtime cause seen before the log showed serving
         self._error_frames = False
         self._probe = 256  # lines still looked at for a vLLM prefix while none was seen (see _probe_line)
         self._served = False  # the log shows the server serving (see _SERVED_ACCESS): the start was over
@@ -1259,6 +1266,10 @@ class Follower:
             elif self.fatal["class"] == cls and _EXCEPTION_LINE.match(msg):
                 self._declare(cls, msg)  # the exception line says it better than the traceback's source line
             return
+        if not self._early_death[0] and level in ("ERROR", "CRITICAL"):  # a cause that a later line may show was
+            death_cls = _death_cause_of(msg)  # a crash while serving (an excerpt that starts mid-crash)
+            if death_cls:
+                self._early_death = (death_cls, msg, line)
         final = bool(_ENGINE_DIED.search(msg))
         if final or _ENGINE_DYING.search(msg):
             self._keep(line)
@@ -1294,6 +1305,10 @@ class Follower:
             self.ready = True
         else:
             self._f["engine_ready"] = True
+        early_cls, early_msg, early_line = self._early_death
+        if early_cls and not self._death["class"]:
+            self._death["class"], self._death["root_cause"] = early_cls, early_msg
+            self._keep_death(early_line)
         if self.fatal is not None:
             cls = self.fatal.get("class", "")
             if cls not in ("engine_init_failed", ROOT_CAUSE_MISSING) and not self._death["class"]:
@@ -1350,7 +1365,8 @@ class Follower:
             self._keep_death(line)
             self._death_dying = True  # a traceback follows; its exception line is the cause
             return
-        if msg.startswith("Dumping input data"):  # a step failed: the engine's traceback follows
+        if msg.startswith(("Dumping input data", "Dumping scheduler output")):  # a step failed: its traceback follows
+            self._keep_death(line)
             self._death_dying = True
             return
         if level in ("ERROR", "CRITICAL") and _EXCEPTION_REPR.match(msg):  # V0's engine loop died of this

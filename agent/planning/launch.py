@@ -510,15 +510,18 @@ def _launch(source: str, line: int, kind: str, args: list[str], env: dict[str, t
 # --- Python: vLLM's `LLM(...)` API in a snippet ------------------------------------------------------------------
 
 _PY_LLM = re.compile(r"\bLLM\(")
-_PY_HINT = re.compile(r"^\s*(?:>>>\s*)?(?:from vllm import|import vllm)", re.M)
-_PY_PROMPT = re.compile(r"^(?:>>>|\.\.\.) ?", re.M)
+_PY_HINT = re.compile(r"^\s*(?:>>>\s*)?(?:from vllm import|import vllm)|^>>> .{0,200}\bLLM\(", re.M)
+_PY_PROMPT = re.compile(r"^(?:>>>|\.\.\.)(?: |$)")
 
 
 def _from_python(text: str, source: str, first_line: int) -> list[Launch]:
     """`LLM(model=..., quantization=..., tensor_parallel_size=...)` as the engine arguments it passes (keywords as
     their flags), with `os.environ["X"] = "v"` set before it. Only literals and names bound to literals are read."""
+    lines = text.splitlines()
+    if any(line.startswith(">>>") for line in lines):  # an interpreter session: its input lines, not its output
+        lines = [_PY_PROMPT.sub("", line) if _PY_PROMPT.match(line) else "" for line in lines]
     try:
-        tree = ast.parse(_PY_PROMPT.sub("", text))
+        tree = ast.parse("\n".join(lines))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     names: dict[str, Any] = {}
