@@ -54,13 +54,15 @@ _VLLM_FLAGS = {
     "--model",
 }  # fmt: skip
 # What a paste puts before a command: a Markdown quote ("> "), the shell's continuation prompt ("> "), its prompt.
-_PROMPT = re.compile(r"^\s*(?:>\s*)+(?=\S)|^\s*\$\s+")
+# A notebook's shell escape ("!vllm serve ...", "!VLLM_USE_V1=0 vllm serve ...") too.
+_PROMPT = re.compile(r"^\s*(?:>\s*)+(?=\S)|^\s*\$\s+|^\s*!(?=[A-Za-z_])")
 _DOCKERFILE = re.compile(r"^FROM\s+\S+.*$(?:.|\n)*^(?:ENTRYPOINT|CMD)\s", re.M | re.I)
 _DOCKERFILE_LINE = re.compile(r"^\s*(FROM|ENV|ENTRYPOINT|CMD)\s+(.*)$", re.I)
 # ${X:+words}: its words when X is set; taken out before the line is split into words (they may hold quotes).
 _PLUS = re.compile(r"\$\{([A-Za-z_]\w*):?\+([^}]{0,500})\}")
 _SUBST = re.compile(r"\$\([^()`]{0,500}\)|`[^`]{0,500}`")
 _K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_YAML_LIST = re.compile(r"^\s*- \S", re.M)
 _DIFF = re.compile(r"^(?:@@ |\+\+\+ |--- a/|diff --git )", re.M)
 
 
@@ -71,7 +73,7 @@ class Launch:
 
     source: str
     line: int
-    kind: str  # shell | docker | compose | kubernetes | dockerfile | python (`LLM(...)`) | guide (prose, no command);
+    kind: str  # shell | docker | compose | kubernetes | dockerfile | yaml (an argv list) | python (`LLM(...)`) | guide;
     # inside a Markdown file: the same, from its fenced block
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
@@ -191,7 +193,10 @@ def _extract_block(text: str, source: str, first_line: int, lang: str) -> list[L
         found = _from_yaml(text, source, first_line)
         if found is not None:
             return found
-    return _from_shell(text, source, first_line)
+    found = _from_shell(text, source, first_line)
+    if not found and _YAML_LIST.search(text):  # a YAML list of argv words under a key of its own (`start_command:`)
+        found = _from_yaml(text, source, first_line) or []
+    return found
 
 
 def _fenced_blocks(text: str) -> Iterator[tuple[int, str, str]]:
@@ -569,8 +574,13 @@ def _py_value(node: ast.AST, names: dict[str, Any]) -> Any:
 _GUIDE_ENV = re.compile(
     r"(?<![\w$])((?:VLLM|FLASHINFER|CUTE_DSL|NCCL|TRITON|TORCH_CUDA)_[A-Z0-9_]{1,80})\s*=\s*[\"'`]?([^\s\"'`,;)|]{0,200})"
 )
-_GUIDE_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]{1,60})(?:[ =][\"'`]?([^\s\"'`,;)|]{1,300}))?")
-_GUIDE_MODEL = re.compile(r"(?<![\w./-])([A-Za-z0-9][\w.-]{1,60}/[A-Za-z0-9][\w.-]{1,100})(?![\w/])")
+# `--flag value`, `--flag=value`, `--flag '{"json": 1}'`, and a JSON list's `"--flag", "value"`
+_GUIDE_FLAG = re.compile(
+    r"(?<![\w-])(--[a-z][a-z0-9-]{1,60})"
+    r"(?:(?:[ =]|\",\s{0,4}\")(?:'([^'\n]{1,2000})'|\"([^\"\n]{1,2000})\"|`?([^\s\"'`,;)|]{1,300})))?"
+)
+# A hub id said in prose (`Qwen/Qwen3-30B-A3B-FP8`), never one quoted inside a JSON value (a draft model's)
+_GUIDE_MODEL = re.compile(r"(?<![\w./:\"'-])([A-Za-z0-9][\w.-]{1,60}/[A-Za-z0-9][\w.-]{1,100})(?![\w/\"'])")
 _GUIDE_FLAGS = {"--moe-backend", "--attention-backend", "--linear-backend", "--speculative-config", "--model"}
 
 
@@ -589,7 +599,7 @@ def _from_guide(text: str, source: str) -> list[Launch]:
             first = first or n
         for m in _GUIDE_FLAG.finditer(line):
             if m.group(1) in known and m.group(1) not in args:
-                value = m.group(2) or ""
+                value = m.group(2) or m.group(3) or m.group(4) or ""
                 args += [m.group(1)] + ([value] if value and not value.startswith("-") else [])
                 first = first or n
         if not model and "model" in line.lower():
@@ -625,6 +635,12 @@ def _from_yaml(text: str, source: str, first_line: int) -> list[Launch] | None:
             continue
         for container in _containers(doc, budget):
             out += _container(container, str(container.get("name", "")), text, source, first_line, "kubernetes")
+        if not out:  # an argv kept as a YAML list: ["python", "-m", "vllm.entrypoints.openai.api_server", ...]
+            for words in _word_lists(doc, budget):
+                serve = _serve_args(words)
+                if serve is not None:
+                    line = first_line + _line_of(text, words[0])
+                    out.append(_launch(source, line, "yaml", serve, {}, ""))
         if not out:
             for value, _ in _strings(doc, budget):
                 if "vllm" in value and "serve" in value:
@@ -710,6 +726,20 @@ def _containers(node: Any, budget: list[int]) -> Iterator[dict[str, Any]]:
             stack.extend(v for k, v in item.items() if k not in ("containers", "initContainers"))
         elif isinstance(item, list):
             stack.extend(item)
+
+
+def _word_lists(node: Any, budget: list[int]) -> Iterator[list[str]]:
+    stack = [node]
+    while stack and budget[0] > 0:
+        item = stack.pop()
+        budget[0] -= 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            if item and all(isinstance(v, (str, int, float)) for v in item):
+                yield [str(v) for v in item]
+            else:
+                stack.extend(item)
 
 
 def _strings(node: Any, budget: list[int]) -> Iterator[tuple[str, None]]:
