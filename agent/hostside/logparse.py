@@ -917,7 +917,7 @@ class Follower:
             or self._repairs["lenient_args"]
             or self._repairs["prose"]
         )
-        if f["vllm_log_lines"] == 0 and not _recognised(f):
+        if f["vllm_log_lines"] == 0 and not _recognised(f) and not self._repairs["prose"]:
             return ""
         if damaged or f["vllm_log_lines"] == 0:  # beside prefixed lines, bare ones (uvicorn, print) are normal
             return "low"
@@ -1509,7 +1509,7 @@ def requirement(cause: str) -> str:
 def _disabled_class(msg: str) -> str:
     """ "X is disabled for this configuration": CUTLASS's own refusal, or another backend's."""
     m = _DISABLED.search(msg)
-    return "cutlass_disabled" if m and "utlass" in m.group(1) else "unsupported_backend"
+    return "cutlass_disabled" if m and "cutlass" in m.group(1).lower() else "unsupported_backend"
 
 
 def _unique_lines(lines: list[str]) -> list[str]:
