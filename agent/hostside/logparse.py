@@ -1366,7 +1366,7 @@ class Follower:
             self._death_dying = True  # a traceback follows; its exception line is the cause
             return
         if msg.startswith(("Dumping input data", "Dumping scheduler output")):  # a step failed: its traceback follows
-            self._keep_death(line)
+            self._keep_death(line[: line.find(" with config: ") + 1 or 300] + "...")  # the config itself is no cause
             self._death_dying = True
             return
         if level in ("ERROR", "CRITICAL") and _EXCEPTION_REPR.match(msg):  # V0's engine loop died of this
