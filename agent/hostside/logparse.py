@@ -788,7 +788,9 @@ class Follower:
                 and line.count(" pid=") < 2  # unless another line was pasted onto it
                 and "startup complete" not in line
             ):
-                if not self._served and (_SERVED_ACCESS.search(line) or any(r in line for r in _SERVED_REQUEST)):
+                if not (self.ready or self._served) and (
+                    _SERVED_ACCESS.search(line) or any(r in line for r in _SERVED_REQUEST)
+                ):
                     self._serving(clean(line), api=True)
                 continue
             if "SpecDecoding metrics" in line:  # periodic, and wanted: the cheap path
@@ -956,7 +958,7 @@ class Follower:
             self._probe = 0
         if ("..." in msg or "\u2026" in msg) and _ELLIPSIS.search(msg):
             self._repairs["ellipsis"] += 1
-        if not self._served and _SERVING_ENGINE.search(msg):
+        if not (self.ready or self._served) and _SERVING_ENGINE.search(msg):  # an excerpt that starts mid-serving
             self._serving(line, api=False)
         if not (self.ready or self._served):
             self._watch_failure(level, msg, line)
