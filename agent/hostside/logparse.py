@@ -412,19 +412,6 @@ _MOE_FORMS = (
     ("MXFP4 ", re.compile(r"Using (FlashInfer (MXFP4)(?: [A-Z0-9]{2,8}){0,3}) backend")),
     (" backend", _MXFP4_BARE),
 )
-# The GEMM's quantization method, as the linear lines name it ("Using MarlinLinearKernel for GPTQMarlinLinearMethod",
-# "Selected MacheteLinearKernel for CompressedTensorsWNA16"): vLLM's own --quantization value for it.
-_METHOD_QUANT = (
-    ("AWQMarlin", "awq_marlin"),
-    ("GPTQMarlin", "gptq_marlin"),
-    ("GPTQBitBLAS", "gptq_bitblas"),
-    ("AutoGPTQ", "gptq"),
-    ("CompressedTensors", "compressed-tensors"),
-    ("ModelOptNvFp4", "modelopt_fp4"),
-    ("ModelOpt", "modelopt"),
-    ("Mxfp4", "mxfp4"),
-    ("Quark", "quark"),
-)
 _ATTN_FORMS = (
     # auto (+ "out of potential backends"), and 0.2x short form
     (" attention backend", re.compile(r"Using ([\w.]+) attention backend")),
@@ -445,6 +432,19 @@ _LINEAR_FORMS = (
     (" for FP4", re.compile(r"Using (flashinfer-[\w-]{1,40}|cutlass|marlin) for (FP4)\s*$")),
     ("Kernel for ", re.compile(r"Selected (\w{1,200}Kernel) for (\w+)")),
     ("LinearKernel for ", re.compile(r"Using (\w{1,200}LinearKernel) for (\w+)")),
+)
+# The GEMM's quantization method, as the linear lines name it ("Using MarlinLinearKernel for GPTQMarlinLinearMethod",
+# "Selected MacheteLinearKernel for CompressedTensorsWNA16"): vLLM's own --quantization value for it.
+_METHOD_QUANT = (
+    ("AWQMarlin", "awq_marlin"),
+    ("GPTQMarlin", "gptq_marlin"),
+    ("GPTQBitBLAS", "gptq_bitblas"),
+    ("AutoGPTQ", "gptq"),
+    ("CompressedTensors", "compressed-tensors"),
+    ("ModelOptNvFp4", "modelopt_fp4"),
+    ("ModelOpt", "modelopt"),
+    ("Mxfp4", "mxfp4"),
+    ("Quark", "quark"),
 )
 _LINEAR_FALLBACK = re.compile(
     r"--linear-backend=\S{1,200} (?:has no kernel|was requested, but no)|NVFP4 linear falling back to the slow"
