@@ -266,7 +266,7 @@ _NEEDLES = (
     "ptxas",
     "EngineCore failed",
     "EngineCore encountered",
-    "died unexpectedly",
+    "Engine core proc",  # "Engine core proc EngineCore_DP0 died unexpectedly" (the client's monitor)
     "Engine core init",
     "Engine process failed",
     "WorkerProc failed",
@@ -305,7 +305,7 @@ _NEEDLES = (
     "ssertion error",
     "untimeError",
     "alueError",
-    "out of resource",  # Triton: "out of resource: shared memory, Required: 81920, Hardware limit: 65536"
+    "OutOfResources",  # Triton: "OutOfResources: out of resource: shared memory, Required: 81920, Hardware limit: 65536"
     "requires GPUs with",  # FlashInfer's JIT: "FlashInfer requires GPUs with sm75 or higher"
 )
 
