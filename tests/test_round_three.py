@@ -267,10 +267,15 @@ def test_llm_api_keywords_and_environment_become_flags_and_variables():
 
 
 def test_a_guide_section_without_a_command_line_gets_its_findings_where_it_says_them():
-    text = "# On vLLM\nServe the model `org/Qwen3-30B-A3B-FP8` with:\n\n- `VLLM_ATTENTION_BACKEND=FLASHINFER`\n"
+    text = (
+        "# On vLLM\nServe the model `org/Qwen3-30B-A3B-FP8` with:\n\n- `VLLM_ATTENTION_BACKEND=FLASHINFER`\n"
+        "- and pass `--moe-backend deep_gemm`\n"
+    )
     found = _findings(text, "guide.md")
     dead = [f for f in found if f.rule == "dead-vllm-attention-backend"]
     assert dead and dead[0].line == 4
+    wrong_backend = [f for f in found if f.rule == "gb10-fp8-moe-deep-gemm"]
+    assert wrong_backend and wrong_backend[0].line == 5
     assert any(f.rule == "gb10-fp8-no-deep-gemm" for f in found)  # the quant from the model it names
 
 

@@ -284,7 +284,7 @@ def _fails(result: Result, fixed: Launch, rules: dict, arch: str, quant: str, ve
                 f"{entry['axis']} {entry['backend']} does not start on {arch}"
                 f"{' with ' + quant if quant else ''} (a {entry['class']} failure): {entry['reason']}"
             )
-            _add(result, entry["id"], "error", message, fix=fix)
+            _add(result, entry["id"], "error", message, result.launch.flag_lines.get(entry["axis"], 0), fix)
 
 
 def _fails_of_fix(
@@ -348,7 +348,8 @@ def _flags(result: Result, rules: dict, version: envrules.Version | None, versio
         if version is None:
             continue  # said once below
         if not envrules.in_range(version, entry["vllm"]):
-            _add(result, entry["id"], "error", f"vLLM {version_text} does not know {shown}: {entry['reason']}")
+            line = result.launch.flag_lines.get(entry["name"], 0)
+            _add(result, entry["id"], "error", f"vLLM {version_text} does not know {shown}: {entry['reason']}", line)
     if version is None and any(result.launch.flag(e["name"]) is not None for e in rules.get("flag", [])):
         _add(
             result,

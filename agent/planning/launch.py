@@ -82,6 +82,7 @@ class Launch:
     # Set on the host but never passed into the container (`export X=1` then `docker run` without `-e X`): name ->
     # line. vLLM never sees these.
     host_only: dict[str, int] = field(default_factory=dict)
+    flag_lines: dict[str, int] = field(default_factory=dict)  # a guide's flags: where each is said
 
     def flag(self, name: str) -> str | None:
         """The value of `--name` (`--name V`, `--name=V`, or `--name_with_underscores`); the last one wins;
@@ -591,6 +592,7 @@ def _from_guide(text: str, source: str) -> list[Launch]:
         return []
     env: dict[str, tuple[str, int]] = {}
     args: list[str] = []
+    flag_lines: dict[str, int] = {}
     model, first = "", 0
     known = _VLLM_FLAGS | _GUIDE_FLAGS
     for n, line in enumerate(text.splitlines(), 1):
@@ -601,6 +603,7 @@ def _from_guide(text: str, source: str) -> list[Launch]:
             if m.group(1) in known and m.group(1) not in args:
                 value = m.group(2) or m.group(3) or m.group(4) or ""
                 args += [m.group(1)] + ([value] if value and not value.startswith("-") else [])
+                flag_lines[m.group(1)] = n
                 first = first or n
         if not model and "model" in line.lower():
             named = _GUIDE_MODEL.search(line)
@@ -609,7 +612,9 @@ def _from_guide(text: str, source: str) -> list[Launch]:
         return []
     if model and "--model" not in args:
         args = ["--model", model, *args]
-    return [_launch(source, first, "guide", args, env, "")]
+    guide = _launch(source, first, "guide", args, env, "")
+    guide.flag_lines = flag_lines
+    return [guide]
 
 
 # --- YAML: docker compose, Kubernetes, and any YAML whose strings hold a `vllm serve` command ----------
