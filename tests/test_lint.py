@@ -288,7 +288,7 @@ def test_hopper_fp8_block_moe_cutlass_fails_from_the_real_h200_run():
     (launch,) = extract("vllm serve Qwen/Qwen3-30B-A3B-FP8 --moe-backend cutlass\n", "cmd")
     result = lint(launch, "0.24.0", arch="h200")
     failing = [f for f in result.findings if f.rule == rule]
-    assert failing and "unsupported_backend" in failing[0].message and "disabled for this" in failing[0].message
+    assert failing and "cutlass_disabled" in failing[0].message and "disabled for this" in failing[0].message
     assert result.fixed is not None and result.fixed.flag("--moe-backend") == "triton"
     assert rule not in rules_of(lint(launch, "0.24.0", arch="gb10"))  # the chip decides
     assert rule not in rules_of(lint(launch, "0.25.0", arch="h200"))  # measured on 0.24 only

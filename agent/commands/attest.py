@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from agent.errors import UserError
 from agent.hostside import logparse
@@ -175,6 +176,9 @@ def _print_tables(result: dict) -> None:
     if facts["kv_cache_tokens"] >= 0:
         row("KV cache", "", f"{facts['kv_cache_tokens']:,} tokens")
     row("ready", "", "yes" if facts["startup_complete"] else "no")
+    failure = facts["failure"] or facts["runtime_failure"]
+    if failure.get("backend") or failure.get("requires"):  # a kernel's own error: its family and what it needs
+        row("failed in", "", " ".join(x for x in (failure.get("backend", ""), _needs(failure)) if x))
     if facts["confidence"] == "low":
         row("confidence", "", "low: " + ("; ".join(facts["repairs"]) or "lines without vLLM's prefix"))
     console.print(table)
@@ -188,3 +192,7 @@ def _print_tables(result: dict) -> None:
         console.print("evidence:")
         for line in v["evidence"]:
             console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _needs(failure: dict[str, Any]) -> str:
+    return f"(needs {failure['requires']})" if failure.get("requires") else ""

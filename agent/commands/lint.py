@@ -143,7 +143,8 @@ def _print_text(results: list[checks.Result], arch: str, fix: bool) -> None:
     total: dict[str, int] = {}
     for r in results:
         head = f"{r.launch.source}:{r.launch.line}: {r.launch.kind} launch of {r.launch.model or '?'}"
-        print(redact.redact_text(f"{head} on {arch}, vLLM {r.vllm_version or '?'}, quant {r.quant or '?'}"))
+        guess = " (read from the model's name: lower confidence)" if r.quant_source == "name" else ""
+        print(redact.redact_text(f"{head} on {arch}, vLLM {r.vllm_version or '?'}, quant {r.quant or '?'}{guess}"))
         for f in r.findings:
             total[f.severity] = total.get(f.severity, 0) + 1
             print(redact.redact_text(f"  {f.source}:{f.line}: {f.severity} [{f.rule}] {f.message}"))

@@ -72,7 +72,9 @@ class Failure(_FailureKeys, total=False):
     timeout, a server that exited without a word) has no draft_model."""
 
     draft_model: bool  # it happened while the speculative draft model loaded
-    backend: str  # unsupported_backend: the backend that cannot run this chip, model or configuration
+    backend: str  # unsupported_backend: the backend that cannot run this chip, model or configuration; a kernel's own
+    # failure class (flashinfer_jit_arch, triton_shared_memory, deep_gemm_assert, cutlass_disabled): its family
+    requires: str  # what the chip must have, where the message says it ("compute capability 90 or 100"); else ""
 
 
 # --- attestation: hostside.logparse.parse() / Follower.facts() -> the [attestation] table --------------------------

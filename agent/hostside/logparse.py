@@ -157,6 +157,8 @@ _ALIASES = {
     "flashinfer_tensorrt_llm": "flashinfer_trtllm",
     "flashinfer_fp8_moe_trtllm": "flashinfer_trtllm",
     "rocm_aiter": "aiter",
+    "cutlassblockscaledgroupedgemm": "cutlass",  # 0.9-0.13's FP8 block-scaled grouped GEMM: --moe-backend cutlass
+    "cutlass_blockscaled_groupedgemm": "cutlass",
     "flash_attention": "flash_attn",
     "flashattention": "flash_attn",
 }
@@ -226,6 +228,7 @@ _NEEDLES = (
     "LLM server version",
     "\u2588",
     "Initializing a",
+    "Dumping ",  # dump_input.py: the engine failed in a step while serving
     "-default args",
     "Unknown vLLM",
     "AutoTuner",
@@ -263,6 +266,7 @@ _NEEDLES = (
     "ptxas",
     "EngineCore failed",
     "EngineCore encountered",
+    "Engine core proc",  # "Engine core proc EngineCore_DP0 died unexpectedly" (the client's monitor)
     "Engine core init",
     "Engine process failed",
     "WorkerProc failed",
@@ -301,6 +305,8 @@ _NEEDLES = (
     "ssertion error",
     "untimeError",
     "alueError",
+    "OutOfResources",  # Triton: "OutOfResources: out of resource: shared memory, Required: 81920, Hardware limit: 65536"
+    "requires GPUs with",  # FlashInfer's JIT: "FlashInfer requires GPUs with sm75 or higher"
 )
 
 
@@ -347,14 +353,17 @@ _VERSION_FORMS = (
     _Then("\u2588", r"\bversion (\d\S*)\s*$"),  # the logo
 )
 _LOGO_MODEL = _Then("\u2588", r"\bmodel\s+(\S+)\s*$")
-_ENGINE_INIT = re.compile(r"Initializing an? (?:V\d )?LLM engine (?:\(v([^)\s]+)\) )?with config: (.*)")  # V0, V1, 0.2
+# V0, V1, 0.2; and the same config in the dump a V1 engine writes when a step fails while serving (dump_input.py)
+_ENGINE_INIT = re.compile(
+    r"(?:Initializing an?|Dumping input data for) (?:V\d )?LLM engine (?:\(v([^)\s]+)\) )?with config: (.*)"
+)
 _CONFIG_MODEL = re.compile(r"(?:^|[ ,])model='([^']*)'")
 _CONFIG_SPEC = re.compile(r"speculative_config=SpeculativeConfig\(method='([\w-]+)'(?:.*?num_spec_tokens=(\d+))?")
 # V0 (0.5-0.8): the draft model stands where the method does; "[ngram]" is the n-gram proposer.
 _CONFIG_DRAFT = re.compile(
     r"speculative_config=SpeculativeConfig\(draft_model='?([^',)]{1,300})'?(?:, num_spec_tokens=(\d+))?"
 )
-_CONFIG_QUANT = re.compile(r"(?:^|[ ,])quantization=(\w{1,40})")
+_CONFIG_QUANT = re.compile(r"(?:^|[ ,])quantization=([\w-]{1,40})")  # compressed-tensors too
 # 0.5-0.6: a GPTQ/AWQ checkpoint upgraded to the Marlin kernels ("... is convertible to gptq_marlin during runtime").
 _QUANT_WORDED = re.compile(
     r"(?:^|\s)(\w{1,40}) quantization is not fully optimized|model is serialized in (\w{1,40}) format"
@@ -374,15 +383,34 @@ _CONFIG_LOAD_FORMAT = re.compile(r"(?:^|[ ,])load_format=(?:LoadFormat\.)?'?(\w{
 _NAMESPACE_LOAD_FORMAT = re.compile(r"[(, ]load_format='(\w{1,40})'")
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: ([A-Za-z_][A-Za-z0-9_]*)")
 
+# 0.12-0.13 fp8.py: "Using FlashInfer FP8 MoE TRTLLM backend for SM100", "... CUTLASS backend for SM90/SM100"
+_FLASHINFER_FP8 = re.compile(r"Using (FlashInfer) (FP8) MoE (TRTLLM|CUTLASS) backend")
+# 0.10-0.18 gpt-oss (mxfp4.py) says only "Using Marlin backend" / "Using Triton backend" (no period: with one,
+# "Using Triton backend." is XPU's attention); "[get_mxfp4_backend_with_lora] Using Marlin backend" too.
+_MXFP4_BARE = re.compile(r"Using (Marlin|Triton) backend\s*$")
 # (literal, form): a form is only tried on a message that holds its literal. A line of thousands of "Using "
 # would otherwise cost every form a bounded scan at every "Using ".
 _MOE_FORMS = (
     ("MoE backend", re.compile(r"Using '?([\w-]+)'? (\w+) MoE backend")),  # 0.15+: 'MARLIN' NvFp4 / TRITON Fp8
     (" backend for ", re.compile(r"Using ([\w -]{1,80}?) backend for (\w+) MoE")),  # 0.12-0.14: Marlin ... FP8 MoE
-    ("MoE TRTLLM", re.compile(r"Using (FlashInfer) (FP8) MoE (TRTLLM) backend")),  # 0.12: ... for SM100
-    ("FusedMoE", re.compile(r"Using (Marlin|FlashInfer [\w-]+)(?: kernels)? for ModelOpt(\w+?)FusedMoE")),  # NVFP4
+    ("FP8 MoE ", _FLASHINFER_FP8),
+    # 0.10-0.13 NVFP4 (modelopt.py, compressed_tensors_moe.py): "Using Cutlass for ModelOptNvFp4FusedMoE.",
+    # "Using FlashInfer CUTLASS kernels for ModelOptNvFp4FusedMoE.", "Using Marlin for
+    # CompressedTensorsW4A4Nvfp4MoEMethod.", and nvfp4_moe_support.py's "Using FlashInfer kernels for %s."
+    (
+        "MoE",
+        re.compile(
+            r"Using (Marlin|Cutlass|FlashInfer(?: (?!kernels\b)[\w-]+)?)(?: kernels)? for "
+            r"(?:ModelOpt(\w+?)FusedMoE|CompressedTensors\w*?(Nvfp4|Fp8|Mxfp4|WNA16)\w*MoEMethod)"
+        ),
+    ),
+    # 0.9-0.11 FP8 (fp8.py): "Using DeepGemm kernels for Fp8MoEMethod.", "Using CutlassBlockScaledGroupedGemm ..."
+    ("kernels for ", re.compile(r"Using (\w{1,80}) kernels for (Fp8|Fp4|NvFp4|Mxfp4)\w*MoEMethod")),
+    # 0.20+ MXFP4 (compressed_tensors_moe_w4a4_mxfp4.py): "Using MarlinExperts for MXFP4 MoE"
+    ("Experts", re.compile(r"Using (\w{1,80}?)Experts(?:\w{1,40})? for (MXFP4|NVFP4|FP8) MoE")),
     # 0.10-0.13 gpt-oss (mxfp4.py): "Using FlashInfer MXFP4 BF16 backend for SM90", "... for Blackwell-class GPU"
     ("MXFP4 ", re.compile(r"Using (FlashInfer (MXFP4)(?: [A-Z0-9]{2,8}){0,3}) backend")),
+    (" backend", _MXFP4_BARE),
 )
 _ATTN_FORMS = (
     # auto (+ "out of potential backends"), and 0.2x short form
@@ -398,9 +426,25 @@ _ATTN_FORMS = (
     (" backend on V1 engine", re.compile(r"Using ([\w ]{1,80}?) backend on V1 engine")),  # old V1
 )
 _LINEAR_FORMS = (
-    (" for NVFP4 GEMM", re.compile(r"Using ([\w.]+) for NVFP4 GEMM")),
+    # "Using CutlassNvFp4LinearKernel for NVFP4 GEMM" (0.15+); 0.12-0.14 name the backend: "Using flashinfer-cutlass
+    # for NVFP4 GEMM"; 0.11 compressed-tensors "Using flashinfer-trtllm for FP4"; 0.16+ MXFP8/MXFP4 GEMMs likewise.
+    (" GEMM", re.compile(r"Using ([\w.-]{1,200}?)(?: backend)? for (NVFP4|MXFP8|MXFP4) GEMM")),
+    (" for FP4", re.compile(r"Using (flashinfer-[\w-]{1,40}|cutlass|marlin) for (FP4)\s*$")),
     ("Kernel for ", re.compile(r"Selected (\w{1,200}Kernel) for (\w+)")),
     ("LinearKernel for ", re.compile(r"Using (\w{1,200}LinearKernel) for (\w+)")),
+)
+# The GEMM's quantization method, as the linear lines name it ("Using MarlinLinearKernel for GPTQMarlinLinearMethod",
+# "Selected MacheteLinearKernel for CompressedTensorsWNA16"): vLLM's own --quantization value for it.
+_METHOD_QUANT = (
+    ("AWQMarlin", "awq_marlin"),
+    ("GPTQMarlin", "gptq_marlin"),
+    ("GPTQBitBLAS", "gptq_bitblas"),
+    ("AutoGPTQ", "gptq"),
+    ("CompressedTensors", "compressed-tensors"),
+    ("ModelOptNvFp4", "modelopt_fp4"),
+    ("ModelOpt", "modelopt"),
+    ("Mxfp4", "mxfp4"),
+    ("Quark", "quark"),
 )
 _LINEAR_FALLBACK = re.compile(
     r"--linear-backend=\S{1,200} (?:has no kernel|was requested, but no)|NVFP4 linear falling back to the slow"
@@ -427,6 +471,24 @@ _READY = re.compile(
     r"|^Route: /"
 )
 
+# --- serving: proof that the start was over ---------------------------------------------------------
+# A server that answered a request (uvicorn's access line with 200), took one into its engine, or failed inside the
+# engine's busy loop had started: what dies after that is a crash while serving, never a failed start. An excerpt
+# can show this without the start's own lines.
+_SERVED_ACCESS = re.compile(r'"(?:GET|POST|PUT|DELETE|PATCH) /\S{0,300} HTTP/\d(?:\.\d)?" 200\b')
+_SERVED_REQUEST = ("Added request", "Received request", "Finished request", "Generated response")
+# Only the loops that serve log these: V1's busy loop (core.py) and its step dump (dump_input.py, which carries the
+# version and the engine config), the API server's output handler (started by the first request), and V0's engine
+# loop (MQLLMEngine, AsyncLLMEngine).
+_SERVING_ENGINE = re.compile(
+    r"\bin (?:run_busy_loop|_process_engine_step|step_with_batch_queue|run_engine_loop|engine_step|output_handler)\b"
+    r"|output_handler failed"
+    r"|EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|Dumping (?:input data|scheduler output)"
+    r"|Engine core proc \w{1,40} died unexpectedly"
+)
+# V0's engine loop logs the exception's repr when it dies: "ERROR ... engine.py:158] NotImplementedError('...')"
+_EXCEPTION_REPR = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\(")
+
 # --- failure classes -------------------------------------------------------------------------------
 # (class, signatures). Checked in this order on each line; the first that matches decides the line.
 _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
@@ -444,6 +506,8 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
             _Then(r"kernel_runtime\.hpp", r"Assert|exit_code == 0|!= nullptr"),
             _Then("jit_kernels/", r"Assert|exit_code == 0|!= nullptr"),
             _Then("ssertion error", r"\.(?:hpp|cuh):\d+"),
+            # any error DeepGEMM's own sources raise ("CUDA driver error (.../deepgemm-src/.../runtime_utils.hpp:144)")
+            _Then(r"deepgemm-src|DeepGEMM/csrc", r"\.(?:hpp|cuh):\d+"),
         ),
     ),
     (
@@ -467,6 +531,17 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
         "cluster_incomplete",  # multi-node: the Ray cluster lacks the nodes or GPUs TP x PP needs
         (re.compile(r"exceeds the total number of available GPUs|placement group of \d+ GPU bundle"),),
     ),
+    # Kernels' own errors, each its family's class (the failure names the backend and, where the message says it,
+    # what the chip must have: Failure.requires). FlashInfer's JIT found no target for this GPU's architecture
+    # (vllm#31740, flashinfer#3633); Triton's kernel needs more shared memory than the GPU has (vllm#36802).
+    (
+        "flashinfer_jit_arch",
+        (
+            _Guarded("No supported CUDA architectures found", "No supported CUDA architectures found"),
+            _Guarded("requires GPUs with", r"FlashInfer requires GPUs with sm_?\d{2,3}"),
+        ),
+    ),
+    ("triton_shared_memory", (_Guarded("out of resource", r"out of resource: shared memory"),)),
     # A backend that cannot run this deployment: the chip (compute capability: the hard requirement, said in any of
     # vLLM's and its kernels' words), the model ("FusedMoE flashinfer kernels are only supported for Llama4") or the
     # configuration ("X does not support the deployment configuration since ..."). The failure names the backend.
@@ -482,7 +557,6 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
             _Guarded("current device", r"does not support current device(?! since)"),
             _Guarded(" for CUDA device capability", r"compiled \w{1,80} for CUDA device capability"),
             _Guarded(" on current platform", r"unavailable for \w{1,80} on current platform"),
-            _Guarded("No supported CUDA architectures found", "No supported CUDA architectures found"),
         ),
     ),
     ("no_attention_backend", (re.compile(r"No valid attention backend found"),)),
@@ -502,11 +576,12 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[_Matcher, ...]], ...] = (
 # "died" lines are the API server's final word, after the engine's traceback (or before, when streams interleave).
 _ENGINE_DYING = re.compile(
     r"EngineCore failed to start|WorkerProc failed to start|Worker failed with error"
-    r"|EngineCore encountered a fatal error"
+    r"|EngineCore encountered a fatal error|AsyncLLM output_handler failed"
 )
 _ENGINE_DIED = re.compile(
     r"Engine core initialization failed|Engine process failed to start|EngineDeadError"
     r"|Got fatal signal from worker processes"  # 0.7's V1 wording
+    r"|Engine core proc \w{1,40} died unexpectedly"  # V1 core_client's monitor, which runs once the engine is up
 )
 # After readiness, the root cause of an engine that died mid-run: checked before the startup signatures. The OOM
 # killer and signals leave no line of vLLM's own; the supervisor adds one when the server ends (SUPERVISOR_PREFIX).
@@ -526,6 +601,8 @@ _DEATH_CAUSES = (
 SUPERVISOR_PREFIX = "spark-agent supervisor: "  # lines the host-side supervisor appends to a server's log
 # "ValueError: ...", "torch.OutOfMemoryError: ...", and Ray's wrapper "ray.exceptions.RayTaskError(ValueError): ..."
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Interrupt)(?:\(\w{1,80}\))?(?::|$)")
+# An exception named inside a sentence ("... and then it crashes with KeyError: 'model.layers.0'"): a paste's prose.
+_PROSE_EXCEPTION = re.compile(r"(?<![\w.])(?:[A-Za-z_]\w{0,60}\.){0,4}[A-Z]\w{0,60}(?:Error|Exception): \S")
 # A traceback's frame and caret lines: never the root cause, even when logged at ERROR level.
 _FRAME_LINE = re.compile(r"^(?:\s|Traceback|File \"|\^)")
 _MOE_CLASSES = ("no_moe_backend", "unsupported_moe_backend", "unsupported_backend")
@@ -533,6 +610,30 @@ ENDED_BEFORE_READY = "ended_before_ready"  # no error, no readiness: a cut log o
 # "X is disabled for this configuration": fatal when raised; a warning only explains a start that then fails with
 # no cause of its own (the failure becomes this backend's).
 _DISABLED = re.compile(r"([\w.-]{1,80}(?: [\w.-]{1,80}){0,3}) (?:is|are) disabled for this configuration")
+# What a kernel's error says the chip must have: "major versions [10]", "sm75 or higher", "Required capability: 90 or
+# 100", "requires SM100", "supported on SM90", "arch_major == 9", Triton's "Required: 81920, Hardware limit: 65536".
+_REQUIRES = (
+    (re.compile(r"for major versions \[([\d, ]{1,40})\]"), "compute capability {0}.x (FlashInfer's JIT targets)"),
+    (re.compile(r"requires GPUs with (sm_?\d{2,3}a? or higher)"), "{0}"),
+    (re.compile(r"Required capability: ([\d]{2,3}(?: or \d{2,3})*)"), "compute capability {0}"),
+    (re.compile(r"requires (SM ?1\d\da?|sm_?1\d\da?|Blackwell datacenter|datacenter Blackwell|Hopper)"), "{0}"),
+    (re.compile(r"supported (?:only )?on (?:[\w-]{1,20} ){0,4}\(?(SM ?\d{2,3}a?|sm_\d{2,3}a?)\b"), "{0}"),
+    (re.compile(r"\barch_major == (\d{1,2})"), "compute capability {0}.x (DeepGEMM)"),
+    (
+        re.compile(r"shared memory, Required: (\d{1,9}), Hardware limit: (\d{1,9})"),
+        "{0} bytes of shared memory per block (this GPU has {1})",
+    ),
+)
+# The backend family a kernel's own failure class is about.
+_CLASS_BACKEND = {
+    "flashinfer_jit_arch": "flashinfer",
+    "triton_shared_memory": "triton",
+    "deep_gemm_assert": "deep_gemm",
+    "flashinfer_version": "flashinfer",
+}
+# The candidate a selection line is about: "NvFp4 MoE backend 'FLASHINFER_TRTLLM' does not support ..."
+_CANDIDATE = re.compile(r"backend '([\w-]{1,80})' does not support")
+_BACKEND_CLASSES = ("unsupported_backend", "cutlass_disabled")  # classes whose `backend` the message names
 _UNEXPLAINED = ("root_cause_not_in_excerpt",)  # a start that failed, its cause not shown (a log that just ends: no)
 _BARE_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w+(?:Error|Exception)?:?\s*$")  # "AssertionError" with no message
 # Backend names as messages spell them (class names, flag values, words): the failure's `backend`.
@@ -563,6 +664,7 @@ _REPAIRS = {
     "wrapped": "wrapped line(s) joined to the line they continue",
     "ellipsis": "list(s) cut with '...'",
     "lenient_args": "non-default args read pair by pair (the dict was cut or damaged)",
+    "prose": "exception read from the paste's prose (no vLLM prefix; vLLM's frames around it)",
 }
 _MAX_WRAPPED = 16  # continuation lines joined to one open line
 _CONTINUATION = "[]{}()'\",.=:0123456789"  # how a wrapped list or call carries on (or a lower-case word)
@@ -654,8 +756,12 @@ class Follower:
         self._open_lines = 0
         self._repairs = dict.fromkeys(_REPAIRS, 0)
         self._disabled = ""  # a "... is disabled for this configuration" warning (see _DISABLED)
+        self._rejected: list[tuple[str, str]] = []  # (part, message): candidates automatic selection passed over
+        self._prose_exception = ""  # an exception named inside prose (see _PROSE_EXCEPTION)
+        self._early_death = ("", "", "")  # (class, message, line): a runtime cause seen before the log showed serving
         self._error_frames = False
         self._probe = 256  # lines still looked at for a vLLM prefix while none was seen (see _probe_line)
+        self._served = False  # the log shows the server serving (see _SERVED_ACCESS): the start was over
 
     # -- input --
     def feed(self, text: str) -> None:
@@ -682,6 +788,10 @@ class Follower:
                 and line.count(" pid=") < 2  # unless another line was pasted onto it
                 and "startup complete" not in line
             ):
+                if not (self.ready or self._served) and (
+                    _SERVED_ACCESS.search(line) or any(r in line for r in _SERVED_REQUEST)
+                ):
+                    self._serving(clean(line), api=True)
                 continue
             if "SpecDecoding metrics" in line:  # periodic, and wanted: the cheap path
                 self._acceptance(line)
@@ -795,7 +905,7 @@ class Follower:
         f["startup_complete"] = self.ready or (f["engine_ready"] and not self._server_seen)
         backends = sorted({linear_backend_of(k) for k in f["linear_kernels"]} - {""})
         f["linear_backend"] = backends[0] if len(backends) == 1 else ("mixed" if backends else "")
-        f["failure"] = {} if f["startup_complete"] else self._failure()
+        f["failure"] = {} if f["startup_complete"] or self._served else self._failure()
         f["runtime_failure"] = self._runtime_failure()
         f["cluster"] = self._cluster.result()
         f["repairs"] = [f"{n} {_REPAIRS[key]}" for key, n in self._repairs.items() if n]
@@ -803,8 +913,13 @@ class Follower:
         return f
 
     def _confidence(self, f: Attestation) -> str:
-        damaged = self._repairs["damaged"] or self._repairs["restored"] or self._repairs["lenient_args"]
-        if f["vllm_log_lines"] == 0 and not _recognised(f):
+        damaged = (
+            self._repairs["damaged"]
+            or self._repairs["restored"]
+            or self._repairs["lenient_args"]
+            or self._repairs["prose"]
+        )
+        if f["vllm_log_lines"] == 0 and not _recognised(f) and not self._repairs["prose"]:
             return ""
         if damaged or f["vllm_log_lines"] == 0:  # beside prefixed lines, bare ones (uvicorn, print) are normal
             return "low"
@@ -843,7 +958,9 @@ class Follower:
             self._probe = 0
         if ("..." in msg or "\u2026" in msg) and _ELLIPSIS.search(msg):
             self._repairs["ellipsis"] += 1
-        if not self.ready:
+        if not (self.ready or self._served) and _SERVING_ENGINE.search(msg):  # an excerpt that starts mid-serving
+            self._serving(line, api=False)
+        if not (self.ready or self._served):
             self._watch_failure(level, msg, line)
         else:
             self._watch_death(level, msg, line)
@@ -912,7 +1029,7 @@ class Follower:
         for literal, rx in _LINEAR_FORMS:
             m = rx.search(msg) if literal in msg else None
             if m:
-                return self._linear(m.group(1), line)
+                return self._linear(m, line)
         for literal, rx in _ATTN_FORMS:
             m = rx.search(msg) if literal in msg else None
             if m:
@@ -920,7 +1037,13 @@ class Follower:
         self._other(msg, line)
 
     def _moe(self, m: re.Match[str], line: str) -> None:
-        raw = " ".join(g for g in m.groups()[0:1] + m.groups()[2:] if g)  # 0.12's "FlashInfer ... TRTLLM": two parts
+        quants = [g for g in m.groups()[1:] if g]
+        if m.re is _FLASHINFER_FP8:  # "FlashInfer ... TRTLLM": the name in two parts
+            raw, quant = f"{m.group(1)} {m.group(3)}", m.group(2)
+        else:
+            raw, quant = m.group(1), quants[0] if quants else ("mxfp4" if m.re is _MXFP4_BARE else "")
+        if quant.lower() == "mxfp4":  # the MXFP4 lines are gpt-oss's: the checkpoint's method
+            self._quantization("mxfp4")
         spec = self._f["speculative"]
         if self._in_draft:
             if not spec["draft_moe_backend_raw"]:
@@ -932,7 +1055,7 @@ class Follower:
             return
         self._f["moe_backend_raw"] = raw
         self._f["moe_backend"] = normalise_backend(raw)
-        self._f["moe_quant"] = _quant_of(m.group(2))
+        self._f["moe_quant"] = _quant_of(quant)
         self._evidence("moe", line)
 
     def _attention(self, name: str, line: str) -> None:
@@ -951,9 +1074,13 @@ class Follower:
             self._f["attention_backend"] = normalise_backend(name)
             self._evidence("attention", line)
 
-    def _linear(self, kernel: str, line: str) -> None:
+    def _linear(self, m: re.Match[str], line: str) -> None:
+        kernel = m.group(1)
         if self._in_draft:
             return
+        method = m.group(2) if m.lastindex and m.lastindex > 1 else ""
+        quant = next((q for word, q in _METHOD_QUANT if word in method), "") if method else ""
+        self._quantization(quant or (method.lower() if method in ("MXFP4", "MXFP8") else ""))
         if self._add("linear_kernels", kernel):
             self._evidence("linear", line)
 
@@ -1068,6 +1195,11 @@ class Follower:
         if m and not f["served_model"]:
             f["served_model"] = m.group(1)
 
+    def _quantization(self, method: str) -> None:
+        """The checkpoint's method from a line that names it: the engine config and the args, read earlier, win."""
+        if method and not self._f["quantization"]:
+            self._f["quantization"] = method
+
     def _set_version(self, version: str, line: str) -> None:
         if not self._f["vllm_version"]:
             self._f["vllm_version"] = version.lstrip("v")
@@ -1118,9 +1250,11 @@ class Follower:
     # -- failures --
     def _watch_failure(self, level: str, msg: str, line: str) -> None:
         cls = _signature_of(msg)
+        if cls == "unsupported_backend" and level in ("DEBUG", "INFO") and self._passed_over(msg, line):
+            return
         if not cls and "disabled for this" in msg and _DISABLED.search(msg):
             if level in ("ERROR", "CRITICAL") or _EXCEPTION_LINE.match(msg) or "ssert" in msg:
-                cls = "unsupported_backend"
+                cls = _disabled_class(msg)
             elif level not in ("INFO", "DEBUG"):  # a warning (or a bare paste); an INFO note explains nothing
                 self._disabled = self._disabled or msg
                 self._keep(line)
@@ -1134,6 +1268,10 @@ class Follower:
             elif self.fatal["class"] == cls and _EXCEPTION_LINE.match(msg):
                 self._declare(cls, msg)  # the exception line says it better than the traceback's source line
             return
+        if not self._early_death[0] and level in ("ERROR", "CRITICAL"):  # a cause that a later line may show was
+            death_cls = _death_cause_of(msg)  # a crash while serving (an excerpt that starts mid-crash)
+            if death_cls:
+                self._early_death = (death_cls, msg, line)
         final = bool(_ENGINE_DIED.search(msg))
         if final or _ENGINE_DYING.search(msg):
             self._keep(line)
@@ -1154,6 +1292,60 @@ class Follower:
             self._last_error = msg
         elif level in ("ERROR", "CRITICAL") or ("/vllm/" in msg and msg.lstrip().startswith('File "')):
             self._error_frames = True  # a traceback (logged as errors, or vLLM's own frames): something failed
+        elif not level and not self._prose_exception and ("Error: " in msg or "Exception: " in msg):
+            m = _PROSE_EXCEPTION.search(msg)
+            if m and not _FRAME_LINE.match(msg):
+                self._prose_exception = msg[m.start() :]
+
+    def _serving(self, line: str, api: bool) -> None:
+        """The log shows the server at work: the start was over (ready when the API server answered). A failure
+        declared from lines before this one (an excerpt that begins with the API server's EngineDeadError) was a
+        crash while serving: its lines move to the runtime failure, and the start failed no more."""
+        self._served = True
+        self._f["evidence"].setdefault("served", line)
+        if api:
+            self.ready = True
+        else:
+            self._f["engine_ready"] = True
+        early_cls, early_msg, early_line = self._early_death
+        if early_cls and not self._death["class"]:
+            self._death["class"], self._death["root_cause"] = early_cls, early_msg
+            self._keep_death(early_line)
+        if self.fatal is not None:
+            cls = self.fatal.get("class", "")
+            if cls not in ("engine_init_failed", ROOT_CAUSE_MISSING) and not self._death["class"]:
+                self._death["class"], self._death["root_cause"] = cls, self.fatal.get("root_cause", "")
+            for kept in self._fail_lines:
+                self._keep_death(kept)
+            self._death_dying = True
+        self.fatal, self._fail_lines, self._dying = None, [], False
+
+    # -- candidates that automatic selection passed over --
+    def _passed_over(self, msg: str, line: str) -> bool:
+        """A DEBUG/INFO line saying a candidate backend cannot run ("NvFp4 MoE backend 'FLASHINFER_TRTLLM' does not
+        support the deployment configuration since ...") while vLLM goes on to select another: no failure, unless
+        that backend was asked for. Kept: it becomes the cause if the start then fails with nothing selected."""
+        m = _CANDIDATE.search(msg) or _BACKEND_WORDS.search(msg)
+        name = normalise_backend(m.group(1)) if m else ""
+        part = "attention" if "ttention" in msg else ("moe" if "MoE" in msg or "Experts" in msg else "linear")
+        args = self._f["non_default_args"]
+        asked = normalise_backend(str(args.get(f"{part}_backend", "") or "")) if isinstance(args, dict) else ""
+        if name and name == asked:
+            return False
+        if len(self._rejected) < _MAX_EVIDENCE:
+            self._rejected.append((part, msg))
+        self._evidence(f"passed_over:{name or part}", line)
+        return True
+
+    def _fallback_cause(self) -> str:
+        """The cause of a start that failed without one of its own: a candidate passed over for a part where nothing
+        was selected after it, else a backend's "disabled for this configuration" warning."""
+        f = self._f
+        selected = {"moe": f["moe_backend"], "attention": f["attention_backend"], "linear": bool(f["linear_kernels"])}
+        for part, msg in self._rejected:
+            if not selected[part]:
+                return msg
+        return self._disabled
 
     def _watch_death(self, level: str, msg: str, line: str) -> None:
         """After readiness: lines that say the engine died mid-run and why. They name the root cause of a death
@@ -1175,6 +1367,15 @@ class Follower:
             self._keep_death(line)
             self._death_dying = True  # a traceback follows; its exception line is the cause
             return
+        if msg.startswith(("Dumping input data", "Dumping scheduler output")):  # a step failed: its traceback follows
+            self._keep_death(line[: line.find(" with config: ") + 1 or 300] + "...")  # the config itself is no cause
+            self._death_dying = True
+            return
+        if level in ("ERROR", "CRITICAL") and _EXCEPTION_REPR.match(msg):  # V0's engine loop died of this
+            self._keep_death(line)
+            if death["class"] in ("", "other"):
+                death["class"], death["root_cause"] = "other", msg
+            return
         if msg.startswith(SUPERVISOR_PREFIX) or (self._death_dying and _EXCEPTION_LINE.match(msg)):
             self._keep_death(line)
             if not death["class"]:
@@ -1192,7 +1393,8 @@ class Follower:
             return Failure()
         return Failure(
             {
-                "class": self._death["class"] or "other",
+                # only the engine's "died" lines, no exception after them: the cause is not in this log
+                "class": self._death["class"] or (ROOT_CAUSE_MISSING if self._death_dying else "other"),
                 "root_cause": self._death["root_cause"] or self._death["evidence"][-1],
                 "evidence": list(self._death["evidence"]),
             }
@@ -1235,8 +1437,9 @@ class Follower:
     def _name_backend(self, failure: Failure) -> None:
         """An unsupported backend names which one: the backend the message names, else the one vLLM had picked for
         the part the message is about (MoE, attention, GEMM)."""
-        failure["backend"] = ""
-        if failure.get("class") != "unsupported_backend":
+        failure["backend"] = _CLASS_BACKEND.get(failure.get("class", ""), "")
+        failure["requires"] = requirement(failure.get("root_cause", ""))
+        if failure.get("class") not in _BACKEND_CLASSES:
             return
         cause = failure.get("root_cause", "")
         m = _BACKEND_WORDS.search(cause)
@@ -1264,7 +1467,12 @@ class Follower:
         else:
             # a log where vLLM said nothing we know: the process's own last words are the cause (never vLLM's)
             words = self._last_words if not (self._f["vllm_log_lines"] or _recognised(self._f)) else ""
-            cause = self._last_exception or self._last_error or words
+            # an exception named in the paste's prose counts when vLLM's own frames show it was vLLM's (low confidence)
+            prose = (
+                self._prose_exception if self._error_frames and not (self._last_exception or self._last_error) else ""
+            )
+            self._repairs["prose"] = int(bool(prose))
+            cause = self._last_exception or self._last_error or prose or words
             evidence = self._evidence_lines() + [c for c in (self._last_error, self._last_exception) if c]
             # A dying engine whose traceback was cut before its exception: say the cause is missing, never guess.
             cls = (
@@ -1283,11 +1491,27 @@ class Follower:
         unexplained = failure["class"] in _UNEXPLAINED or (
             failure["class"] in ("other", "engine_init_failed") and _BARE_EXCEPTION.match(failure["root_cause"])
         )
-        if self._disabled and unexplained:  # the start failed with nothing more specific
-            failure["class"] = "unsupported_backend"
-            failure["root_cause"] = self._disabled
+        fallback = self._fallback_cause()
+        if fallback and unexplained:  # the start failed with nothing more specific
+            failure["class"] = _disabled_class(fallback) if fallback == self._disabled else "unsupported_backend"
+            failure["root_cause"] = fallback
         self._name_backend(failure)
         return failure
+
+
+def requirement(cause: str) -> str:
+    """What the chip must have, as a failure's message says it ("" when it says nothing of the kind)."""
+    for rx, form in _REQUIRES:
+        m = rx.search(cause)
+        if m:
+            return form.format(*(g.strip() for g in m.groups()))
+    return ""
+
+
+def _disabled_class(msg: str) -> str:
+    """ "X is disabled for this configuration": CUTLASS's own refusal, or another backend's."""
+    m = _DISABLED.search(msg)
+    return "cutlass_disabled" if m and "cutlass" in m.group(1).lower() else "unsupported_backend"
 
 
 def _unique_lines(lines: list[str]) -> list[str]:

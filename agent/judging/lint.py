@@ -25,6 +25,10 @@ from agent.planning.launch import Launch
 
 SEVERITIES = ("note", "warning", "error")
 _QUANT_WORDS = (("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("fp4", "nvfp4"), ("fp8", "fp8"), ("bf16", "bf16"))
+# A model's name says more formats than a config's quant words do (-AWQ, -GPTQ-Int4, -W4A16).
+_NAME_QUANT_WORDS = (*_QUANT_WORDS, ("awq", "awq"), ("gptq", "gptq"), ("w4a16", "w4a16"))
+# Where the quant came from, most certain first: a name only suggests it, and lint says so on what depends on it.
+QUANT_SOURCES = ("given", "flag", "checkpoint", "config", "hub", "name")
 # Hub checkpoints whose names do not say their quant: `quantization_config` of each one's config.json on
 # huggingface.co (https://huggingface.co/<id>/blob/main/config.json), read 2026.
 HUB_QUANT = {
@@ -37,6 +41,11 @@ HUB_QUANT = {
     "moonshotai/kimi-k2-instruct": "fp8",
     "minimaxai/minimax-m2": "fp8",
 }
+
+
+_NAME_GUESS = (
+    "the quant {quant} is read from the model's name {model}, not its config.json: lower confidence; --quant says it"
+)
 
 
 def ngc_vllm() -> dict[str, str]:
@@ -73,6 +82,7 @@ class Result:
     quant: str
     vllm_version: str
     findings: list[Finding] = field(default_factory=list)
+    quant_source: str = ""  # one of QUANT_SOURCES: "name" is a guess from the model's name (lower confidence)
     fixed: Launch | None = None  # the launch with every known fix applied (None: nothing to fix)
 
     def as_dict(self) -> dict[str, Any]:
@@ -83,6 +93,7 @@ class Result:
             "image": self.launch.image,
             "model": self.launch.model,
             "quant": self.quant,
+            "quant_source": self.quant_source,
             "vllm_version": self.vllm_version,
             "command": self.launch.command(),
             "findings": [asdict(f) for f in self.findings],
@@ -105,26 +116,31 @@ def image_version(image: str) -> str:
 
 
 def quant_of(launch: Launch, checkpoint: dict[str, Any] | None) -> str:
+    return quant_and_source(launch, checkpoint)[0]
+
+
+def quant_and_source(launch: Launch, checkpoint: dict[str, Any] | None) -> tuple[str, str]:
+    """(quant, where it came from: one of QUANT_SOURCES, "" when unknown)."""
     explicit = (launch.flag("--quantization") or launch.flag("-q") or "").lower()
     for word, quant in _QUANT_WORDS:
         if word in explicit:
-            return quant
+            return quant, "flag"
     for conf in (checkpoint or {}).get("quant_configs", []):
         text = json.dumps(conf).lower()
         for word, quant in _QUANT_WORDS:
             if word in text:
-                return quant
+                return quant, "checkpoint"
     config = _config_quant(launch.model)
     if config:
-        return config
+        return config, "config"
     hub = HUB_QUANT.get(launch.model.lower().strip("/"))
     if hub:
-        return hub
+        return hub, "hub"
     name = launch.model.lower().replace("-", "").replace("_", "")
-    for word, quant in _QUANT_WORDS:
+    for word, quant in _NAME_QUANT_WORDS:
         if word in name:
-            return quant
-    return ""
+            return quant, "name"
+    return "", ""
 
 
 def _config_quant(model: str) -> str:
@@ -143,8 +159,8 @@ def _config_quant(model: str) -> str:
 def lint(launch: Launch, target: Target) -> Result:
     checkpoint = _checkpoint(launch.model, target)
     version = target.vllm_version or image_version(launch.image)
-    quant = target.quant or quant_of(launch, checkpoint)
-    result = Result(launch=launch, quant=quant, vllm_version=version)
+    quant, source = (target.quant, "given") if target.quant else quant_and_source(launch, checkpoint)
+    result = Result(launch=launch, quant=quant, vllm_version=version, quant_source=source)
     fixed = Launch(**{**asdict(launch), "args": list(launch.args), "env": dict(launch.env)})
     rules = envrules.env_rules()
     parsed = envrules.parse_version(version)
@@ -159,6 +175,7 @@ def lint(launch: Launch, target: Target) -> Result:
     _limits(result, fixed, rules, target.arch, parsed)
     _image(result)
     _memory(result, checkpoint, target)
+    _host_only(result, rules)
     order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
     result.findings.sort(key=lambda f: (order[f.severity], f.line, f.rule))
     if fixed.args != launch.args or fixed.env != launch.env:
@@ -187,9 +204,13 @@ def _env_rules(result: Result, fixed: Launch, target: Target, quant: str, versio
     for row in env.provenance:
         rule = rules.get(row["rule"], {})
         name, want = row["name"], row["value"]
+        if "quant" in rule and result.quant_source == "name":  # the rule rests on a guess: said (an error softens)
+            row = {**row, "reason": f"{row['reason']} ({_NAME_GUESS.format(quant=quant, model=result.launch.model)})"}
         have = result.launch.env.get(name)
         if have is None:
             severity = rule.get("lint", "warning")
+            if "quant" in rule and result.quant_source == "name" and severity == "error":
+                severity = "warning"
             _add(result, row["rule"], severity, f"missing {name}={want}: {row['reason']}", fix=f"set {name}={want}")
             fixed.env[name] = want
         elif have != want:
@@ -263,7 +284,7 @@ def _fails(result: Result, fixed: Launch, rules: dict, arch: str, quant: str, ve
                 f"{entry['axis']} {entry['backend']} does not start on {arch}"
                 f"{' with ' + quant if quant else ''} (a {entry['class']} failure): {entry['reason']}"
             )
-            _add(result, entry["id"], "error", message, fix=fix)
+            _add(result, entry["id"], "error", message, result.launch.flag_lines.get(entry["axis"], 0), fix)
 
 
 def _fails_of_fix(
@@ -327,7 +348,8 @@ def _flags(result: Result, rules: dict, version: envrules.Version | None, versio
         if version is None:
             continue  # said once below
         if not envrules.in_range(version, entry["vllm"]):
-            _add(result, entry["id"], "error", f"vLLM {version_text} does not know {shown}: {entry['reason']}")
+            line = result.launch.flag_lines.get(entry["name"], 0)
+            _add(result, entry["id"], "error", f"vLLM {version_text} does not know {shown}: {entry['reason']}", line)
     if version is None and any(result.launch.flag(e["name"]) is not None for e in rules.get("flag", [])):
         _add(
             result,
@@ -364,6 +386,21 @@ def _float(text: str) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+_SERVER_ENV_PREFIXES = ("VLLM_", "FLASHINFER_", "CUTE_DSL_", "NCCL_", "TRITON_", "TORCH_", "CUDA_", "HF_")
+
+
+def _host_only(result: Result, rules: dict) -> None:
+    """Variables set on the host that `docker run` never passes into the container: vLLM does not see them."""
+    named = {n for r in rules.get("rule", []) for n in r["set"]} | {e["name"] for e in rules.get("dead", [])}
+    for name, line in result.launch.host_only.items():
+        if name in named or name.startswith(_SERVER_ENV_PREFIXES):
+            message = (
+                f"{name} is set on the host but `docker run` does not pass it into the container (no -e {name}, no "
+                "--env-file): it never reaches vLLM"
+            )
+            _add(result, "host-env-not-passed", "warning", message, line, fix=f"pass it: -e {name}")
 
 
 def _image(result: Result) -> None:

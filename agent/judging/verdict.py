@@ -49,6 +49,15 @@ def judge(requested: Mapping[str, str], facts: Mapping[str, Any], env_set: Seque
         return Verdict(
             verdict="failed", reasons=[reason], evidence=list(failure.get("evidence", [])), notes=notes(facts)
         )
+    runtime = facts.get("runtime_failure") or {}
+    if runtime and not facts.get("failure"):  # a crash while serving: the start was over, the server died after it
+        cause = f"{runtime.get('class', 'other')}: {runtime.get('root_cause', '')}".rstrip(": ")
+        return Verdict(
+            verdict="failed",
+            reasons=[*reasons, f"died while serving (a runtime failure, not a failed start): {cause}"],
+            evidence=_unique(evidence + list(runtime.get("evidence", []))),
+            notes=notes(facts, env_set),
+        )
     return Verdict(
         verdict="invalid" if reasons else "valid",
         reasons=reasons,

@@ -8,6 +8,7 @@ MAX_YAML_NODES) and a bad one is one line naming the file (UserError, exit 2).
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
@@ -41,6 +42,8 @@ _FENCED = re.compile(r"^\s*(?:>\s*)*(?:```|~~~)", re.M)  # a Markdown text with 
 _YAML_HINT = re.compile(r"^(?:services|apiVersion|kind|spec|containers|command|args)\s*:", re.M)
 _WRAPPERS = {"env", "sudo", "nohup", "exec", "time", "nice", "setsid", "stdbuf", "taskset", "numactl", "command"}
 _SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+_BENCH_SCRIPTS = ("benchmark_throughput.py", "benchmark_latency.py")
+_BENCH_THROUGHPUT, _BENCH_LATENCY = ["bench", "throughput"], ["bench", "latency"]
 _SHELLS = {"sh", "bash", "zsh", "dash", "/bin/sh", "/bin/bash", "/usr/bin/bash", "/usr/bin/env"}
 # Flags only vLLM's server takes: `docker run IMAGE serve ...` of an image whose name does not say vLLM is one
 # when these follow.
@@ -51,13 +54,15 @@ _VLLM_FLAGS = {
     "--model",
 }  # fmt: skip
 # What a paste puts before a command: a Markdown quote ("> "), the shell's continuation prompt ("> "), its prompt.
-_PROMPT = re.compile(r"^\s*(?:>\s*)+(?=\S)|^\s*\$\s+")
+# A notebook's shell escape ("!vllm serve ...", "!VLLM_USE_V1=0 vllm serve ...") too.
+_PROMPT = re.compile(r"^\s*(?:>\s*)+(?=\S)|^\s*\$\s+|^\s*!(?=[A-Za-z_])")
 _DOCKERFILE = re.compile(r"^FROM\s+\S+.*$(?:.|\n)*^(?:ENTRYPOINT|CMD)\s", re.M | re.I)
 _DOCKERFILE_LINE = re.compile(r"^\s*(FROM|ENV|ENTRYPOINT|CMD)\s+(.*)$", re.I)
 # ${X:+words}: its words when X is set; taken out before the line is split into words (they may hold quotes).
 _PLUS = re.compile(r"\$\{([A-Za-z_]\w*):?\+([^}]{0,500})\}")
 _SUBST = re.compile(r"\$\([^()`]{0,500}\)|`[^`]{0,500}`")
 _K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+_YAML_LIST = re.compile(r"^\s*- \S", re.M)
 _DIFF = re.compile(r"^(?:@@ |\+\+\+ |--- a/|diff --git )", re.M)
 
 
@@ -68,11 +73,16 @@ class Launch:
 
     source: str
     line: int
-    kind: str  # shell | docker | compose | kubernetes (inside a Markdown file: the same, from its fenced block)
+    kind: str  # shell | docker | compose | kubernetes | dockerfile | yaml (an argv list) | python (`LLM(...)`) | guide;
+    # inside a Markdown file: the same, from its fenced block
     args: list[str]
     env: dict[str, str] = field(default_factory=dict)
     env_lines: dict[str, int] = field(default_factory=dict)
     image: str = ""
+    # Set on the host but never passed into the container (`export X=1` then `docker run` without `-e X`): name ->
+    # line. vLLM never sees these.
+    host_only: dict[str, int] = field(default_factory=dict)
+    flag_lines: dict[str, int] = field(default_factory=dict)  # a guide's flags: where each is said
 
     def flag(self, name: str) -> str | None:
         """The value of `--name` (`--name V`, `--name=V`, or `--name_with_underscores`); the last one wins;
@@ -170,17 +180,24 @@ def extract(text: str, source: str) -> list[Launch]:
                     launches += _from_shell(code, source, n)
     else:
         launches = _extract_block(text, source, 1, "")
+    if not launches:  # a guide or model card that recommends variables and flags without a command line
+        launches = _from_guide(text, source)
     return launches[:MAX_LAUNCHES]
 
 
 def _extract_block(text: str, source: str, first_line: int, lang: str) -> list[Launch]:
+    if lang in ("python", "py") or (lang == "" and _PY_LLM.search(text) and _PY_HINT.search(text)):
+        return _from_python(text, source, first_line)
     if lang == "dockerfile" or (lang == "" and _DOCKERFILE.search(text)):
         return _from_dockerfile(text, source, first_line)
     if lang in ("yaml", "yml") or (lang == "" and _YAML_HINT.search(text)):
         found = _from_yaml(text, source, first_line)
         if found is not None:
             return found
-    return _from_shell(text, source, first_line)
+    found = _from_shell(text, source, first_line)
+    if not found and _YAML_LIST.search(text):  # a YAML list of argv words under a key of its own (`start_command:`)
+        found = _from_yaml(text, source, first_line) or []
+    return found
 
 
 def _fenced_blocks(text: str) -> Iterator[tuple[int, str, str]]:
@@ -407,18 +424,25 @@ def _serve_args(words: list[str]) -> list[str] | None:
             return words[i + 2 :]
         if word == "-m" and words[i + 1 : i + 3] == ["vllm.entrypoints.cli.main", "serve"]:
             return words[i + 3 :]
+        # vLLM's own benchmark scripts and `vllm bench throughput|latency` start an engine in-process: launches too
+        if word.endswith(_BENCH_SCRIPTS) and (i == 0 or words[i - 1].split("/")[-1].startswith("python")):
+            return words[i + 1 :]
+        if (word == "vllm" or word.endswith("/vllm")) and words[i + 1 : i + 3] in (_BENCH_THROUGHPUT, _BENCH_LATENCY):
+            return words[i + 3 :]
     return None
 
 
 def _docker_run(words: list[str], source: str, line: int, env: dict[str, tuple[str, int]]) -> list[Launch]:
     container_env: dict[str, tuple[str, int]] = {}
     entrypoint = ""
+    env_file = False
     i = 0
     while i < len(words):
         word = words[i]
         if not word.startswith("-"):
             break
         key, eq, val = word.partition("=")
+        env_file = env_file or key == "--env-file"
         if key in ("-e", "--env"):
             val = val if eq else (words[i + 1] if i + 1 < len(words) else "")
             m = _ASSIGN.match(val)
@@ -450,7 +474,10 @@ def _docker_run(words: list[str], source: str, line: int, env: dict[str, tuple[s
         serve = _entrypoint_args(image, rest)
     if serve is None:
         return []
-    return [_launch(source, line, "docker", serve, container_env, image)]
+    launch = _launch(source, line, "docker", serve, container_env, image)
+    if not env_file:  # an env file may pass anything: unknown here
+        launch.host_only = {k: n for k, (_, n) in env.items() if k not in container_env}
+    return [launch]
 
 
 def _entrypoint_args(image: str, words: list[str]) -> list[str] | None:
@@ -486,6 +513,110 @@ def _launch(source: str, line: int, kind: str, args: list[str], env: dict[str, t
     )
 
 
+# --- Python: vLLM's `LLM(...)` API in a snippet ------------------------------------------------------------------
+
+_PY_LLM = re.compile(r"\bLLM\(")
+_PY_HINT = re.compile(r"^\s*(?:>>>\s*)?(?:from vllm import|import vllm)|^>>> .{0,200}\bLLM\(", re.M)
+_PY_PROMPT = re.compile(r"^(?:>>>|\.\.\.)(?: |$)")
+
+
+def _from_python(text: str, source: str, first_line: int) -> list[Launch]:
+    """`LLM(model=..., quantization=..., tensor_parallel_size=...)` as the engine arguments it passes (keywords as
+    their flags), with `os.environ["X"] = "v"` set before it. Only literals and names bound to literals are read."""
+    lines = text.splitlines()
+    if any(line.startswith(">>>") for line in lines):  # an interpreter session: its input lines, not its output
+        lines = [_PY_PROMPT.sub("", line) if _PY_PROMPT.match(line) else "" for line in lines]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names: dict[str, Any] = {}
+    env: dict[str, tuple[str, int]] = {}
+    found: list[Launch] = []
+    for node in ast.walk(tree):
+        if len(found) >= MAX_LAUNCHES:
+            break
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], _py_value(node.value, names)
+            if isinstance(target, ast.Name) and value is not None:
+                names[target.id] = value
+            elif isinstance(target, ast.Subscript) and ast.unparse(target.value) == "os.environ":
+                key = _py_value(target.slice, names)
+                if isinstance(key, str) and value is not None:
+                    env[key] = (str(value), first_line + node.lineno - 1)
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "LLM":
+            args: list[str] = []
+            for pos in node.args[:1]:
+                value = _py_value(pos, names)
+                args += ["--model", str(value)] if value is not None else []
+            for kw in node.keywords:
+                value = _py_value(kw.value, names)
+                if kw.arg and value is not None:
+                    flag = "--" + kw.arg.replace("_", "-")
+                    if value is True:
+                        args.append(flag)
+                    elif value is not False:
+                        args += [flag, json.dumps(value) if isinstance(value, (dict, list)) else str(value)]
+            found.append(_launch(source, first_line + node.lineno - 1, "python", args, env, ""))
+    return found
+
+
+def _py_value(node: ast.AST, names: dict[str, Any]) -> Any:
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+# --- a guide's prose: variables and flags it recommends, with no command line ------------------------------------
+
+_GUIDE_ENV = re.compile(
+    r"(?<![\w$])((?:VLLM|FLASHINFER|CUTE_DSL|NCCL|TRITON|TORCH_CUDA)_[A-Z0-9_]{1,80})\s*=\s*[\"'`]?([^\s\"'`,;)|]{0,200})"
+)
+# `--flag value`, `--flag=value`, `--flag '{"json": 1}'`, and a JSON list's `"--flag", "value"`
+_GUIDE_FLAG = re.compile(
+    r"(?<![\w-])(--[a-z][a-z0-9-]{1,60})"
+    r"(?:(?:[ =]|\",\s{0,4}\")(?:'([^'\n]{1,2000})'|\"([^\"\n]{1,2000})\"|`?([^\s\"'`,;)|]{1,300})))?"
+)
+# A hub id said in prose (`Qwen/Qwen3-30B-A3B-FP8`), never one quoted inside a JSON value (a draft model's)
+_GUIDE_MODEL = re.compile(r"(?<![\w./:\"'-])([A-Za-z0-9][\w.-]{1,60}/[A-Za-z0-9][\w.-]{1,100})(?![\w/\"'])")
+_GUIDE_FLAGS = {"--moe-backend", "--attention-backend", "--linear-backend", "--speculative-config", "--model"}
+
+
+def _from_guide(text: str, source: str) -> list[Launch]:
+    """One launch of what a guide section or model card recommends, each variable and flag at the line that says it;
+    [] for a text that names no vLLM variable or flag."""
+    if "vllm" not in text.lower():
+        return []
+    env: dict[str, tuple[str, int]] = {}
+    args: list[str] = []
+    flag_lines: dict[str, int] = {}
+    model, first = "", 0
+    known = _VLLM_FLAGS | _GUIDE_FLAGS
+    for n, line in enumerate(text.splitlines(), 1):
+        for m in _GUIDE_ENV.finditer(line):
+            env.setdefault(m.group(1), (m.group(2), n))
+            first = first or n
+        for m in _GUIDE_FLAG.finditer(line):
+            if m.group(1) in known and m.group(1) not in args:
+                value = m.group(2) or m.group(3) or m.group(4) or ""
+                args += [m.group(1)] + ([value] if value and not value.startswith("-") else [])
+                flag_lines[m.group(1)] = n
+                first = first or n
+        if not model and "model" in line.lower():
+            named = _GUIDE_MODEL.search(line)
+            model = named.group(1) if named and not named.group(1).startswith(("http", "www.")) else ""
+    if not env and not args:
+        return []
+    if model and "--model" not in args:
+        args = ["--model", model, *args]
+    guide = _launch(source, first, "guide", args, env, "")
+    guide.flag_lines = flag_lines
+    return [guide]
+
+
 # --- YAML: docker compose, Kubernetes, and any YAML whose strings hold a `vllm serve` command ----------
 
 
@@ -509,6 +640,12 @@ def _from_yaml(text: str, source: str, first_line: int) -> list[Launch] | None:
             continue
         for container in _containers(doc, budget):
             out += _container(container, str(container.get("name", "")), text, source, first_line, "kubernetes")
+        if not out:  # an argv kept as a YAML list: ["python", "-m", "vllm.entrypoints.openai.api_server", ...]
+            for words in _word_lists(doc, budget):
+                serve = _serve_args(words)
+                if serve is not None:
+                    line = first_line + _line_of(text, words[0])
+                    out.append(_launch(source, line, "yaml", serve, {}, ""))
         if not out:
             for value, _ in _strings(doc, budget):
                 if "vllm" in value and "serve" in value:
@@ -594,6 +731,20 @@ def _containers(node: Any, budget: list[int]) -> Iterator[dict[str, Any]]:
             stack.extend(v for k, v in item.items() if k not in ("containers", "initContainers"))
         elif isinstance(item, list):
             stack.extend(item)
+
+
+def _word_lists(node: Any, budget: list[int]) -> Iterator[list[str]]:
+    stack = [node]
+    while stack and budget[0] > 0:
+        item = stack.pop()
+        budget[0] -= 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            if item and all(isinstance(v, (str, int, float)) for v in item):
+                yield [str(v) for v in item]
+            else:
+                stack.extend(item)
 
 
 def _strings(node: Any, budget: list[int]) -> Iterator[tuple[str, None]]:

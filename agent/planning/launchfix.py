@@ -48,6 +48,7 @@ def _assignment(name: str) -> re.Pattern[str]:
         rf"(?:(?:-e|--env)(?:\s+|=))?[\"']?(?:export\s+)?\b{re.escape(name)}={value}[\"']?\s?"
         rf"|^\s*-\s*[\"']?{re.escape(name)}=.*$|^\s*[\"']?{re.escape(name)}[\"']?\s*:.*$"
         rf"|^\s*-\s*name:\s*[\"']?{re.escape(name)}[\"']?\s*$"
+        rf"|\$env:{re.escape(name)}\s*=\s*{value}\s?"  # PowerShell, as Windows guides write it
     )
 
 

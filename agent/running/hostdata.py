@@ -243,6 +243,7 @@ FAILURE: dict[str, Field] = {
     "evidence": (_texts(MAX_TEXT, 64), []),
     "root_cause": (_text(MAX_TEXT), ""),
     "backend": (_text(MAX_NAME), ""),
+    "requires": (_text(MAX_NAME), ""),
 }
 
 

@@ -1,0 +1,1 @@
+TORCH_USE_CUDA_DSA=1  VLLM_USE_FLASHINFER_MOE_FP4=1 vllm serve /mnt/data/models/GLM-4.5-Air-nvfp4 --gpu-memory-utilization 0.75 --max-num-batched-tokens 4096 --max-cudagraph-capture-size 4 --enable-chunked-prefill -O3 --max-model-len 80000 --safetensors-load-strategy eager

@@ -1,0 +1,16 @@
+python -m vllm.entrypoints.openai.api_server \
+    --host 0.0.0.0 \
+    --port 8356 \
+    --model models/MiniMax-M2.5 \
+    --gpu-memory-utilization 0.95 \
+    --trust-remote-code \
+    --tensor-parallel-size 8 \
+    --dtype float16 \
+    --no-enable-prefix-caching \
+    --no-enable-chunked-prefill \
+    --distributed-executor-backend mp \
+    --served-model-name MiniMax-M2.5 \
+    --enable-auto-tool-choice \
+    --tool-call-parser minimax_m2 \
+    --reasoning-parser minimax_m2_append_think \
+    --enforce-eager

@@ -1,0 +1,12 @@
+./launch-cluster.sh -t vllm-node-tf5 --solo exec vllm serve nvidia/Gemma-4-26B-A4B-NVFP4  \
+  --max-model-len 262144 \
+  --gpu-memory-utilization 0.7 \
+  --port 8000 \
+  --host 0.0.0.0 \
+  --load-format instanttensor \
+  --enable-prefix-caching \
+  --enable-auto-tool-choice \
+  --tool-call-parser gemma4 \
+  --reasoning-parser gemma4 \
+  --kv-cache-dtype fp8 \
+  --max-num-batched-tokens 8192
