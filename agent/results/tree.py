@@ -153,13 +153,21 @@ def read_checked(path: Path, kind: str) -> dict[str, Any]:
         raise BadFile("nested too deeply") from None
     except OSError as exc:
         raise BadFile(f"cannot read it ({exc.strerror})") from None
-    for key in _REQUIRED[kind]:
-        if key not in data:
-            raise BadFile(f"has no '{key}'")
-    problem = _shape_problem(data, _CELL if kind == "cell" else _RUN, "")
+    problem = record_problem(data, kind)
     if problem:
         raise BadFile(problem)
     return data
+
+
+def record_problem(data: Any, kind: str) -> str:
+    """What is wrong with a cell.toml table (kind "cell") or a window's (kind "run"), "" when nothing: the same
+    check for the tree's files and the store's rows."""
+    if not isinstance(data, dict):
+        return f"not a table ({type(data).__name__})"
+    for key in _REQUIRED[kind]:
+        if key not in data:
+            return f"has no '{key}'"
+    return _shape_problem(data, _CELL if kind == "cell" else _RUN, "")
 
 
 def _shape_problem(data: dict[str, Any], shape: dict[str, Any], where: str) -> str:
