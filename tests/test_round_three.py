@@ -7,6 +7,7 @@ redaction gaps. The multi-node peers and the archive fetch bound, which need hos
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,204 @@ def test_a_wrong_typed_row_is_one_line_and_exit_2(store, tmp_path, capsys, table
         code = main(argv[reader])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and " row " in err[0] and "internal error" not in err[0], (reader, err)
+
+
+# --- 3. a sweep named like the calibration -------------------------------------------------------------------
+
+
+@pytest.mark.attack("calibrate: a sweep named `calibrate` becomes the fleet's calibration for a week")
+@pytest.mark.parametrize("name", ["calibrate", "Calibrate", "CALIBRATE"])
+def test_a_sweep_may_not_take_the_calibrations_name(tmp_path, capsys, name):
+    from agent.paths import EXAMPLES
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text((EXAMPLES / "quick.toml").read_text().replace('name = "quick"', f'name = "{name}"'))
+    assert main(["sweep", str(spec), "--results", str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{spec}:4" in err[0] and "reserved" in err[0]
+    assert not (tmp_path / "results").exists()
+
+
+# --- 4. init -o through a link ------------------------------------------------------------------------------
+
+
+@pytest.mark.attack("init: `init -o FILE` writes through a dangling symlink to wherever it points")
+def test_init_never_writes_through_a_link(tmp_path, capsys):
+    target = tmp_path / "elsewhere" / "authorized_keys"
+    target.parent.mkdir()
+    out = tmp_path / "inv.yml"
+    out.symlink_to(target)
+    assert main(["init", "127.0.0.1", "-o", str(out), "--no-trust"]) == 2
+    assert "exists" in capsys.readouterr().err and not target.exists() and out.is_symlink()
+    # --force replaces the link itself (a temp file renamed over it); the target is never created
+    assert main(["init", "127.0.0.1", "-o", str(out), "--no-trust", "--force"]) == 0
+    assert not target.exists() and not out.is_symlink() and "spark-1" in out.read_text()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+# --- 5. lint on a deep config.json ----------------------------------------------------------------------------
+
+
+@pytest.mark.attack("lint: a model folder's config.json nested 100000 deep ends lint in a RecursionError")
+@pytest.mark.parametrize("depth", [100_000, 900])
+def test_lint_reads_config_json_bounded(tmp_path, capsys, depth):
+    model = tmp_path / "model"
+    model.mkdir()
+    nested = "[" * depth + "]" * depth
+    (model / "config.json").write_text(
+        '{"quantization_config": {"quant_method": "fp8", "weight_block_size": ' + nested + "}}"
+    )
+    launch = tmp_path / "launch.sh"
+    launch.write_text(f"vllm serve {model} --moe-backend marlin\n")
+    code = main(["lint", str(launch), "--gpu", "gb10"])
+    err = capsys.readouterr().err
+    assert code in (0, 1) and "internal error" not in err and "Recursion" not in err
+
+
+# --- 6. YAML alias bombs in inventories ------------------------------------------------------------------------
+
+
+def _bomb(levels: int = 12) -> str:
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+HOSTS = "all:\n  hosts:\n    spark-1: {ansible_host: 127.0.0.1}\n"
+
+
+@pytest.mark.attack("inventory: a YAML alias bomb (inventory, group_vars, host_vars) hangs every command that reads it")
+@pytest.mark.parametrize("where", ["inventory", "group_vars/all", "group_vars/all.yml", "host_vars/spark-1/vars.yml"])
+def test_an_inventory_alias_bomb_is_refused_in_bounded_time(tmp_path, capsys, where):
+    inv = tmp_path / "inv"
+    (inv / where).parent.mkdir(parents=True, exist_ok=True)
+    (inv / "hosts.yml").write_text(_bomb() + HOSTS if where == "inventory" else HOSTS)
+    if where != "inventory":
+        (inv / where).write_text(_bomb())
+    start = time.monotonic()
+    assert main(["check", "-i", str(inv / "hosts.yml")]) == 2
+    assert time.monotonic() - start < 10
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "aliases" in err[0] and ("hosts.yml" if where == "inventory" else where) in err[0]
+
+
+# --- 7. the [correctness] table of cell.toml --------------------------------------------------------------------
+
+
+def _probed(root: Path, backend: str, **override: object) -> Path:
+    import tomllib
+
+    import tomli_w
+
+    from tests.test_report_fixtures import write_cell
+
+    folder = write_cell(root, backend=backend, values={1: [50.0, 51.0, 52.0]})
+    record = tomllib.loads((folder / "cell.toml").read_text())
+    record["correctness"] = {
+        "probed": True, "set_version": 1, "prompts": 1, "answered": 1, "exact": 1, "score": 1.0, "degenerate": 0,
+        "errors": 0, "seconds": 1.0, "thresholds": {"min_score": 0.0, "max_score_drop": 0.25, "min_agreement": 0.6,
+        "max_degenerate": 0.1}, "reference": {},
+        "outputs": [{"id": "a1", "kind": "arithmetic", "text": "4", "error": "", "exact": True, "degenerate": ""}],
+    }  # fmt: skip
+    for dotted, value in override.items():
+        table = record["correctness"]
+        *parents, last = dotted.split(".")
+        for p in parents:
+            table = table[int(p)] if isinstance(table, list) else table[p]
+        table[last] = value
+    (folder / "cell.toml").write_text(tomli_w.dumps(record))
+    return folder
+
+
+@pytest.mark.attack("records: a damaged [correctness] table (text a number, a threshold a string, score 1e308)")
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"outputs.0.text": 4},
+        {"thresholds.min_agreement": "0.6"},
+        {"score": 1e308},
+        {"score": -0.5},
+        {"answered": -3},
+        {"outputs.0.exact": "yes"},
+        {"reference.moe_backend": {"nested": 1}},
+        {"outputs": [1, 2]},
+    ],
+)
+def test_a_damaged_correctness_table_skips_its_cell_with_a_warning(tmp_path, capsys, damage):
+    root = tmp_path / "results"
+    _probed(root, "marlin")
+    bad = _probed(root, "flashinfer_b12x", **damage)
+    for argv in (["report", str(root)], ["export", str(root), "-o", str(tmp_path / "x.csv")],
+                 ["compare", str(root), str(root)]):  # fmt: skip
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code in (0, 1) and "internal error" not in err, (argv, err)
+        assert f"{bad / 'cell.toml'}" in err and "correctness" in err and "skipped" in err, (argv, err)
+
+
+# --- 8. redaction gaps ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.attack("redaction: secrets named *_PW, MYSQL_PWD, PGPASSWORD, or split by an invisible character")
+@pytest.mark.parametrize(
+    "name",
+    [
+        "MYSQL_PWD",
+        "PGPASSWORD",
+        "DB_PW",
+        "redisPw",
+        "SMTP_PWD_2",
+        "HF_TO\u00adKEN",
+        "HF\u200b_TOKEN",
+        "API_K\U000e0041EY",
+    ],
+)
+def test_secret_shaped_names_are_secret(name):
+    from agent.hostside import redact
+
+    assert redact.is_secret_name(name)
+    assert "hunter2hunter2" not in redact.redact_text(f"{name}=hunter2hunter2")
+    assert redact.redact_env({name: "hunter2hunter2"})[name] == redact.MARKER
+
+
+def test_names_near_the_short_passwords_stay_shown():
+    from agent.hostside import redact
+
+    for name in ("PWD", "OLDPWD", "PW", "COMPASS", "max_tokens"):
+        assert not redact.is_secret_name(name), name
+
+
+@pytest.mark.attack("redaction: nvapi- keys, signed-URL signatures and tokens split by invisible characters are shown")
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("key nvapi-" + "Ab3_" * 16, "Ab3_Ab3_Ab3_"),
+        (
+            "GET https://b.s3.amazonaws.com/m.bin?X-Amz-Credential=AKIDX%2F2026&X-Amz-Signature=9f8e7d6c5b4a39281706",
+            "9f8e7d6c5b",
+        ),
+        ("https://storage.googleapis.com/b/o?X-Goog-Signature=0a1b2c3d4e5f6071&X-Goog-Date=1", "0a1b2c3d4e5f"),
+        ("https://acct.blob.core.windows.net/c/f?sv=2022-11-02&sig=Zm9vYmFyYmF6cXV4%3D&se=2026", "Zm9vYmFyYmF6"),
+        (
+            "https://d111.cloudfront.net/x?Expires=1&Signature=QWxhZGRpbjpvcGVu~c2VzYW1l&Key-Pair-Id=K2JCJMDEHXQW5F",
+            "QWxhZGRpbjpvcGVu",
+        ),
+        ("token hf_\u00ad" + "Q" * 34, "QQQQQQQQQQ"),
+        ("token hf_" + "Q" * 17 + "\U000e0020" + "Q" * 17, "QQQQQQQQQQ"),
+        ("token gh\ufe0fp_" + "R" * 36, "RRRRRRRRRR"),
+    ],
+)
+def test_key_shapes_and_signatures_are_masked(text, secret):
+    from agent.hostside import redact
+
+    shown = redact.redact_text(text)
+    assert secret not in shown and redact.MARKER in shown
+
+
+@pytest.mark.attack("escape: tag characters, soft hyphens, Hangul fillers and variation selectors reach a reader")
+def test_every_invisible_character_is_kept_from_a_reader():
+    from agent.reporting import escape
+
+    for char in "\u00ad\u115f\u1160\u3164\uffa0\ufe00\ufe0f\U000e0001\U000e0041\U000e007f\U000e0100\u180e\u034f":
+        for shown in (escape.plain(f"a{char}b"), escape.md(f"a{char}b"), escape.html(f"a{char}b")):
+            assert char not in shown, (repr(char), shown)

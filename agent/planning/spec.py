@@ -31,6 +31,9 @@ from agent.planning.settings import (
 QUANTS = ("nvfp4", "fp8", "bf16")
 PROFILES = ("uniform", "mixed")
 SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # also a folder name in the results tree
+# results/calibrate/ is `spark-agent calibrate`'s: every later sweep of its image takes its cells for host speeds for
+# a week (running/calibration.py), so a sweep of that name (in any case: macOS folders ignore it) is refused.
+CALIBRATION_SWEEP = "calibrate"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]{0,63}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -295,6 +298,13 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
     if not SWEEP_NAME.match(sweep["name"]):
         raise _err(
             path, lines.of("sweep", "name"), "sweep name must be 1-64 letters, digits, . _ - (starting with one)"
+        )
+    if sweep["name"].lower() == CALIBRATION_SWEEP:
+        raise _err(
+            path,
+            lines.of("sweep", "name"),
+            f"sweep name {sweep['name']!r} is reserved for `spark-agent calibrate` (its folder holds the fleet's host "
+            "speeds); name the sweep otherwise",
         )
     image_raw = raw.get("image", {})
     if isinstance(image_axis, list) and image_axis and isinstance(image_raw, dict) and "ref" not in image_raw:
