@@ -317,3 +317,29 @@ def test_every_invisible_character_is_kept_from_a_reader():
     for char in "\u00ad\u115f\u1160\u3164\uffa0\ufe00\ufe0f\U000e0001\U000e0041\U000e007f\U000e0100\u180e\u034f":
         for shown in (escape.plain(f"a{char}b"), escape.md(f"a{char}b"), escape.html(f"a{char}b")):
             assert char not in shown, (repr(char), shown)
+
+
+# --- 2. the peers of a multi-node cell -----------------------------------------------------------------------
+
+
+@pytest.mark.attack("multinode: a Spark of another owner (another ansible_user) joins a cell and shares its token")
+def test_hosts_of_different_owners_never_share_a_cell_unless_the_spec_says_so(tmp_path):
+    from agent.errors import UserError
+    from agent.planning import multinode
+    from agent.planning.spec import load_spec
+    from tests.test_multinode_plan import sim, spec_file
+
+    facts = {h: sim(f"127.0.9.{11 + i}") for i, h in enumerate("abcd")}
+    owners = {"a": {"ansible_user": "alice"}, "b": {"ansible_user": "bob"}}
+    spec = load_spec(spec_file(tmp_path))
+    with pytest.raises(UserError) as err:
+        multinode.choose(spec, ["a", "b"], facts, owners)
+    assert "different owners (alice, bob)" in err.value.message and "one_trust_domain" in err.value.message
+    # four hosts, two owners: each set stays within one owner
+    four = {**owners, "c": {"ansible_user": "alice"}, "d": {"spark_owner": "bob", "ansible_user": "nvidia"}}
+    sets = multinode.choose(spec, list("abcd"), facts, four).sets
+    assert sorted(s.hosts for s in sets) == [["a", "c"], ["b", "d"]]
+    # the spec says they are one trust domain: a and b may serve one cell
+    trusted = spec_file(tmp_path)
+    trusted.write_text(trusted.read_text().replace("[sweep]\n", "[sweep]\none_trust_domain = true\n"))
+    assert [s.hosts for s in multinode.choose(load_spec(trusted), ["a", "b"], facts, owners).sets] == [["a", "b"]]

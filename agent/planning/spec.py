@@ -102,6 +102,9 @@ class Spec:
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     correctness: CorrectnessSettings = field(default_factory=CorrectnessSettings)
     design: Design = field(default_factory=Design)  # the [matrix] axes beyond the backends
+    # [sweep] one_trust_domain: hosts of different owners may serve one multi-node cell (its nodes trust each other
+    # fully: docs/security.md); by default a node set never mixes owners (ansible_user, or spark_owner)
+    one_trust_domain: bool = False
 
     def axes(self) -> list[tuple[str, list[Any]]]:
         """(axis, values) in planning order: the fixed axes, then each [matrix] server setting in field order."""
@@ -123,7 +126,11 @@ class Spec:
 
 # table -> key -> (types, required, default)
 _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
-    "sweep": {"name": ((str,), True, None), "description": ((str,), False, "")},
+    "sweep": {
+        "name": ((str,), True, None),
+        "description": ((str,), False, ""),
+        "one_trust_domain": ((bool,), False, False),
+    },
     "image": {"ref": ((str,), True, None), "vllm_version": ((str,), False, "")},
     "checkpoints": {"name": ((str,), True, None), "model": ((str,), True, None), "quant": ((str,), True, None)},
     "server": toml_schema(ServerSettings),
@@ -331,6 +338,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
     spec = Spec(
         path=path,
         name=sweep["name"],
+        one_trust_domain=sweep["one_trust_domain"],
         image=image["ref"],
         vllm_version=image["vllm_version"],
         checkpoints=checkpoints,

@@ -50,7 +50,7 @@ _CELL: dict[str, Any] = {
     "env": dict,
     "env_provenance": (list, dict),
     "launch": dict,
-    "facts": dict,
+    "facts": dict.fromkeys(("fingerprint", "gpu_name", "arch", "sm", "driver", "cuda", "hostname"), str),
     "attestation": dict,
     "checkpoint_info": dict,
     "correctness": {
