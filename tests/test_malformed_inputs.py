@@ -177,3 +177,56 @@ def test_a_malformed_record_is_skipped_with_a_warning_or_read(tmp_path_factory, 
             )  # the report's judgement and text (no plots: they cost seconds)
         except UserError as exc:
             one_line(exc)
+
+
+# --- store rows ------------------------------------------------------------------------------------------------
+
+STORE_COLUMNS = [
+    ("cells", "config_key"), ("cells", "record"), ("cells", "config"), ("cells", "verdict"), ("cells", "started_at"),
+    ("cells", "source"), ("measurements", "concurrency"), ("measurements", "ok"), ("measurements", "window"),
+    ("measurements", "output_throughput"), ("measurements", "data"), ("sweeps", "name"), ("sweeps", "ingested_by"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def store_file(tmp_path_factory) -> Path:
+    from agent.cli import main
+    from agent.store import db
+    from tests.test_store import OLD, sweep
+
+    tmp = tmp_path_factory.mktemp("store")
+    sweep(tmp / "results", "nv-2511", OLD, 1.0, "2026-11-01")
+    assert main(["store", "ingest", str(tmp / "results"), "--store", f"sqlite:///{tmp / 'store.sqlite'}"]) == 0
+    db.close_all()
+    return tmp / "store.sqlite"
+
+
+@settings(SETTINGS, max_examples=8)
+@given(column=st.sampled_from(STORE_COLUMNS), value=VALUES, raw=st.booleans())
+def test_a_malformed_store_row_is_one_line_or_read(tmp_path_factory, store_file, column, value, raw):
+    import json
+    import shutil
+
+    import sqlalchemy as sa
+
+    from agent.store import db, history, select
+
+    path = tmp_path_factory.mktemp("copy") / "store.sqlite"
+    shutil.copy(store_file, path)
+    url = f"sqlite:///{path}"
+    stored = value if raw and isinstance(value, str | int | float | bool) else json.dumps(value, allow_nan=True)
+    try:
+        with capped():
+            engine = db.open_store(url)
+            with engine.begin() as conn:
+                table, name = column  # one row: a unique column stays unique
+                conn.execute(
+                    sa.text(f"UPDATE {table} SET {name} = :v WHERE id = (SELECT min(id) FROM {table})"), {"v": stored}
+                )
+            try:
+                select.load(engine, select.Selection())
+                history.query(engine, select.Selection())
+            except UserError as exc:
+                one_line(exc)
+    finally:
+        db.close_all()

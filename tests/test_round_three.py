@@ -128,7 +128,8 @@ def test_a_sweep_may_not_take_the_calibrations_name(tmp_path, capsys, name):
 
     spec = tmp_path / "spec.toml"
     spec.write_text((EXAMPLES / "quick.toml").read_text().replace('name = "quick"', f'name = "{name}"'))
-    assert main(["sweep", str(spec), "--results", str(tmp_path / "results")]) == 2
+    missing = str(tmp_path / "no-inventory.yml")  # were the name taken, nothing could reach a host either
+    assert main(["sweep", str(spec), "-i", missing, "--results", str(tmp_path / "results")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{spec}:4" in err[0] and "reserved" in err[0]
     assert not (tmp_path / "results").exists()
@@ -343,3 +344,19 @@ def test_hosts_of_different_owners_never_share_a_cell_unless_the_spec_says_so(tm
     trusted = spec_file(tmp_path)
     trusted.write_text(trusted.read_text().replace("[sweep]\n", "[sweep]\none_trust_domain = true\n"))
     assert [s.hosts for s in multinode.choose(load_spec(trusted), ["a", "b"], facts, owners).sets] == [["a", "b"]]
+
+
+@pytest.mark.attack("spec: a [correctness] reference that matches no cell is ignored without a word")
+def test_a_reference_no_cell_matches_is_refused(tmp_path, capsys):
+    from agent.paths import EXAMPLES
+
+    spec = tmp_path / "spec.toml"
+    text = (EXAMPLES / "quick.toml").read_text()
+    spec.write_text(text + '\n[correctness]\nreference = {moe_backend = "triton"}\n')
+    assert main(["env", str(spec), "-i", str(tmp_path / "no-inventory.yml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "matches no cell" in err[0] and str(spec) in err[0]
+    spec.write_text(text + '\n[correctness]\nreference = {moe_backend = "marlin"}\n')
+    from agent.planning.spec import load_spec
+
+    assert load_spec(spec).correctness.reference == {"moe_backend": "marlin"}

@@ -750,7 +750,22 @@ def _with_combinations(path: Path, lines: _Lines, spec: Spec, matrix: dict[str, 
         )
     if len(cells) > axes_design.MAX_CELLS:
         raise _err(path, line, f"{len(cells):,} cells per host; the limit is {axes_design.MAX_CELLS:,}: exclude some")
+    _reference_planned(path, lines, spec.correctness.reference, cells)
     return replace(spec, design=replace(spec.design, include=include, exclude=exclude))
+
+
+def _reference_planned(path: Path, lines: _Lines, reference: dict[str, Any], cells: list[dict[str, Any]]) -> None:
+    """A [correctness] reference that no planned cell matches would be ignored without a word (the best-scoring
+    cell stands in): refused. Compared as judging/correctness.py matches ("" is auto)."""
+    if reference and not any(
+        all(str(c.get(k) or "auto") == str(v or "auto") for k, v in reference.items()) for c in cells
+    ):
+        wanted = ", ".join(f"{k} = {v!r}" for k, v in reference.items())
+        raise _err(
+            path,
+            lines.of("correctness", "reference"),
+            f"[correctness] reference ({wanted}) matches no cell of the matrix; name a value the matrix has",
+        )
 
 
 def _rule_line(lines: _Lines, kind: str, index: int, key: str | None = None) -> int:
