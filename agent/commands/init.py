@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if os.path.lexists(out) and not args.force:
-        raise UserError(f"{out} exists: pass --force to overwrite it, or -o ANOTHER.yml")
+        kind = " (a symbolic link: it is never written through)" if out.is_symlink() else ""
+        raise UserError(f"{out} exists{kind}: pass --force to replace it, or -o ANOTHER.yml")
     text = inventory_text(args.hosts, args.user, args.key, str(out))
     if not out.parent.is_dir():
         raise UserError(f"-o {out}: folder {out.parent} does not exist")

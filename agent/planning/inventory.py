@@ -1,6 +1,7 @@
 """Load and validate an Ansible inventory with Ansible's own parser (so group_vars and host_vars apply).
 
-Before Ansible reads a file we check it is small UTF-8 text nested no deeper than YAML can be read, and
+Before Ansible reads a file we check it is small UTF-8 text, and read its YAML (group_vars and host_vars too)
+through the bounded loader (planning/boundedyaml.py: an alias bomb or deep nesting is one line, never a hang), and
 Ansible's own warnings are held back until the inventory proved good: a bad inventory gives one line
 naming the file or the host, and nothing else. Host names and the variables that reach a command line or a
 path on the host are checked here, before any host is touched.
