@@ -360,3 +360,17 @@ def test_a_reference_no_cell_matches_is_refused(tmp_path, capsys):
     from agent.planning.spec import load_spec
 
     assert load_spec(spec).correctness.reference == {"moe_backend": "marlin"}
+
+
+@pytest.mark.attack("multinode: a Ray task in a node's container reads the cell's env file (its HF token)")
+def test_a_ray_nodes_container_mounts_only_its_cell_folder():
+    from agent.hostside import raynode
+
+    env_file = "/home/nvidia/.spark-agent/env/0123456789ab.env"
+    temp = str(raynode.cell_temp_dir("/tmp/spark-agent-ray", "0123456789ab"))
+    argv = raynode.container_argv(
+        "nvcr.io/nvidia/vllm@sha256:" + "ab" * 32, "n", "0123456789ab", env_file, temp, True, temp + "/auth_token"
+    )
+    mounts = [argv[i + 1] for i, a in enumerate(argv) if a in ("--volume", "-v", "--mount")]
+    assert mounts == [f"{temp}:{temp}"]  # the env file is read by docker on the host, never mounted
+    assert not env_file.startswith(temp) and not any(a.startswith("--privileged") or a == "--pid" for a in argv)
