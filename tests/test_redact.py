@@ -315,7 +315,7 @@ _SHOWN_PRODUCTIONS = {
     "a count of tokens": [[q, "TOKENS"] for q in ("MAX", "PROMPT", "NUM", "SPEC", "CLIENT", "TOTAL", "OUTPUT")]
     + [["SORT", "KEYS"], ["MAX", "NUM", "BATCHED", "TOKENS"]],
     "a location": [["TOKEN", "PATH"], ["PASSWORD", "FILE"], ["CREDS", "DIR"]],
-    "no secret word": [["KEY", "SIZE"], ["PWD"], ["PATH"], ["AUTHOR"], ["CREDIT", "LIMIT"], ["BYPASS"], ["TOKENS"]],
+    "no secret word": [["KEY", "SIZE"], ["PATH"], ["AUTHOR"], ["CREDIT", "LIMIT"], ["BYPASS"], ["TOKENS"]],
 }
 
 

@@ -108,7 +108,7 @@ def multinode_view(spec: Spec, hosts: list[tuple[str, Facts, dict[str, Any]]]) -
     node with the rule behind every variable, and the hosts refused with why. No set at all: UserError (exit 2)."""
     facts = {name: envrules.with_arch(f) for name, f, _ in hosts}
     host_vars = {name: v for name, _, v in hosts}
-    choice = multinode.choose(spec, [name for name, _, _ in hosts], facts)
+    choice = multinode.choose(spec, [name for name, _, _ in hosts], facts, host_vars)
     sets = []
     for s in choice.sets:
         cells = multinode.plan_set(spec, s, facts, host_vars)

@@ -42,15 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    if out.exists() and not args.force:
-        raise UserError(f"{out} exists: pass --force to overwrite it, or -o ANOTHER.yml")
+    if os.path.lexists(out) and not args.force:
+        kind = " (a symbolic link: it is never written through)" if out.is_symlink() else ""
+        raise UserError(f"{out} exists{kind}: pass --force to replace it, or -o ANOTHER.yml")
     text = inventory_text(args.hosts, args.user, args.key, str(out))
     if not out.parent.is_dir():
         raise UserError(f"-o {out}: folder {out.parent} does not exist")
     _check(text, out)  # the loader every command uses must accept what we write, before it exists
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    _write(out, text, force=args.force)
     print(f"wrote {out}: {len(args.hosts)} host(s) in group {GROUP}", file=sys.stderr)
     if args.no_trust:
         print(f"next: spark-agent trust {GROUP} -i {out}", file=sys.stderr)
@@ -61,6 +60,22 @@ def run(args: argparse.Namespace) -> int:
         return trust.run(argparse.Namespace(hosts=[GROUP], inventory=str(out), yes=args.yes))
     except UserError as exc:
         raise UserError(f"{exc.message} (the inventory is written; then: spark-agent trust {GROUP} -i {out})") from None
+
+
+def _write(out: Path, text: str, *, force: bool) -> None:
+    """A new file is created, never opened through a link (a dangling one would write wherever it points); with
+    --force the text lands in a temp file beside it, renamed over it (a link at `out` is replaced, not followed)."""
+    if force:
+        from agent.hostside import atomic
+
+        atomic.write_text(out, text)
+        return
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        raise UserError(f"{out} exists (or is a link): pass --force to replace it, or -o ANOTHER.yml") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def inventory_text(hosts: list[str], user: str, key: str, out: str) -> str:

@@ -15,13 +15,15 @@ Three ways a value is recognised as secret:
                | a SECRET word (AUTH COOKIE CRED CREDS), anywhere, whole
                | core ends in TOKEN KEY PASS PAT, not after a word that makes it a model token or a lookup key
                  (bytes_per_token, eos_token, sort_key, host_key)
+               | core ends in PW PWD after another word: MYSQL_PWD, REDIS_PW (PWD alone is the working directory)
                | core ends in TOKENS KEYS PATS after a word that makes them credentials (API ACCESS BEARER
                  REFRESH SESSION PERSONAL SERVICE DEPLOY): API_TOKENS; plain plurals count model tokens
                  (max_tokens, prompt_tokens) or name lookup keys (sort_keys)
-  so HF_TOKEN, GITHUB_PAT, AWS_CREDS, API_TOKENS, HF_TOKEN_2 and apiKey are secrets; max_tokens, eos_token_id,
-  KEY_SIZE and HF_TOKEN_PATH are not;
-- by its shape: Hugging Face, GitHub, OpenAI-style, AWS and JWT tokens, bearer headers, user:password@ in URLs,
-  private key blocks;
+  so HF_TOKEN, GITHUB_PAT, AWS_CREDS, API_TOKENS, HF_TOKEN_2, PGPASSWORD, MYSQL_PWD and apiKey are secrets;
+  max_tokens, eos_token_id, KEY_SIZE, PWD and HF_TOKEN_PATH are not. Invisible characters are removed first;
+- by its shape: Hugging Face, GitHub, OpenAI-style, NVIDIA (nvapi-), AWS and JWT tokens, bearer headers,
+  user:password@ in URLs, a signed URL's signature and credentials (S3, GCS, CloudFront, Azure SAS), private key
+  blocks;
 - by being a value we were told is secret (remember()): a vaulted inventory value, or the value of a secret-named
   variable, is then replaced wherever it shows up, whatever its shape (values of 8 characters or more: a short
   value such as "1" would blank out every digit of a log).
@@ -40,6 +42,17 @@ from typing import Any
 MARKER = "%REDACTED%"  # safe unquoted in a shell line, Markdown, HTML, rich markup and TOML
 MIN_KNOWN_LEN = 8
 
+# Characters that show nothing yet change what is seen or matched (a regex character class body): bidi embeddings,
+# overrides, isolates and marks (Trojan Source), zero-width spaces and joiners, the BOM, the soft hyphen, the
+# combining grapheme joiner, the Mongolian vowel separator, Hangul fillers, variation selectors and Unicode tag
+# characters. Inside a secret or its name they would hide it from every pattern: removed before matching
+# (redact_text, name_words), and never shown (reporting/escape.py).
+INVISIBLE = (
+    "\u00ad\u034f\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff"
+    "\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef"
+)
+_INVISIBLE = re.compile(f"[{INVISIBLE}]")
+
 # The grammar's word classes (the module docstring gives the grammar).
 # Parts that make a name secret wherever they stand, even inside a word (DB_PASSWORD, PGPASSWORD, CLIENT_SECRET_ID)...
 _SECRET_PARTS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY")
@@ -48,6 +61,8 @@ _SECRET_WORDS = frozenset({"AUTH", "COOKIE", "CRED", "CREDS"})
 # Words that make a name secret only as its last word: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, OPENAI_API_KEY, SSH_KEY,
 # ansible_become_pass, GITHUB_PAT. Elsewhere they name something else: token_text, eos_token_id, KEY_SIZE, pass_config.
 _LAST_WORDS = frozenset({"TOKEN", "KEY", "PASS", "PAT"})
+# ...and the short spellings of a password, secret as the last word after another one: MYSQL_PWD, REDIS_PW, dbPwd.
+_SHORT_LAST_WORDS = frozenset({"PW", "PWD"})
 # ...and not even last after a word that says what kind of token or key it is, none of which log anyone in:
 # a model token (bytes_per_token, time_to_first_token, eos_token) or a lookup key (sort_key, cache_key, host_key).
 _NOT_SECRET_BEFORE_LAST = frozenset(
@@ -70,8 +85,8 @@ _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 
 def name_words(name: str) -> list[str]:
-    """HF_TOKEN -> [HF, TOKEN]; apiKey -> [API, KEY]; --hf-token -> [HF, TOKEN]."""
-    return [w.upper() for w in _WORD.findall(name)]
+    """HF_TOKEN -> [HF, TOKEN]; apiKey -> [API, KEY]; --hf-token -> [HF, TOKEN]; HF_TO\u00adKEN -> [HF, TOKEN]."""
+    return [w.upper() for w in _WORD.findall(_INVISIBLE.sub("", name))]
 
 
 def is_secret_name(name: str) -> bool:
@@ -84,6 +99,8 @@ def is_secret_name(name: str) -> bool:
     if any(part in w for w in words for part in _SECRET_PARTS) or any(w in _SECRET_WORDS for w in words):
         return True
     before = words[-2] if len(words) > 1 else ""
+    if words[-1] in _SHORT_LAST_WORDS:  # MYSQL_PWD, DB_PW; never PWD alone (the working directory)
+        return bool(before)
     if words[-1] in _LAST_WORDS:
         return before not in _NOT_SECRET_BEFORE_LAST
     return words[-1] in _LAST_PLURALS and before in _CREDENTIAL_BEFORE_PLURAL
@@ -145,6 +162,8 @@ _SHAPES = re.compile(
     r"|pypi-[A-Za-z0-9_-]{40,}"  # PyPI
     r"|(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"  # AWS access key id
     r"|eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"  # JWT
+    r"|nvapi-[A-Za-z0-9_-]{20,}"  # NVIDIA (build.nvidia.com, NGC)
+    r"|hf_oauth_[A-Za-z0-9_-]{20,}"  # Hugging Face OAuth
     r")"
 )
 _NOT_MARKED = r"(?!%REDACTED%)"
@@ -156,6 +175,11 @@ _CONTEXT = [
         + r"(?!%REDACTED%|(?:basic|bearer|token|digest)\s)([A-Za-z0-9._~+/=-]{6,})"
     ),
     re.compile(r"(://[^/\s:@'\"]+:)" + _NOT_MARKED + r"([^/\s@'\"]+)(@)"),  # scheme://user:password@host
+    # a signed URL's signature and credentials in its query: S3 and GCS (X-Amz-/X-Goog-), CloudFront, Azure SAS
+    re.compile(
+        r"(?i)([?&](?:x-(?:amz|goog)-(?:signature|credential|security-token)|signature|sig|key-pair-id|policy"
+        r"|token|access_token|auth|apikey|api_key|key)=)" + _NOT_MARKED + r"([^&#\s'\"<>]+)"
+    ),
 ]
 # NAME=value, NAME: value, "NAME": "value", 'NAME': 'value'; then --flag value, --flag=value (a pass of its own, so
 # `--env DB_PASSWORD=x` is seen as the assignment it carries). The name decides.
@@ -175,6 +199,7 @@ def redact_text(text: str) -> str:
     """Free text with every secret it holds replaced by MARKER."""
     if not text:
         return text
+    text = _INVISIBLE.sub("", text)  # a secret split by an invisible character is still the secret shown
     pattern = _known_re
     if pattern is not None:
         text = pattern.sub(MARKER, text)

@@ -28,6 +28,7 @@ JSON_LIMIT = 64 * 1024 * 1024  # config.json, hf_quant_config.json, the index
 MAX_SHARDS = 10_000
 MAX_NAME = 1024  # characters of a tensor name (real ones: under 200)
 MAX_DIMS = 16
+MAX_JSON_DEPTH = 64  # config.json and friends are a few levels deep; deeper is corrupt or hostile
 
 DTYPE_SIZES = {
     "BOOL": 1,
@@ -181,7 +182,8 @@ def _entry_problem(entry: Any, data_len: int) -> str:  # Any: one entry of an un
     return ""
 
 
-def _read_json(path: str) -> dict:
+def read_json(path: str) -> dict:
+    """A checkpoint's JSON file (config.json, an index): bounded in size and nesting; CheckpointError else."""
     if not os.path.isfile(path):
         raise CheckpointError(f"{path}: not a regular file")
     with open(path, "rb") as f:
@@ -191,7 +193,24 @@ def _read_json(path: str) -> dict:
     data = _loads(path, raw, "the file")
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
+    if _depth(data) > MAX_JSON_DEPTH:  # what json.loads accepted may still be too deep for a recursive reader
+        raise CheckpointError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels; the file is corrupt")
     return data
+
+
+def _depth(value: object) -> int:
+    """Nesting of a parsed JSON value, without recursion (stops counting past MAX_JSON_DEPTH)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_JSON_DEPTH:
+            break
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
 
 
 def _shards(path: str) -> tuple[list[str], dict, list[str]]:
@@ -208,7 +227,7 @@ def _shards(path: str) -> tuple[list[str], dict, list[str]]:
         for shard in found:
             _check_inside(path, shard, shard)
         return found[:MAX_SHARDS], {}, []
-    weight_map = _read_json(indexes[0]).get("weight_map")
+    weight_map = read_json(indexes[0]).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{indexes[0]}: has no weight_map; the index is corrupt")
     names = set(weight_map.values())
@@ -263,11 +282,11 @@ def _configs(path: str) -> tuple[dict, list[dict]]:
     """config.json (or {}) and a short summary of every quantization config found."""
     folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
     config_path = os.path.join(folder, "config.json")
-    config = _read_json(config_path) if os.path.isfile(config_path) else {}
+    config = read_json(config_path) if os.path.isfile(config_path) else {}
     quant = []
     hf_quant = os.path.join(folder, "hf_quant_config.json")
     if os.path.isfile(hf_quant):
-        data = _read_json(hf_quant)
+        data = read_json(hf_quant)
         quant.append(_quant_summary("hf_quant_config.json", data.get("quantization", data), data.get("producer")))
     for holder in (config, _text_config(config)):
         if isinstance(holder.get("quantization_config"), dict):

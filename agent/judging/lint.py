@@ -145,12 +145,14 @@ def quant_and_source(launch: Launch, checkpoint: dict[str, Any] | None) -> tuple
 
 def _config_quant(model: str) -> str:
     """The quant a local checkpoint's config.json says (`quantization_config`: quant_method / quant_algo / fmt)."""
+    from agent.hostside.safetensors import read_json
+
     path = Path(model) / "config.json" if model and not model.startswith(("http:", "https:")) else None
     try:
-        if not path or not path.is_file() or path.stat().st_size > 4 * 1024 * 1024:
+        if not path or not path.is_file():
             return ""
-        conf = json.loads(path.read_text(encoding="utf-8")).get("quantization_config")
-    except (OSError, ValueError, AttributeError):
+        conf = read_json(str(path)).get("quantization_config")  # bounded: size and nesting
+    except (OSError, ValueError):
         return ""
     text = json.dumps(conf).lower() if isinstance(conf, dict) else ""
     return next((quant for word, quant in _QUANT_WORDS if word in text), "")

@@ -1,6 +1,7 @@
 """Load and validate an Ansible inventory with Ansible's own parser (so group_vars and host_vars apply).
 
-Before Ansible reads a file we check it is small UTF-8 text nested no deeper than YAML can be read, and
+Before Ansible reads a file we check it is small UTF-8 text, and read its YAML (group_vars and host_vars too)
+through the bounded loader (planning/boundedyaml.py: an alias bomb or deep nesting is one line, never a hang), and
 Ansible's own warnings are held back until the inventory proved good: a bad inventory gives one line
 naming the file or the host, and nothing else. Host names and the variables that reach a command line or a
 path on the host are checked here, before any host is touched.
@@ -61,7 +62,7 @@ def load_inventory(path: str | Path | None, limit: str | None = None, flag: str 
     if not path.exists():
         raise UserError(f"{path}: inventory not found; pass -i INVENTORY (see inventory/example-fleet.yml)")
     for source in files_ansible_reads(path):
-        check_text_file(source)
+        check_text_file(source, vars_file=_is_vars_file(path, source))
     from ansible.utils.display import Display
 
     Display()  # made before the redirect: it patches the real streams once, and writes to sys.stderr per call
@@ -144,6 +145,12 @@ def files_ansible_reads(path: Path) -> Iterator[Path]:
                     yield found
 
 
+def _is_vars_file(inventory: Path, source: Path) -> bool:
+    root = inventory if inventory.is_dir() else inventory.parent
+    parts = source.relative_to(root).parts
+    return len(parts) > 1 and parts[0] in ("group_vars", "host_vars")
+
+
 def refuse_program(path: Path) -> None:
     """Ansible runs an executable inventory file (and every executable file of an inventory folder): spark-agent
     reads inventories only as text, so one is refused."""
@@ -155,26 +162,30 @@ def refuse_program(path: Path) -> None:
         )
 
 
-def check_text_file(path: Path) -> None:
-    """Small UTF-8 text and no program, and for YAML, nested no deeper than a parser can go. Raises
+YAML_SUFFIXES = (".yml", ".yaml", ".json")  # read as YAML by Ansible's inventory plugin; vars files also with none
+
+
+def check_text_file(path: Path, vars_file: bool = False) -> None:
+    """Small UTF-8 text and no program, and for YAML (a group_vars/host_vars file: also one without a suffix),
+    read by the bounded loader (no alias bomb, no deep nesting) before Ansible ever parses it. Raises
     UserError(file:line)."""
     from agent.planning.spec import read_text_file
 
     refuse_program(path)
     text = read_text_file(path, "inventory", INVENTORY_MAX_BYTES)
-    if path.suffix in (".yml", ".yaml", ".json"):
+    if path.suffix in YAML_SUFFIXES or (vars_file and not path.suffix):
         _check_yaml(path, text)
 
 
 def _check_yaml(path: Path, text: str) -> None:
     import yaml
 
-    class AnyTag(yaml.SafeLoader):  # !vault, !unsafe...: ansible's tags are fine here; only the shape counts
-        pass
+    from agent.planning import boundedyaml
 
-    AnyTag.add_multi_constructor("!", lambda loader, suffix, node: None)
     try:
-        yaml.load(text, Loader=AnyTag)  # a SafeLoader that also accepts ansible's tags
+        boundedyaml.load_all(text, any_tag=True)  # Ansible's tags (!vault, !unsafe) are fine: only the shape counts
+    except boundedyaml.YamlBomb as exc:
+        raise UserError(f"{path}:{exc.line + 1}: {exc.why}: refused; write plain groups, hosts and vars") from None
     except RecursionError:
         raise UserError(f"{path}: nested too deeply to be an inventory; write plain groups and hosts") from None
     except yaml.YAMLError as exc:

@@ -3,7 +3,7 @@
 Read from what people copy: a command line, a shell script, `docker run`, a docker compose file, a Kubernetes
 manifest, or a model card's Markdown (its fenced blocks). Nothing is executed or expanded beyond the script's own
 assignments (`MODEL=x` then `$MODEL`). Input is text a user pasted: it is bounded (MAX_BYTES, MAX_LAUNCHES,
-MAX_YAML_NODES) and a bad one is one line naming the file (UserError, exit 2).
+boundedyaml.MAX_NODES) and a bad one is one line naming the file (UserError, exit 2).
 """
 
 from __future__ import annotations
@@ -19,12 +19,10 @@ from typing import Any
 import yaml
 
 from agent.errors import UserError
+from agent.planning import boundedyaml
 
 MAX_BYTES = 4 * 1024 * 1024  # a script, a compose file or a model card; anything bigger is not one
 MAX_LAUNCHES = 256
-MAX_YAML_NODES = 100_000  # YAML aliases can make a small file a huge tree: its size counted through them, at most
-MAX_YAML_ALIASES = 1_000  # a compose file reuses a block a few times (`<<: *defaults`); a bomb needs thousands
-MAX_YAML_DEPTH = 64  # a manifest is a few levels deep; deeper is an attack on the recursive composer
 
 # `docker run` options that take a value as the next word (the rest are switches, or `--opt=value`).
 _DOCKER_VALUE_OPTS = {
@@ -623,15 +621,15 @@ def _from_guide(text: str, source: str) -> list[Launch]:
 def _from_yaml(text: str, source: str, first_line: int) -> list[Launch] | None:
     """Launches of a YAML text; None when it is no YAML (then it is read as shell)."""
     try:
-        docs = [d for d in yaml.load_all(text, Loader=_BoundedLoader) if d is not None]
-    except _YamlBomb as exc:
+        docs = [d for d in boundedyaml.load_all(text) if d is not None]
+    except boundedyaml.YamlBomb as exc:
         raise UserError(f"{source}:{first_line + exc.line}: {exc.why}: refused; pass the file without it") from None
     except (yaml.YAMLError, RecursionError):
         return None
     if not docs or not all(isinstance(d, (dict, list)) for d in docs):
         return None
     out: list[Launch] = []
-    budget = [MAX_YAML_NODES]
+    budget = [boundedyaml.MAX_NODES]
     for doc in docs:
         if isinstance(doc, dict) and isinstance(doc.get("services"), dict):
             for name, service in doc["services"].items():
@@ -652,70 +650,6 @@ def _from_yaml(text: str, source: str, first_line: int) -> list[Launch] | None:
                     line = first_line + _line_of(text, value.strip().splitlines()[0])
                     out += _from_shell(value, source, line)
     return out
-
-
-class _YamlBomb(Exception):
-    def __init__(self, why: str, line: int) -> None:
-        super().__init__(why)
-        self.why, self.line = why, line
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader that refuses, while composing, what makes a small text a huge tree: more than MAX_YAML_ALIASES
-    aliases, nesting deeper than MAX_YAML_DEPTH, or a document whose size counted through its aliases passes
-    MAX_YAML_NODES (a billion-laughs bomb shares its nodes, so building it is cheap: walking it is not)."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._aliases = 0
-        self._depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            self._aliases += 1
-            if self._aliases > MAX_YAML_ALIASES:
-                raise _YamlBomb(f"more than {MAX_YAML_ALIASES} YAML aliases", self.peek_event().start_mark.line)
-        self._depth += 1
-        try:
-            if self._depth > MAX_YAML_DEPTH:
-                raise _YamlBomb(f"YAML nested deeper than {MAX_YAML_DEPTH}", self.peek_event().start_mark.line)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def compose_document(self) -> Any:
-        node = super().compose_document()
-        if node is not None and _expanded_size(node) > MAX_YAML_NODES:
-            raise _YamlBomb(f"YAML that expands past {MAX_YAML_NODES} nodes through its aliases", node.start_mark.line)
-        return node
-
-
-def _expanded_size(root: Any) -> int:
-    """Nodes of a composed YAML document counted through its aliases (a shared node counts at each use), stopping
-    early past MAX_YAML_NODES; a node that contains itself counts as too big. Linear in the distinct nodes."""
-    sizes: dict[int, int] = {}
-    stack: list[tuple[Any, bool]] = [(root, False)]
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        children = _children(node)
-        if done:
-            sizes[key] = min(MAX_YAML_NODES + 1, 1 + sum(sizes.get(id(c), MAX_YAML_NODES + 1) for c in children))
-            continue
-        if key in sizes:
-            continue
-        sizes[key] = MAX_YAML_NODES + 1  # in progress: met again below itself, it is a cycle
-        stack.append((node, True))
-        stack.extend((c, False) for c in children if id(c) not in sizes)
-    return sizes[id(root)]
-
-
-def _children(node: Any) -> list[Any]:
-    if isinstance(node, yaml.MappingNode):
-        return [part for pair in node.value for part in pair]
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    return []
 
 
 def _containers(node: Any, budget: list[int]) -> Iterator[dict[str, Any]]:

@@ -42,15 +42,25 @@ def node_rows(cell: Cell, host: str) -> list[envrules.EnvProvenance]:
     return [r for r in cell.provenance if r["rule"] in names and r["reason"].endswith(f"(node {host})")]
 
 
-def choose(spec: Spec, hosts: list[str], facts: Mapping[str, Facts]) -> nodesets.Choice:
+def owner(host_vars: Mapping[str, Any]) -> str:
+    """Who a host belongs to, for the trust between a cell's nodes: spark_owner when the inventory says, else the
+    login user (ansible_user; "" = the controller's own user)."""
+    return str(host_vars.get("spark_owner") or host_vars.get("ansible_user") or "")
+
+
+def choose(
+    spec: Spec, hosts: list[str], facts: Mapping[str, Facts], host_vars: Mapping[str, Mapping[str, Any]] | None = None
+) -> nodesets.Choice:
     """The node sets of a multi-node spec, or one line (exit 2) saying why there are none. Also checks that
-    TP x PP fills the nodes' GPUs, now that the facts say how many each has."""
+    TP x PP fills the nodes' GPUs, now that the facts say how many each has. Hosts of different owners share no
+    set unless the spec says they are one trust domain."""
     server = spec.server
     where = f"{spec.path}: [server]"
     if server.nodes > len(hosts):
         raise UserError(f"{where} nodes = {server.nodes} but the inventory selects {len(hosts)} host(s); lower nodes")
+    owners = None if spec.one_trust_domain else {h: owner((host_vars or {}).get(h, {})) for h in hosts}
     try:
-        choice = nodesets.pick(hosts, facts, server.nodes, server.transport)
+        choice = nodesets.pick(hosts, facts, server.nodes, server.transport, owners)
     except nodesets.NodeSetError as exc:
         raise UserError(f"{where} {exc}") from None
     for s in choice.sets:
@@ -110,7 +120,7 @@ def plan_fleet(
     spec: Spec, hosts: list[str], facts: Mapping[str, Facts], host_vars: Mapping[str, Mapping[str, Any]]
 ) -> tuple[dict[str, list[Cell]], list[str]]:
     """host -> cells (a head gets its set's cells; workers and unused hosts none), and one warning per unused host."""
-    choice = choose(spec, hosts, facts)
+    choice = choose(spec, hosts, facts, host_vars)
     cells: dict[str, list[Cell]] = {h: [] for h in hosts}
     for s in choice.sets:
         cells[s.head] = plan_set(spec, s, facts, host_vars)

@@ -76,21 +76,30 @@ def _fast(nic: NetInterface) -> bool:
     return nic["simulated"] or (nic["state"] == "up" and nic["speed_mbps"] >= FAST_MBPS)
 
 
-def _groups(hosts: Sequence[str], facts: Mapping[str, Facts]) -> list[list[str]]:
-    """Hosts with the same fingerprint, in inventory order (fleet's groups.py will take this over)."""
-    groups: dict[str, list[str]] = {}
+def _groups(hosts: Sequence[str], facts: Mapping[str, Facts], owners: Mapping[str, str]) -> list[list[str]]:
+    """Hosts with the same fingerprint and the same owner, in inventory order (fleet's groups.py will take this
+    over). The nodes of one cell trust each other fully (one Ray token, tasks run as the head's user next to the
+    cell's secrets): a Spark of another owner never joins a set by accident."""
+    groups: dict[tuple[str, str], list[str]] = {}
     for h in hosts:
-        groups.setdefault(str(facts[h].get("fingerprint", "")), []).append(h)
+        groups.setdefault((str(facts[h].get("fingerprint", "")), owners.get(h, "")), []).append(h)
     return list(groups.values())
 
 
-def pick(hosts: Sequence[str], facts: Mapping[str, Facts], nodes: int, transport: str = "") -> Choice:
-    """Node sets of `nodes` hosts each. Raises NodeSetError (one line: why) when not one set can be formed, or
-    when the spec asks for RDMA (transport = "rdma") and a set's link has none."""
+def pick(
+    hosts: Sequence[str],
+    facts: Mapping[str, Facts],
+    nodes: int,
+    transport: str = "",
+    owners: Mapping[str, str] | None = None,
+) -> Choice:
+    """Node sets of `nodes` hosts each, never mixing owners (host -> owner; None: one trust domain). Raises
+    NodeSetError (one line: why) when not one set can be formed, or when the spec asks for RDMA
+    (transport = "rdma") and a set's link has none."""
     sets: list[NodeSet] = []
     unused: dict[str, str] = {}
     largest = 0
-    for group in _groups(hosts, facts):
+    for group in _groups(hosts, facts, owners or {}):
         free = list(group)
         by_subnet: dict[str, list[Link]] = {}
         for h in group:
@@ -115,9 +124,17 @@ def pick(hosts: Sequence[str], facts: Mapping[str, Facts], nodes: int, transport
             unused.setdefault(h, "no fast interface shared with enough hosts of its group")
     if not sets:
         detail = "; ".join(f"{h}: {why}" for h, why in unused.items())
+        mixed = len(set((owners or {}).values())) > 1
         raise NodeSetError(
             f"nodes = {nodes} but the largest group of hosts sharing a fast subnet has {largest}"
             + (f" ({detail})" if detail else "")
+            + (
+                f"; the hosts belong to different owners ({', '.join(sorted(set((owners or {}).values())))}) and "
+                "the nodes of a cell trust each other fully: set [sweep] one_trust_domain = true only if they are "
+                "one trust domain (docs/security.md)"
+                if mixed
+                else ""
+            )
         )
     if transport == "rdma":
         for s in sets:

@@ -31,6 +31,9 @@ from agent.planning.settings import (
 QUANTS = ("nvfp4", "fp8", "bf16")
 PROFILES = ("uniform", "mixed")
 SWEEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # also a folder name in the results tree
+# results/calibrate/ is `spark-agent calibrate`'s: every later sweep of its image takes its cells for host speeds for
+# a week (running/calibration.py), so a sweep of that name (in any case: macOS folders ignore it) is refused.
+CALIBRATION_SWEEP = "calibrate"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 VERSION = re.compile(r"^[0-9][0-9A-Za-z.+_-]{0,63}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -105,6 +108,9 @@ class Spec:
     correctness: CorrectnessSettings = field(default_factory=CorrectnessSettings)
     design: Design = field(default_factory=Design)  # the [matrix] axes beyond the backends
     server_starts: int = 1  # independent server starts of every cell (planning/matrix.nth_start), interleaved
+    # [sweep] one_trust_domain: hosts of different owners may serve one multi-node cell (its nodes trust each other
+    # fully: docs/security.md); by default a node set never mixes owners (ansible_user, or spark_owner)
+    one_trust_domain: bool = False
 
     def axes(self) -> list[tuple[str, list[Any]]]:
         """(axis, values) in planning order: the fixed axes, then each [matrix] server setting in field order."""
@@ -126,7 +132,11 @@ class Spec:
 
 # table -> key -> (types, required, default)
 _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
-    "sweep": {"name": ((str,), True, None), "description": ((str,), False, "")},
+    "sweep": {
+        "name": ((str,), True, None),
+        "description": ((str,), False, ""),
+        "one_trust_domain": ((bool,), False, False),
+    },
     "image": {"ref": ((str,), True, None), "vllm_version": ((str,), False, "")},
     "checkpoints": {"name": ((str,), True, None), "model": ((str,), True, None), "quant": ((str,), True, None)},
     "server": toml_schema(ServerSettings),
@@ -305,6 +315,13 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         raise _err(
             path, lines.of("sweep", "name"), "sweep name must be 1-64 letters, digits, . _ - (starting with one)"
         )
+    if sweep["name"].lower() == CALIBRATION_SWEEP:
+        raise _err(
+            path,
+            lines.of("sweep", "name"),
+            f"sweep name {sweep['name']!r} is reserved for `spark-agent calibrate` (its folder holds the fleet's host "
+            "speeds); name the sweep otherwise",
+        )
     image_raw = raw.get("image", {})
     if isinstance(image_axis, list) and image_axis and isinstance(image_raw, dict) and "ref" not in image_raw:
         image_raw = {**image_raw, "ref": image_axis[0]}  # with an image axis, [image] ref may be left out
@@ -330,6 +347,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
     spec = Spec(
         path=path,
         name=sweep["name"],
+        one_trust_domain=sweep["one_trust_domain"],
         image=image["ref"],
         vllm_version=image["vllm_version"],
         checkpoints=checkpoints,
@@ -801,15 +819,22 @@ def _with_combinations(path: Path, lines: _Lines, spec: Spec, matrix: dict[str, 
         )
     if len(cells) > axes_design.MAX_CELLS:
         raise _err(path, line, f"{len(cells):,} cells per host; the limit is {axes_design.MAX_CELLS:,}: exclude some")
-    wanted = spec.correctness.reference
-    if wanted and not any(all(str(c[k] or "auto") == str(v or "auto") for k, v in wanted.items()) for c in cells):
-        shown = ", ".join(f"{k} = {v!r}" for k, v in wanted.items())
+    _reference_planned(path, lines, spec.correctness.reference, cells)
+    return replace(spec, design=replace(spec.design, include=include, exclude=exclude))
+
+
+def _reference_planned(path: Path, lines: _Lines, reference: dict[str, Any], cells: list[dict[str, Any]]) -> None:
+    """A [correctness] reference that no planned cell matches would be ignored without a word (the best-scoring
+    cell stands in): refused. Compared as judging/correctness.py matches ("" is auto)."""
+    if reference and not any(
+        all(str(c.get(k) or "auto") == str(v or "auto") for k, v in reference.items()) for c in cells
+    ):
+        wanted = ", ".join(f"{k} = {v!r}" for k, v in reference.items())
         raise _err(
             path,
             lines.of("correctness", "reference"),
-            f"[correctness] reference ({shown}) matches no cell of the matrix; name values the matrix has",
+            f"[correctness] reference ({wanted}) matches no cell of the matrix; name a value the matrix has",
         )
-    return replace(spec, design=replace(spec.design, include=include, exclude=exclude))
 
 
 def _rule_line(lines: _Lines, kind: str, index: int, key: str | None = None) -> int:

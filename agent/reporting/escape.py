@@ -9,10 +9,11 @@ from __future__ import annotations
 import html as _html
 import re
 
-# Characters that change how the text around them shows without showing themselves: bidi embeddings, overrides and
-# isolates, and the marks (a host's text could reorder what a reader sees, Trojan-Source style), and zero-width
-# spaces and joiners and the BOM (a name that looks like another).
-INVISIBLE = "\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff"
+from agent.hostside import redact
+
+# Characters that change how the text around them shows without showing themselves (hostside/redact.py: one list,
+# which redaction also removes before it looks for a secret).
+INVISIBLE = redact.INVISIBLE
 # C0 and C1 control characters (newlines, ESC of terminal sequences, NUL), DEL, the Unicode line separators, and
 # the invisible ones.
 _CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{INVISIBLE}]")

@@ -29,13 +29,28 @@ from agent.reporting.escape import html
 from agent.reporting.htmlpage import page
 from agent.reporting.markdown import num, pct, write_report_cells
 from agent.results.tree import PART
-from agent.store import history, select
+from agent.store import history, readback, select
 from agent.store.schema import sweeps
 
 
 def folder_name(name: str) -> str:
     """A sweep's folder: its name when it is a plain folder name (it was one in the tree), else a hash of it."""
     return name if PART.fullmatch(name) else "sweep-" + hashlib.sha256(name.encode()).hexdigest()[:12]
+
+
+def page_name(config_key: str) -> str:
+    """A configuration's history page: its key when it has the hash's shape ingest writes, else hashed again."""
+    if readback.CONFIG_KEY.fullmatch(config_key):
+        return config_key
+    return "config-" + hashlib.sha256(config_key.encode(errors="replace")).hexdigest()[:16]
+
+
+def inside(root: Path, path: Path) -> Path:
+    """path, when it stays under root once links and `..` are resolved; a ValueError otherwise (a bug: every name
+    is checked before, this is the last guard before a write)."""
+    if not path.resolve().is_relative_to(root.resolve()) or path.resolve() == root.resolve():
+        raise ValueError(f"site: {path} would be written outside {root}")
+    return path
 
 
 MARKER = ".spark-agent-site"  # in every site's folder: what may be replaced
@@ -85,7 +100,7 @@ def _swap(tmp: Path, out: Path) -> None:
 
 
 def _build(engine: sa.Engine, root: Path, threshold: float) -> list[Path]:
-    with engine.connect() as conn:
+    with engine.connect() as conn, readback.reading("sweeps"):
         sweep_rows = (
             conn.execute(sa.select(sweeps).order_by(sweeps.c.first_started.desc(), sweeps.c.name)).mappings().all()
         )
@@ -93,21 +108,22 @@ def _build(engine: sa.Engine, root: Path, threshold: float) -> list[Path]:
     summaries = []
     names = [row["name"] for row in sweep_rows]
     for row in sweep_rows:  # each run of a sweep on its own: (results root, name, start), never blended
+        for name in ("name", "ingested_by", "first_started", "last_finished"):
+            readback.text("sweeps", row["id"], name, row[name])
         run = {"sweep": [row["name"]], "results_root": [row["results_root"]], "sweep_started": [row["started"]]}
         cells = select.load(engine, select.Selection(run))
         if not cells:
             continue
         name = folder_name(row["name"]) + (_run_suffix(row) if names.count(row["name"]) > 1 else "")
-        folder = root / "sweeps" / name
+        folder = inside(root, root / "sweeps" / name)
         write_report_cells(cells, folder, threshold=threshold)
         pages.append(folder / "report.html")
         summaries.append(_sweep_summary(dict(row), cells, f"sweeps/{name}/report.html"))
-    rows = history.query(engine, select.Selection())
     configs: dict[str, list[history.HistoryRow]] = {}
-    for r in rows:
-        configs.setdefault(r.config_key, []).append(r)
+    for r in history.query(engine, select.Selection()):
+        configs.setdefault(page_name(r.config_key), []).append(r)
     for key, members in configs.items():
-        path = root / "history" / f"{key}.html"
+        path = inside(root, root / "history" / f"{key}.html")
         _history_page(path, members)
         pages.append(path)
     index = root / "index.html"

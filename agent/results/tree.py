@@ -50,7 +50,7 @@ _CELL: dict[str, Any] = {
     "env": dict,
     "env_provenance": (list, dict),
     "launch": dict,
-    "facts": dict,
+    "facts": dict.fromkeys(("fingerprint", "gpu_name", "arch", "sm", "driver", "cuda", "hostname"), str),
     "attestation": dict,
     "checkpoint_info": dict,
     "correctness": {
@@ -64,6 +64,15 @@ _CELL: dict[str, Any] = {
         "long_seconds": _NUMBER,
     },
 }
+# [correctness] beyond its types: a score of 1e308 would become the reference, a threshold of "0.5" or a text that
+# is a number an internal error in report, compare and export. Each row of [[correctness.outputs]] and its ranges.
+_PROBE_ROW = {"id": str, "kind": str, "text": str, "error": str, "exact": bool, "degenerate": str}
+_CORRECTNESS_RANGES = {
+    "score": (0.0, 1.0),
+    "seconds": (0.0, 86_400.0),
+    **dict.fromkeys(("set_version", "prompts", "answered", "exact", "degenerate", "errors"), (0, 100_000)),
+}
+_SHARES = ("min_score", "max_score_drop", "min_agreement", "max_degenerate")  # the known thresholds: shares
 _RUN: dict[str, Any] = {
     **dict.fromkeys(
         ("concurrency", "repeat", "completed", "failed", "total_input_tokens", "total_output_tokens"),
@@ -187,13 +196,42 @@ def read_checked(path: Path, kind: str) -> dict[str, Any]:
         raise BadFile("nested too deeply") from None
     except OSError as exc:
         raise BadFile(f"cannot read it ({exc.strerror})") from None
-    for key in _REQUIRED[kind]:
-        if key not in data:
-            raise BadFile(f"has no '{key}'")
-    problem = _shape_problem(data, _CELL if kind == "cell" else _RUN, "")
+    problem = record_problem(data, kind)
     if problem:
         raise BadFile(problem)
     return data
+
+
+def record_problem(data: Any, kind: str) -> str:
+    """What is wrong with a cell.toml table (kind "cell") or a window's (kind "run"), "" when nothing: the same
+    check for the tree's files and the store's rows."""
+    if not isinstance(data, dict):
+        return f"not a table ({type(data).__name__})"
+    for key in _REQUIRED[kind]:
+        if key not in data:
+            return f"has no '{key}'"
+    problem = _shape_problem(data, _CELL if kind == "cell" else _RUN, "")
+    if problem or kind != "cell" or "correctness" not in data:
+        return problem
+    return _correctness_problem(data["correctness"])
+
+
+def _correctness_problem(c: dict[str, Any]) -> str:
+    for key, (low, high) in _CORRECTNESS_RANGES.items():
+        if key in c and not low <= c[key] <= high:
+            return f"'correctness.{key}' = {c[key]!r} is outside {low}..{high}"
+    for i, row in enumerate(c.get("outputs", [])):
+        problem = _shape_problem(row, _PROBE_ROW, f"correctness.outputs[{i}].")
+        if problem:
+            return problem
+    for key, value in c.get("thresholds", {}).items():
+        low, high = (0.0, 1.0) if key in _SHARES else (0.0, 1e6)
+        if not _is(value, _NUMBER) or not low <= value <= high:
+            return f"'correctness.thresholds.{key}' must be a number in {low:g}..{high:g}"
+    for key, value in c.get("reference", {}).items():
+        if not _is(value, (str, int, float, bool)):
+            return f"'correctness.reference.{key}' must be a config value (text or a number)"
+    return ""
 
 
 def _shape_problem(data: dict[str, Any], shape: dict[str, Any], where: str) -> str:

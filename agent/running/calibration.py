@@ -18,9 +18,10 @@ from typing import Any
 
 from agent.planning import blocks
 from agent.planning.matrix import Cell
+from agent.planning.spec import CALIBRATION_SWEEP
 from agent.results import tree as results
 
-SWEEP = "calibrate"  # results/calibrate/<host>/<cell>/
+SWEEP = CALIBRATION_SWEEP  # results/calibrate/<host>/<cell>/: a name no spec may give its sweep
 MAX_AGE_DAYS = 7.0  # older host effects are not trusted: a driver, firmware or room changes in a week
 EVERY_HOST = 0  # replicas: every host of its group measures the cell
 

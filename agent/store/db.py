@@ -105,7 +105,15 @@ def open_store(url: str, *, upgrade: bool = True) -> sa.Engine:
         engine = _engines.get(url)
         if engine is None:
             engine = _connect(url)
-            check_revision(engine, url, upgrade=upgrade)
+            try:
+                check_revision(engine, url, upgrade=upgrade)
+            except sa.exc.DatabaseError as exc:  # SQLite's "file is not a database", a damaged version table
+                engine.dispose()
+                reason = " ".join(str(exc.orig or exc).split())[:120]
+                raise UserError(
+                    f"store {shown(url)}: not a spark-agent store ({reason}); pass another --store, or move the "
+                    "file away to start a new store"
+                ) from None
             _engines[url] = engine
         return engine
 

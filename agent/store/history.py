@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from agent.judging import stats
 from agent.planning.settings import ServerSettings, flat_names
+from agent.store import readback
 from agent.store.schema import cells, hosts, measurements, sweeps
 from agent.store.select import CHUNK, Selection, joined, where
 
@@ -113,6 +114,7 @@ def query(
             cells.c.vllm_version,
             cells.c.started_at,
             cells.c.verdict,
+            measurements.c.id.label("window_pk"),
             measurements.c.concurrency,
             measurements.c.window,
             measurements.c.ok,
@@ -124,9 +126,10 @@ def query(
     if selection.concurrency:
         q = q.where(measurements.c.concurrency.in_(selection.concurrency))
     groups: dict[tuple[int, str], HistoryRow] = {}
-    with engine.connect() as conn:
+    with engine.connect() as conn, readback.reading("cells/measurements"):
         for r in conn.execute(q):
-            point = str(r.window).rsplit("-r", 1)[0]  # a cell's windows at one load point, whatever the repeat
+            _check(r)
+            point = r.window.rsplit("-r", 1)[0]  # a cell's windows at one load point, whatever the repeat
             row = groups.get((r.id, point))
             if row is None:
                 row = groups[(r.id, point)] = HistoryRow(
@@ -144,6 +147,19 @@ def query(
     return rows
 
 
+def _check(r: Any) -> None:
+    """A history row's typed columns, as the store holds them (readback.py: whoever writes the store is not trusted)."""
+    readback.config_key("cells", r.id, r.config_key)
+    for name in ("checkpoint", "backend", "host", "sweep", "image", "vllm_version", "started_at", "verdict"):
+        readback.text("cells", r.id, name, getattr(r, name))
+    readback.text("measurements", r.window_pk, "window", r.window)
+    readback.whole("measurements", r.window_pk, "concurrency", r.concurrency, 1, 1_000_000)
+    if not isinstance(r.ok, bool | int):
+        raise readback.bad("measurements", r.window_pk, "'ok' is not a boolean")
+    if r.ok:
+        readback.number("measurements", r.window_pk, "output_throughput", r.output_throughput)
+
+
 def _with_settings(engine: sa.Engine, rows: list[HistoryRow], wanted: dict[str, list[str]]) -> list[HistoryRow]:
     """Each row's value on every axis (from its cell's [config]: one read per cell, not per window), the rows the
     axis filters keep, and their labels: every axis on which the kept rows differ."""
@@ -152,7 +168,11 @@ def _with_settings(engine: sa.Engine, rows: list[HistoryRow], wanted: dict[str, 
     with engine.connect() as conn:
         for i in range(0, len(ids), CHUNK):
             q = sa.select(cells.c.id, cells.c.config).where(cells.c.id.in_(ids[i : i + CHUNK]))
-            configs.update((pk, dict(config or {})) for pk, config in conn.execute(q))
+            with readback.reading("cells"):
+                for pk, config in conn.execute(q):
+                    if not isinstance(config, dict):
+                        raise readback.bad("cells", pk, "'config' is not a table")
+                    configs[pk] = config
     kept = []
     for r in rows:
         config = configs.get(r.cell_pk, {})

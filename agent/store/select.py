@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from agent.errors import UserError
 from agent.judging import correctness
 from agent.results import tree
+from agent.store import readback
 from agent.store.schema import cells, hosts, measurements, sweeps
 
 COLUMNS: dict[str, sa.ColumnElement[Any]] = {
@@ -106,14 +107,14 @@ def load(engine: sa.Engine, selection: Selection) -> list[dict[str, Any]]:
     """The selected cells as results/tree.load_cells tables: cell.toml's table + 'runs' (windows sorted by
     load point (rate, depth, concurrency), then repeat) + 'dir' (the folder it was ingested from)."""
     query = sa.select(cells.c.id, cells.c.record, cells.c.source).select_from(joined()).where(*where(selection))
-    with engine.connect() as conn:
-        rows = conn.execute(query.order_by(cells.c.started_at, cells.c.id)).all()
-        runs = _runs(conn, [r.id for r in rows], selection.concurrency)
+    with engine.connect() as conn, readback.reading("cells"):
+        found = conn.execute(query.order_by(cells.c.started_at, cells.c.id)).all()
+        runs = _runs(conn, [r.id for r in found], selection.concurrency)
     out = []
-    for r in rows:
-        cell = dict(r.record)
+    for r in found:
+        cell = readback.record("cells", r.id, r.record, "cell")
         cell["runs"] = sorted(runs.get(r.id, []), key=tree.point_key)
-        cell["dir"] = r.source
+        cell["dir"] = readback.text("cells", r.id, "source", r.source)
         out.append(cell)
     correctness.annotate(out)  # as load_cells does: agreement within what was selected
     return out
@@ -122,13 +123,14 @@ def load(engine: sa.Engine, selection: Selection) -> list[dict[str, Any]]:
 def _runs(conn: sa.Connection, ids: Sequence[int], concurrency: list[int]) -> dict[int, list[dict[str, Any]]]:
     out: dict[int, list[dict[str, Any]]] = {}
     for start in range(0, len(ids), CHUNK):
-        query = sa.select(measurements.c.cell_pk, measurements.c.data).where(
+        query = sa.select(measurements.c.id, measurements.c.cell_pk, measurements.c.data).where(
             measurements.c.cell_pk.in_(ids[start : start + CHUNK])
         )
         if concurrency:
             query = query.where(measurements.c.concurrency.in_(concurrency))
-        for pk, data in conn.execute(query):
-            out.setdefault(pk, []).append(dict(data))
+        with readback.reading("measurements"):
+            for pk, cell_pk, data in conn.execute(query):
+                out.setdefault(cell_pk, []).append(readback.record("measurements", pk, data, "run"))
     return out
 
 
