@@ -56,6 +56,30 @@ def pytest_make_collect_report(collector: pytest.Collector):
         report.longrepr = str(exc)
 
 
+# Parallel workers (pytest-xdist, `--dist loadgroup`: scripts/test.sh): a module runs whole on one worker, so its
+# module fixtures (a fleet, a sweep) start once. The engine tier shares one worker (its vLLM servers would otherwise
+# fight over the two cores), and so do the modules that use the private dockerd (one daemon, one image build).
+DOCKER_FIXTURES = {"dockerd", "sim_image", "docker_host"}
+# Work is handed out in collection order: the longest groups first, the unit tests last to fill the gaps.
+GROUP_ORDER = ("engine", "docker", "integration", "unit")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    by_module: dict[pytest.Module, list[pytest.Item]] = {}
+    for item in items:
+        by_module.setdefault(item.getparent(pytest.Module), []).append(item)
+    rank = {}
+    for module, module_items in by_module.items():
+        tier = module_tier(module)
+        docker = any(DOCKER_FIXTURES & set(getattr(i, "fixturenames", ())) for i in module_items)
+        group = "engine" if tier == "engine" else "docker" if docker else module.nodeid
+        for item in module_items:
+            item.add_marker(pytest.mark.xdist_group(group))
+        rank[module] = GROUP_ORDER.index(group if group in GROUP_ORDER else tier)
+    items.sort(key=lambda item: rank[item.getparent(pytest.Module)])  # stable: collection order within a rank
+
+
 @pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory):
     """Two real sshd test hosts (127.0.0.11 and .12, or $SPARK_TEST_NET.11 and .12), with an inventory file (fleet.inventory)."""
