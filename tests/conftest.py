@@ -22,6 +22,7 @@ HEAVY_FIXTURES = {
     "docker_host": "integration",
     "vllm_cpu_python": "engine",
     "tiny_models": "engine",
+    "engine_sweep": "engine",
     "postgres": "integration",
 }
 
