@@ -5,4 +5,4 @@
 # serially; worker gwN uses SPARK_TEST_NET's third octet + N (tests/sshd_hosts.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-exec python -m pytest -ra -n "${SPARK_TEST_WORKERS:-4}" --dist loadgroup "$@"
+exec python -m pytest -ra -n "${SPARK_TEST_WORKERS:-4}" --dist loadscope "$@"

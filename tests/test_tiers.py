@@ -4,6 +4,8 @@ longest groups are handed out first, and each worker has a loopback net of its o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from .sshd_hosts import worker_net
@@ -14,7 +16,9 @@ pytestmark = pytest.mark.unit
 # The hook under test, loaded into the throwaway test tree (not the rest of tests/conftest.py's plugins).
 CONFTEST = """
 import pytest
-from tests.conftest import pytest_collection_modifyitems, pytest_make_collect_report  # noqa: F401
+from tests.conftest import (  # noqa: F401
+    pytest_collection_modifyitems, pytest_configure, pytest_make_collect_report, pytest_xdist_make_scheduler,
+)
 
 @pytest.fixture
 def ssh_fleet():
@@ -87,6 +91,24 @@ def test_modules_are_grouped_and_ordered_for_workers(tree):
         ("test_f", "test_b_fleet.py"),
         ("test_u", "test_a_unit.py"),
     ]
+
+
+def test_workers_run_each_group_whole(tree, monkeypatch):
+    """Real workers (pytest-xdist): a module's tests on one worker, and both dockerd modules on the same one."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))  # the tree imports tests.conftest
+    modules = {f"test_{n}": "import pytest\npytestmark = pytest.mark.integration\n" for n in "abcdef"}
+    for name in modules:
+        fixture = "dockerd" if name in ("test_b", "test_e") else "ssh_fleet"
+        modules[name] += "".join(f"def test_{i}({fixture}):\n    pass\n" for i in range(3))
+    tree.makepyfile(**modules)
+    result = tree.runpytest_subprocess("-n", "3", "--dist", "loadscope", "-v")
+    result.assert_outcomes(passed=18)
+    workers: dict[str, set[str]] = {}
+    for line in result.outlines:
+        if line.startswith("[gw") and " PASSED " in line:
+            workers.setdefault(line.split("::")[0].split()[-1], set()).add(line.split("]")[0])
+    assert all(len(ran_on) == 1 for ran_on in workers.values()), workers
+    assert workers["test_b.py"] == workers["test_e.py"]
 
 
 def test_each_worker_has_a_net_of_its_own():
