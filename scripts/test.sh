@@ -6,4 +6,4 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REPO/scripts/setup.sh"
 cd "$REPO"
 bash scripts/lint.sh   # ruff, mypy, ansible-lint: a failure stops CI before the tests
-exec python -m pytest -ra "$@"
+exec bash scripts/pytest.sh "$@"  # parallel workers: see there

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,7 @@ HEAVY_FIXTURES = {
     "docker_host": "integration",
     "vllm_cpu_python": "engine",
     "tiny_models": "engine",
+    "engine_sweep": "engine",
     "postgres": "integration",
 }
 
@@ -54,6 +59,65 @@ def pytest_make_collect_report(collector: pytest.Collector):
     except pytest.UsageError as exc:
         report.outcome = "failed"
         report.longrepr = str(exc)
+
+
+# Parallel workers (pytest-xdist, scripts/pytest.sh): a module runs whole on one worker, so its module fixtures (a
+# fleet, a sweep) start once. The engine tier shares one worker (its vLLM servers would otherwise fight over the two
+# cores, and its modules share one real sweep), and so do the modules that use the private dockerd (one daemon, one
+# image build). Work is handed out in collection order: the longest groups first, the unit tests last to fill gaps.
+DOCKER_FIXTURES = {"dockerd", "sim_image", "docker_host"}
+GROUP_ORDER = ("engine", "docker", "integration", "unit")
+GROUPS_FILE = "SPARK_TEST_GROUPS"  # env: where the workers note each module's group for the controller's scheduler
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    by_module: dict[pytest.Module, list[pytest.Item]] = {}
+    for item in items:
+        by_module.setdefault(item.getparent(pytest.Module), []).append(item)
+    rank, groups = {}, {}
+    for module, module_items in by_module.items():
+        tier = module_tier(module)
+        docker = any(DOCKER_FIXTURES & set(getattr(i, "fixturenames", ())) for i in module_items)
+        group = groups[module.nodeid] = "engine" if tier == "engine" else "docker" if docker else module.nodeid
+        for item in module_items:
+            item.add_marker(pytest.mark.xdist_group(group))
+        rank[module] = GROUP_ORDER.index(group if group in GROUP_ORDER else tier)
+    items.sort(key=lambda item: rank[item.getparent(pytest.Module)])  # stable: collection order within a rank
+    if os.environ.get(GROUPS_FILE) and os.environ.get("PYTEST_XDIST_WORKER"):
+        path = Path(os.environ[GROUPS_FILE])  # every worker collects the same; the last rename wins
+        part = path.with_suffix(f".{os.environ['PYTEST_XDIST_WORKER']}")
+        part.write_text(json.dumps(groups))
+        part.replace(path)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("dist", "no") != "no" and not os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = Path(tempfile.mkdtemp(prefix="spark-test-groups-"))
+        os.environ[GROUPS_FILE] = str(folder / "groups.json")  # the workers, started after this, inherit it
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist's own `loadgroup` cannot regroup tests under pytest 9.2 (it rewrites a node id pytest no longer reads):
+    this scheduler hands out whole groups, as the workers noted them, in collection order."""
+    if config.getoption("dist") not in ("loadscope", "loadfile", "loadgroup"):
+        return None  # another mode asked for by name (load, each, worksteal): xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroups(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # read once: every worker has collected (and noted) before scheduling starts
+                noted = Path(os.environ.get(GROUPS_FILE, "/nonexistent"))
+                self.groups = json.loads(noted.read_text()) if noted.is_file() else {}
+            module = nodeid.split("::", 1)[0]
+            return self.groups.get(module, module)
+
+    config.option.loadscopereorder = False  # keep the collection's order: longest groups first
+    return ModuleGroups(config, log)
 
 
 @pytest.fixture(scope="session")

