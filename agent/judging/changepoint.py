@@ -13,6 +13,7 @@ ruptures (numpy + scipy) is the `watch` extra: without it, `available()` is Fals
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -49,7 +50,7 @@ def available() -> bool:
 
 def noise_sigma(logs: Sequence[float]) -> float:
     """σ of one run's log value, from consecutive differences (robust to one step and one outlier)."""
-    diffs = [abs(b - a) for a, b in zip(logs, logs[1:], strict=False)]
+    diffs = [abs(b - a) for a, b in itertools.pairwise(logs)]
     if not diffs:
         return 0.0
     return statistics.median(diffs) / (math.sqrt(2) * 0.6745)
