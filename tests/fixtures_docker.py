@@ -50,6 +50,9 @@ class DockerDaemon:
     def inventory(self, path: Path, hosts: dict[str, dict] | None = None) -> Path:
         return local_inventory(path, self, hosts)
 
+    def push_sim_image(self, name: str, tag: str, settings: dict[str, str] | None = None) -> str:
+        return build_and_push_sim_image(self, name, tag, settings)
+
 
 def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
@@ -233,10 +236,13 @@ def start_daemon() -> DockerDaemon:
     return daemon
 
 
-def build_and_push_sim_image(daemon: DockerDaemon, name: str = "vllm-sim", tag: str = "test") -> str:
-    """Build the simulator image, push it to the local registry; return its pinned ref (name@sha256:…)."""
+def build_and_push_sim_image(
+    daemon: DockerDaemon, name: str = "vllm-sim", tag: str = "test", settings: dict[str, str] | None = None
+) -> str:
+    """Build the simulator image (SPARK_SIM_* `settings` baked in), push it to the local registry; return its pinned
+    ref (name@sha256:…)."""
     ref = f"{daemon.registry}/{name}:{tag}"
-    sim_image_builder.build_image(ref, daemon.env)
+    sim_image_builder.build_image(ref, daemon.env, settings=settings)
     return sdocker.push(ref, daemon.env)
 
 
