@@ -53,6 +53,19 @@ class DockerDaemon:
     def push_sim_image(self, name: str, tag: str, settings: dict[str, str] | None = None) -> str:
         return build_and_push_sim_image(self, name, tag, settings)
 
+    def sweep_vars(self) -> dict:
+        """Host variables for sweeping simulated GB10s whose runtime is this docker (for sshd_hosts.inventory_for)."""
+        return {
+            "spark_runtime": "docker",
+            "spark_simulate_gpu": "gb10",
+            "spark_host_scope": "workdir",
+            "spark_port": free_port(),
+            "spark_health_timeout": 120,
+            "spark_bind_host": "127.0.0.1",
+            "spark_docker_host": self.host,
+            "spark_environment": {"DOCKER_HOST": self.host},
+        }
+
 
 def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as sock:

@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from agent.cli import main
+from agent.running import timer
 
-from .sshd_hosts import inventory_for
+from .sshd_hosts import foreign_holder, inventory_for
 from .test_sweep import write_spec
 
 pytest_plugins = ["tests.fixtures_docker"]
@@ -65,27 +66,18 @@ def webhook():
 
 @pytest.fixture()
 def docker_inventory(ssh_fleet, dockerd, tmp_path, webhook) -> Path:
-    inv = inventory_for(
-        ssh_fleet,
-        {
-            "spark_runtime": "docker",
-            "spark_simulate_gpu": "gb10",
-            "spark_host_scope": "workdir",
-            "spark_port": dockerd.free_port(),
-            "spark_health_timeout": 120,
-            "spark_bind_host": "127.0.0.1",
-            "spark_docker_host": dockerd.host,
-            "spark_environment": {"DOCKER_HOST": dockerd.host},
-            "spark_watch_webhook": webhook[0],
-        },
-    )
+    extra = {
+        "spark_watch_webhook": webhook[0],
+        "spark_sim_time_scale": 10,  # 10 simulated seconds a window, 1 s of wall time: tight repeats, short test
+    }
+    inv = inventory_for(ssh_fleet, {**dockerd.sweep_vars(), **extra})
     path = tmp_path / "docker-fleet.yml"
     path.write_text(yaml.safe_dump(inv))
     return path
 
 
 def _spec(tmp_path: Path) -> Path:
-    path = write_spec(tmp_path, "watched", backends=("auto", "marlin"), duration=1.0, repeats=2, concurrency=(1, 4))
+    path = write_spec(tmp_path, "watched", backends=("auto", "marlin"), duration=10.0, repeats=2, concurrency=(1, 4))
     path.write_text(path.read_text().replace('vllm_version = "0.24.0"\n', ""))
     return path
 
@@ -116,9 +108,10 @@ def test_watch_measures_the_new_digest_and_says_what_changed(tmp_path, docker_in
     assert re.search(r"auto: MoE MARLIN → \*\*FLASHINFER_B12X\*\*", text), text
     assert f"`{DEAD}` became dead" in text
     assert "auto: **started failing**: FAILED (engine_died) (ran before)" in text
-    assert "EngineCore encountered a fatal error" in text  # the root cause, from the log
-    assert re.search(r"marlin: 0\.[89]\d\dx \[.*\] over 2 points: \*\*slower\*\*", text), text
-    assert "Startup, cold and warm" in text and "Correctness verdicts" in text and "The command now:" in text
+    assert "CUDA error: unspecified launch failure" in text  # the root cause, from the log
+    assert re.search(r"marlin: 0\.[89]\d\dx \\\[0\.\d+, 0\.\d+\\\] over 2 points: \*\*slower\*\*", text), text
+    assert "Startup, cold and warm" in text and "Correctness verdicts" in text
+    assert "**Changed.** Now: gb10 (simulated) · nvfp4: cannot rank" in text  # only marlin is left valid
     assert "```" in text  # the log lines as evidence
 
     told = webhook[1][-1]
@@ -144,3 +137,19 @@ def test_bad_tracks_are_one_line_exit_2_before_any_sweep(tmp_path, docker_invent
     assert main([*base, "--track", f"127.0.0.1:{dockerd.free_port()}/vllm-sim:x"]) == 2  # nothing listens there
     assert "cannot resolve" in capsys.readouterr().err
     assert not any(p.name.startswith("watched") for p in results.iterdir()) if results.exists() else True
+
+
+def test_a_host_busy_with_a_server_we_did_not_start_waits_for_the_next_tick(
+    tmp_path, docker_inventory, dockerd, ssh_fleet, capsys
+):
+    host = next(h for h in ssh_fleet.hosts if h.name == "spark-a")
+    dockerd.push_sim_image("vllm-sim-watch", "busy", BEFORE)
+    spec = _spec(tmp_path)
+    results = tmp_path / "results"
+    argv = ["watch", str(spec), "-i", str(docker_inventory), "--limit", "spark-a",
+            "--track", f"{dockerd.registry}/vllm-sim-watch:busy", "--results", str(results)]  # fmt: skip
+    with foreign_holder(host.workdir):
+        assert main(argv) == timer.BUSY_EXIT
+        err = capsys.readouterr().err
+        assert "spark-a is busy" in err and "alice@lab-7" in err and "next tick" in err
+        assert not list(results.rglob("cell.toml"))  # nothing measured: the next tick sees the digest as new

@@ -42,8 +42,10 @@ def test_install_timer_writes_a_systemd_user_timer_and_remove_takes_it_away(setu
     assert "--install-timer" not in exec_line
     assert "systemctl --user enable --now spark-agent-watch-watched.timer" in capsys.readouterr().out
 
+    (units / "timers.target.wants").mkdir()  # as `systemctl --user enable` leaves it
+    (units / "timers.target.wants" / "spark-agent-watch-watched.timer").symlink_to(units / "x.timer")
     assert main([*argv, "--remove-timer", "--timer-kind", "systemd"]) == 0
-    assert not list(units.iterdir())
+    assert [p.name for p in units.rglob("*")] == ["timers.target.wants"]
     assert main([*argv, "--remove-timer", "--timer-kind", "systemd"]) == 0  # nothing left: says so
     assert "no timer" in capsys.readouterr().out
 

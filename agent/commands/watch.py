@@ -111,8 +111,7 @@ def _watch(args, spec: Spec, hosts, results: Path, engine, settings: seq.TuneSet
         if outcome.interrupted:
             print("spark-agent: interrupted (the next watch resumes)", file=sys.stderr)
             return 130
-        lost = outcome.rounds[-1].lost_hosts if outcome.rounds else {}
-        busy = watching.busy_hosts(lost)
+        busy = watching.busy_hosts({h: o.error for rnd in outcome.rounds for h, o in rnd.hosts.items()})
         if busy:
             host_, why = next(iter(busy.items()))
             raise watching.Busy(f"{host_} is busy: {why}")
@@ -131,7 +130,7 @@ def _watch(args, spec: Spec, hosts, results: Path, engine, settings: seq.TuneSet
     print(result.page_html)
     for w in result.changes:
         for item in w.headlines:
-            print("  " + plain(item.text.replace("**", "")))
+            print("  " + watching.unmarked(item.text))
     for why in result.incomplete:
         print(f"  not finished: {plain(why)}", file=sys.stderr)
     if url:

@@ -168,7 +168,8 @@ def _why_failed(cell: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
     cls = str(cell.get("failure_class") or "")
     said = [str(cell.get("failure_root_cause") or "")] + [str(e) for e in cell.get("failure_evidence") or []]
     said += [str(r) for r in cell.get("verdict_reasons") or []]
-    return verdict.upper() + (f" ({cls})" if cls else ""), tuple(s[:300] for s in said if s)[:2]
+    lines = tuple(dict.fromkeys(s[:300] for s in said if s))  # the root cause is often the first evidence too
+    return verdict.upper() + (f" ({cls})" if cls else ""), lines[:2]
 
 
 def _failing(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str, Any]]], out: WhatChanged) -> list[Item]:
@@ -253,9 +254,10 @@ def _to_run(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -
     items = [Item(("**Changed.** " if changed else "") + "Now: " + md("; ".join(now) or "nothing ranked"))]
     if before:
         items.append(Item("Before: " + md("; ".join(was) or "nothing ranked")))
-    for rec in new.recommendations:
-        for s in rec.winner_cells[:1]:
-            items.append(Item("The command now:", (report.serve_command(s.cell),), headline=False))
+    commands = [report.serve_command(s.cell) for rec in new.recommendations for s in rec.winner_cells[:1]]
+    items += [Item("The command now:", (c,)) for c in commands]
+    if not commands:
+        items.append(Item("No command now: nothing on this image won outside the noise."))
     if changed:
         items[0] = Item(items[0].text, (), headline=True)
     return items

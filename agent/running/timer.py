@@ -86,13 +86,13 @@ def remove(name: str, kind: str) -> list[str]:
     unit = unit_name(name)
     if kind == "systemd":
         gone = []
-        for suffix in (".timer", ".service"):
-            path = systemd_dir() / f"{unit}{suffix}"
-            if path.exists():
+        wants = systemd_dir() / "timers.target.wants" / f"{unit}.timer"  # what `enable` made: `disable`'s part
+        for path in (wants, systemd_dir() / f"{unit}.timer", systemd_dir() / f"{unit}.service"):
+            if path.is_symlink() or path.exists():
                 path.unlink()
                 gone.append(f"removed {path}")
         if gone:
-            gone.append(f"stop it too if it was enabled: systemctl --user disable --now {unit}.timer")
+            gone.append(f"if it was running: systemctl --user stop {unit}.timer && systemctl --user daemon-reload")
         return gone or [f"no timer {unit} in {systemd_dir()}"]
     lines = _crontab().splitlines()
     kept = [x for x in lines if not x.endswith(f"# {unit}")]

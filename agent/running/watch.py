@@ -142,8 +142,9 @@ def spec_for(spec: Spec, tracked: Tracked) -> Spec:
     return dataclasses.replace(spec, image=tracked.pinned, name=sweep_name(spec, tracked), vllm_version="")
 
 
-def busy_hosts(lost: dict[str, str]) -> dict[str, str]:
-    return {h: why for h, why in lost.items() if any(w in why for w in BUSY_WORDS)}
+def busy_hosts(stopped: dict[str, str]) -> dict[str, str]:
+    """host -> why, for the hosts that stopped because someone else's server holds them (never evicted)."""
+    return {h: why for h, why in stopped.items() if any(w in why for w in BUSY_WORDS)}
 
 
 def write_page(results_root: Path, spec: Spec, changes: Sequence[tuple[Tracked, whatchanged.WhatChanged]]) -> Path:
@@ -165,11 +166,16 @@ def summary(spec: Spec, result: Result) -> dict[str, Any]:
         "measured": [{"tag": t.tag, "digest": t.digest} for t in result.measured],
         "regressed": sorted({label for c in result.changes for label in c.regressed}),
         "newly_failing": sorted({label for c in result.changes for label in c.newly_failing}),
-        "headlines": [plain(h.text.replace("**", ""))[:200] for c in result.changes for h in c.headlines][:20],
+        "headlines": [unmarked(h.text)[:200] for c in result.changes for h in c.headlines][:20],
         "page": str(result.page_html or ""),
         "incomplete": result.incomplete,
     }
     return json.loads(redact.redact_text(json.dumps(data)))
+
+
+def unmarked(markdown: str) -> str:
+    """A headline as plain text: no bold, no code marks, no backslash escapes."""
+    return plain(re.sub(r"\\(.)", r"\1", markdown.replace("**", "").replace("`", "")))
 
 
 def webhook_url(host_vars: dict[str, Any]) -> str:
