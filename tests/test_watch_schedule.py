@@ -76,3 +76,27 @@ def test_a_digest_or_junk_where_a_tag_is_expected_is_exit_2(setup, capsys, track
     assert main([*argv[:-2], "--track", track]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0]
+
+
+def test_the_webhook_url_may_be_vaulted_and_is_never_shown(tmp_path):
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    from agent.hostside import redact
+    from agent.planning import vault
+    from agent.planning.inventory import load_inventory
+
+    url = "https://hooks.example/services/T0/B1/wh-token-8675309"
+    ciphertext = VaultLib([("default", VaultSecret(b"pw"))]).encrypt(url).decode()
+    body = "".join(f"        {line}\n" for line in ciphertext.splitlines())
+    inventory = tmp_path / "vaulted.yml"
+    inventory.write_text(INVENTORY + "  vars:\n    spark_watch_webhook: !vault |\n" + body)
+    password = tmp_path / "pw"
+    password.write_text("pw\n")
+    password.chmod(0o600)
+    vault.use_password_file(str(password))
+    try:
+        (host,) = load_inventory(inventory)
+        assert watching.webhook_url(host.vars) == url
+        assert url not in redact.redact_text(f"posting to {url}")
+    finally:
+        vault.use_password_file(None)
