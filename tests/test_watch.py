@@ -68,7 +68,7 @@ def webhook():
 def docker_inventory(ssh_fleet, dockerd, tmp_path, webhook) -> Path:
     extra = {
         "spark_watch_webhook": webhook[0],
-        "spark_sim_time_scale": 10,  # 10 simulated seconds a window, 1 s of wall time: tight repeats, short test
+        "spark_sim_time_scale": 5,  # 10 simulated seconds a window, 2 s of wall time: tight repeats, short test
     }
     inv = inventory_for(ssh_fleet, {**dockerd.sweep_vars(), **extra})
     path = tmp_path / "docker-fleet.yml"
@@ -77,7 +77,7 @@ def docker_inventory(ssh_fleet, dockerd, tmp_path, webhook) -> Path:
 
 
 def _spec(tmp_path: Path) -> Path:
-    path = write_spec(tmp_path, "watched", backends=("auto", "marlin"), duration=10.0, repeats=2, concurrency=(1, 4))
+    path = write_spec(tmp_path, "watched", backends=("auto", "marlin"), duration=10.0, repeats=3, concurrency=(1, 4))
     path.write_text(path.read_text().replace('vllm_version = "0.24.0"\n', ""))
     return path
 
@@ -88,7 +88,7 @@ def test_watch_measures_the_new_digest_and_says_what_changed(tmp_path, docker_in
     spec = _spec(tmp_path)
     results = tmp_path / "results"
     argv = ["watch", str(spec), "-i", str(docker_inventory), "--limit", "spark-a", "--track", tag,
-            "--results", str(results)]  # fmt: skip
+            "--results", str(results), "--min-repeats", "3"]  # fmt: skip
 
     first = dockerd.push_sim_image(name, "stable", BEFORE)
     assert main(argv) == 0, capsys.readouterr()

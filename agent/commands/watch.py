@@ -48,6 +48,8 @@ def register(sub) -> None:
         "--results", type=flags.writable_folder, default="results", help="results folder (default: ./results)"
     )
     p.add_argument("--budget", type=duration, help="wall-time budget per new image, e.g. 2h (as tune's)")
+    p.add_argument("--min-repeats", type=int, default=2, help="windows per point at first (as tune's; default 2)")
+    p.add_argument("--max-repeats", type=int, help="windows per point at most (default: the spec's repeats)")
     p.add_argument("--store", default=None, metavar="URL", help="the results store (default: as `store`)")
     p.add_argument("--install-timer", type=duration, metavar="EVERY", help="schedule this watch, e.g. 6h, and exit")
     p.add_argument("--remove-timer", action="store_true", help="remove this spec's scheduled watch and exit")
@@ -67,7 +69,11 @@ def run(args) -> int:
     if not args.track:
         raise UserError("watch: give at least one --track IMAGE:TAG to follow")
     watching.check_tracks(args.track)
-    settings = seq.TuneSettings(max_repeats=max(spec.repeats, seq.TuneSettings().min_repeats))
+    most = args.max_repeats if args.max_repeats is not None else max(spec.repeats, args.min_repeats)
+    settings = seq.TuneSettings(min_repeats=args.min_repeats, max_repeats=most)
+    bad = seq.problems(settings)
+    if bad:
+        raise UserError(bad[0])
     check_budget(spec, settings, args.budget)
     hosts = load_inventory(args.inventory, args.limit)
     url = watching.webhook_url(hosts[0].vars)
@@ -154,6 +160,9 @@ def _scheduled_argv(args) -> list[str]:
         argv += ["--limit", args.limit]
     if args.budget:
         argv += ["--budget", f"{args.budget:.0f}s"]
+    argv += ["--min-repeats", str(args.min_repeats)]
+    if args.max_repeats is not None:
+        argv += ["--max-repeats", str(args.max_repeats)]
     if args.store:
         argv += ["--store", args.store]
     from agent.planning import vault
