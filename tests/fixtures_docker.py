@@ -50,6 +50,22 @@ class DockerDaemon:
     def inventory(self, path: Path, hosts: dict[str, dict] | None = None) -> Path:
         return local_inventory(path, self, hosts)
 
+    def push_sim_image(self, name: str, tag: str, settings: dict[str, str] | None = None) -> str:
+        return build_and_push_sim_image(self, name, tag, settings)
+
+    def sweep_vars(self) -> dict:
+        """Host variables for sweeping simulated GB10s whose runtime is this docker (for sshd_hosts.inventory_for)."""
+        return {
+            "spark_runtime": "docker",
+            "spark_simulate_gpu": "gb10",
+            "spark_host_scope": "workdir",
+            "spark_port": free_port(),
+            "spark_health_timeout": 120,
+            "spark_bind_host": "127.0.0.1",
+            "spark_docker_host": self.host,
+            "spark_environment": {"DOCKER_HOST": self.host},
+        }
+
 
 def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
@@ -233,10 +249,13 @@ def start_daemon() -> DockerDaemon:
     return daemon
 
 
-def build_and_push_sim_image(daemon: DockerDaemon, name: str = "vllm-sim", tag: str = "test") -> str:
-    """Build the simulator image, push it to the local registry; return its pinned ref (name@sha256:…)."""
+def build_and_push_sim_image(
+    daemon: DockerDaemon, name: str = "vllm-sim", tag: str = "test", settings: dict[str, str] | None = None
+) -> str:
+    """Build the simulator image (SPARK_SIM_* `settings` baked in), push it to the local registry; return its pinned
+    ref (name@sha256:…)."""
     ref = f"{daemon.registry}/{name}:{tag}"
-    sim_image_builder.build_image(ref, daemon.env)
+    sim_image_builder.build_image(ref, daemon.env, settings=settings)
     return sdocker.push(ref, daemon.env)
 
 

@@ -7,6 +7,7 @@ variable `spark_workdir`, so hosts that share this filesystem never collide. Eve
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import re
@@ -16,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,6 +187,26 @@ def inventory_for(fleet: SshFleet, extra_host_vars: dict | None = None) -> dict:
             **(extra_host_vars or {}),
         }
     return {"all": {"children": {"sparks": {"hosts": hosts}}}}
+
+
+@contextlib.contextmanager
+def foreign_holder(workdir: Path) -> Iterator[subprocess.Popen]:
+    """A host held by someone else's server (alice@lab-7): a live process stands for its supervisor (it only has to
+    be alive). The process is checked to be alive at the end (nothing may evict it), then stopped and the state
+    files removed."""
+    state = workdir / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        (state / "server.json").write_text(json.dumps({"supervisor_pid": holder.pid, "cell_id": "abc123"}))
+        (state / "holder.json").write_text(json.dumps({"user": "alice", "controller_host": "lab-7", "since": "then"}))
+        yield holder
+        assert holder.poll() is None, "a server we did not start was stopped"
+    finally:
+        holder.kill()
+        holder.wait()
+        for name in ("server.json", "holder.json"):
+            (state / name).unlink(missing_ok=True)
 
 
 def start_fleet(root: Path, count: int = 2) -> SshFleet:

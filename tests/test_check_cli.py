@@ -3,13 +3,11 @@ names whoever holds a host."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from agent.cli import main
+
+from .sshd_hosts import foreign_holder
 
 pytestmark = pytest.mark.integration
 
@@ -21,19 +19,7 @@ def test_check_shows_every_host_and_a_clean_fleet_exits_0(sim_inventory, ssh_fle
 
 
 def test_check_names_the_holder_of_a_busy_host(sim_inventory, ssh_fleet, capsys):
-    host = ssh_fleet.hosts[0]
-    state = host.workdir / "state"
-    state.mkdir(parents=True, exist_ok=True)
-    # A live process stands for the supervisor of another controller's server (it only has to be alive).
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
-        (state / "server.json").write_text(json.dumps({"supervisor_pid": holder.pid, "cell_id": "abc123"}))
-        (state / "holder.json").write_text(json.dumps({"user": "alice", "controller_host": "lab-7", "since": "then"}))
-        assert main(["check", "-i", str(sim_inventory), "--limit", host.name]) == 1
+    with foreign_holder(ssh_fleet.hosts[0].workdir):
+        assert main(["check", "-i", str(sim_inventory), "--limit", ssh_fleet.hosts[0].name]) == 1
         out = capsys.readouterr().out
         assert "busy" in out and "alice@lab-7" in out
-    finally:
-        holder.kill()
-        holder.wait()
-        for name in ("server.json", "holder.json"):
-            (state / name).unlink(missing_ok=True)

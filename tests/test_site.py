@@ -16,6 +16,7 @@ from agent.store import db
 from tests.test_store import NEW, OLD, sweep
 
 pytestmark = pytest.mark.integration
+WATCH_PAGE = "20261120T101500-0123456789ab.html"
 
 
 @pytest.fixture(scope="module")
@@ -26,11 +27,22 @@ def site(tmp_path_factory) -> Path:
     sweep(root, "nv-2601", NEW, 0.8, "2026-11-20")
     url = f"sqlite:///{tmp / 'store.sqlite'}"
     assert main(["store", "ingest", str(root), "--store", url]) == 0
-    assert main(["site", "--out", str(tmp / "site"), "--store", url]) == 0
-    assert main(["site", "--out", str(tmp / "site"), "--store", url]) == 0  # rebuilt: swapped in whole
+    watched = root / "watch" / "nv"  # a page `watch` wrote, and what is not one of its pages
+    watched.mkdir(parents=True)
+    (watched / WATCH_PAGE).write_text("<html>what changed</html>")
+    (watched / "notes.html").write_text("not a watch page")
+    site_argv = ["site", "--out", str(tmp / "site"), "--store", url, "--results-root", str(root)]
+    assert main(site_argv) == 0
+    assert main(site_argv) == 0  # rebuilt: swapped in whole
     db.close_all()
     assert not [p for p in tmp.iterdir() if p.name.startswith(".site")]
     return tmp / "site"
+
+
+def test_index_links_watch_pages(site):
+    index = (site / "index.html").read_text()
+    assert f'href="watch/nv/{WATCH_PAGE}"' in index and (site / "watch" / "nv" / WATCH_PAGE).is_file()
+    assert "notes.html" not in index and not (site / "watch" / "nv" / "notes.html").exists()
 
 
 def test_index_links_every_sweep_and_config(site):

@@ -25,19 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 @pytest.fixture()
 def docker_inventory(ssh_fleet, dockerd, tmp_path) -> Path:
-    inv = inventory_for(
-        ssh_fleet,
-        {
-            "spark_runtime": "docker",
-            "spark_simulate_gpu": "gb10",
-            "spark_host_scope": "workdir",
-            "spark_port": dockerd.free_port(),
-            "spark_health_timeout": 120,
-            "spark_bind_host": "127.0.0.1",
-            "spark_docker_host": dockerd.host,
-            "spark_environment": {"DOCKER_HOST": dockerd.host},
-        },
-    )
+    inv = inventory_for(ssh_fleet, dockerd.sweep_vars())
     path = tmp_path / "docker-fleet.yml"
     path.write_text(yaml.safe_dump(inv))
     return path

@@ -33,5 +33,6 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module under agent.comma
     "history": ("history", "one configuration over time and across images"),
     "store": ("store", "ingest results trees into the results store"),
     "site": ("site", "render a static site of the results store"),
+    "watch": ("watch", "measure every new digest of the tracked image tags; say what changed on one page"),
     "sim": ("sim", "run the simulated Spark: a vLLM-compatible server (sim serve MODEL ...)"),
 }

@@ -2,7 +2,9 @@
 
 Filters are key=value (checkpoint, backend, concurrency, image, vllm_version, host, host_group, sweep, since,
 until, ...; `*` matches anything). Each row is one measured cell at one concurrency; "regression" marks a row
-slower than the previous image's beyond the noise (the rule compare and report use), "cannot rank" one within it.
+slower than the previous image's beyond the noise (the rule compare and report use), "cannot rank" one within it;
+"change point" a row from which its series (config, host, load point) stays at a new level (judging/changepoint.py,
+the `watch` extra).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from rich.table import Table
 from agent.commands import flags
 from agent.errors import UserError
 from agent.hostside import atomic
+from agent.judging import changepoint
 from agent.reporting import terminal
 from agent.reporting.escape import rich
 from agent.reporting.markdown import num, pct
@@ -53,6 +56,7 @@ def table(rows: list[history.HistoryRow]) -> Table:
     colour = {"regression": "bold red", "improvement": "green"}
     for r in rows:
         change = r.change + (f" ({r.ratio:.3f}×)" if r.change else "")
+        change += f"{'; ' if change else ''}change point: {r.change_point}" if r.change_point else ""
         t.add_row(
             rich(r.config),
             rich(r.host),
@@ -81,6 +85,10 @@ def run(args: argparse.Namespace) -> int:
     console.print(table(rows))
     bad = history.regressions(rows)
     console.print(f"{len(rows)} row(s), {len(bad)} regression(s) beyond the noise")
+    if changepoint.available():
+        console.print(f"{sum(1 for r in rows if r.change_point)} change point(s) (a level that moved and stayed)")
+    else:
+        console.print("change points: not looked for; install the watch extra: pip install 'spark-agent[watch]'")
     if args.plot:
         atomic.write_bytes(args.plot, history.plot(rows, f"history: {selection}"))
         print(args.plot)

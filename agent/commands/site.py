@@ -1,5 +1,6 @@
 """`spark-agent site --out DIR`: a static site from the results store: an index of sweeps, each sweep's report,
-and every configuration's history across images with regression markers. No server needed: publish DIR on any
+every configuration's history across images with regression markers and change points, and the "what changed"
+pages of `spark-agent watch` (under --results-root/watch). No server needed: publish DIR on any
 web server, or open DIR/index.html."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import argparse
 from agent.commands import flags
 from agent.judging import stats
 from agent.reporting import site
+from agent.running.watch import PAGES
 from agent.store import options
 
 
@@ -27,6 +29,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     engine, _ = options.engine_for(args)
-    pages = site.build(engine, args.out, threshold=args.threshold)
+    pages = site.build(engine, args.out, threshold=args.threshold, watch_pages=args.results_root / PAGES)
     print(f"{len(pages)} page(s) in {args.out}; open {args.out / 'index.html'}")
     return 0

@@ -2,7 +2,9 @@
 
     index.html                  the sweeps (who ingested, when, images, hosts, verdict counts) and the configs
     sweeps/<sweep>/report.html  each sweep's report (the very report `spark-agent report` writes)
-    history/<config>.html       one configuration across images and time, with its plot and regression markers
+    history/<config>.html       one configuration across images and time, with its plot, regression markers and
+                                change points
+    watch/<spec>/<page>.html    `spark-agent watch`'s "what changed" pages, newest first (from <results>/watch)
 
 Built in a temporary folder next to DIR and swapped in at the end: a crash leaves the previous site whole.
 Every value shown is escaped (escape.html); pages link only to pages of the site.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -71,14 +74,17 @@ def check_out(out: Path) -> None:
         )
 
 
-def build(engine: sa.Engine, out: Path, *, threshold: float = stats.DEFAULT_THRESHOLD) -> list[Path]:
-    """Write the site into out (replacing an earlier site there); returns the pages written."""
+def build(
+    engine: sa.Engine, out: Path, *, threshold: float = stats.DEFAULT_THRESHOLD, watch_pages: Path | None = None
+) -> list[Path]:
+    """Write the site into out (replacing an earlier site there); returns the pages written. `watch_pages`: the
+    folder `spark-agent watch` writes its "what changed" pages to (<results>/watch): copied in and linked."""
     out = Path(out)
     check_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        pages = _build(engine, tmp, threshold)
+        pages = _build(engine, tmp, threshold, watch_pages)
         (tmp / MARKER).write_text("a site written by `spark-agent site`: the next `site --out` here replaces it\n")
         check_out(out)  # again, just before: it may have changed while the site was built
         _swap(tmp, out)
@@ -99,7 +105,25 @@ def _swap(tmp: Path, out: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _build(engine: sa.Engine, root: Path, threshold: float) -> list[Path]:
+WATCH_PAGE = re.compile(r"[0-9]{8}T[0-9]{6}-[0-9a-f]{12}\.html")  # running/watch.write_page's names
+
+
+def _watch_pages(source: Path | None, root: Path) -> list[tuple[str, Path]]:
+    """(spec, copied page) for each "what changed" page under source/<spec>/, newest first; plain files only."""
+    found: list[tuple[str, Path]] = []
+    if source is None or not source.is_dir() or source.is_symlink():
+        return found
+    for folder in sorted(p for p in source.iterdir() if p.is_dir() and not p.is_symlink() and PART.fullmatch(p.name)):
+        for page_ in sorted(folder.iterdir(), reverse=True):
+            if WATCH_PAGE.fullmatch(page_.name) and page_.is_file() and not page_.is_symlink():
+                dest = root / "watch" / folder.name / page_.name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(page_, dest)
+                found.append((folder.name, dest))
+    return found
+
+
+def _build(engine: sa.Engine, root: Path, threshold: float, watch_source: Path | None = None) -> list[Path]:
     with engine.connect() as conn, readback.reading("sweeps"):
         sweep_rows = (
             conn.execute(sa.select(sweeps).order_by(sweeps.c.first_started.desc(), sweeps.c.name)).mappings().all()
@@ -126,8 +150,10 @@ def _build(engine: sa.Engine, root: Path, threshold: float) -> list[Path]:
         path = inside(root, root / "history" / f"{key}.html")
         _history_page(path, members)
         pages.append(path)
+    watched = _watch_pages(watch_source, root)
+    pages += [p for _, p in watched]
     index = root / "index.html"
-    atomic.write_text(index, _index(summaries, configs))
+    atomic.write_text(index, _index(summaries, configs, [(spec, p.relative_to(root)) for spec, p in watched]))
     return [index, *pages]
 
 
@@ -160,7 +186,11 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], classes: Sequence
     return "".join(out) + "</table></div>"
 
 
-def _index(summaries: Sequence[dict[str, Any]], configs: dict[str, list[history.HistoryRow]]) -> str:
+def _index(
+    summaries: Sequence[dict[str, Any]],
+    configs: dict[str, list[history.HistoryRow]],
+    watched: Sequence[tuple[str, Path]] = (),
+) -> str:
     sweep_rows = [
         [
             f'<a href="{html(s["link"])}">{html(s["name"])}</a>',
@@ -188,6 +218,12 @@ def _index(summaries: Sequence[dict[str, Any]], configs: dict[str, list[history.
         )
         classes.append("invalid" if bad else "")
     body = "<h1>spark-agent results</h1>"
+    if watched:
+        body += f"<h2>What changed: new images measured by watch ({len(watched)})</h2><ul>"
+        body += "".join(
+            f'<li><a href="{html(link.as_posix())}">{html(spec)}: {html(link.stem)}</a></li>' for spec, link in watched
+        )
+        body += "</ul>"
     body += f"<h2>Sweeps ({len(summaries)})</h2>"
     body += _table(
         ["sweep", "results folder", "ingested by", "measured (UTC)", "images", "hosts", "valid", "INVALID", "failed"],
@@ -205,6 +241,7 @@ def _history_page(path: Path, rows: Sequence[history.HistoryRow]) -> None:
     table_rows, classes = [], []
     for r in rows:
         change = f"{r.change} ({r.ratio:.3f}×)" if r.change else ""
+        change += f"{'; ' if change else ''}change point: {r.change_point}" if r.change_point else ""
         table_rows.append(
             [
                 html(r.host),
@@ -224,7 +261,8 @@ def _history_page(path: Path, rows: Sequence[history.HistoryRow]) -> None:
     body += (
         "<p>Median output tok/s of every measured cell of this configuration, oldest first. A regression is "
         "slower than the previous image's measurement (same host and concurrency) beyond the noise; "
-        f"{html(stats.CANNOT_RANK)} means within it.</p>"
+        f"{html(stats.CANNOT_RANK)} means within it. A change point (dashed line on the plot) is where the "
+        "series stepped to a new level and stayed there (one noisy image is never one).</p>"
     )
     body += f'<img alt="history of {html(first.config)}" src="{html(png)}">'
     body += _table(

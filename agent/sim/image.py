@@ -249,13 +249,22 @@ def _add_text(tar: tarfile.TarFile, name: str, text: str, mode: int = 0o644) -> 
     tar.addfile(_tarinfo(name, tarfile.REGTYPE, mode, len(data)), io.BytesIO(data))
 
 
-def build_image(tag: str, docker_env: dict | None = None, python: str = PYTHON, busybox: str = BUSYBOX) -> str:
-    """Build the simulator image and tag it `tag` (use a name containing "vllm-sim"). Returns the image id."""
+def build_image(
+    tag: str,
+    docker_env: dict | None = None,
+    python: str = PYTHON,
+    busybox: str = BUSYBOX,
+    settings: dict[str, str] | None = None,
+) -> str:
+    """Build the simulator image and tag it `tag` (use a name containing "vllm-sim"). Returns the image id.
+    `settings`: variables baked into the image (SPARK_SIM_*: another vLLM version, a speed, a fault; or a VLLM_*
+    the image sets): two images that differ the way two vLLM releases do."""
+    changes = IMAGE_CHANGES + [f"ENV {k}={v}" for k, v in sorted((settings or {}).items())]
     with tempfile.TemporaryDirectory(prefix="spark-sim-image-") as tmp:
         tar_path = os.path.join(tmp, "rootfs.tar")
         write_rootfs_tar(tar_path, python, busybox)
         try:
-            return sdocker.import_image(tar_path, tag, IMAGE_CHANGES, docker_env)
+            return sdocker.import_image(tar_path, tag, changes, docker_env)
         except sdocker.DockerError as exc:
             raise UserError(f"building the simulator image {tag}: {exc}") from None
 

@@ -47,6 +47,7 @@ class HistoryRow:
     results_root: str = ""
     settings: dict[str, str] = field(default_factory=dict)  # its value on each axis of AXES, in words (mtp, off)
     variant: str = ""  # the axes that differ among the rows shown: "speculative=mtp"
+    change_point: str = ""  # this row starts a new level of its series (judging/changepoint.py): "9.8% slower ..."
 
     @property
     def median(self) -> float | None:
@@ -144,6 +145,7 @@ def query(
     found = _with_settings(engine, list(groups.values()), axes or {})
     rows = sorted(found, key=lambda h: (h.config, h.config_key, h.host, h.concurrency, h.point, h.started_at))
     mark_changes(rows, seed=seed)
+    mark_change_points(rows)
     return rows
 
 
@@ -200,13 +202,31 @@ def mark_changes(rows: Sequence[HistoryRow], *, seed: int = stats.DEFAULT_SEED) 
         last[key] = row
 
 
+def mark_change_points(rows: Sequence[HistoryRow]) -> None:
+    """Where each series (config, host, load point) stepped to a new level and stayed there, over its valid rows in
+    time order. Needs the `watch` extra (ruptures); without it nothing is marked (changepoint.available says so)."""
+    from agent.judging import changepoint
+
+    if not changepoint.available():
+        return
+    series: dict[tuple[str, str, int, str], list[HistoryRow]] = {}
+    for row in rows:
+        if row.verdict == "valid" and row.median:
+            series.setdefault((row.config_key, row.host, row.concurrency, row.point), []).append(row)
+    for members in series.values():
+        members.sort(key=lambda r: r.started_at)
+        for cp in changepoint.change_points([r.median or 0.0 for r in members]):
+            members[cp.index].change_point = cp.describe()
+
+
 def regressions(rows: Sequence[HistoryRow]) -> list[HistoryRow]:
     return [r for r in rows if r.change == "regression"]
 
 
 def plot(rows: Sequence[HistoryRow], title: str = "") -> bytes:
     """PNG: one panel per config (checkpoint / backend), one line per host × concurrency, median with min–max bars
-    over the cells' start times; a regression is a red ✕. Labels fit inside the figure (constrained layout)."""
+    over the cells' start times; a regression is a red ✕, a change point a dashed purple line. Labels fit inside the
+    figure (constrained layout)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -233,6 +253,11 @@ def plot(rows: Sequence[HistoryRow], title: str = "") -> bytes:
             bad = [(x, m) for x, m, p in zip(xs, mids, pts, strict=True) if p.change == "regression"]
             if bad:
                 ax.scatter([x for x, _ in bad], [m for _, m in bad], marker="x", s=120, color="red", zorder=5)
+            for x, p in zip(xs, pts, strict=True):
+                if p.change_point:  # a new level from here on: a line between this run and the one before
+                    ax.axvline(x - 0.5, color="purple", linestyle="--", linewidth=1)
+                    ax.annotate(p.change_point.split(" from ")[0], (x - 0.5, mids[x]), fontsize="x-small",
+                                color="purple", rotation=90, va="bottom")  # fmt: skip
         ticks = [_image_tag(p.image) for p in max(lines.values(), key=len)]
         ax.set_xticks(range(len(ticks)), ticks, rotation=20, ha="right", fontsize="small")
         ax.set_title(name, fontsize="medium")

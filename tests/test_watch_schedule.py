@@ -1,0 +1,102 @@
+"""`watch`'s scheduling, checked as files and exit codes: the systemd user timer written and removed (never enabled),
+the cron line's schedule, a second watch refused by the lock (exit 75), bad input exit 2 before any host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+from agent.running import timer
+from agent.running import watch as watching
+
+from .test_sweep import write_spec
+
+pytestmark = pytest.mark.unit
+
+INVENTORY = "all:\n  hosts:\n    spark-a:\n      ansible_connection: local\n"
+
+
+@pytest.fixture()
+def setup(tmp_path, monkeypatch) -> tuple[list[str], Path]:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(INVENTORY)
+    spec = write_spec(tmp_path, "watched")
+    argv = ["watch", str(spec), "-i", str(inventory), "--track", "registry.example/vllm:nightly"]
+    return argv + ["--results", str(tmp_path / "results")], tmp_path
+
+
+def test_install_timer_writes_a_systemd_user_timer_and_remove_takes_it_away(setup, capsys):
+    argv, tmp_path = setup
+    assert main([*argv, "--install-timer", "6h", "--timer-kind", "systemd", "--budget", "2h"]) == 0
+    units = tmp_path / "config" / "systemd" / "user"
+    service = (units / "spark-agent-watch-watched.service").read_text()
+    timer_ = (units / "spark-agent-watch-watched.timer").read_text()
+    assert "OnUnitActiveSec=21600s" in timer_ and "WantedBy=timers.target" in timer_
+    assert "Type=oneshot" in service and f"SuccessExitStatus={timer.BUSY_EXIT}" in service
+    exec_line = next(line for line in service.splitlines() if line.startswith("ExecStart="))
+    assert " watch " in exec_line and "--track registry.example/vllm:nightly" in exec_line
+    assert "--budget 7200s" in exec_line and str(tmp_path / "results") in exec_line
+    assert "--install-timer" not in exec_line
+    assert "systemctl --user enable --now spark-agent-watch-watched.timer" in capsys.readouterr().out
+
+    (units / "timers.target.wants").mkdir()  # as `systemctl --user enable` leaves it
+    (units / "timers.target.wants" / "spark-agent-watch-watched.timer").symlink_to(units / "x.timer")
+    assert main([*argv, "--remove-timer", "--timer-kind", "systemd"]) == 0
+    assert [p.name for p in units.rglob("*")] == ["timers.target.wants"]
+    assert main([*argv, "--remove-timer", "--timer-kind", "systemd"]) == 0  # nothing left: says so
+    assert "no timer" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("every", "schedule"), [(6 * 3600, "0 */6 * * *"), (900, "*/15 * * * *"), (2 * 86400, "0 0 */2 * *")]
+)
+def test_cron_schedules(every, schedule):
+    assert timer.cron_schedule(every) == schedule
+    line = timer.cron_line("watched", ["spark-agent", "watch", "a b.toml"], Path("/srv/x"), every)
+    assert line == f"{schedule} cd /srv/x && spark-agent watch 'a b.toml'  # spark-agent-watch-watched"
+
+
+def test_a_second_watch_is_refused_by_the_lock(setup, capsys):
+    argv, tmp_path = setup
+    with watching.lock(tmp_path / "results"):
+        assert main(argv) == timer.BUSY_EXIT
+    err = capsys.readouterr().err
+    assert "another watch is running" in err and "next tick" in err
+
+
+@pytest.mark.parametrize(
+    ("track", "said"),
+    [("registry.example/vllm@sha256:" + "a" * 64, "pinned by digest"), ("Not A Tag!", "not an image tag")],
+)
+def test_a_digest_or_junk_where_a_tag_is_expected_is_exit_2(setup, capsys, track, said):
+    argv, _ = setup
+    assert main([*argv[:-2], "--track", track]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0]
+
+
+def test_the_webhook_url_may_be_vaulted_and_is_never_shown(tmp_path):
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    from agent.hostside import redact
+    from agent.planning import vault
+    from agent.planning.inventory import load_inventory
+
+    url = "https://hooks.example/services/T0/B1/wh-token-8675309"
+    ciphertext = VaultLib([("default", VaultSecret(b"pw"))]).encrypt(url).decode()
+    body = "".join(f"        {line}\n" for line in ciphertext.splitlines())
+    inventory = tmp_path / "vaulted.yml"
+    inventory.write_text(INVENTORY + "  vars:\n    spark_watch_webhook: !vault |\n" + body)
+    password = tmp_path / "pw"
+    password.write_text("pw\n")
+    password.chmod(0o600)
+    vault.use_password_file(str(password))
+    try:
+        (host,) = load_inventory(inventory)
+        assert watching.webhook_url(host.vars) == url
+        assert url not in redact.redact_text(f"posting to {url}")
+    finally:
+        vault.use_password_file(None)
