@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 
-# vLLM's and its kernels' words for compiling or tuning while serving (docs/vllm-logs.md; vllm-facts.md):
+# vLLM's and its kernels' words for compiling or tuning while serving (docs/vllm-notes.md):
 # - 0.24's jit_monitor / 0.25+: "Triton kernel JIT compilation during inference: K. This causes a latency spike; ..."
 # - torch.compile of a graph it has not compiled yet: "Compiling a graph for compile range (1, N) takes X s"
 #   (older: "for shape N" / "for dynamic shape"); at startup this is expected, after readiness it is a stall
