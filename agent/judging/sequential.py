@@ -11,6 +11,9 @@ on its own, in three steps per cell, each a fresh run of that cell that replaces
    running (the screen's windows are kept: together they cover every level of the spec).
 3. **more**: the cells with a point still open against the leader get `max_repeats` windows, once.
 
+A group whose rivals were all skipped keeps its one cell: it is that group's answer on the other axes (checkpoint,
+speculative...), so it is measured once on the spec's schedule (every level, `max_repeats` windows), never skipped.
+
 Sequential testing: a point is *settled* only when the report's own rule (stats.rank_pair: ranges that don't
 overlap, or a bootstrap CI on the ratio) orders it AND a one-sided two-sample t-test on log throughput rejects equality
 at alpha / (2 * LOOKS), its variance pooled over both cells' measured levels. Every point is tested at most LOOKS = 3 times (one per step), so by Bonferroni the chance of
@@ -192,14 +195,15 @@ def _plan_group(
     started = any(c.cell_id in measured for c in members)
     live = []
     for c in members:
-        if not started and c.backend in out:
+        if c.backend in out and c.cell_id not in measured:
             plan.skipped.append(Skip(c.cell_id, c.label, out[c.backend]))
         else:
             live.append(c)
     rivals = {c.backend for c in live}
     if len(rivals) < 2 and not started and len(live) < len(members):
-        for c in live:  # nobody left to rank against: measuring it cannot change the recommendation
-            plan.skipped.append(Skip(c.cell_id, c.label, "no rival backend left in its group to rank against"))
+        # Its rivals are out: nothing to screen, but the cell is its group's answer on the other axes (checkpoint,
+        # speculative...), compared with the other groups' survivors: measured once on the spec's schedule.
+        plan.steps += [Step(c.cell_id, MORE, c.concurrency, s.max_repeats) for c in live]
         return
     todo = [c for c in live if c.cell_id not in measured]
     if todo:
@@ -216,7 +220,7 @@ def _plan_group(
             out.setdefault(c.backend, f"{why} (in group of {c.label})")
         else:
             survivors.append(c)
-    if len(survivors) < 2:
+    if not survivors:
         return
     need_full = [c for c in survivors if set(c.concurrency) - set(summaries[c.cell_id].points)]
     if need_full:  # only the levels not measured yet: the screen's windows stay (Step.keep)
@@ -224,6 +228,8 @@ def _plan_group(
             Step(c.cell_id, FULL, tuple(sorted(set(c.concurrency) - set(summaries[c.cell_id].points))), s.min_repeats)
             for c in need_full
         ]
+        return
+    if len(survivors) < 2:
         return
     opened = [c for c in survivors if verdicts[c.cell_id]["open"]]
     more = [c for c in opened if _repeats(summaries[c.cell_id]) < s.max_repeats]

@@ -706,7 +706,7 @@ def _recommend_group(
         winner=" · ".join(_choice_words(choice)) or None,
         reason=_group_reason(questions, valid, metric),
         choice=choice,
-        winner_cells=_matching(valid, choice, [q.axis for q in questions]) if choice else [],
+        winner_cells=_matching(valid, choice, [q.axis for q in questions], effects) if choice else [],
         invalid=[s for s in group if s.verdict == "invalid"],
         failed=[s for s in group if s.verdict == "failed"],
         effects=startup_effects(group),
@@ -790,10 +790,16 @@ def _group_reason(questions: list[Question], valid: list[CellSummary], metric: s
     return "; ".join(f"{q.axis}: {q.reason}" for q in decided)
 
 
-def _matching(valid: list[CellSummary], choice: dict[str, str], axes: list[str]) -> list[CellSummary]:
-    """The valid cells with the chosen value on every decided axis: one per combination of the undecided ones."""
+def _matching(
+    valid: list[CellSummary], choice: dict[str, str], axes: list[str], effects: hosteffect.HostEffects | None = None
+) -> list[CellSummary]:
+    """The valid cells with the chosen value on every decided axis: one per combination of the undecided ones.
+    Measured on several hosts, the one given is from a host not excluded from the ranking, and in full rather than
+    a reference cell's one level."""
     labels = {axis: _labels(valid, axis) for axis in choice}
     picked = [s for s in valid if all(labels[a][axis_value(s.config, a)] == v for a, v in choice.items())]
+    odd = {h for h, e in (effects.effects if effects else {}).items() if e.outlier}
+    picked.sort(key=lambda s: (_host(s) in odd, len(s.points) < max(len(x.points) for x in picked)))
     best: dict[tuple[str, ...], CellSummary] = {}
     for s in picked:
         best.setdefault(tuple(axis_value(s.config, a) for a in axes if a not in choice), s)
