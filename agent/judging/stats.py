@@ -799,7 +799,8 @@ def _matching(
     labels = {axis: _labels(valid, axis) for axis in choice}
     picked = [s for s in valid if all(labels[a][axis_value(s.config, a)] == v for a, v in choice.items())]
     odd = {h for h, e in (effects.effects if effects else {}).items() if e.outlier}
-    picked.sort(key=lambda s: (_host(s) in odd, len(s.points) < max(len(x.points) for x in picked)))
+    most = max((len(s.points) for s in picked), default=0)
+    picked.sort(key=lambda s: (_host(s) in odd, len(s.points) < most))
     best: dict[tuple[str, ...], CellSummary] = {}
     for s in picked:
         best.setdefault(tuple(axis_value(s.config, a) for a in axes if a not in choice), s)
