@@ -75,7 +75,9 @@ def main() -> int:
                 name = Path(spec).stem
                 sweep_out, tune_out = root / f"sweep-{name}-{n}", root / f"tune-{name}-{n}"
                 s_wall, s_rc, s_tail = timed(["sweep", spec, *common, "--results", str(sweep_out)])
-                t_wall, t_rc, t_tail = timed(["tune", spec, *common, "--results", str(tune_out), "--budget", args.budget])
+                t_wall, t_rc, t_tail = timed(
+                    ["tune", spec, *common, "--results", str(tune_out), "--budget", args.budget]
+                )
                 spec_name = next(p.name for p in sweep_out.iterdir() if not p.name.startswith("."))
                 a_sweep, a_tune = answer(sweep_out / spec_name), answer(tune_out / spec_name)
                 row = (
@@ -92,7 +94,9 @@ def main() -> int:
             cleanup()
         if not os.environ.get("KEEP"):
             shutil.rmtree(root, ignore_errors=True)
-    print("\n| spec | hosts | sweep s | tune s | tune/sweep | same answer | tune exit | sweep's answer | tune's answer |")
+    print(
+        "\n| spec | hosts | sweep s | tune s | tune/sweep | same answer | tune exit | sweep's answer | tune's answer |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0

@@ -206,14 +206,21 @@ def test_detach_assign_uses_the_blocked_plan_and_says_so():
 def test_a_one_level_spec_measures_its_base_cell_again_as_the_reference(tmp_path):
     text = (EXAMPLES / "quick.toml").read_text().replace("concurrency = [1, 4]", "concurrency = [4]")
     text = text.replace('"flashinfer_b12x"]', '"flashinfer_b12x", "flashinfer_cutlass"]')
-    (tmp_path / "one-level.toml").write_text(text)
+    two_ckpts = text.replace("[server]", '[[checkpoints]]\nname = "nv"\nmodel = "nv"\nquant = "nvfp4"\n\n[server]')
+    (tmp_path / "one-level.toml").write_text(two_ckpts)
     spec = load_spec(tmp_path / "one-level.toml")
     cells = blocks.with_reference(plan_cells(spec, "s1", FACTS, {"spark_runtime": "process"}))
-    assert len(cells) == 3 and not any(c.reference_of for c in cells)  # the reference is a cell already planned
+    assert len(cells) == 6 and not any(c.reference_of for c in cells)  # the reference is a cell already planned
     plan = blocks.plan_group(["s1", "s2"], cells, {}, {c.id: estimated_seconds(c) for c in cells})
-    assert plan.base and sorted(len(ids) for ids in plan.assignment.values()) == [2, 2]
+    assert plan.base and plan.spread == ("checkpoint",)
+    assert sorted(len(ids) for ids in plan.assignment.values()) == [3, 4]
     assert sum(ids.count(plan.base) for ids in plan.assignment.values()) == 2  # on both hosts: a replica
+    # the backend question alone is never split over hosts, whatever a split would save
+    (tmp_path / "backends.toml").write_text(text)
+    alone = blocks.with_reference(plan_cells(load_spec(tmp_path / "backends.toml"), "s1", FACTS, {}))
+    plan = blocks.plan_group(["s1", "s2", "s3"], alone, {}, {c.id: estimated_seconds(c) for c in alone})
+    assert plan.spread == () and sum(bool(ids) for ids in plan.assignment.values()) == 1
     # two cells of one level: the reference would cost as much as the cell it saves, so one host measures both
-    two = [c for c in cells if c.config.moe_backend != "flashinfer_cutlass"]
+    two = [c for c in alone if c.config.moe_backend != "flashinfer_cutlass"]
     plan = blocks.plan_group(["s1", "s2"], two, {}, {c.id: estimated_seconds(c) for c in two})
     assert plan.base == "" and plan.spread == () and not plan.assignment["s2"]

@@ -200,7 +200,9 @@ def packaged_example(path: Path) -> Path:
     if path.exists() or path.parent != Path("examples") or not (EXAMPLES / path.name).is_file():
         return path
     packaged = EXAMPLES / path.name
-    logs.say("packaged_example", f"{path}: not in this folder; using the packaged example {packaged} (cp it here to edit)")
+    logs.say(
+        "packaged_example", f"{path}: not in this folder; using the packaged example {packaged} (cp it here to edit)"
+    )
     return packaged
 
 
