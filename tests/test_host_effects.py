@@ -164,6 +164,14 @@ def test_quick_on_two_hosts_stays_on_one_host_a_split_would_not_pay_for_its_refe
     assert len(plan.assignment["s1"]) == 2
 
 
+def test_quick_stays_on_one_host_with_a_calibration_too():
+    spec = load_spec(EXAMPLES / "quick.toml")
+    cells = blocks.with_reference(plan_cells(spec, "s1", FACTS, {"spark_runtime": "process"}))
+    calibrated = {"s1": 0.1, "s2": 0.1, "s3": 0.1}
+    plan = blocks.plan_group(["s1", "s2", "s3"], cells, {}, {c.id: estimated_seconds(c) for c in cells}, calibrated)
+    assert plan.spread == () and sum(bool(ids) for ids in plan.assignment.values()) == 1
+
+
 def test_four_cells_on_two_hosts_split_by_checkpoint_with_a_reference_at_the_top_level(tmp_path):
     text = (EXAMPLES / "quick.toml").read_text()
     text = text.replace("[server]", '[[checkpoints]]\nname = "nv"\nmodel = "nv"\nquant = "nvfp4"\n\n[server]')

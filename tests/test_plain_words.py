@@ -152,3 +152,30 @@ def test_lint_hint_keeps_the_backend_the_launch_chose(tmp_path, capsys):
     assert f"{launch} is unchanged" in said
     assert ("lints clean" in said) == ("still:" not in out), out  # clean only when nothing at all is left
     assert rc in (0, 1)
+
+
+def test_check_shows_what_each_groups_hosts_last_ran():
+    from agent.commands.check import last_seen
+    from agent.running.hostmemory import Known
+
+    known = {
+        "spark-1": Known(
+            image="nvcr.io/nvidia/vllm:25.11-py3", image_digest="sha256:" + "ab" * 32, vllm_version="0.24.0"
+        ),
+        "spark-2": Known(
+            image="nvcr.io/nvidia/vllm:25.11-py3", image_digest="sha256:" + "ab" * 32, vllm_version="0.24.0"
+        ),
+    }
+    lines = last_seen(["spark-1", "spark-2", "spark-3"], known)
+    assert lines[0].startswith("last ran image nvcr.io/nvidia/vllm:25.11-py3 (sha256:abababababab")
+    assert "vLLM 0.24.0 — spark-1, spark-2" in lines[0]
+    assert lines[1] == "no sweep seen in this results folder — spark-3"
+
+
+def test_a_slow_host_is_a_variable_of_its_own_that_adds_to_the_serve_env():
+    from agent.planning import matrix
+
+    assert matrix.simulator_clock("spark-c", {"spark_sim_speed": 0.95}) == {"SPARK_SIM_SPEED": "0.95"}
+    for bad in ("0", "-1", "fast", "11"):
+        with pytest.raises(UserError, match="host spark-c: spark_sim_speed must be a number in"):
+            matrix.simulator_clock("spark-c", {"spark_sim_speed": bad})
