@@ -62,7 +62,7 @@ def tune(spec: Path, inventory: Path, out: Path, *extra: str) -> subprocess.Comp
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
     )
 
 

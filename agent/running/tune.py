@@ -100,25 +100,32 @@ def run_tune(
     calibrated = calibration.calibrated_hosts(results_root, spec.image)
     t0 = time.monotonic()
     last: set[tuple[str, str, tuple[int, ...], int]] = set()
+    placed: dict[str, Placed] = {}  # the placement, once the first step has planned the cells (pure: it holds)
     while True:
         chosen: dict[str, list[Cell]] = {}
+        if placed:  # a later step: planned before any host is touched, and run only on the hosts that have work
+            chosen.update(_choose(placed, sweep_dir, settings, budget_s, time.monotonic() - t0, outcome))
+            if not any(chosen.values()):
+                break  # the plan is done, or the budget cannot fit the next step
 
         def select(cells: dict[str, list[Cell]], chosen: dict[str, list[Cell]] = chosen) -> dict[str, list[Cell]]:
-            placed = place(cells, calibrated)
-            chosen.update(_choose(placed, sweep_dir, settings, budget_s, time.monotonic() - t0, outcome))
-            return chosen
+            if not placed:
+                placed.update(place(cells, calibrated))
+                chosen.update(_choose(placed, sweep_dir, settings, budget_s, time.monotonic() - t0, outcome))
+            return {h: chosen.get(h, []) for h in cells}
 
+        busy = [h for h in hosts if chosen.get(h.name)] if chosen else hosts
         began = time.monotonic()
         try:
             rnd = run_sweep(
-                spec, inventory, hosts, results_root, fresh=True, evict=evict, progress=progress, cancel=cancel,
+                spec, inventory, busy, results_root, fresh=True, evict=evict, progress=progress, cancel=cancel,
                 select=select,
             )  # fmt: skip
         except KeyboardInterrupt:
             outcome.interrupted = True
             break
         if not any(chosen.values()):
-            break  # the plan is done, or the budget cannot fit the next step
+            break  # the plan is done, or the budget cannot fit the first step
         outcome.rounds.append(rnd)
         if outcome.next_s > 0:  # playbooks, collection, a loaded controller: what the estimate leaves out
             outcome.slowdown = max(outcome.slowdown, (time.monotonic() - began) / outcome.next_s)
