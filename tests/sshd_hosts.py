@@ -289,6 +289,19 @@ def stop_fleet(fleet: SshFleet) -> None:
             host.pid = 0
 
 
+def stop_sim_fleet(fleet: SshFleet, remove_user: Callable[[], None] | None = None) -> None:
+    """A fleet of simulated Sparks after its tests: each host's servers (a lost host's may still run), its sshd,
+    then the non-root account login_as_user made."""
+    from agent.hostside import supervise
+
+    for h in fleet.hosts:
+        with contextlib.suppress(Exception):
+            supervise.stop(str(h.workdir))
+    stop_fleet(fleet)
+    if remove_user is not None:
+        remove_user()
+
+
 if __name__ == "__main__":  # manual use: python tests/sshd_hosts.py DIR — starts hosts until Ctrl-C
     f = start_fleet(Path(sys.argv[1]).resolve(), int(sys.argv[2]) if len(sys.argv) > 2 else 2)
     print(f.inventory)

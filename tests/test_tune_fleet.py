@@ -6,51 +6,31 @@ measurement (a re-measured cell is fetched although the tree has an older one)."
 
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from agent.hostside import supervise
 from agent.results import tree as results
 
-from .sshd_hosts import SIM_HOST_VARS, inventory_for, login_as_user, start_fleet, stop_fleet
+from .sshd_hosts import SIM_HOST_VARS, inventory_for, login_as_user, start_fleet, stop_sim_fleet
+from .test_tune import CLI, REPO
+from .test_tune import write_spec as tune_spec
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "agent.cli"]
-
-SPEC = """
-[sweep]
-name = "{name}"
-[image]
-ref = "nvcr.io/nvidia/vllm@sha256:{digest}"
-vllm_version = "0.24.0"
-{checkpoints}
-[server]
-max_model_len = 8192
-max_num_seqs = 8
-[matrix]
-moe_backend = {backends}
-concurrency = [1, 4]
-duration_s = 10
-warmup = 1
-repeats = 3
-[load]
-prompt_len = 64
-output_len = 32
-"""
-
 
 def write_spec(tmp: Path, name: str, checkpoints: list[str], backends: list[str]) -> Path:
-    ckpts = "\n".join(f'[[checkpoints]]\nname = "{c}"\nmodel = "{c}"\nquant = "nvfp4"' for c in checkpoints)
-    path = tmp / f"{name}.toml"
-    text = SPEC.format(name=name, digest="ce" * 32, checkpoints=ckpts, backends=backends).replace("'", '"')
+    """test_tune's spec (10 s simulated windows: 1 s on the hosts' accelerated clock) with these checkpoints and
+    backends."""
+    path = tune_spec(tmp, name, duration=10)
+    text = re.sub(r"\[\[checkpoints\]\][^\[]*", "", path.read_text())
+    ckpts = "".join(f'[[checkpoints]]\nname = "{c}"\nmodel = "{c}"\nquant = "nvfp4"\n' for c in checkpoints)
+    text = text.replace("[server]", ckpts + "[server]").replace(
+        'moe_backend = ["marlin", "flashinfer_b12x"]', "moe_backend = " + str(backends).replace("'", '"')
+    )
     path.write_text(text)
     return path
 
@@ -75,16 +55,11 @@ def three(tmp_path_factory):
         fleet.inventory.write_text(yaml.safe_dump(inv))
         yield fleet
     finally:
-        for h in fleet.hosts:
-            with contextlib.suppress(Exception):
-                supervise.stop(str(h.workdir))
-        stop_fleet(fleet)
-        if remove_user is not None:
-            remove_user()
+        stop_sim_fleet(fleet, remove_user)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], cwd=REPO, capture_output=True, text=True, timeout=900)
+    return subprocess.run([*CLI, *args], cwd=REPO, capture_output=True, text=True, timeout=1200)
 
 
 def answer(sweep_dir: Path) -> tuple[str, set[str]]:
