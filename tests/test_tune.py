@@ -94,9 +94,10 @@ def test_tune_screens_stops_the_loser_and_skips_what_cannot_matter(tmp_path, sim
     assert proc.stderr.count("plan_note") <= 1 and "[warning" not in proc.stderr  # said once, as plain lines
     assert engines_running(ssh_fleet) == []
 
-    # warm starts: both cells share the image's cache folder; the first compiled, the second loaded the graphs
-    starts = sorted((c["started_at"], c["startup"]["compile_cache"]) for c in cells.values())
-    assert [s[1] for s in starts][:2] == ["cold", "warm"], starts
+    # warm starts: a model's cells share the image's cache folder; its first start compiled, the later ones loaded
+    # the graphs (nv marlin's first start is replaced by its full step's; uns marlin is uns's first and only start)
+    cache = {k: c["startup"]["compile_cache"] for k, c in cells.items()}
+    assert cache == {("nv", "flashinfer_b12x"): "warm", ("nv", "marlin"): "warm", ("uns", "marlin"): "cold"}, cache
     for c in cells.values():
         assert c["startup"]["weights_s"] > 0 and c["startup"]["graph_capture_s"] > 0 and c["startup"]["kv_cache_s"] >= 0
         assert "VLLM_CACHE_ROOT=" in (Path(c["dir"]) / "launch.txt").read_text()
