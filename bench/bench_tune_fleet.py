@@ -9,7 +9,7 @@ simulator's accelerated clock (`spark_sim_time_scale`): a window of D simulated 
 figure stays in simulated seconds (bench/bench_time_scale.py checks it changes no decision).
 
     SPARK_TEST_NET=127.0.38 python bench/bench_tune_fleet.py [--specs examples/quick.toml,...] [--hosts 1,3]
-        [--duration 20] [--time-scale 10] [--budget 30m] [--root-only]
+        [--duration 20] [--time-scale 10] [--budget 30m] [--root-only] [--port 8300]
 
 Prints one markdown row per (spec, hosts): sweep s, tune s, tune / sweep, same answer, tune's exit code, both answers.
 """
@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from agent.judging import stats  # noqa: E402
+from agent.planning.spec import load_spec  # noqa: E402
 from agent.results.tree import load_cells  # noqa: E402
 from tests.sshd_hosts import SIM_HOST_VARS, inventory_for, login_as_user, start_fleet, stop_fleet  # noqa: E402
 
@@ -57,6 +58,7 @@ def main() -> int:
     ap.add_argument("--time-scale", type=float, default=10.0, help="the simulator's accelerated clock (default 10)")
     ap.add_argument("--budget", default="30m", help="tune's --budget (default 30m)")
     ap.add_argument("--root-only", action="store_true", help="every host logs in as root")
+    ap.add_argument("--port", type=int, default=8300, help="the simulator's port on every host (default 8300)")
     args = ap.parse_args()
     counts = [int(n) for n in args.hosts.split(",")]
     root = Path(tempfile.mkdtemp(prefix="bench-tune-fleet-"))
@@ -64,7 +66,7 @@ def main() -> int:
     cleanup = None if args.root_only or max(counts) < 2 else login_as_user(fleet, [h.name for h in fleet.hosts[1:]])
     rows = []
     try:
-        inv = inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8300, "spark_sim_time_scale": args.time_scale})
+        inv = inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": args.port, "spark_sim_time_scale": args.time_scale})
         inventory = root / "inventory.yml"
         inventory.write_text(yaml.safe_dump(inv))
         names = [h.name for h in fleet.hosts]
@@ -78,8 +80,8 @@ def main() -> int:
                 t_wall, t_rc, t_tail = timed(
                     ["tune", spec, *common, "--results", str(tune_out), "--budget", args.budget]
                 )
-                spec_name = next(p.name for p in sweep_out.iterdir() if not p.name.startswith("."))
-                a_sweep, a_tune = answer(sweep_out / spec_name), answer(tune_out / spec_name)
+                sweep_name = load_spec(spec).name  # the results root also holds hosts.json, .fleet/...
+                a_sweep, a_tune = answer(sweep_out / sweep_name), answer(tune_out / sweep_name)
                 row = (
                     f"| {name} | {n} | {s_wall:.0f} | {t_wall:.0f} | {t_wall / s_wall:.2f} | "
                     f"{'yes' if a_sweep == a_tune else 'NO'} | {t_rc} | {a_sweep} | {a_tune} |"

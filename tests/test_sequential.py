@@ -111,14 +111,18 @@ def test_a_backend_beaten_beyond_the_margin_is_stopped_and_skipped_elsewhere():
     assert [(s.cell_id, s.stage, s.concurrency, s.repeats) for s in plan.steps] == [("nvm", "full", (2, 4, 8), 2)]
     measured["nvm"] = cell("nvm", "marlin", {1: [60.0, 61.0], 2: [110.0, 112.0], 4: [200.0, 204.0],
                                              8: [350.0, 355.0], 16: [560.0, 565.0]})  # fmt: skip
-    plan = seq.plan_next(NV + UNS, measured, S)
+    fast = [cand("fam", "fast", "marlin"), cand("fab", "fast", "b12x")]
+    plan = seq.plan_next(NV + UNS + fast, measured, S)
     skipped = {s.cell_id: s.reason for s in plan.skipped}
-    assert list(skipped) == ["unb"] and "lost to" in skipped["unb"]
-    # uns marlin has no rival left, but it answers the checkpoint question: once, on the spec's schedule
-    assert [(s.cell_id, s.stage, s.concurrency, s.repeats) for s in plan.steps] == [("unm", "more", LEVELS, 3)]
-    measured["unm"] = cell("unm", "marlin", {lvl: [100.0, 101.0, 102.0] for lvl in LEVELS})
-    plan = seq.plan_next(NV + UNS, measured, S)
-    assert plan.done and [s.cell_id for s in plan.skipped] == ["unb"]
+    assert list(skipped) == ["unb", "fab"] and "lost to" in skipped["unb"]
+    # uns marlin has no rival left, but it answers the checkpoint question: once, on the spec's schedule; such lone
+    # cells teach no other group anything, so they share one step
+    steps = [(s.cell_id, s.stage, s.concurrency, s.repeats) for s in plan.steps]
+    assert steps == [("unm", "more", LEVELS, 3), ("fam", "more", LEVELS, 3)]
+    for cid in ("unm", "fam"):
+        measured[cid] = cell(cid, "marlin", {lvl: [100.0, 101.0, 102.0] for lvl in LEVELS})
+    plan = seq.plan_next(NV + UNS + fast, measured, S)
+    assert plan.done and [s.cell_id for s in plan.skipped] == ["unb", "fab"]
 
 
 def test_close_rivals_get_every_level_then_more_windows_then_stay_open():

@@ -183,15 +183,16 @@ def plan_next(candidates: Sequence[Candidate], measured: dict[str, dict[str, Any
     for c in candidates:
         groups.setdefault(c.group, []).append(c)
     for members in groups.values():
-        if plan.steps:
+        if not _plan_group(members, measured, s, out, plan):
             break  # one group at a time: what this group teaches decides the next one
-        _plan_group(members, measured, s, out, plan)
     return plan
 
 
 def _plan_group(
     members: list[Candidate], measured: dict[str, dict[str, Any]], s: TuneSettings, out: dict[str, str], plan: Plan
-) -> None:
+) -> bool:
+    """Plan one group's next steps; True when the next group may be planned in the same step: this one is done, or
+    its only step is a lone cell's (which teaches no other group anything), so such cells share one step."""
     started = any(c.cell_id in measured for c in members)
     live = []
     for c in members:
@@ -204,11 +205,11 @@ def _plan_group(
         # Its rivals are out: nothing to screen, but the cell is its group's answer on the other axes (checkpoint,
         # speculative...), compared with the other groups' survivors: measured once on the spec's schedule.
         plan.steps += [Step(c.cell_id, MORE, c.concurrency, s.max_repeats) for c in live]
-        return
+        return True
     todo = [c for c in live if c.cell_id not in measured]
     if todo:
         plan.steps += [Step(c.cell_id, SCREEN, screen_levels(c.concurrency), s.min_repeats) for c in todo]
-        return
+        return False
     rankable = [c for c in live if stats.cell_verdict(measured[c.cell_id]) == "valid"]
     summaries = {c.cell_id: stats.summarize_cell(measured[c.cell_id]) for c in rankable}
     verdicts = _versus_leader(rankable, summaries, s)
@@ -221,23 +222,24 @@ def _plan_group(
         else:
             survivors.append(c)
     if not survivors:
-        return
+        return True
     need_full = [c for c in survivors if set(c.concurrency) - set(summaries[c.cell_id].points)]
     if need_full:  # only the levels not measured yet: the screen's windows stay (Step.keep)
         plan.steps += [
             Step(c.cell_id, FULL, tuple(sorted(set(c.concurrency) - set(summaries[c.cell_id].points))), s.min_repeats)
             for c in need_full
         ]
-        return
+        return False
     if len(survivors) < 2:
-        return
+        return True
     opened = [c for c in survivors if verdicts[c.cell_id]["open"]]
     more = [c for c in opened if _repeats(summaries[c.cell_id]) < s.max_repeats]
     if more:
         plan.steps += [Step(c.cell_id, MORE, c.concurrency, s.max_repeats) for c in more]
-        return
+        return False
     for c in opened:
         plan.open_points += [f"{c.label} @ c={lvl}: {why}" for lvl, why in verdicts[c.cell_id]["open"]]
+    return True
 
 
 def open_against_leader(
