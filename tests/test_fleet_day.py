@@ -3,7 +3,6 @@ real sshd hosts with the simulated Spark. Each test is one numbered path of the 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
@@ -21,7 +20,7 @@ from agent.hostside import runner, supervise
 from agent.results import tree as results
 
 from .fault_drills import parse_summary
-from .sshd_hosts import SIM_HOST_VARS, inventory_for, login_as_user, start_fleet, stop_fleet
+from .sshd_hosts import SIM_HOST_VARS, inventory_for, login_as_user, start_fleet, stop_sim_fleet
 from .test_sweep import write_spec
 
 pytestmark = pytest.mark.integration
@@ -42,12 +41,7 @@ def three(tmp_path_factory):
         fleet.inventory.write_text(yaml.safe_dump(inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8200})))
         yield fleet
     finally:
-        for h in fleet.hosts:
-            with contextlib.suppress(Exception):
-                supervise.stop(str(h.workdir))
-        stop_fleet(fleet)
-        if remove_user is not None:
-            remove_user()
+        stop_sim_fleet(fleet, remove_user)
 
 
 @pytest.fixture
