@@ -38,6 +38,30 @@ def _keep(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableM
     return event
 
 
+# Said once per run on the console: a command that sweeps in steps (tune) plans again at every step
+ONCE = frozenset({"spec_warning", "plan_note", "fleet_plan", "fingerprint_differs", "fingerprint_group"})
+_said: set[str] = set()
+
+
+def _once(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    if event.get("event") in ONCE:
+        key = repr(sorted((k, repr(v)) for k, v in event.items()))
+        if key in _said:
+            raise structlog.DropEvent
+        _said.add(key)
+    return event
+
+
+def _console_line(_logger: Any, name: str, event: MutableMapping[str, Any]) -> str:
+    """A console line a person reads: "warning: budget_exhausted (budget_s=300.0 next_step_s=51)", no timestamp
+    (the terminal has one) and no padding; JSON lines (--log-format json) keep every field."""
+    level = str(event.pop("level", name))
+    event.pop("timestamp", None)
+    what = str(event.pop("event", ""))
+    rest = " ".join(f"{k}={v if isinstance(v, str) else repr(v)}" for k, v in event.items() if v is not None)
+    return f"{level}: {what}" + (f" ({rest})" if rest else "")
+
+
 FORMAT = {"fmt": "console"}  # what configure() was last given
 VERBOSE = {"on": False}  # -v on the command line (cli.main sets it before the command configures its logging)
 
@@ -56,9 +80,10 @@ def configure(fmt: str = "console", verbose: bool = False) -> None:
     keep the info events (cell_done, playbook_done...)."""
     FORMAT["fmt"] = fmt
     level = logging.DEBUG if verbose else logging.INFO if fmt == "json" or VERBOSE["on"] else logging.WARNING
-    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    renderer = structlog.processors.JSONRenderer() if fmt == "json" else _console_line
     structlog.configure(
         processors=[
+            _once if fmt != "json" else _keep,
             _plain_strings if fmt != "json" else _keep,  # JSON escapes control characters itself
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -325,23 +325,11 @@ def write_sim_inventory(fleet: SshFleet, port: int, serve_env: Callable[[str], d
     fleet.inventory.write_text(yaml.safe_dump(inv))
 
 
-def stop_servers_and_fleet(fleet: SshFleet) -> None:
-    """Whatever server a test left on a host (by its work dir's records), then the sshd hosts."""
-    from agent.hostside import supervise
-
-    for h in fleet.hosts:
-        with contextlib.suppress(Exception):
-            supervise.stop(str(h.workdir))
-    stop_fleet(fleet)
-
-
 @contextlib.contextmanager
 def sim_fleet(root: Path, port: int, count: int = 3, non_root: tuple[str, ...] = ("spark-b", "spark-c")):
     """`count` hosts as simulated GB10s serving on `port` (one per module: never another test's), those named in
     `non_root` logging in as a non-root user whose sudo needs a password (nothing may need root); every server
     stopped, the hosts and the user removed afterwards."""
-    from agent.hostside import supervise
-
     fleet = start_fleet(root, count=count)
     remove_user = None
     try:
@@ -350,12 +338,7 @@ def sim_fleet(root: Path, port: int, count: int = 3, non_root: tuple[str, ...] =
         fleet.inventory.write_text(yaml.safe_dump(inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": port})))
         yield fleet
     finally:
-        for h in fleet.hosts:
-            with contextlib.suppress(Exception):
-                supervise.stop(str(h.workdir))
-        stop_fleet(fleet)
-        if remove_user is not None:
-            remove_user()
+        stop_sim_fleet(fleet, remove_user)
 
 
 def stop_fleet(fleet: SshFleet) -> None:
@@ -367,6 +350,19 @@ def stop_fleet(fleet: SshFleet) -> None:
             except (ProcessLookupError, ChildProcessError):
                 pass
             host.pid = 0
+
+
+def stop_sim_fleet(fleet: SshFleet, remove_user: Callable[[], None] | None = None) -> None:
+    """A fleet of simulated Sparks after its tests: each host's servers (a lost host's may still run), its sshd,
+    then the non-root account login_as_user made."""
+    from agent.hostside import supervise
+
+    for h in fleet.hosts:
+        with contextlib.suppress(Exception):
+            supervise.stop(str(h.workdir))
+    stop_fleet(fleet)
+    if remove_user is not None:
+        remove_user()
 
 
 if __name__ == "__main__":  # manual use: python tests/sshd_hosts.py DIR — starts hosts until Ctrl-C

@@ -51,11 +51,13 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
-def fleet_spec(tmp: Path, name: str, attention: list[str], load: str = "") -> Path:
-    """2 MoE backends × the attention backends given; one short window per cell (~5 s a cell over SSH). `load`:
-    more [load] lines (the spec's last table)."""
+def fleet_spec(tmp: Path, name: str, variants: int, load: str = "") -> Path:
+    """2 MoE backends × `variants` values of a server setting (gpu_memory_utilization): comparison sets of two cells
+    the fleet may spread (the backend question itself is never split); one short window per cell (~5 s a cell over
+    SSH). `load`: more [load] lines (the spec's last table)."""
     path = write_spec(tmp, name, backends=("marlin", "flashinfer_b12x"), duration=0.5, concurrency=(1,), warmup=0)
-    text = path.read_text().replace("[matrix]\n", f"[matrix]\nattention_backend = {attention!r}\n".replace("'", '"'))
+    values = [round(0.80 + 0.01 * i, 2) for i in range(variants)]
+    text = path.read_text().replace("[matrix]\n", f"[matrix]\ngpu_memory_utilization = {values!r}\n")
     path.write_text(text + load)
     return path
 
@@ -80,7 +82,7 @@ def test_the_group_queue_spreads_cells_and_a_lost_host_costs_only_its_cell(tmp_p
     """Six cells on four equal hosts, each cell measured once. spark-a's sshd stops mid-cell: that cell is recorded
     host_lost on spark-a and measured by another host; the sweep completes with every cell measured."""
     out = tmp_path / "results"
-    spec = fleet_spec(tmp_path, "queue", ["auto", "flash_attn", "triton_attn"])
+    spec = fleet_spec(tmp_path, "queue", 3)
     cmd = [*CLI, "sweep", str(spec), "-i", str(six.inventory), "--limit", ",".join(GB10[:4]), "--results", str(out)]
     cmd += ["--lost-after", "5"]  # silent for 5 s: lost (the default, 120 s, suits real networks)
     proc = subprocess.Popen(
@@ -126,9 +128,7 @@ def test_detached_sweep_survives_its_controller_and_refuses_a_second_one(tmp_pat
     pair = ["spark-b", "spark-c"]
     hosts = ",".join(pair)
     # two request rates inside each cell: the runner walks the cell's points (hostside/loadpoints.py) as cell.yml does
-    spec = fleet_spec(
-        tmp_path, "detached", ["auto", "flash_attn", "triton_attn", "flashinfer"], "request_rate = [3, 6]\n"
-    )
+    spec = fleet_spec(tmp_path, "detached", 4, "request_rate = [3, 6]\n")
     started = cli("sweep", str(spec), "-i", str(six.inventory), "--limit", hosts, "--results", str(out), "--detach")
     assert started.returncode == 0, started.stderr[-3000:]
     shares = {h: int(re.search(rf"{h}: (\d+) cell\(s\)", started.stderr).group(1)) for h in pair}  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .sshd_hosts import start_fleet, stop_servers_and_fleet, write_sim_inventory
+from .sshd_hosts import start_fleet, stop_sim_fleet, write_sim_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ def three(tmp_path_factory):
         write_sim_inventory(fleet, 8200, lambda name: {"SPARK_SIM_SPEED": str(SPEEDS[name])})
         yield fleet
     finally:
-        stop_servers_and_fleet(fleet)
+        stop_sim_fleet(fleet)
 
 
 def four_cells(tmp: Path) -> Path:

@@ -56,7 +56,7 @@ def _inventory_with_other_vllm(fleet, tmp: Path) -> Path:
 
 def _spec(tmp: Path, name: str) -> Path:
     """2 cells (one short window each); no [image] vllm_version, which would set every simulated host's version."""
-    spec = fleet_spec(tmp, name, ["auto"])
+    spec = fleet_spec(tmp, name, 1)
     spec.write_text(spec.read_text().replace('vllm_version = "0.24.0"\n', ""))
     return spec
 

@@ -164,6 +164,14 @@ def test_quick_on_two_hosts_stays_on_one_host_a_split_would_not_pay_for_its_refe
     assert len(plan.assignment["s1"]) == 2
 
 
+def test_quick_stays_on_one_host_with_a_calibration_too():
+    spec = load_spec(EXAMPLES / "quick.toml")
+    cells = blocks.with_reference(plan_cells(spec, "s1", FACTS, {"spark_runtime": "process"}))
+    calibrated = {"s1": 0.1, "s2": 0.1, "s3": 0.1}
+    plan = blocks.plan_group(["s1", "s2", "s3"], cells, {}, {c.id: estimated_seconds(c) for c in cells}, calibrated)
+    assert plan.spread == () and sum(bool(ids) for ids in plan.assignment.values()) == 1
+
+
 def test_four_cells_on_two_hosts_split_by_checkpoint_with_a_reference_at_the_top_level(tmp_path):
     text = (EXAMPLES / "quick.toml").read_text()
     text = text.replace("[server]", '[[checkpoints]]\nname = "nv"\nmodel = "nv"\nquant = "nvfp4"\n\n[server]')
@@ -206,14 +214,21 @@ def test_detach_assign_uses_the_blocked_plan_and_says_so():
 def test_a_one_level_spec_measures_its_base_cell_again_as_the_reference(tmp_path):
     text = (EXAMPLES / "quick.toml").read_text().replace("concurrency = [1, 4]", "concurrency = [4]")
     text = text.replace('"flashinfer_b12x"]', '"flashinfer_b12x", "flashinfer_cutlass"]')
-    (tmp_path / "one-level.toml").write_text(text)
+    two_ckpts = text.replace("[server]", '[[checkpoints]]\nname = "nv"\nmodel = "nv"\nquant = "nvfp4"\n\n[server]')
+    (tmp_path / "one-level.toml").write_text(two_ckpts)
     spec = load_spec(tmp_path / "one-level.toml")
     cells = blocks.with_reference(plan_cells(spec, "s1", FACTS, {"spark_runtime": "process"}))
-    assert len(cells) == 3 and not any(c.reference_of for c in cells)  # the reference is a cell already planned
+    assert len(cells) == 6 and not any(c.reference_of for c in cells)  # the reference is a cell already planned
     plan = blocks.plan_group(["s1", "s2"], cells, {}, {c.id: estimated_seconds(c) for c in cells})
-    assert plan.base and sorted(len(ids) for ids in plan.assignment.values()) == [2, 2]
+    assert plan.base and plan.spread == ("checkpoint",)
+    assert sorted(len(ids) for ids in plan.assignment.values()) == [3, 4]
     assert sum(ids.count(plan.base) for ids in plan.assignment.values()) == 2  # on both hosts: a replica
+    # the backend question alone is never split over hosts, whatever a split would save
+    (tmp_path / "backends.toml").write_text(text)
+    alone = blocks.with_reference(plan_cells(load_spec(tmp_path / "backends.toml"), "s1", FACTS, {}))
+    plan = blocks.plan_group(["s1", "s2", "s3"], alone, {}, {c.id: estimated_seconds(c) for c in alone})
+    assert plan.spread == () and sum(bool(ids) for ids in plan.assignment.values()) == 1
     # two cells of one level: the reference would cost as much as the cell it saves, so one host measures both
-    two = [c for c in cells if c.config.moe_backend != "flashinfer_cutlass"]
+    two = [c for c in alone if c.config.moe_backend != "flashinfer_cutlass"]
     plan = blocks.plan_group(["s1", "s2"], two, {}, {c.id: estimated_seconds(c) for c in two})
     assert plan.base == "" and plan.spread == () and not plan.assignment["s2"]

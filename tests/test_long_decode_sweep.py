@@ -23,7 +23,7 @@ import yaml
 from agent.judging import stats
 from agent.results import tree as results
 
-from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for, start_fleet, stop_servers_and_fleet
+from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for, start_fleet, stop_sim_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ def fleet3(tmp_path_factory):
     try:
         yield fleet
     finally:
-        stop_servers_and_fleet(fleet)
+        stop_sim_fleet(fleet)
 
 
 def _inventory(fleet, tmp_path, env: dict[str, str], hostile: str = "") -> str:

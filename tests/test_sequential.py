@@ -105,11 +105,24 @@ def test_a_backend_beaten_beyond_the_margin_is_stopped_and_skipped_elsewhere():
         "nvb": cell("nvb", "b12x", {1: [30.0, 31.0], 16: [200.0, 210.0]}),
     }
     plan = seq.plan_next(NV + UNS, measured, S)
-    assert plan.done
     assert [s.cell_id for s in plan.stopped] == ["nvb"]
     assert "lost to nv marlin at every measured level" in plan.stopped[0].reason
+    # the group's survivor is its answer (the command comes from it): every level, as the sweep measures it
+    assert [(s.cell_id, s.stage, s.concurrency, s.repeats) for s in plan.steps] == [("nvm", "full", (2, 4, 8), 2)]
+    measured["nvm"] = cell("nvm", "marlin", {1: [60.0, 61.0], 2: [110.0, 112.0], 4: [200.0, 204.0],
+                                             8: [350.0, 355.0], 16: [560.0, 565.0]})  # fmt: skip
+    fast = [cand("fam", "fast", "marlin"), cand("fab", "fast", "b12x")]
+    plan = seq.plan_next(NV + UNS + fast, measured, S)
     skipped = {s.cell_id: s.reason for s in plan.skipped}
-    assert "lost to" in skipped["unb"] and "no rival" in skipped["unm"]
+    assert list(skipped) == ["unb", "fab"] and "lost to" in skipped["unb"]
+    # uns marlin has no rival left, but it answers the checkpoint question: once, on the spec's schedule; such lone
+    # cells teach no other group anything, so they share one step
+    steps = [(s.cell_id, s.stage, s.concurrency, s.repeats) for s in plan.steps]
+    assert steps == [("unm", "more", LEVELS, 3), ("fam", "more", LEVELS, 3)]
+    for cid in ("unm", "fam"):
+        measured[cid] = cell(cid, "marlin", {lvl: [100.0, 101.0, 102.0] for lvl in LEVELS})
+    plan = seq.plan_next(NV + UNS + fast, measured, S)
+    assert plan.done and [s.cell_id for s in plan.skipped] == ["unb", "fab"]
 
 
 def test_close_rivals_get_every_level_then_more_windows_then_stay_open():
@@ -141,7 +154,8 @@ def test_a_failed_cell_is_measured_once_and_never_again():
         "nvb": cell("nvb", "b12x", {}, verdict="failed"),
     }
     plan = seq.plan_next(NV, measured, S)
-    assert plan.done and not plan.open_points
+    # the failed cell is not run again; marlin, its group's answer, gets the levels the screen left out
+    assert [(s.cell_id, s.stage) for s in plan.steps] == [("nvm", "full")] and not plan.open_points
 
 
 def test_full_step_adds_only_the_missing_levels_and_collect_keeps_the_others(tmp_path):
@@ -170,9 +184,10 @@ def test_a_step_the_budget_cannot_fit_is_listed_not_run(tmp_path):
     c = make_cell()
     outcome = tune.TuneOutcome(tmp_path / "none")
     cost = tune.step_cost_s(c, seq.Step(c.id, seq.SCREEN, seq.screen_levels(c.config.concurrency), 2), 0.0)
-    chosen = tune._choose({"spark-a": [c]}, tmp_path / "none", S, cost - 1, 0.0, outcome)
+    placed = tune.place({"spark-a": [c]})
+    chosen = tune._choose(placed, tmp_path / "none", S, cost - 1, 0.0, outcome)
     assert chosen == {"spark-a": []} and len(outcome.budget_left) == 1 and not outcome.settled
-    chosen = tune._choose({"spark-a": [c]}, tmp_path / "none", S, cost + 1, 0.0, outcome)
+    chosen = tune._choose(placed, tmp_path / "none", S, cost + 1, 0.0, outcome)
     assert [x.config.repeats for x in chosen["spark-a"]] == [2] and chosen["spark-a"][0].id == c.id
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .sshd_hosts import start_fleet, stop_servers_and_fleet, write_sim_inventory
+from .sshd_hosts import start_fleet, stop_sim_fleet, write_sim_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ def host(tmp_path_factory):
         write_sim_inventory(fleet, 8235, lambda _: {"SPARK_SIM_START_NOISE": "0.10", "SPARK_SIM_SEED": "35"})
         yield fleet
     finally:
-        stop_servers_and_fleet(fleet)
+        stop_sim_fleet(fleet)
 
 
 def spec(tmp: Path, starts: int) -> Path:

@@ -102,3 +102,25 @@ def test_a_sweep_over_ssh_hosts_from_the_wheel(installed, sim_inventory, tmp_pat
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     cells = list((tmp_path / "out" / "quick" / "spark-a").glob("*/cell.toml"))
     assert len(cells) == 2
+
+
+def test_a_user_outside_a_checkout_builds_quietly_and_runs_the_readme(installed, tmp_path):
+    """The build prints no setuptools warning block; `examples/...` as the README writes them resolves to the
+    packaged copy (said on the console); init writes per-host users and the fleet's known_hosts; lint --fix says
+    what it left and that the file is unchanged."""
+    log = (installed.parent.parent / "dist" / "build.log").read_text()
+    assert "WARNING Package" not in log and "!!" not in log.split("\n"), log[-2000:]
+    shown = spark_agent(installed, tmp_path, "env", "examples/quick.toml", "--host", "x", "--simulate-gpu", "gb10")
+    assert shown.returncode == 0 and "using the packaged example" in shown.stderr, shown.stderr[-2000:]
+    assert shown.stdout.count("uns-fast marlin") == 1
+    init = spark_agent(
+        installed, tmp_path, "init", "ops@192.0.2.10", "192.0.2.11", "--known-hosts", str(tmp_path / "known"),
+        "--no-trust", "-o", "fleet.yml",
+    )  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    text = (tmp_path / "fleet.yml").read_text()
+    assert "ansible_user: ops" in text and f"UserKnownHostsFile={tmp_path / 'known'}" in text
+    launch = tmp_path / "launch.sh"
+    launch.write_text("VLLM_USE_FLASHINFER_MOE_FP4=1 vllm serve m --moe-backend flashinfer_b12x\n")
+    fixed = spark_agent(installed, tmp_path, "lint", str(launch), "--vllm-version", "0.24.0", "--fix")
+    assert "flashinfer_cutlass" not in fixed.stdout and "is unchanged" in fixed.stdout, fixed.stdout

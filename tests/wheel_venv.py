@@ -21,6 +21,7 @@ def build_wheel(out: Path, python: str = sys.executable) -> Path:
     )
     if done.returncode != 0:
         raise RuntimeError(f"python -m build failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    (out / "build.log").write_text(done.stdout + done.stderr)  # what the build said (tests read its warnings)
     wheels = sorted(out.glob("spark_agent-*.whl"))
     if len(wheels) != 1 or not sorted(out.glob("spark_agent-*.tar.gz")):
         raise RuntimeError(f"expected one wheel and one sdist in {out}, found {sorted(p.name for p in out.iterdir())}")

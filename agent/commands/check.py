@@ -4,7 +4,7 @@ stop a sweep."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from agent.planning import envrules, groups
 from agent.planning.inventory import check_reachable, load_inventory
 from agent.reporting import terminal
 from agent.reporting.escape import rich
-from agent.running import fingerprints, hostdata, tasks
+from agent.running import fingerprints, hostdata, hostmemory, tasks
 from agent.running import playbooks as fleet
 from agent.running.sweep import gather_facts
 
@@ -119,6 +119,28 @@ def run(args: argparse.Namespace) -> int:
     console = terminal.console(least=140)
     console.print(table)
     found = fingerprints.last_known(Path(args.results), facts)  # + the image digest and vLLM version last seen
-    for line in [*groups.describe(found), *groups.explain(found)]:  # hosts that are never ranked together
+    known = hostmemory.load(Path(args.results))
+    for g, line in zip(found, groups.describe(found), strict=True):
+        console.print(rich(line), highlight=False)
+        for seen in last_seen(g.hosts, known):
+            console.print(rich(f"  {seen}"), highlight=False)
+    for line in groups.explain(found):  # hosts that are never ranked together
         console.print(rich(line), highlight=False)
     return 1 if problems else 0
+
+
+def last_seen(hosts: Sequence[str], known: Mapping[str, hostmemory.Known]) -> list[str]:
+    """What a group's hosts last ran, from the results folder: each image with its vLLM version as logged and the
+    hosts that had it; "no sweep seen" where nothing is remembered (host data: escaped where shown)."""
+    by: dict[tuple[str, str, str], list[str]] = {}
+    for h in hosts:
+        k = known.get(h)
+        if k is not None and (k.image or k.vllm_version):
+            by.setdefault((k.image, k.image_digest, k.vllm_version), []).append(h)
+    lines = [
+        f"last ran image {image or '?'}" + (f" ({digest[:19]})" if digest and digest not in image else "")
+        + f", vLLM {version or 'not logged yet'} — {', '.join(on)}"
+        for (image, digest, version), on in by.items()
+    ]  # fmt: skip
+    unseen = [h for h in hosts if not any(h in on for on in by.values())]
+    return lines + ([f"no sweep seen in this results folder — {', '.join(unseen)}"] if unseen else [])

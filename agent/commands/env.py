@@ -59,11 +59,21 @@ def run(args: argparse.Namespace) -> int:
     console = terminal.console()
     for warning in warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    for cell in cells:
-        console.print(_table(cell))
+    for hosts, cell in _same_on_hosts(cells):
+        console.print(_table(cell, hosts))
         for note in cell.notes:
             console.print(f"  [yellow]note:[/] {redact.redact_text(note)}", highlight=False)
     return 0
+
+
+def _same_on_hosts(cells: list[plan.Cell]) -> list[tuple[list[str], plan.Cell]]:
+    """Each cell once with every host where it gets the very same environment, rules and notes (equal hosts): one
+    table for the fleet, not one per host."""
+    seen: dict[str, tuple[list[str], plan.Cell]] = {}
+    for cell in cells:
+        key = json.dumps([cell.id, cell.label, cell.provenance, cell.notes], sort_keys=True, default=str)
+        seen.setdefault(key, ([], cell))[0].append(cell.host)
+    return list(seen.values())
 
 
 def hosts_with_facts(args: argparse.Namespace) -> list[tuple[str, Facts, dict[str, Any]]]:
@@ -80,8 +90,8 @@ def hosts_with_facts(args: argparse.Namespace) -> list[tuple[str, Facts, dict[st
     return [(host.name, facts[host.name], host.vars) for host in hosts]
 
 
-def _table(cell: plan.Cell) -> Table:
-    table = Table(title=f"{cell.host} · {cell.id} · {cell.label}", title_justify="left")
+def _table(cell: plan.Cell, hosts: list[str]) -> Table:
+    table = Table(title=f"{', '.join(hosts)} · {cell.id} · {cell.label}", title_justify="left")
     for column in ("name", "value", "action", "rule"):
         table.add_column(column, overflow="fold")
     table.add_column("reason", overflow="fold")

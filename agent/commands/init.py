@@ -1,6 +1,8 @@
-"""`spark-agent init ADDRESS[:PORT]... [-o FILE] [--user U] [--key FILE] [--yes]`: write a starter inventory for
-these hosts (group `sparks`, named spark-1, spark-2, ... in the order given), then walk `trust`: show each host's SSH
-key fingerprint and record it in known_hosts once you have compared it with the host's console."""
+"""`spark-agent init [USER@]ADDRESS[:PORT]... [-o FILE] [--user U] [--key FILE] [--known-hosts FILE] [--yes]`: write a
+starter inventory for these hosts (group `sparks`, named spark-1, spark-2, ... in the order given), then walk
+`trust`: show each host's SSH key fingerprint and record it in known_hosts once you have compared it with the host's
+console. A host given as USER@ADDRESS logs in as USER (the others as --user); --known-hosts names the fleet's own
+known_hosts file (default: ~/.ssh/known_hosts), where trust records the keys and every run checks them."""
 
 from __future__ import annotations
 
@@ -30,10 +32,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="write a starter inventory for a list of hosts, then record their SSH keys (trust)",
         description=__doc__,
     )
-    p.add_argument("hosts", nargs="+", metavar="ADDRESS[:PORT]", help="each Spark's address (IPv6: [ADDR]:PORT)")
+    p.add_argument(
+        "hosts",
+        nargs="+",
+        metavar="[USER@]ADDRESS[:PORT]",
+        help="each Spark's address (IPv6: [ADDR]:PORT); USER@: its own login",
+    )
     p.add_argument("-o", "--out", default=DEFAULT_OUT, help=f"inventory to write (default: ./{DEFAULT_OUT})")
     p.add_argument("--user", default="nvidia", help="SSH user on the hosts (default %(default)s)")
     p.add_argument("--key", default="~/.ssh/id_ed25519", help="SSH private key file (default %(default)s)")
+    p.add_argument(
+        "--known-hosts",
+        metavar="FILE",
+        help="the fleet's known_hosts file: trust records the keys there, every run checks them (default ~/.ssh/known_hosts)",
+    )
     p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     p.add_argument("--no-trust", action="store_true", help="only write the inventory (run `trust` later)")
     p.add_argument("--yes", action="store_true", help="trust: record without asking (after checking fingerprints)")
@@ -45,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if os.path.lexists(out) and not args.force:
         kind = " (a symbolic link: it is never written through)" if out.is_symlink() else ""
         raise UserError(f"{out} exists{kind}: pass --force to replace it, or -o ANOTHER.yml")
-    text = inventory_text(args.hosts, args.user, args.key, str(out))
+    text = inventory_text(args.hosts, args.user, args.key, str(out), args.known_hosts)
     if not out.parent.is_dir():
         raise UserError(f"-o {out}: folder {out.parent} does not exist")
     _check(text, out)  # the loader every command uses must accept what we write, before it exists
@@ -78,7 +90,7 @@ def _write(out: Path, text: str, *, force: bool) -> None:
         handle.write(text)
 
 
-def inventory_text(hosts: list[str], user: str, key: str, out: str) -> str:
+def inventory_text(hosts: list[str], user: str, key: str, out: str, known_hosts: str | None = None) -> str:
     import yaml
 
     from agent.planning.inventory import USER
@@ -87,22 +99,29 @@ def inventory_text(hosts: list[str], user: str, key: str, out: str) -> str:
         raise UserError(f"--user {user!r}: letters, digits, _ . @ - only")
     if not key or any(c in key for c in "\n\r\0"):
         raise UserError("--key: give the path of an SSH private key file")
+    if known_hosts is not None and (not known_hosts.strip() or any(c in known_hosts for c in "\n\r\0 \t\"'")):
+        raise UserError(f"--known-hosts {known_hosts[:60]!r}: give a file path without spaces or quotes")
     members = {}
     for number, given in enumerate(hosts, 1):
-        address, port = split_host(given)
+        login, _, rest = given.rpartition("@") if "@" in given.split("]")[0] else ("", "", given)
+        if login and not USER.match(login):
+            raise UserError(f"host {given!r}: the user before @ may hold letters, digits, _ . - only")
+        address, port = split_host(rest)
         entry: dict[str, object] = {"ansible_host": address}
         if port != 22:
             entry["ansible_port"] = port
+        if login and login != user:
+            entry["ansible_user"] = login
         members[f"spark-{number}"] = entry
-    group = {
-        "hosts": members,
-        "vars": {
-            "ansible_user": user,
-            "ansible_ssh_private_key_file": key,
-            "ansible_python_interpreter": "/usr/bin/python3",
-            "spark_runtime": "docker",
-        },
+    group_vars: dict[str, object] = {
+        "ansible_user": user,
+        "ansible_ssh_private_key_file": key,
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "spark_runtime": "docker",
     }
+    if known_hosts is not None:  # the fleet's file, as ssh and Ansible read it (connection.py finds it there)
+        group_vars["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={known_hosts}"
+    group = {"hosts": members, "vars": group_vars}
     body = yaml.safe_dump({"all": {"children": {GROUP: group}}}, sort_keys=False, default_flow_style=False)
     from agent.paths import EXAMPLES
 

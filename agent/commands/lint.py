@@ -94,15 +94,30 @@ def _fix(
         checks.lint(one, checks.target_for(arch, args.vllm_version, args.quant, args.host or "", args.inventory or ""))
         for one in launches.extract(text, source)
     ]
-    left = [f for r in again for f in r.findings if checks.SEVERITIES.index(f.severity) >= threshold]
+    remaining = [f for r in again for f in r.findings]
+    left = [f for f in remaining if checks.SEVERITIES.index(f.severity) >= threshold]
     out = sys.stderr if args.format != "text" else sys.stdout
     for line in undone:
         print(f"note: {line}", file=out)
-    for f in left:
+    for f in remaining:
         print(f"still: {f.severity} [{f.rule}] {f.message}", file=out)
-    print(f"--- fixed text ({'lints clean' if not left else f'{len(left)} finding(s) --fix cannot fix'}) ---", file=out)
+    kept = "" if args.file == "-" else f"; {args.file} is unchanged: save this text to use it"
+    print(f"--- fixed text ({_fixed_words(remaining, left, args.fail_on)}{kept}) ---", file=out)
     print(redact.redact_text(text), file=out)
     return 1 if left or undone else 0
+
+
+def _fixed_words(remaining: list[Any], left: list[Any], fail_on: str) -> str:
+    """What the fixed text still has: "lints clean" only with no finding at all; below --fail-on, counted."""
+    if not remaining:
+        return "lints clean"
+    if left:
+        return f"{len(left)} finding(s) at --fail-on {fail_on} or above --fix cannot fix"
+    counts: dict[str, int] = {}
+    for f in remaining:
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+    below = ", ".join(f"{n} {s}(s)" for s, n in sorted(counts.items()))
+    return f"nothing at --fail-on {fail_on} or above; {below} left that --fix cannot fix"
 
 
 def _read(path: str) -> bytes:

@@ -11,7 +11,6 @@ from agent.errors import UserError
 from agent.planning.inventory import load_inventory
 from agent.planning.matrix import Cell
 from agent.reporting.escape import plain as line
-from agent.results import tree as results
 from agent.running import detach, fleetindex
 
 DEFAULT_RESULTS = Path("results")
@@ -131,7 +130,7 @@ def cell_name(cid: str, by_id: dict[str, Cell]) -> str:
 def host_line(state: detach.FleetState, root: Path, p: detach.HostProgress, by_id: dict[str, Cell]) -> str:
     """One line per host: answered or not, runner state, done of assigned, sealed, collected, now, failed, lost."""
     assigned = state.assignment[p.host]
-    collected = sum(results.is_finished(root, state.sweep, p.host, c) for c in assigned)
+    collected = sum(detach.stored(state, root, p.host, c) for c in assigned)
     lost = f" LOST ({state.lost[p.host]})" if p.host in state.lost else ""
     if not p.answered:
         return f"  {p.host}: no answer ({p.error}){lost}; {collected}/{len(assigned)} collected"

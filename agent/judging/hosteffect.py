@@ -76,14 +76,16 @@ class HostEffect:
     log: Estimate = field(default=Estimate(0.0, 0.0, math.inf), repr=False)
 
     def words(self) -> str:
-        """ "spark-2 ran 1.8% ± 1.1% slower than spark-1 (3 shared points)"."""
+        """ "spark-2 ran 1.8% ± 1.1% slower than spark-1 (3 shared points)"; where the interval holds 1 no way is
+        named ("spark-3 ran as fast as spark-1 within the noise: +0.4% ± 1.3%"): a sign inside the noise would flip
+        from one estimate to the next (calibrate, then the report with the sweep's points added)."""
         pct = (self.factor - 1.0) * 100
         half = (self.hi - self.lo) / 2 * 100
+        shared = f"{self.points} shared point{'s' if self.points != 1 else ''}"
+        if self.lo <= 1.0 <= self.hi:
+            return f"{self.host} ran as fast as {self.base} within the noise: {pct:+.1f}% ± {half:.1f}% ({shared})"
         way = "slower" if pct < 0 else "faster"
-        return (
-            f"{self.host} ran {abs(pct):.1f}% ± {half:.1f}% {way} than {self.base} "
-            f"({self.points} shared point{'s' if self.points != 1 else ''})"
-        )
+        return f"{self.host} ran {abs(pct):.1f}% ± {half:.1f}% {way} than {self.base} ({shared})"
 
 
 @dataclass

@@ -230,7 +230,11 @@ def _dead(result: Result, fixed: Launch, rules: dict, version: envrules.Version 
         if not entry.get("vllm") or (version is not None and envrules.in_range(version, entry["vllm"])):
             flag = str(entry.get("replacement", ""))
             value = launchfix.replacement(name, result.launch.env[name], flag, result.launch.env)
-            fix = f"drop {name}" + (f", add {flag} {value}" if value else "")
+            given = result.launch.flag(flag) if flag.startswith("--") else None
+            if given is not None:  # the launch already says which: the dead variable only goes
+                fix = f"drop {name} ({flag} {given} already chooses)"
+            else:
+                fix = f"drop {name}" + (f", add {flag} {value}" if value else "")
             _add(result, entry["id"], "error", f"{name} is dead: {entry['reason']}; {use}", line, fix)
             fixed.env.pop(name, None)
             if value and fixed.flag(flag) is None:

@@ -15,6 +15,9 @@ on its own, in three steps per cell, each a fresh run of that cell that replaces
    either has fewer than two starts (the report's winner rule), or while a point is open and the between-start
    variance outweighs what more windows could remove; at most `max_starts` starts a config.
 
+A group whose rivals were all skipped keeps its one cell: it is that group's answer on the other axes (checkpoint,
+speculative...), so it is measured once on the spec's schedule (every level, `max_repeats` windows), never skipped.
+
 Sequential testing: a point is *settled* only when the report's own rule (stats.rank_pair: ranges that don't
 overlap, or a bootstrap CI on the ratio) orders it AND a one-sided two-sample t-test on log throughput rejects equality
 at alpha / (2 * LOOKS), its variance pooled over both cells' measured levels. Every point is tested at most LOOKS = 3 times (one per step), so by Bonferroni the chance of
@@ -199,33 +202,35 @@ def plan_next(candidates: Sequence[Candidate], measured: dict[str, dict[str, Any
     for c in candidates:
         groups.setdefault(c.group, []).append(c)
     for members in groups.values():
-        if plan.steps:
+        if not _plan_group(members, measured, s, out, plan):
             break  # one group at a time: what this group teaches decides the next one
-        _plan_group(members, measured, s, out, plan)
     return plan
 
 
 def _plan_group(
     members: list[Candidate], measured: dict[str, dict[str, Any]], s: TuneSettings, out: dict[str, str], plan: Plan
-) -> None:
+) -> bool:
+    """Plan one group's next steps; True when the next group may be planned in the same step: this one is done, or
+    its only step is a lone cell's (which teaches no other group anything), so such cells share one step."""
     later = {(c.backend, c.start): c for c in members if c.start > 1}
     members = [c for c in members if c.start == 1]
     started = any(c.cell_id in measured for c in members)
     live = []
     for c in members:
-        if not started and c.backend in out:
+        if c.backend in out and c.cell_id not in measured:
             plan.skipped.append(Skip(c.cell_id, c.label, out[c.backend]))
         else:
             live.append(c)
     rivals = {c.backend for c in live}
     if len(rivals) < 2 and not started and len(live) < len(members):
-        for c in live:  # nobody left to rank against: measuring it cannot change the recommendation
-            plan.skipped.append(Skip(c.cell_id, c.label, "no rival backend left in its group to rank against"))
-        return
+        # Its rivals are out: nothing to screen, but the cell is its group's answer on the other axes (checkpoint,
+        # speculative...), compared with the other groups' survivors: measured once on the spec's schedule.
+        plan.steps += [Step(c.cell_id, MORE, c.concurrency, s.max_repeats) for c in live]
+        return True
     todo = [c for c in live if c.cell_id not in measured]
     if todo:
         plan.steps += [Step(c.cell_id, SCREEN, screen_levels(c.concurrency), s.min_repeats) for c in todo]
-        return
+        return False
     rankable = [c for c in live if stats.cell_verdict(measured[c.cell_id]) == "valid"]
     summaries = {c.cell_id: _summary(c, measured, later) for c in rankable}
     verdicts = _versus_leader(rankable, summaries, s)
@@ -237,22 +242,24 @@ def _plan_group(
             out.setdefault(c.backend, f"{why} (in group of {c.label})")
         else:
             survivors.append(c)
-    if len(survivors) < 2:
-        return
+    if not survivors:
+        return True
     need_full = [c for c in survivors if set(c.concurrency) - set(summaries[c.cell_id].points)]
     if need_full:  # only the levels not measured yet: the screen's windows stay (Step.keep)
         plan.steps += [
             Step(c.cell_id, FULL, tuple(sorted(set(c.concurrency) - set(summaries[c.cell_id].points))), s.min_repeats)
             for c in need_full
         ]
-        return
+        return False
+    if len(survivors) < 2:
+        return True
     opened = [c for c in survivors if verdicts[c.cell_id]["open"]]
     more = [
         c for c in opened if _repeats(summaries[c.cell_id]) < s.max_repeats and not _start_bound(summaries[c.cell_id])
     ]
     if more:
         plan.steps += [Step(c.cell_id, MORE, c.concurrency, s.max_repeats) for c in more]
-        return
+        return False
     restart = _needs_start(survivors, summaries, verdicts) if later else []  # none planned: windows only
     steps = [
         Step(nxt.cell_id, START, c.concurrency, s.min_repeats)
@@ -262,7 +269,7 @@ def _plan_group(
     ]
     if steps:
         plan.steps += steps
-        return
+        return False
     for c in restart:
         plan.open_points.append(
             f"{c.label}: within {stats.RESOLVE_MARGIN:.0%} of the leader or open, on "
@@ -270,6 +277,7 @@ def _plan_group(
         )
     for c in opened:
         plan.open_points += [f"{c.label} @ c={lvl}: {why}" for lvl, why in verdicts[c.cell_id]["open"]]
+    return True
 
 
 def open_against_leader(

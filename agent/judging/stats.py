@@ -793,7 +793,7 @@ def _recommend_group(
     else:
         questions = [_question(axis, [a for a in axes if a != axis], valid, seed, effects) for axis in axes]
     choice = {q.axis: q.winner for q in questions if q.winner}
-    winner_cells = _matching(valid, choice, [q.axis for q in questions]) if choice else []
+    winner_cells = _matching(valid, choice, [q.axis for q in questions], effects) if choice else []
     reason = unmeasured.words() if unmeasured else _group_reason(questions, valid, metric)
     if choice and not winner_cells:  # per-axis winners never measured together: nothing measured to run
         reason = (
@@ -945,10 +945,17 @@ def _group_reason(questions: list[Question], valid: list[CellSummary], metric: s
     return "; ".join(f"{q.axis}: {q.reason}" for q in decided)
 
 
-def _matching(valid: list[CellSummary], choice: dict[str, str], axes: list[str]) -> list[CellSummary]:
-    """The valid cells with the chosen value on every decided axis: one per combination of the undecided ones."""
+def _matching(
+    valid: list[CellSummary], choice: dict[str, str], axes: list[str], effects: hosteffect.HostEffects | None = None
+) -> list[CellSummary]:
+    """The valid cells with the chosen value on every decided axis: one per combination of the undecided ones.
+    Measured on several hosts, the one given is from a host not excluded from the ranking, and in full rather than
+    a reference cell's one level."""
     labels = {axis: _labels(valid, axis) for axis in choice}
     picked = [s for s in valid if all(labels[a][axis_value(s.config, a)] == v for a, v in choice.items())]
+    odd = {h for h, e in (effects.effects if effects else {}).items() if e.outlier}
+    most = max((len(s.points) for s in picked), default=0)
+    picked.sort(key=lambda s: (_host(s) in odd, len(s.points) < most))
     best: dict[tuple[str, ...], CellSummary] = {}
     for s in picked:
         best.setdefault(tuple(axis_value(s.config, a) for a in axes if a not in choice), s)

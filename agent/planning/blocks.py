@@ -8,9 +8,10 @@ question crosses hosts. Every host but one then also measures a reference cell: 
 at one concurrency level (the highest: the most tokens, the least relative noise), so that each host's effect against
 the others is measured in this sweep, and the ranking divides it out (stats.rank_hosts).
 
-Among the ways to split (no split, each subset of the other axes, every cell alone), the planner takes the one with
-the least estimated wall time (windows, loading the weights and a server start per cell), reference cells
-included, preferring the coarser split unless a finer one saves more than TIE (fewer comparisons cross hosts). Pure: plans from the cells and the hosts, nothing else, so a re-run
+Among the ways to split (no split, each subset of the axes other than the backend: the backend question is never
+split), the planner takes the one with the least estimated wall time (windows, loading the weights and a server
+start per cell), reference cells included, preferring the coarser split unless a finer one uses more hosts and saves
+more than TIE (fewer comparisons cross hosts). Pure: plans from the cells and the hosts, nothing else, so a re-run
 with the same hosts plans the same.
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from agent.judging.stats import axes_of, axis_value
-from agent.planning.matrix import Cell, cell_id, start_key
+from agent.planning.matrix import Cell, cell_id
 
 TIE = 0.10  # a finer split must save more than 10% to be worth its extra hosts and comparisons across them
 START_S = 60.0  # what a server start costs a cell, for planning: a warm vLLM start on a Spark (cold: minutes)
@@ -30,7 +31,6 @@ MAX_SUBSET_AXES = 6  # beyond this many varying axes only the whole set and each
 # MoE backends that run on every CUDA architecture (generic kernels, not arch-specific ones): the reference cell is
 # taken from these first, because a reference that fails to start measures nothing.
 PORTABLE_BACKENDS = ("marlin", "triton", "")
-EVERY_CELL = "every cell"
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Plan:
 
     hosts: tuple[str, ...]
     assignment: dict[str, list[str]]  # host -> cell ids still to measure, reference first
-    spread: tuple[str, ...]  # the axes whose values go to different hosts; () = one host; (EVERY_CELL,) = all split
+    spread: tuple[str, ...]  # the axes whose values go to different hosts; () = one host
     base: str  # the reference configuration's full cell id ("" = every cell on one host: no reference needed)
     references: dict[str, str]  # host -> the reference cell it measures (the base itself on the base's host)
     wall_s: float  # the busiest host's estimated seconds
@@ -53,9 +53,8 @@ class Plan:
             return []
         if not self.spread:
             return [f"plan: every cell on {used[0] if used else self.hosts[0]}: no split saves time here"]
-        kept = "nothing" if self.spread == (EVERY_CELL,) else "the other axes"
         lines = [
-            f"plan: {', '.join(self.spread)} spread over {len(used)} hosts, {kept} compared on one host; "
+            f"plan: {', '.join(self.spread)} spread over {len(used)} hosts, the other axes compared on one host; "
             f"about {self.wall_s / max(self.one_host_s, 1e-9):.2f}x the time of one host"
         ]
         if self.calibration_age is not None:
@@ -131,7 +130,9 @@ def plan_group(
     for spread, blocks in _splits(full):
         load = _place(blocks, hosts, estimate)
         wall = _wall(load, ref, full, estimate)
-        if best is None or wall < best[0] * (1 - TIE):
+        busy = sum(bool(cs) for cs in load.values())
+        # a finer split only where the coarser one leaves hosts idle: an axis it adds crosses hosts (noisier)
+        if best is None or (busy > sum(bool(cs) for cs in best[3].values()) and wall < best[0] * (1 - TIE)):
             best = (wall, blocks, spread, load)
     assert best is not None
     wall, _, spread, load = best
@@ -164,7 +165,8 @@ def _elsewhere(cid: str, host: str, done: Mapping[str, set[str]]) -> bool:
 
 def _splits(cells: Sequence[Cell]) -> list[tuple[tuple[str, ...], list[list[Cell]]]]:
     """Every way to cut the cells into blocks, coarsest first: one block; blocks by the values of each subset of
-    the varying axes other than the backend; every cell alone."""
+    the varying axes other than the backend. Never every cell alone: the backend question (the one a sweep exists
+    for) is never split over hosts, since one host can always measure it whole."""
     configs = [c.config.to_dict() for c in cells]
     axes: list[str] = []
     for config in configs:
@@ -180,10 +182,6 @@ def _splits(cells: Sequence[Cell]) -> list[tuple[tuple[str, ...], list[list[Cell
         for c, cfg in zip(cells, configs, strict=True):
             blocks.setdefault(tuple(axis_value(cfg, a) for a in subset), []).append(c)
         out.append((tuple(subset), list(blocks.values())))
-    alone: dict[str, list[Cell]] = {}  # every config alone, its server starts together on one host
-    for c, cfg in zip(cells, configs, strict=True):
-        alone.setdefault(start_key(cfg), []).append(c)
-    out.append(((EVERY_CELL,), list(alone.values())))
     return out
 
 

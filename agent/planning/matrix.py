@@ -332,25 +332,34 @@ def _cell(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any], com
     return cell
 
 
+# Per-host simulator options, inventory host vars of their own: a host's own `spark_serve_env` would replace the
+# group's (Ansible's precedence: the PYTHONPATH the simulator needs goes with it), these add to it.
+SIM_NUMBERS = {  # host var -> (simulator env variable, upper bound, what it is)
+    "spark_sim_time_scale": ("SPARK_SIM_TIME_SCALE", 10_000.0, "the accelerated clock"),
+    "spark_sim_speed": ("SPARK_SIM_SPEED", 10.0, "this host's speed against a typical one (0.95: 5% slower)"),
+}
+
+
 def simulator_clock(host: str, host_vars: Mapping[str, Any]) -> dict[str, str]:
-    """spark_sim_startup (fixed | calibrated) and spark_sim_time_scale (0 < K <= 10000) of a simulated host."""
+    """spark_sim_startup (fixed | calibrated), spark_sim_time_scale (0 < K <= 10000) and spark_sim_speed
+    (0 < F <= 10) of a simulated host."""
     out = {}
     startup = host_vars.get("spark_sim_startup")
     if startup not in (None, ""):
         if startup not in ("fixed", "calibrated"):
             raise UserError(f"host {host}: spark_sim_startup must be fixed or calibrated, not {str(startup)[:40]!r}")
         out["SPARK_SIM_STARTUP"] = str(startup)
-    scale = host_vars.get("spark_sim_time_scale")
-    if scale not in (None, ""):
+    for var, (env, top, what) in SIM_NUMBERS.items():
+        given = host_vars.get(var)
+        if given in (None, ""):
+            continue
         try:
-            value = float(scale)
+            value = float(given)
         except (TypeError, ValueError):
             value = math.nan
-        if not 0 < value <= 10_000:
-            raise UserError(
-                f"host {host}: spark_sim_time_scale must be a number in (0, 10000], not {str(scale)[:40]!r}"
-            )
-        out["SPARK_SIM_TIME_SCALE"] = repr(value)
+        if not 0 < value <= top:
+            raise UserError(f"host {host}: {var} must be a number in (0, {top:g}] ({what}), not {str(given)[:40]!r}")
+        out[env] = repr(value)
     return out
 
 

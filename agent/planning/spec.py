@@ -198,7 +198,7 @@ def _assigns(line: str, key: str) -> bool:
 
 def load_spec(path: str | Path) -> Spec:
     """Read and validate a spec; raises UserError('FILE:LINE: what is wrong; how to fix it')."""
-    path = Path(path)
+    path = packaged_example(Path(path))
     text = read_text_file(path, "spec", SPEC_MAX_BYTES)
     try:
         raw = tomllib.loads(text)
@@ -208,6 +208,21 @@ def load_spec(path: str | Path) -> Spec:
     except RecursionError:
         raise UserError(f"{path}: nested too deeply to be a sweep spec; write plain tables and lists") from None
     return _build(path, raw, _Lines(text))
+
+
+def packaged_example(path: Path) -> Path:
+    """`examples/NAME.toml` as the README writes it, run outside a checkout: the copy installed with the package
+    (said on the console, with how to copy it to edit). Any other path is the user's, as given."""
+    from agent import logs
+    from agent.paths import EXAMPLES
+
+    if path.exists() or path.parent != Path("examples") or not (EXAMPLES / path.name).is_file():
+        return path
+    packaged = EXAMPLES / path.name
+    logs.say(
+        "packaged_example", f"{path}: not in this folder; using the packaged example {packaged} (cp it here to edit)"
+    )
+    return packaged
 
 
 def read_text_file(path: Path, what: str, limit: int) -> str:

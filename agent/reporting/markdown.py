@@ -26,7 +26,7 @@ from agent.reporting import loadreport, startup, warmup
 from agent.reporting import multinode as multinode_report
 from agent.reporting import telemetry as telemetry_report
 from agent.reporting.escape import md, md_code, md_fence, rich
-from agent.results.tree import LOST_FILE, load_cells
+from agent.results.tree import CELL_FILE, LOST_FILE, load_cells
 
 PLOTS = {  # file name → (title, y label, which Stat of a point)
     "throughput.png": ("Output throughput vs concurrency", "output tok/s (median, min–max bars)", "throughput"),
@@ -141,6 +141,25 @@ def slower_text(r: float) -> str:
     return f"{(1 - 1 / r) * 100:.0f}% slower" if r > 0 else "n/a"
 
 
+def gap_text(r: float) -> str:
+    """A winner/loser ratio in words from the loser's side: "9% slower", "2.4× slower", or "5% faster" below 1."""
+    if r >= 1 or r <= 0 or math.isnan(r):
+        return slower_text(r)
+    inverse = 1 / r
+    return f"{inverse:.1f}× faster" if inverse >= 1.5 else f"{(inverse - 1) * 100:.0f}% faster"
+
+
+def gap_range_text(lo: float, hi: float) -> str:
+    """ "9% to 16% slower", "5% faster to 16% slower", "2.1× to 3.0× slower": one unit said once where both share it."""
+    a, b = gap_text(lo), gap_text(hi)
+    if a == b:
+        return a
+    for unit in ("% slower", "× slower", "% faster", "× faster"):
+        if a.endswith(unit) and b.endswith(unit):
+            return f"{a.removesuffix(unit)}{'%' if unit[0] == '%' else '×'} to {b}"
+    return f"{a} to {b}"
+
+
 def serve_command(cell: dict[str, Any]) -> str:
     """A copy-pasteable command: the cell's env + its launch argv (or argv rebuilt from [config])."""
     argv = cell.get("launch", {}).get("argv") or serve_argv(cell.get("config", {}))
@@ -170,6 +189,17 @@ def cell_name(s: CellSummary) -> str:
     """host/checkpoint/backend (and the load slice: "@ 2 req/s, depth 8192"), as Markdown text."""
     load = stats.load_text(s.load) if s.cell.get("load_slice") else ""
     return md(f"{s.cell.get('host', '?')}/{s.checkpoint}/{s.backend_text}" + (f" @ {load}" if load else ""))
+
+
+MEASURED_ON = ": measured on "  # a lost cell another host of its group measured (requeued): not measured again
+
+
+def _lost_text(results_dir: Path, lost: Path) -> str:
+    """ "host/cell" of a lost cell, and where it was measured instead when another host has it (requeued)."""
+    where = str(lost.parent.relative_to(results_dir))
+    sweep = lost.parent.parent.parent  # <sweep>/<host>/<cell>/lost.toml
+    others = sorted(p.parent.parent.name for p in sweep.glob(f"*/{lost.parent.name}/{CELL_FILE}"))
+    return f"{where}{MEASURED_ON}{', '.join(others)} instead" if others else where
 
 
 def values_text(st: Stat | None) -> str:
@@ -297,9 +327,7 @@ def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
         ]
     lines.append("")
     for v in q.versus:
-        amount = slower_text(v.ratio_lo)
-        if slower_text(v.ratio_hi) != amount:
-            amount = f"{amount} to {slower_text(v.ratio_hi)}"
+        amount = gap_range_text(v.ratio_lo, v.ratio_hi)
         lines.append(
             f"- measured slower: **{md(v.backend)}**, {amount} "
             f"(median {md(q.winner)} / {md(v.backend)} = {v.ratio_median:.2f}×); beaten at {v.beaten_at}, "
@@ -380,6 +408,7 @@ def problem_lines(data: ReportData) -> list[str]:
     """What went wrong, counted, before any detail: failed, INVALID, lost cells, unstable and throttled points,
     failed runs."""
     p, v = data.provenance, data.provenance["verdicts"]
+    moved = [x for x in data.lost if MEASURED_ON in x]
     counts = [
         (v["failed"], "failed cell(s)", "Failed cells (never ranked)"),
         (
@@ -392,7 +421,8 @@ def problem_lines(data: ReportData) -> list[str]:
             "WRONG OUTPUT cell(s) (fast or not, their outputs failed the correctness probe)",
             "WRONG OUTPUT cells (never ranked)",
         ),
-        (len(data.lost), "lost cell(s) (started, no results: measured again on resume)", ""),
+        (len(data.lost) - len(moved), "lost cell(s) (started, no results: measured again on resume)", ""),
+        (len(moved), "cell(s) lost on one host and measured on another of its group", ""),
         (p["unstable_points"], "unstable point(s)", "Unstable points"),
         (
             sum(len(telemetry_report.throttled(s)) for s in data.summaries),
@@ -758,7 +788,7 @@ def _lines(cells: list[CellSummary]) -> dict[str, list[CellSummary]]:
     varying = [k for k in keys if len({str(s.config.get(k)) for s in cells}) > 1]
     lines: dict[str, list[CellSummary]] = {}
     for s in cells:
-        extra = [f"{k}={_short(s.config.get(k))}" for k in varying]
+        extra = [f"{k}={_short(stats.value_label(s.config, k))}" for k in varying]  # "speculative=off", never empty
         tag = "" if s.rankable else f" ({s.verdict.upper()})"
         lines.setdefault(" ".join([s.backend] + extra) + tag, []).append(s)
     hosts = {label: len({s.cell.get("host") for s in members}) for label, members in lines.items()}
@@ -852,7 +882,7 @@ def write_report(
     cells = load_cells(results_dir)
     if not cells:
         raise UserError(f"{results_dir}: no finished cell (no cell.toml below it); run a sweep first")
-    lost = [str(p.parent.relative_to(results_dir)) for p in sorted(results_dir.rglob(LOST_FILE))]
+    lost = [_lost_text(results_dir, p) for p in sorted(results_dir.rglob(LOST_FILE))]
     tune = startup.load_tune_records(results_dir)
     out = Path(out_dir or results_dir)
     calibrated = calibration_cells(results_dir, cells)

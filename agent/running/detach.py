@@ -67,12 +67,20 @@ class FleetState:
     refused: dict[str, str] = field(default_factory=dict)  # host -> why it refused its share at hand-out (busy)
     unstored: dict[str, str] = field(default_factory=dict)  # "host/cell" -> why storing its tar failed (not again)
     duration_s: float = 0.0  # the window the cells were planned with (--duration included); 0: the spec's own
+    # "host/cell" finished before this hand-out and measured again (--fresh, tune's next step): the tree's older
+    # result is not this hand-out's, so it is fetched all the same; dropped from here once the new one is stored
+    remeasure: list[str] = field(default_factory=list)
 
     def hosts(self) -> list[str]:
         return sorted(self.assignment)
 
     def group_of(self, host: str) -> list[str]:
         return next(hs for hs in self.groups.values() if host in hs)
+
+
+def stored(state: FleetState, results_root: Path, host: str, cid: str) -> bool:
+    """This hand-out's result of the cell is in the results tree (an older one, measured again now, is not)."""
+    return f"{host}/{cid}" not in state.remeasure and results.is_finished(results_root, state.sweep, host, cid)
 
 
 def state_path(results_root: Path, sweep: str) -> Path:
@@ -208,7 +216,10 @@ def record_hand_out(
     from now on still knows its sweep."""
     plans: list[str] = []
     calibrated = calibration.calibrated_hosts(results_root, spec.image) if spec.name != calibration.SWEEP else {}
-    assignment = assign(prepared.groups, prepared.cells, prepared.todo, replicas, plans, calibrated)
+    if prepared.selected:  # tune chose each host's cells for this step: exactly those, in its order
+        assignment = {h: [c.id for c in prepared.todo.get(h, [])] for g in prepared.groups for h in g.hosts}
+    else:
+        assignment = assign(prepared.groups, prepared.cells, prepared.todo, replicas, plans, calibrated)
     for line in plans:
         logs.say("fleet_plan", line)
     state = FleetState(
@@ -223,6 +234,12 @@ def record_hand_out(
         last_seen=dict.fromkeys(assignment, time.time()),
         handout=secrets.token_hex(6),
         duration_s=spec.duration_s,
+        remeasure=[
+            f"{h}/{cid}"
+            for h, ids in assignment.items()
+            for cid in ids
+            if results.is_finished(results_root, spec.name, h, cid)
+        ],
     )
     save_state(results_root, state)
     fleetindex.remember(results_root, state.sweep)  # status and collect find it without --results
@@ -445,9 +462,7 @@ def collect_sweep(
     cells = cells if cells is not None else replan(state, spec, hosts)
     want = {
         host: [
-            cid
-            for cid in ids
-            if f"{host}/{cid}" not in state.unstored and not results.is_finished(results_root, state.sweep, host, cid)
+            cid for cid in ids if f"{host}/{cid}" not in state.unstored and not stored(state, results_root, host, cid)
         ]
         for host, ids in state.assignment.items()
     }
@@ -468,11 +483,7 @@ def collect_sweep(
             elif cid in mine and f"{host}/{cid}" not in state.unstored:
                 out.already += 1
         for cid, rec in p.done.items():
-            if (
-                cid in mine
-                and rec["outcome"] == "host_error"
-                and not results.is_finished(results_root, state.sweep, host, cid)
-            ):
+            if cid in mine and rec["outcome"] == "host_error" and not stored(state, results_root, host, cid):
                 out.failed[f"{host}/{cid}"] = rec["error"]
                 results.record_lost(results_root, state.sweep, host, cid, "host_failed", rec["error"], utc.iso())
         if p.alive and p.current:
@@ -519,7 +530,7 @@ def store_fetched(
 ) -> dict[str, list[str]]:
     """The look (fleet_status.yml) fetched the sealed tars into results/.incoming; each is checked and stored now
     (collect.py). A tar that did not come is named with the fetch's failure and waits for the next look."""
-    stored: dict[str, list[str]] = {}
+    done_now: dict[str, list[str]] = {}
     for host, ids in fetch.items():
         mine = {c.id: c for c in cells[host]}
         facts = cast(Facts, state.facts[host])
@@ -550,7 +561,9 @@ def store_fetched(
                 log.warning("not_fetched", host=host, cell=cid, error=why)
                 continue
             results.clear_lost(results_root, state.sweep, host, cid)
-            stored.setdefault(host, []).append(cid)
+            if f"{host}/{cid}" in state.remeasure:
+                state.remeasure.remove(f"{host}/{cid}")
+            done_now.setdefault(host, []).append(cid)
             log.info(
                 "cell_done",
                 host=host,
@@ -560,7 +573,7 @@ def store_fetched(
                 failure=record.failure_class or None,
                 seconds=round(finished - started, 1),
             )
-    return stored
+    return done_now
 
 
 def declare_lost(
@@ -578,9 +591,7 @@ def declare_lost(
     what it sealed is still collected: a replica, in its own folder."""
     state.lost[host] = why
     log.error("host_lost", host=host, error=why)
-    sealed_or_done = {
-        cid for cid in state.assignment[host] if results.is_finished(results_root, state.sweep, host, cid)
-    }
+    sealed_or_done = {cid for cid in state.assignment[host] if stored(state, results_root, host, cid)}
     unfinished = [cid for cid in state.assignment[host] if cid not in sealed_or_done]
     if unfinished:  # the first unfinished one is the one it was on (the runner takes them in order)
         results.record_lost(results_root, state.sweep, host, unfinished[0], "host_lost", why, utc.iso())
@@ -600,6 +611,8 @@ def declare_lost(
             continue
         taker = min(free, key=lambda h: (sum(estimated_seconds(by_id[c]) for c in state.assignment[h]), h))
         state.assignment[taker].append(cid)
+        if results.is_finished(results_root, state.sweep, taker, cid):  # an older result there: measured again
+            state.remeasure.append(f"{taker}/{cid}")
         state.requeued[f"{host}/{cid}"] = taker
         touched.add(taker)
     refused = start_runners(state, spec, cells, inventory, evict, sorted(touched))

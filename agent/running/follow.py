@@ -226,7 +226,7 @@ class _Following:
             except (OSError, UserError) as exc:
                 log.error("final_collect_failed", error=str(exc))
         for host, cid in on.items():
-            if not results.is_finished(self.root, state.sweep, host, cid):
+            if not detach.stored(state, self.root, host, cid):
                 why = f"{STOPPED_MID_CELL}: the sweep was {reason}"
                 try:
                     results.record_lost(self.root, state.sweep, host, cid, reason, why, utc.iso())
@@ -292,7 +292,7 @@ def outcome_of(
         elif state and host in state.lost:
             o.host_lost, o.error = True, state.lost[host]
         for cid in assigned:
-            if results.is_finished(root, sweep, host, cid):
+            if detach.stored(state, root, host, cid) if state else results.is_finished(root, sweep, host, cid):
                 o.add(_BUCKET.get(stored_verdict(root, by_id[cid]), "failed"), cid)
             elif state and f"{host}/{cid}" in state.requeued:
                 o.add("requeued", cid, f"handed to {state.requeued[f'{host}/{cid}']}")

@@ -23,6 +23,8 @@ from agent.reporting.escape import rich
 from agent.results.records import CellRecord
 from agent.running import tasks
 
+SPEED_PERIOD_S = 7 * 86_400.0
+
 
 def _cell_seconds(cell: Cell) -> float:
     """Planned measuring time of a cell: every load point (rate x depth x concurrency) runs warmup + repeats
@@ -57,6 +59,9 @@ class Progress:
             TimeRemainingColumn(),
             console=self.console,
             transient=False,
+            # the ETA from the rate over the whole run so far (server starts included), not the last 30 s: a bar
+            # moves in bursts (a start moves it not at all, a level's windows at once)
+            speed_estimate_period=SPEED_PERIOD_S,
         )
         self.display.start()
         for host, cells in todo.items():

@@ -328,6 +328,7 @@ class Prepared:
     cells: dict[str, list[Cell]]
     todo: dict[str, list[Cell]]
     warnings: list[str]
+    selected: bool = False  # the cells per host were chosen by `select` (tune): handed out exactly so, no re-plan
 
 
 def prepare(
@@ -357,8 +358,8 @@ def prepare(
         show_groups(groups)
         check_replicas(replicas, groups)
         cells = plan_fleet(spec, hosts, facts)
-        if select is not None:  # tune picks among the spec's own cells (its rounds rank within one host)
-            cells = select({h: [c for c in cs if not c.reference_of] for h, cs in cells.items()})
+        if select is not None:  # tune places and picks the cells itself (running/tune.py), references included
+            cells = select(cells)
         say_notes(cells)
         collect.clear_incoming(results_root, spec.name)
         results.clear_temp_files(results_root, spec.name)
@@ -376,7 +377,7 @@ def prepare(
     except KeyboardInterrupt:
         stop_our_playbooks()  # facts and provisioning start no server: nothing to tear down
         raise
-    return Prepared(facts=facts, groups=groups, cells=cells, todo=todo, warnings=warnings)
+    return Prepared(facts=facts, groups=groups, cells=cells, todo=todo, warnings=warnings, selected=select is not None)
 
 
 def show_groups(groups: list[fleet_groups.HostGroup]) -> None:

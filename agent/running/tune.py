@@ -23,12 +23,15 @@ from agent.errors import UserError
 from agent.hostside.utc import iso
 from agent.judging import sequential as seq
 from agent.judging import stats
+from agent.planning import blocks
 from agent.planning.inventory import Host
 from agent.planning.matrix import Cell, backend_label
 from agent.planning.spec import Spec
 from agent.results import tree as results
+from agent.running import calibration
 from agent.running.follow import run_sweep
 from agent.running.progress import Progress
+from agent.running.queue import estimated_seconds
 from agent.running.sweep import SweepOutcome
 
 log = structlog.get_logger("spark_agent.tune")
@@ -48,6 +51,8 @@ class TuneOutcome:
     elapsed_s: float = 0.0
     interrupted: bool = False
     fatal: str = ""
+    next_s: float = 0.0  # the expected wall time of the step being run (hosts in parallel)
+    slowdown: float = 1.0  # the most a step took over its expectation so far: later steps are expected as slow
 
     @property
     def settled(self) -> bool:
@@ -94,25 +99,38 @@ def run_tune(
     spec = dataclasses.replace(spec, server_starts=max(spec.server_starts, settings.max_starts))
     sweep_dir = Path(results_root) / spec.name
     outcome = TuneOutcome(sweep_dir)
+    calibrated = calibration.calibrated_hosts(results_root, spec.image)
     t0 = time.monotonic()
+    last: set[tuple[str, str, tuple[int, ...], int]] = set()
+    placed: dict[str, Placed] = {}  # the placement, once the first step has planned the cells (pure: it holds)
     while True:
         chosen: dict[str, list[Cell]] = {}
+        if placed:  # a later step: planned before any host is touched, and run only on the hosts that have work
+            chosen.update(_choose(placed, sweep_dir, settings, budget_s, time.monotonic() - t0, outcome))
+            if not any(chosen.values()):
+                break  # the plan is done, or the budget cannot fit the next step
 
         def select(cells: dict[str, list[Cell]], chosen: dict[str, list[Cell]] = chosen) -> dict[str, list[Cell]]:
-            chosen.update(_choose(cells, sweep_dir, settings, budget_s, time.monotonic() - t0, outcome))
-            return chosen
+            if not placed:
+                placed.update(place(cells, calibrated))
+                chosen.update(_choose(placed, sweep_dir, settings, budget_s, time.monotonic() - t0, outcome))
+            return {h: chosen.get(h, []) for h in cells}
 
+        busy = [h for h in hosts if chosen.get(h.name)] if chosen else hosts
+        began = time.monotonic()
         try:
             rnd = run_sweep(
-                spec, inventory, hosts, results_root, fresh=True, evict=evict, progress=progress, cancel=cancel,
+                spec, inventory, busy, results_root, fresh=True, evict=evict, progress=progress, cancel=cancel,
                 select=select,
             )  # fmt: skip
         except KeyboardInterrupt:
             outcome.interrupted = True
             break
         if not any(chosen.values()):
-            break  # the plan is done, or the budget cannot fit the next step
+            break  # the plan is done, or the budget cannot fit the first step
         outcome.rounds.append(rnd)
+        if outcome.next_s > 0:  # playbooks, collection, a loaded controller: what the estimate leaves out
+            outcome.slowdown = max(outcome.slowdown, (time.monotonic() - began) / outcome.next_s)
         outcome.steps += [
             {"host": h, "cell_id": c.id, "label": c.label, "concurrency": list(c.config.concurrency),
              "repeats": c.config.repeats, "at": iso()}
@@ -128,49 +146,95 @@ def run_tune(
         if rnd.totals()["lost"]:
             outcome.fatal = "a cell was lost (the sweep summary above says why); re-run tune to resume"
             break
+        now = {(h, c.id, tuple(c.config.concurrency), c.config.repeats) for h, cs in chosen.items() for c in cs}
+        if now == last:  # the same runs again: what they measured did not reach the results tree
+            outcome.fatal = "the same cells were chosen twice in a row without new windows; re-run tune to resume"
+            break
+        last = now
     outcome.elapsed_s = time.monotonic() - t0
     _write_record(outcome, settings, budget_s, outcome.elapsed_s)
     return outcome
 
 
+@dataclass
+class Placed:
+    """One host's share of the tune: the spec's cells it compares (its comparison sets), and the reference cell it
+    measures once so that comparisons crossing hosts can divide out its effect ("" when none is needed)."""
+
+    cells: list[Cell]
+    reference: Cell | None = None
+
+
+def place(cells: dict[str, list[Cell]], calibrated: dict[str, float] | None = None) -> dict[str, Placed]:
+    """Which host tunes which cells: the sweep's blocked plan (planning/blocks.py) over each group of equal hosts
+    (hosts that plan the same cell ids), so each comparison set stays on one host for every step, and each host but
+    one measures the group's reference cell. Pure: the same cells and hosts place the same at every step."""
+    groups: dict[frozenset[str], list[str]] = {}
+    for host, cs in cells.items():
+        groups.setdefault(frozenset(c.id for c in cs), []).append(host)
+    out: dict[str, Placed] = {}
+    for members in groups.values():
+        first = cells[members[0]]
+        if len(members) == 1:
+            out[members[0]] = Placed([c for c in first if not c.reference_of])
+            continue
+        estimate = {c.id: estimated_seconds(c) for c in first}
+        plan = blocks.plan_group(members, first, {}, estimate, calibrated)
+        for host in members:
+            by_id = {c.id: c for c in cells[host]}
+            ref_id = plan.references.get(host, "") if host != plan.home else ""
+            mine = [by_id[cid] for cid in plan.assignment[host] if cid != ref_id and not by_id[cid].reference_of]
+            out[host] = Placed(mine, by_id.get(ref_id))
+    return out
+
+
 def _choose(
-    cells: dict[str, list[Cell]],
+    placed: dict[str, Placed],
     sweep_dir: Path,
     settings: seq.TuneSettings,
     budget_s: float | None,
     elapsed_s: float,
     outcome: TuneOutcome,
 ) -> dict[str, list[Cell]]:
-    """Per host: the cells of the plan's next steps, each with its step's levels and repeats (its id kept)."""
+    """Per host: its reference cell if not measured yet, then the cells of the plan's next steps for the cells it
+    compares (each with its step's levels and repeats, its id kept). Each host's plan reads only its own
+    measurements: a comparison set's windows never mix hosts."""
     measured = _measured(sweep_dir)
-    startup = _typical_startup(measured)
-    chosen: dict[str, list[Cell]] = {h: [] for h in cells}
+    startup = _typical_startup([c for m in measured.values() for c in m.values()])
+    chosen: dict[str, list[Cell]] = {h: [] for h in placed}
     outcome.skipped, outcome.stopped, outcome.open_points, outcome.budget_left = [], [], [], []
     costs: dict[str, float] = {}
-    for host, planned in cells.items():
-        by_id = {c.id: c for c in planned}
-        plan = seq.plan_next([candidate(c) for c in planned], measured, settings)
+    for host, share in placed.items():
+        mine = measured.get(host, {})
+        ref = share.reference
+        if ref is not None and ref.id not in mine:  # first: a host lost later has usually measured it
+            chosen[host].append(ref)
+            costs[host] = costs.get(host, 0.0) + startup + estimated_seconds(ref)
+        by_id = {c.id: c for c in share.cells}
+        plan = seq.plan_next([candidate(c) for c in share.cells], mine, settings)
         outcome.skipped += plan.skipped
         outcome.stopped += plan.stopped
         outcome.open_points += [f"{host}: {p}" for p in plan.open_points]
-        log.info(
-            "tune_plan",
-            host=host,
-            next=[f"{s.stage} {by_id[s.cell_id].label} c={list(s.concurrency)} x{s.repeats}" for s in plan.steps],
-            stopped=[f"{s.label}: {s.reason}" for s in plan.stopped] or None,
-            why_open=_why_open(plan, planned, measured, settings) or None,
-        )
+        if plan.steps:
+            log.info(
+                "tune_plan",
+                host=host,
+                next=[f"{s.stage} {by_id[s.cell_id].label} c={list(s.concurrency)} x{s.repeats}" for s in plan.steps],
+                stopped=[f"{s.label}: {s.reason}" for s in plan.stopped] or None,
+                why_open=_why_open(plan, share.cells, mine, settings) or None,
+            )
         for step in plan.steps:
             cell = by_id[step.cell_id]
             config = dataclasses.replace(cell.config, concurrency=list(step.concurrency), repeats=step.repeats)
             chosen[host].append(dataclasses.replace(cell, config=config, keep_runs=step.keep))
             costs[host] = costs.get(host, 0.0) + step_cost_s(cell, step, startup)
-    need = max(costs.values(), default=0.0)  # hosts run in parallel
+    need = max(costs.values(), default=0.0) * outcome.slowdown  # hosts run in parallel
+    outcome.next_s = need / outcome.slowdown
     if budget_s is not None and need and elapsed_s + need > budget_s:
         outcome.budget_left = [f"{h}: {c.label} ({c.config.repeats} windows at c={c.config.concurrency})"
                                for h, cs in chosen.items() for c in cs]  # fmt: skip
         log.warning("budget_exhausted", elapsed_s=round(elapsed_s), next_step_s=round(need), budget_s=budget_s)
-        return {h: [] for h in cells}
+        return {h: [] for h in placed}
     return chosen
 
 
@@ -200,15 +264,18 @@ def candidate(cell: Cell) -> seq.Candidate:
     )
 
 
-def _measured(sweep_dir: Path) -> dict[str, dict[str, Any]]:
-    if not sweep_dir.exists():
-        return {}
-    return {str(c.get("cell_id", "")): c for c in results.load_cells(sweep_dir)}
+def _measured(sweep_dir: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """host -> cell id -> its cell dict: what each host measured (a cell measured on two hosts is two cells)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    if sweep_dir.exists():
+        for c in results.load_cells(sweep_dir):
+            out.setdefault(str(c.get("host", "")), {})[str(c.get("cell_id", ""))] = c
+    return out
 
 
-def _typical_startup(measured: dict[str, dict[str, Any]]) -> float:
+def _typical_startup(measured: list[dict[str, Any]]) -> float:
     """The median startup seen so far in this sweep (warm starts count), 0 before any."""
-    seen = [float(c.get("startup_s", 0.0)) for c in measured.values() if c.get("startup_s")]
+    seen = [float(c.get("startup_s", 0.0)) for c in measured if c.get("startup_s")]
     return statistics.median(seen) if seen else 0.0
 
 
