@@ -116,7 +116,9 @@ def measured(server, client_cpu, run):
         **{f"server_mean_{key}_ms": server_mean_ms(before, after, name) for key, name in SERVER_HISTOGRAMS.items()},
         "client_cpu_s": client_cpu_used,
         "server_cpu_s": server_cpu,
-        "gpu_util_pct": SAMPLER.summary(t0, t1, int(result["total_output_tokens"])).util_mean_pct if SAMPLER else None,
+        "gpu_util_pct": SAMPLER.summary(t0, t1, int(result["total_output_tokens"]))["util_mean_pct"]
+        if SAMPLER
+        else None,
     }
 
 

@@ -39,10 +39,13 @@ class Nested:
         return self.between is not None
 
     def words(self) -> str:
-        """ "between starts 4.1%, between windows 1.2% (3 starts, 9 windows)": standard deviations, relative."""
+        """ "between starts 4.1%, between windows 1.2% (3 starts and 9 windows over the points)": standard deviations,
+        relative; a start measured at three load points counts three times."""
         b = "unknown (one start)" if self.between is None else f"{math.sqrt(self.between):.1%}"
         w = "unknown" if self.within is None else f"{math.sqrt(self.within):.1%}"
-        return f"between starts {b}, between windows {w} ({self.starts} starts, {self.windows} windows)"
+        return (
+            f"between starts {b}, between windows {w} ({self.starts} starts and {self.windows} windows over the points)"
+        )
 
 
 def _logs(values: Sequence[float]) -> list[float]:

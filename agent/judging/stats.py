@@ -295,6 +295,7 @@ def _start_of(cell: dict[str, Any]) -> dict[str, Any]:
         "cell_id": cell.get("cell_id", ""),
         "server_start": server_start(cell),
         "started_at": str(cell.get("started_at", "")),
+        "finished_at": str(cell.get("finished_at", "")),
         "elapsed_s": elapsed,
     }
 
@@ -887,9 +888,11 @@ def _unresolved(axis: str, winner: str, versus: list[Loser], valid: list[CellSum
         if few
         else "their server starts were not interleaved in time (A A B B lets drift pose as a difference)"
     )
+    # a tree without cell timings (elapsed_s) gives no minutes: the starts alone are the cost then
+    cost = f" × {per_start:.1f} min = {missing * per_start:.1f} min" if per_start > 0 else ""
     return (
         f"{winner} leads {runner.backend} by {margin:.0%} (under {RESOLVE_MARGIN:.0%}), but {why}; "
-        f"resolving costs {missing} server starts × {per_start:.1f} min = {missing * per_start:.1f} min "
+        f"resolving costs {missing} server starts{cost} "
         f"(server_starts = {nested.MIN_STARTS} in the spec's [matrix], or `tune`)"
     )
 

@@ -74,8 +74,9 @@ def _cell_order(s: CellSummary) -> tuple:
 def provenance(summaries: Sequence[CellSummary]) -> dict[str, Any]:
     once = stats.distinct_cells(summaries)  # a cell with load axes has a summary per (rate, depth): counted once
     cells = [s.cell for s in once]
-    started = sorted(c["started_at"] for c in cells if c.get("started_at"))
-    finished = sorted(c["finished_at"] for c in cells if c.get("finished_at"))
+    runs = [st for c in cells for st in (c.get("starts") or [c])]  # every server start (stats.merge_starts)
+    started = sorted(st["started_at"] for st in runs if st.get("started_at"))
+    finished = sorted(st["finished_at"] for st in runs if st.get("finished_at"))
     return {
         "sweeps": sorted({c.get("sweep", "") for c in cells}),
         "images": sorted({c.get("config", {}).get("image", "") for c in cells} - {""}),
@@ -86,13 +87,19 @@ def provenance(summaries: Sequence[CellSummary]) -> dict[str, Any]:
         "first_started": started[0] if started else "",
         "last_finished": finished[-1] if finished else "",
         "wall_s": _span_s(started[0], finished[-1]) if started and finished else None,
-        "cell_time_s": sum(float(c.get("elapsed_s", 0.0)) for c in cells),
+        "cell_time_s": sum(float(st.get("elapsed_s", 0.0)) for st in runs),
         "cells": len(cells),
+        "server_starts": len(runs),
         "verdicts": {v: sum(s.verdict == v for s in once) for v in ("valid", "invalid", "failed", stats.WRONG_OUTPUT)},
         "measurements": sum(len(s.cell.get("runs", [])) for s in summaries),
         "failed_runs": sum(len(s.failed_runs) for s in summaries),
         "unstable_points": sum(len(s.unstable_points) for s in summaries),
     }
+
+
+def starts_text(p: dict[str, Any]) -> str:
+    """ " (6 server starts)" where a config was started more than once, else nothing."""
+    return f" ({p['server_starts']} server starts)" if p.get("server_starts", p["cells"]) > p["cells"] else ""
 
 
 def _span_s(start: str, end: str) -> float | None:
@@ -460,7 +467,7 @@ def provenance_lines(data: ReportData) -> list[str]:
         f"- Hosts: {hosts}",
         f"- Measured: {md(p['first_started'] or '?')} → {md(p['last_finished'] or '?')} "
         f"(wall {duration_text(p['wall_s'])}, cell time {duration_text(p['cell_time_s'])})",
-        f"- Cells: {p['cells']} — {v['valid']} valid, {v['invalid']} INVALID, {v['failed']} failed"
+        f"- Cells: {p['cells']}{starts_text(p)} — {v['valid']} valid, {v['invalid']} INVALID, {v['failed']} failed"
         + (f", {v[stats.WRONG_OUTPUT]} WRONG OUTPUT" if v[stats.WRONG_OUTPUT] else "")
         + "; "
         f"{p['measurements']} measurements, {p['failed_runs']} failed runs, {p['unstable_points']} unstable points",
