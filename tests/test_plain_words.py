@@ -59,7 +59,10 @@ def test_the_command_comes_from_a_host_not_excluded():
     rng = random.Random(5)
     slow_ref = _cell("h3", "marlin", [16], 0.7, rng)  # 30% slow: excluded from ranking across hosts
     cells = [slow_ref, _cell("h2", "marlin", [16], 1.0, rng)]
-    cells += [_cell("h1", "marlin", [1, 4, 16], 1.0, rng), _cell("h1", "b12x", [1, 4, 16], 0.5, rng)]  # 2x: over the 25% margin
+    cells += [
+        _cell("h1", "marlin", [1, 4, 16], 1.0, rng),
+        _cell("h1", "b12x", [1, 4, 16], 0.5, rng),
+    ]  # 2x: over the 25% margin
     cells += [_cell("h2", "slow", [1, 4, 16], 1.0, rng, ckpt="y"), _cell("h2", "marlin", [1, 4, 16], 1.0, rng, "y")]
     for i, c in enumerate(cells):
         c["cell_id"] = f"{c['cell_id']}-{i}"
