@@ -121,7 +121,9 @@ def test_both_sweeps_backfill_into_a_store_and_compare_across_it(example_reports
         [*CLI, "store", "ingest", str(example_results), "--store", store], cwd=REPO, capture_output=True, text=True
     )
     assert ingest.returncode == 0, ingest.stderr
-    cells = int(re.search(r"(\d+) cell\(s\)", ingest.stdout).group(1))
+    counts = re.search(r"(\d+) new cell\(s\), (\d+) updated, (\d+) already", ingest.stdout)
+    assert counts, ingest.stdout
+    cells = sum(int(n) for n in counts.groups())  # a fresh store: all new, but the count is what was indexed
     assert cells == len(list(example_results.glob("gb10-*/*/*/cell.toml")))
     # the live hook indexed every cell as it landed, into the default store of the results folder
     assert (example_results / "store.sqlite").is_file()

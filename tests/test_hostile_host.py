@@ -68,6 +68,7 @@ def test_a_hostile_archive_over_ssh_fails_the_cell_and_touches_nothing_else(tmp_
     }
     allowed |= {str(Path("results") / ".incoming" / "hostile" / "spark-a")}
     allowed |= {str(Path("results") / "store.sqlite")}  # the results store indexes each cell as it lands
+    allowed |= {str(Path("results", "hostile", results.RUN_FILE))}  # when this run of the sweep began (the store's key)
     # what provisioning found on each host (its image digest), remembered for the next sweep's fingerprint
     allowed |= {str(Path("results", p)) for p in (".fleet", ".fleet/hosts", ".fleet/hosts/known.json")}
     allowed |= {str(Path("results") / ".fleet"), str(Path("results") / ".fleet" / "hostile.json")}  # the hand-out

@@ -14,6 +14,7 @@ One sweep, every cell on all three hosts (--replicas 3), so the suite pays for o
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -94,7 +95,10 @@ def test_late_and_draft_faults_are_caught_and_a_hostile_host_is_not_the_referenc
     spec.write_text(SPEC.format(digest="ab" * 32))
     out = tmp_path / "results"
     swept = _cli("sweep", str(spec), "-i", inv, "--replicas", "3", "--results", str(out), "--no-progress")
-    assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
+    # the faults make cells WRONG OUTPUT, and a sweep with a wrong cell exits 1 (README: exit codes)
+    assert swept.returncode == 1, swept.stdout[-3000:] + swept.stderr[-3000:]
+    said = swept.stdout + swept.stderr
+    assert re.search(r"total\s+\d+\s+\d+\s+[1-9]", said), said[-3000:]  # counted as wrong
 
     cells = results.load_cells(out / "deep")
     by: dict[tuple[str, bool], list[dict]] = {}

@@ -135,7 +135,8 @@ def begin_run(root: Path, sweep: str, fresh: bool, now: str) -> str:
     round, a follow-up collect keep it); --fresh begins a new run. Returns the run's start."""
     folder = Path(root) / path_part(sweep, "sweep")
     if not fresh and (start := run_start(folder)):
-        atomic_write_toml(folder / RUN_FILE, {"schema": SCHEMA, "started_at": start})
+        if not (folder / RUN_FILE).is_file():  # an older tree: its start written down once; a resume writes nothing
+            atomic_write_toml(folder / RUN_FILE, {"schema": SCHEMA, "started_at": start})
         return start
     atomic_write_toml(folder / RUN_FILE, {"schema": SCHEMA, "started_at": now})
     return now
