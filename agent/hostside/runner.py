@@ -328,7 +328,8 @@ def run_cell(workdir: str, plan: dict[str, Any], cell: dict[str, Any]) -> CellDo
     try:
         if served["ready"]:
             shape = _shape_options(cell.get("shape"), workdir)
-            for n, point in enumerate(loadpoints.cell_points(cell["concurrency"], cell.get("shape"))):
+            points = [] if cell.get("probe_only") else loadpoints.cell_points(cell["concurrency"], cell.get("shape"))
+            for n, point in enumerate(points):  # a probe-only start (an eager one) goes straight to its checks
                 result = serving.bench_level(
                     url=host["url"],
                     model=cell["model"],

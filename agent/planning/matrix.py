@@ -31,6 +31,7 @@ from agent.planning.settings import (
 from agent.planning.spec import Spec
 
 BACKEND_FIELDS = ("moe_backend", "linear_backend", "attention_backend")  # the axes a sweep compares
+EAGER = "--enforce-eager"  # CUDA graphs off
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ class CellConfig:
     warmup_tolerance: float = field(default=0.0, metadata=meta(keep_default=False))
     # Added with server starts: the k-th independent start of this config (1 = the only one before: same id)
     server_start: int = field(default=1, metadata=meta(keep_default=False))
+    # Added with [correctness] eager_start: a server start that only runs the correctness checks (no windows)
+    probe_only: bool = field(default=False, metadata=meta(keep_default=False))
 
     def to_dict(self) -> dict[str, Any]:
         return flat_dict(self)
@@ -128,7 +131,8 @@ class Cell:
             parts.append("spec=" + c.speculative_method)
         ref = [f"(reference, c={self.config.concurrency[0]})"] if self.reference_of else []
         start = [f"(start {c.server_start})"] if c.server_start > 1 else []
-        return " ".join(parts + ([self.axes_label] if self.axes_label else []) + ref + start)
+        checks = ["(eager, checks only)"] if c.probe_only else []
+        return " ".join(parts + ([self.axes_label] if self.axes_label else []) + ref + start + checks)
 
     def playbook_vars(self) -> dict[str, Any]:
         """What cell.yml needs as `cell`."""
@@ -151,7 +155,10 @@ class Cell:
             "host_env": self.host_env,
             "shape": shape_vars(c.load),
             # the load points, in the order the cell runs them (loadpoints.cell_points: the runner walks the same)
-            "points": [dataclasses.asdict(p) for p in loadpoints.cell_points(c.concurrency, shape_vars(c.load))],
+            "points": [dataclasses.asdict(p) for p in loadpoints.cell_points(c.concurrency, shape_vars(c.load))]
+            if not c.probe_only
+            else [],
+            "probe_only": c.probe_only,  # a checks-only start: no load points, the probe and long decode only
             "telemetry": flat_dict(self.telemetry),
             "probe": self.correctness.enabled,  # the correctness probe before teardown (hostside/probe.py)
             "probe_long": _long_options(
@@ -258,7 +265,35 @@ def plan_cells(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any]
         cell = _cell(spec, host, facts, host_vars, combo)
         cell.axes_label = " ".join(f"{a}={_label_value(combo[a])}" for a in shown)
         cells.append(cell)
-    return [start for k in range(1, spec.server_starts + 1) for start in (nth_start(c, k) for c in cells)]
+    starts = [start for k in range(1, spec.server_starts + 1) for start in (nth_start(c, k) for c in cells)]
+    return eager_starts(starts, host_vars) if spec.correctness.eager_start else starts
+
+
+def eager_starts(cells: list[Cell], host_vars: Mapping[str, Any]) -> list[Cell]:
+    """After each cell with CUDA graphs (no --enforce-eager), a probe-only start of the same configuration with
+    --enforce-eager: its outputs are the graphs path's yardstick (judging/correctness.py), without the windows a
+    twin cell of the matrix would measure. A configuration the matrix already runs eager needs none; one per
+    configuration (its first server start)."""
+    eager_rest = {_without_eager(c.config) for c in cells if EAGER in c.config.server.extra_args}
+    out = []
+    for cell in cells:
+        out.append(cell)
+        c = cell.config
+        if EAGER in c.server.extra_args or c.server_start != 1 or cell.reference_of or _without_eager(c) in eager_rest:
+            continue
+        server = replace(c.server, extra_args=[*c.server.extra_args, EAGER])
+        config = replace(c, server=server, probe_only=True)
+        twin = replace(cell, id=cell_id(config, cell.env), config=config, notes=list(cell.notes))
+        twin.argv = launch_argv(config, host_vars)
+        out.append(twin)
+    return out
+
+
+def _without_eager(config: CellConfig) -> str:
+    table = config.to_dict()
+    table["extra_args"] = [a for a in table.get("extra_args", []) if a != EAGER]
+    table.pop("probe_only", None)
+    return json.dumps(table, sort_keys=True, default=str)
 
 
 def nth_start(cell: Cell, k: int) -> Cell:

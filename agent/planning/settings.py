@@ -141,6 +141,9 @@ class CorrectnessSettings:
     long_batch: bool = setting(True, toml=(bool,))  # also generate them inside a batch of the cell's highest level
     long_budget_s: float = setting(1800.0, toml=(float, int))  # the long-decode check stops asking after this
     task_gate: bool = setting(False, toml=(bool,))  # the task-accuracy set at the cell's highest concurrency
+    # after each cell with CUDA graphs, a probe-only server start of it with --enforce-eager (no windows): the
+    # graphs path's yardstick without an eager twin's measurements (planning/matrix.py eager_starts)
+    eager_start: bool = setting(False, toml=(bool,))
     min_task_accuracy: float = setting(CORRECTNESS_DEFAULTS["min_task_accuracy"], toml=(float, int))
     # the reference cell of each checkpoint: config values it must have (e.g. {moe_backend = "marlin"}); {} = the
     # consensus of the cells (judging/consensus.py)

@@ -430,6 +430,13 @@ def _correctness(path: Path, lines: _Lines, raw: Any, max_model_len: int) -> Cor
     for key, (low, high) in bounds.items():
         if not low <= table[key] <= high:
             raise _err(path, lines.of("correctness", key), f"'{key}' must be from {low} to {high}, got {table[key]!r}")
+    if table["eager_start"] and not table["enabled"]:
+        raise _err(
+            path,
+            lines.of("correctness", "eager_start"),
+            "eager_start runs the correctness checks on an --enforce-eager start, but enabled = false turns them "
+            "off; drop eager_start or set enabled = true",
+        )
     reference = table["reference"]
     for key, value in reference.items():
         if key not in CORRECTNESS_REFERENCE_KEYS or not isinstance(value, str):
@@ -450,6 +457,7 @@ def _correctness(path: Path, lines: _Lines, raw: Any, max_model_len: int) -> Cor
         long_batch=bool(table["long_batch"]),
         long_budget_s=float(table["long_budget_s"]),
         task_gate=bool(table["task_gate"]),
+        eager_start=bool(table["eager_start"]),
         min_task_accuracy=float(table["min_task_accuracy"]),
         **numbers,
     )

@@ -163,6 +163,7 @@ class Placed:
 
     cells: list[Cell]
     reference: Cell | None = None
+    checks: list[Cell] = field(default_factory=list)  # probe-only starts ([correctness] eager_start)
 
 
 def place(cells: dict[str, list[Cell]], calibrated: dict[str, float] | None = None) -> dict[str, Placed]:
@@ -176,7 +177,7 @@ def place(cells: dict[str, list[Cell]], calibrated: dict[str, float] | None = No
     for members in groups.values():
         first = cells[members[0]]
         if len(members) == 1:
-            out[members[0]] = Placed([c for c in first if not c.reference_of])
+            out[members[0]] = _share([c for c in first if not c.reference_of])
             continue
         estimate = {c.id: estimated_seconds(c) for c in first}
         plan = blocks.plan_group(members, first, {}, estimate, calibrated)
@@ -184,8 +185,13 @@ def place(cells: dict[str, list[Cell]], calibrated: dict[str, float] | None = No
             by_id = {c.id: c for c in cells[host]}
             ref_id = plan.references.get(host, "") if host != plan.home else ""
             mine = [by_id[cid] for cid in plan.assignment[host] if cid != ref_id and not by_id[cid].reference_of]
-            out[host] = Placed(mine, by_id.get(ref_id))
+            out[host] = _share(mine, by_id.get(ref_id))
     return out
+
+
+def _share(cells: list[Cell], reference: Cell | None = None) -> Placed:
+    """A probe-only start has no windows to tune: it runs once, in the first round (_choose)."""
+    return Placed([c for c in cells if not c.config.probe_only], reference, [c for c in cells if c.config.probe_only])
 
 
 def _choose(
@@ -210,6 +216,10 @@ def _choose(
         if ref is not None and ref.id not in mine:  # first: a host lost later has usually measured it
             chosen[host].append(ref)
             costs[host] = costs.get(host, 0.0) + startup + estimated_seconds(ref)
+        for check in share.checks:  # once: a checks-only start is done when it is recorded, whatever it found
+            if check.id not in mine:
+                chosen[host].append(check)
+                costs[host] = costs.get(host, 0.0) + startup
         by_id = {c.id: c for c in share.cells}
         plan = seq.plan_next([candidate(c) for c in share.cells], mine, settings)
         outcome.skipped += plan.skipped
