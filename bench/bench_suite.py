@@ -3,6 +3,7 @@ call + teardown, so a module's fixtures count in its time).
 
     python bench/bench_suite.py [--json FILE] [PYTEST ARGS ...]      # runs pytest with them, e.g. -n 4 -m "not engine"
     python bench/bench_suite.py --from-xml run.xml [--wall SECONDS]   # a run already made with --junitxml
+    ... --save-seconds      # also write tests/module_seconds.json: tests/conftest.py hands out the longest first
 
 It runs scripts/pytest.sh, what `scripts/test.sh` runs after its setup and lint (the whole suite, its parallel
 workers included: SPARK_TEST_WORKERS), with the arguments given. Under workers a module runs whole on one worker (tests/conftest.py), so its
@@ -23,6 +24,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+SECONDS_FILE = REPO / "tests" / "module_seconds.json"  # read by tests/conftest.py to order the work
 
 
 def module_times(junit_xml: Path) -> dict[str, dict[str, float]]:
@@ -56,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-xml", type=Path, help="read a JUnit XML instead of running pytest")
     parser.add_argument("--wall", type=float, help="with --from-xml: the run's wall time, if known")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--save-seconds", action="store_true", help=f"write each module's seconds to {SECONDS_FILE.relative_to(REPO)}"
+    )
     args, rest = parser.parse_known_args(argv)
     if args.from_xml:
         xml, wall, rc = args.from_xml, args.wall, 0
@@ -71,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average after: {os.getloadavg()[0]:.1f}; pytest exit {rc}")
     if args.json:
         args.json.write_text(json.dumps({"wall_s": wall, "modules": modules}, indent=1) + "\n")
+    if args.save_seconds:
+        seconds = {name: round(m["seconds"], 1) for name, m in sorted(modules.items())}
+        SECONDS_FILE.write_text(json.dumps(seconds, indent=1) + "\n")
     return rc
 
 

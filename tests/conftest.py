@@ -65,9 +65,11 @@ def pytest_make_collect_report(collector: pytest.Collector):
 # Parallel workers (pytest-xdist, scripts/pytest.sh): a module runs whole on one worker, so its module fixtures (a
 # fleet, a sweep) start once. The engine tier shares one worker (its vLLM servers would otherwise fight over the two
 # cores, and its modules share one real sweep), and so do the modules that use the private dockerd (one daemon, one
-# image build). Work is handed out in collection order: the longest groups first, the unit tests last to fill gaps.
+# image build). Work is handed out in collection order, longest group first (by the seconds bench/bench_suite.py
+# --save-seconds last recorded), so that no long module starts last and runs alone while the other workers idle.
 DOCKER_FIXTURES = {"dockerd", "sim_image", "docker_host"}
-GROUP_ORDER = ("engine", "docker", "integration", "unit")
+MODULE_SECONDS = Path(__file__).with_name("module_seconds.json")
+UNKNOWN_SECONDS = {"engine": 900.0, "integration": 120.0, "unit": 5.0}  # a module not timed yet: assume it is long
 GROUPS_FILE = "SPARK_TEST_GROUPS"  # env: where the workers note each module's group for the controller's scheduler
 
 
@@ -76,15 +78,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     by_module: dict[pytest.Module, list[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(item.getparent(pytest.Module), []).append(item)
-    rank, groups = {}, {}
+    recorded = json.loads(MODULE_SECONDS.read_text()) if MODULE_SECONDS.is_file() else {}
+    groups: dict[str, str] = {}
+    group_seconds: dict[str, float] = {}
     for module, module_items in by_module.items():
         tier = module_tier(module)
         docker = any(DOCKER_FIXTURES & set(getattr(i, "fixturenames", ())) for i in module_items)
         group = groups[module.nodeid] = "engine" if tier == "engine" else "docker" if docker else module.nodeid
         for item in module_items:
             item.add_marker(pytest.mark.xdist_group(group))
-        rank[module] = GROUP_ORDER.index(group if group in GROUP_ORDER else tier)
-    items.sort(key=lambda item: rank[item.getparent(pytest.Module)])  # stable: collection order within a rank
+        seconds = float(recorded.get(module.nodeid, UNKNOWN_SECONDS[tier]))
+        group_seconds[group] = group_seconds.get(group, 0.0) + seconds
+    # stable: collection order within a group and between groups of equal length
+    items.sort(key=lambda item: -group_seconds[groups[item.getparent(pytest.Module).nodeid]])
     if os.environ.get(GROUPS_FILE) and os.environ.get("PYTEST_XDIST_WORKER"):
         path = Path(os.environ[GROUPS_FILE])  # every worker collects the same; the last rename wins
         part = path.with_suffix(f".{os.environ['PYTEST_XDIST_WORKER']}")
