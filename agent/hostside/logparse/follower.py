@@ -70,6 +70,7 @@ class Follower(FailureLines, LaunchLines, SpeculationLines):
     `feed_chunk(data)` takes arbitrary pieces of a stream and keeps a cut-off last line for the next call
     (at most MAX_LINE characters of it: a line that never ends costs no memory).
     `.lines_cut` counts lines longer than MAX_LINE, `.items_dropped` list entries past their cap.
+    Each family's class adds its handling of lines; the facts and state they share are attestation.Recorder's.
     """
 
     def __init__(self) -> None:
