@@ -4,21 +4,33 @@ A long run's log is mostly periodic lines: the engine's stats line and the specu
 10 s, and one access line per request. This builds such a log (a real startup, then hours of serving,
 with the odd warning), parses it several times and reports the best time.
 
-    python bench/bench_logparse.py [--mb 200] [--repeats 3] [--follower]
+    python bench/bench_logparse.py [--mb 200] [--repeats 3] [--follower] [--against REV]
+
+--against REV times this tree and REV's agent/hostside (git archive, imported beside it) on the same text, in pairs
+whose order alternates (ABBA), and prints the median ratio of the two throughputs: on a machine others load, MB/s
+swing several times from run to run, the ratio of neighbouring runs much less. It checks both give the same facts.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import io
 import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
 
 from agent.hostside.logparse import Follower, parse
 
-STARTUP = (
-    Path(__file__).resolve().parent.parent / "tests" / "data" / "logs" / "synthetic" / "v0.24-nvfp4-marlin-mtp.log"
-)
+REPO = Path(__file__).resolve().parent.parent
+STARTUP = REPO / "tests" / "data" / "logs" / "synthetic" / "v0.24-nvfp4-marlin-mtp.log"
 STATS = (
     "(APIServer pid=1) INFO 11-29 {t} [loggers.py:273] Engine 000: Avg prompt throughput: 820.3 tokens/s, "
     "Avg generation throughput: 276.1 tokens/s, Running: 8 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.2%, "
@@ -74,12 +86,62 @@ def best_seconds(fn, repeats: int) -> float:
     return best
 
 
-def follow_in_chunks(text: str, chunk: int = 1 << 16) -> dict:
-    follower = Follower()
+def follow_in_chunks(text: str, chunk: int = 1 << 16, follower_class: type = Follower) -> dict:
+    follower = follower_class()
     for pos in range(0, len(text), chunk):
         follower.feed_chunk(text[pos : pos + chunk])
     follower.flush()
     return follower.facts()
+
+
+def base_logparse(rev: str, folder: Path) -> ModuleType:
+    """REV's hostside logparse, imported as the package `base_hostside` (hostside's imports are relative)."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "agent/hostside"], capture_output=True, check=True
+    )
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(folder, filter="data")
+    (folder / "agent" / "hostside").rename(folder / "base_hostside")
+    sys.path.insert(0, str(folder))
+    return importlib.import_module("base_hostside.logparse")
+
+
+def paired_ratios(this, base, pairs: int) -> list[float]:
+    """this tree's throughput / the base's, one pair at a time, the one timed first alternating."""
+    ratios = []
+    for i in range(pairs):
+        first, second = (this, base) if i % 2 == 0 else (base, this)
+        seconds = {}
+        for fn in (first, second):
+            t0 = time.perf_counter()
+            fn()
+            seconds[fn] = time.perf_counter() - t0
+        ratios.append(seconds[base] / seconds[this])
+    return ratios
+
+
+def compare(text: str, rev: str, pairs: int, follower: bool) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="bench-logparse-"))
+    try:
+        base = base_logparse(rev, folder)
+        assert base.parse(text) == parse(text), f"this tree and {rev} give different facts"
+        timed = [("parse", lambda: parse(text), lambda: base.parse(text))]
+        if follower:
+            timed.append(
+                (
+                    "Follower.feed_chunk",
+                    lambda: follow_in_chunks(text),
+                    lambda: follow_in_chunks(text, follower_class=base.Follower),
+                )
+            )
+        for name, this_fn, base_fn in timed:
+            ratios = paired_ratios(this_fn, base_fn, pairs)
+            print(
+                f"{name}: this tree / {rev} throughput, median of {pairs} pairs: {statistics.median(ratios):.2f} "
+                f"({', '.join(f'{r:.2f}' for r in ratios)})"
+            )
+    finally:
+        shutil.rmtree(folder)
 
 
 def main() -> None:
@@ -95,6 +157,7 @@ def main() -> None:
         help="periodic lines in a wording the noise skip does not know (the slow path)",
     )
     ap.add_argument("--follower", action="store_true", help="also time Follower.feed_chunk over 64 KiB chunks")
+    ap.add_argument("--against", metavar="REV", help="compare with this git revision's logparse, in pairs")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, as the claim says
@@ -102,6 +165,9 @@ def main() -> None:
     mb = len(text.encode()) / 1e6
     facts = parse(text)
     assert facts["moe_backend"] == "marlin" and len(facts["spec_acceptance_rates"]) > 1000, "the bench log parses wrong"
+    if args.against:
+        compare(text, args.against, 2 * args.repeats, args.follower)
+        return
     seconds = best_seconds(lambda: parse(text), args.repeats)
     print(
         f"parse: {mb:.1f} MB ({text.count(chr(10)):,} lines) in {seconds:.3f} s = {mb / seconds:.0f} MB/s on one core"

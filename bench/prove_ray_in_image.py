@@ -27,8 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent.hostside import clusterlog, raynode  # noqa: E402
 from agent.hostside import docker as sdocker  # noqa: E402
+from agent.hostside import raynode  # noqa: E402
+from agent.hostside.logparse import cluster as clusterlog  # noqa: E402
 from agent.sim import image  # noqa: E402
 from tests import fixtures_docker  # noqa: E402
 from tests.sshd_hosts import host_address  # noqa: E402

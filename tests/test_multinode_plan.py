@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from agent.errors import UserError
-from agent.hostside import clusterlog, logparse, netfacts, raynode
+from agent.hostside import logparse, netfacts, raynode
 from agent.hostside.contracts import Facts
+from agent.hostside.logparse import cluster as clusterlog
 from agent.judging import cluster as cluster_verdict
 from agent.planning import envrules, multinode, nodesets
 from agent.planning.matrix import cell_id, plan_cells

@@ -12,7 +12,17 @@ from pathlib import Path
 import pytest
 
 from agent.hostside import logparse
-from agent.hostside.logparse import MAX_ITEMS, MAX_LINE, Follower, follow_file, parse, parse_file
+from agent.hostside.logparse import (
+    MAX_ITEMS,
+    MAX_LINE,
+    Follower,
+    follow_file,
+    parse,
+    parse_file,
+    pyrepr,
+    signature,
+    speculation,
+)
 from agent.hostside.safetensors import CheckpointError, inspect_checkpoint, read_header
 
 from .test_inspect_build import qwen_moe, write_checkpoint, write_safetensors
@@ -84,7 +94,7 @@ def test_new_names_every_line_stay_capped_and_deduplicated():
 
 
 def test_acceptance_rates_are_capped(monkeypatch):
-    monkeypatch.setattr(logparse, "MAX_RATES", 5)
+    monkeypatch.setattr(speculation, "MAX_RATES", 5)
     follower = Follower()
     follower.feed("\n".join([INFO + "SpecDecoding metrics: Avg Draft acceptance rate: 50.0%"] * 9))
     assert follower.facts()["spec_acceptance_rates"] == [0.5] * 5 and follower.items_dropped == 4
@@ -107,7 +117,7 @@ def test_hostile_non_default_args_give_no_args_and_no_crash(args, expected):
 
 def test_only_a_few_bad_args_lines_are_evaluated(monkeypatch):
     calls = []
-    monkeypatch.setattr(logparse, "_literal_dict", lambda text: calls.append(text) or {})
+    monkeypatch.setattr(pyrepr, "literal_dict", lambda text: calls.append(text) or {})
     parse((INFO + "non-default args: {'x'\n") * 100)
     assert len(calls) == 4
 
@@ -131,7 +141,7 @@ NEAR_MISSES = [
 
 @pytest.mark.parametrize("msg,cls", NEAR_MISSES)
 def test_fatal_signatures_match_as_the_plain_regexes_did(msg, cls):
-    assert logparse._signature_of(msg) == cls
+    assert signature.signature_of(msg) == cls
     old = {  # the patterns as written before they were made linear
         "cute_dsl_arch": r"[Ee]rror.*CUTE_DSL_ARCH",
         "deep_gemm_assert": r"layout\.hpp.*Unknown recipe|deep_gemm.*Assertion",

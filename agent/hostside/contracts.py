@@ -99,7 +99,7 @@ class NcclLink(TypedDict):
 
 
 class ClusterFacts(TypedDict):
-    """What a multi-node log says about the cluster (hostside/clusterlog.py); -1 / [] where it does not say."""
+    """What a multi-node log says about the cluster (hostside/logparse/cluster.py); -1 / [] where it does not say."""
 
     world_size: int
     tensor_parallel_size: int
@@ -409,7 +409,7 @@ class RunnerProgress(TypedDict, total=False):
     note: str  # why the runner stopped on its own (its work dir vanished: what it stopped); "" otherwise
 
 
-# --- a multi-node cell's Ray node: raynode.start writes it as its log's first line, clusterlog reads it back -------
+# --- a multi-node cell's Ray node: raynode.start writes it as its log's first line, logparse.cluster reads it back
 
 
 class RayNodeReport(TypedDict):

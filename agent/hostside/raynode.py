@@ -34,9 +34,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import atomic, clusterlog, docker, supervise
+from . import atomic, docker, supervise
 from .contracts import Holder
 from .errors import HostError
+from .logparse import cluster
 
 STATE_FILE = "ray.json"
 NODE_LOG = "ray-node.log"  # in the cell's run folder on every node
@@ -223,7 +224,7 @@ def start(
     try:
         page_cache = _drop_page_cache(drop_page_cache)
         with open(log_path, "wb") as log:
-            log.write((clusterlog.node_header(role, cell_id, page_cache, digest) + "\n").encode())
+            log.write((cluster.node_header(role, cell_id, page_cache, digest) + "\n").encode())
             log.flush()
             full_env = {k: v for k, v in os.environ.items() if k not in _RAY_TOKEN_VARS}
             full_env.update(env)

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from agent.hostside import clusterlog, loadpoints, logparse, redact, startuplog, utc
+from agent.hostside import loadpoints, logparse, redact, startuplog, utc
 from agent.hostside.contracts import Attestation, Facts, Failure, Measurement, RayNodeReport
+from agent.hostside.logparse import cluster as clusterlog
 from agent.hostside.probe import PROBE_FILE
 from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import cluster as cluster_verdict

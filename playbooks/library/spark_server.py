@@ -150,7 +150,7 @@ startup_s:
   type: float
   returned: success and state=started
 attestation:
-  description: What the server log says really loaded (agent/hostside/logparse.py facts).
+  description: What the server log says really loaded (agent/hostside/logparse facts).
   type: dict
   returned: success and state=started
 run_dir:

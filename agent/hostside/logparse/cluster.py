@@ -1,17 +1,20 @@
 """What a multi-node vLLM log says about its cluster: world size, TP/PP sizes, Ray nodes, NCCL's transport per rank.
 
-Fed by logparse.Follower with the lines that can matter (cheap substring checks first); standard library only;
-bounded like logparse (MAX_LINKS ranks kept, no backtracking regex over a line). The forms are those of real
+Fed by the Follower with the lines that can matter (cheap substring checks first); standard library only;
+bounded like the other families (MAX_LINKS ranks kept, no backtracking regex over a line). The forms are those of real
 logs (tests/data/multinode/SOURCES.md): NCCL's "NET/IB : Using [0]mlx5_0:1/RoCE ..." / "NET/Socket : Using
 [0]eth0:10.0.0.1<0>" and "Using network IB|Socket", Ray's "(RayWorkerWrapper pid=N, ip=A)" prefix for a rank on
 another node, vLLM's "rank R in world size W" and its engine config's tensor_parallel_size=/pipeline_parallel_size=.
+
+Its own family because its lines come from NCCL and Ray, not vLLM's logger, and from every rank of several hosts;
+and because it also owns the header line raynode writes first in a node's own log (`node_header` / `node_report`).
 """
 
 from __future__ import annotations
 
 import re
 
-from .contracts import ClusterFacts, NcclLink, RayNodeReport
+from ..contracts import ClusterFacts, NcclLink, RayNodeReport
 
 MAX_LINKS = 256
 MAX_NODES = 1024
@@ -33,7 +36,7 @@ def new() -> ClusterFacts:
 
 
 def interesting(line: str) -> bool:
-    """The cheap pre-check logparse runs on every line."""
+    """The cheap pre-check the Follower runs on every line."""
     return "NCCL INFO" in line or "world size" in line or "parallel_size" in line or "RayWorker" in line
 
 

@@ -1,0 +1,150 @@
+"""What the server was launched as: the vLLM version, the served model, the non-default args, the engine config
+(0.4-0.6: the argparse Namespace), the quantization and load format, and the environment variables vLLM ignored.
+
+Its own family because these lines say what was asked for, once, at the start; the other families say what the
+engine then did, and judging/verdict.py compares the two.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from . import pyrepr, speculation
+from .attestation import Recorder
+from .line import Then, balance
+
+_VERSION_FORMS = (
+    re.compile(r"vLLM API server version (\S+?),?\s*$"),  # 0.12-0.14
+    re.compile(r"vLLM server version (\S+), serving model (\S+)"),  # 0.15+ with VLLM_DISABLE_LOG_LOGO=1
+    Then("\u2588", r"\bversion (\d\S*)\s*$"),  # the logo
+)
+_LOGO_MODEL = Then("\u2588", r"\bmodel\s+(\S+)\s*$")
+# V0, V1, 0.2; and the same config in the dump a V1 engine writes when a step fails while serving (dump_input.py)
+_ENGINE_INIT = re.compile(
+    r"(?:Initializing an?|Dumping input data for) (?:V\d )?LLM engine (?:\(v([^)\s]+)\) )?with config: (.*)"
+)
+_CONFIG_MODEL = re.compile(r"(?:^|[ ,])model='([^']*)'")
+_CONFIG_QUANT = re.compile(r"(?:^|[ ,])quantization=([\w-]{1,40})")  # compressed-tensors too
+# 0.5-0.6: a GPTQ/AWQ checkpoint upgraded to the Marlin kernels ("... is convertible to gptq_marlin during runtime").
+_QUANT_WORDED = re.compile(
+    r"(?:^|\s)(\w{1,40}) quantization is not fully optimized|model is serialized in (\w{1,40}) format"
+)
+_CONVERTIBLE = re.compile(
+    r"convertible to (\w{1,40}) during runtime|you specified quantization=\w{1,40} explicitly, so forcing (\w{1,40})"
+)
+# 0.4-0.6 print their arguments as an argparse Namespace: the model and the quantization are read from it.
+_NAMESPACE = re.compile(r"args: Namespace\(")
+_NAMESPACE_MODEL = re.compile(r"[(, ]model(?:_tag)?='([^']{1,300})'")
+_NAMESPACE_QUANT = re.compile(r"[(, ]quantization='(\w{1,40})'")
+_ARGS = re.compile(r"non-default args: (\{.*)")
+_CONFIG_LOAD_FORMAT = re.compile(r"(?:^|[ ,])load_format=(?:LoadFormat\.)?'?(\w{1,40})")
+_NAMESPACE_LOAD_FORMAT = re.compile(r"[(, ]load_format='(\w{1,40})'")
+_UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: ([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class LaunchLines(Recorder):
+    """The launch's lines; the first that says a thing wins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._args_tries = 0
+
+    def _unknown_env(self, msg: str, line: str) -> bool:
+        if "Unknown vLLM environment" not in msg:
+            return False
+        m = _UNKNOWN_ENV.search(msg)
+        if m and self._add("unknown_env", m.group(1)):
+            self._evidence("unknown_env:" + m.group(1), line)
+        return True
+
+    def _convertible(self, msg: str) -> bool:
+        """0.5-0.6: a GPTQ/AWQ checkpoint upgraded to the Marlin kernels."""
+        m = _CONVERTIBLE.search(msg) if "convertible to" in msg or "so forcing" in msg else None
+        if not m:
+            return False
+        self._f["quantization"] = self._f["quantization"] or m.group(1) or m.group(2)
+        return True
+
+    def _namespace(self, msg: str) -> bool:
+        """0.4-0.6's "args: Namespace(...)": the model, quantization, load format and speculative model."""
+        if "Namespace(" not in msg or not _NAMESPACE.search(msg):
+            return False
+        f = self._f
+        m = _NAMESPACE_MODEL.search(msg)
+        if m and not f["served_model"]:
+            f["served_model"] = m.group(1)
+        m = _NAMESPACE_QUANT.search(msg)
+        if m and not f["quantization"]:
+            f["quantization"] = m.group(1)
+        m = _NAMESPACE_LOAD_FORMAT.search(msg)
+        self._load_format(m.group(1) if m else None)
+        speculation.from_namespace(f["speculative"], msg)
+        return True
+
+    def _worded_quant(self, msg: str) -> bool:
+        """0.2-0.6 name the checkpoint's method in a sentence ("awq quantization is not fully optimized yet")."""
+        if "quantization is not fully" not in msg and "serialized in " not in msg:
+            return False
+        m = _QUANT_WORDED.search(msg)
+        if m and not self._f["quantization"]:
+            self._f["quantization"] = (m.group(1) or m.group(2)).lower()
+        return True
+
+    def _identity(self, msg: str, line: str) -> None:
+        f = self._f
+        m = _ARGS.search(msg)
+        if m:
+            if not f["non_default_args"] and self._args_tries < 4:  # a log of bad reprs costs 4 evals, not one each
+                self._args_tries += 1
+                f["non_default_args"] = pyrepr.literal_dict(m.group(1))
+                cut = not m.group(1).rstrip().endswith("}") or balance(m.group(1)) != 0
+                self._repairs["lenient_args"] += bool(f["non_default_args"]) and cut  # the pairs that are whole
+                speculation.from_args(f["speculative"], f["non_default_args"])
+                quant = f["non_default_args"].get("quantization")
+                if isinstance(quant, str) and not f["quantization"]:
+                    f["quantization"] = quant
+                self._load_format(f["non_default_args"].get("load_format"))
+                model = f["non_default_args"].get("model_tag") or f["non_default_args"].get("model")
+                if isinstance(model, str) and not f["served_model"]:
+                    f["served_model"] = model
+            return
+        m = _ENGINE_INIT.search(msg)
+        if m:
+            if m.group(1):
+                self._set_version(m.group(1), line)
+            self._engine_config(m.group(2))
+            return
+        for rx in _VERSION_FORMS:
+            m = rx.search(msg)
+            if m:
+                self._set_version(m.group(1), line)
+                if m.lastindex and m.lastindex > 1 and not f["served_model"]:
+                    f["served_model"] = m.group(2)
+                return
+        m = _LOGO_MODEL.search(msg)
+        if m and not f["served_model"]:
+            f["served_model"] = m.group(1)
+
+    def _set_version(self, version: str, line: str) -> None:
+        if not self._f["vllm_version"]:
+            self._f["vllm_version"] = version.lstrip("v")
+            self._evidence("version", line)
+
+    def _load_format(self, value: Any) -> None:
+        """--load-format as the server took it (the launch's flag, in non-default args or the engine config):
+        `dummy` = random weights, whose outputs are never judged (judging/correctness.py)."""
+        if isinstance(value, str) and value and not self._f["load_format"]:
+            self._f["load_format"] = value.lower()[:40]
+
+    def _engine_config(self, config: str) -> None:
+        f = self._f
+        m = _CONFIG_LOAD_FORMAT.search(config)
+        self._load_format(m.group(1) if m else None)
+        m = _CONFIG_MODEL.search(config)
+        if m and not f["served_model"]:
+            f["served_model"] = m.group(1)
+        m = _CONFIG_QUANT.search(config)
+        if m and m.group(1) != "None" and not f["quantization"]:
+            f["quantization"] = m.group(1)
+        speculation.from_engine_config(f["speculative"], config)
