@@ -13,10 +13,8 @@ Not a timed test: the image holds ~300 MB of Ray and building it costs a minute 
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import json
 import os
-import re
 import secrets
 import signal
 import sys
@@ -30,64 +28,10 @@ sys.path.insert(0, str(REPO))
 from agent.hostside import docker as sdocker  # noqa: E402
 from agent.hostside import raynode  # noqa: E402
 from agent.hostside.logparse import cluster as clusterlog  # noqa: E402
-from agent.sim import image  # noqa: E402
 from tests import fixtures_docker  # noqa: E402
 from tests.sshd_hosts import host_address  # noqa: E402
 
-SITE = "/opt/site"
-RAY_SCRIPT = '#!/bin/sh\nexec python3 -c "import sys; from ray.scripts.scripts import main; sys.exit(main())" "$@"\n'
-
-
-def requirements(name: str, seen: set[str]) -> set[str]:
-    """`name` and what it requires, recursively (no extras: `pip install ray`, the minimal Ray)."""
-    key = re.sub(r"[-_.]+", "-", name).lower()
-    if key in seen:
-        return seen
-    seen.add(key)
-    for req in md.requires(name) or []:
-        if "extra ==" in req:
-            continue
-        requirements(re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0], seen)
-    return seen
-
-
-def site_files(names: set[str]) -> dict[str, str]:
-    plan: dict[str, str] = {}
-    for name in names:
-        dist = md.distribution(name)
-        for f in dist.files or []:
-            src = Path(str(dist.locate_file(f))).resolve()
-            if src.is_file() and "__pycache__" not in f.parts and not str(f).startswith(".."):
-                plan[f"{SITE}/{f}"] = str(src)
-                if src.suffix == ".so" or (os.access(src, os.X_OK) and _elf(src)):
-                    plan.update({lib: lib for lib in image.shared_libraries(str(src))})
-    return plan
-
-
-def _elf(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        return handle.read(4) == b"\x7fELF"
-
-
-def build(daemon: fixtures_docker.DockerDaemon) -> str:
-    names = requirements("ray", set())
-    plan = {**image.rootfs_plan(), **site_files(names)}
-    changes = [c.replace(f"PYTHONPATH={image.SITE}", f"PYTHONPATH={image.SITE}:{SITE}") for c in image.IMAGE_CHANGES]
-    with tempfile.TemporaryDirectory(prefix="sa-rayimg-") as tmp:
-        tar_path = os.path.join(tmp, "rootfs.tar")
-        image._write_tar(tar_path, plan, image.PYTHON, image.BUSYBOX)
-        import tarfile
-
-        with tarfile.open(tar_path, "a") as tar:
-            image._add_text(tar, "/usr/local/bin/ray", RAY_SCRIPT, mode=0o755)
-        ref = f"{daemon.registry}/vllm-sim-ray:proof"
-        started = time.monotonic()
-        sdocker.import_image(tar_path, ref, changes, daemon.env)
-        pinned = sdocker.push(ref, daemon.env)
-        print(
-            f"image: {len(plan)} files ({', '.join(sorted(names))}); import + push {time.monotonic() - started:.0f} s"
-        )
-    return pinned
+CONTAINER_USER = "" if os.getuid() else "65534:65534"  # never root in the container: a root login names a user
 
 
 def main() -> int:
@@ -96,7 +40,7 @@ def main() -> int:
     roots = [tempfile.mkdtemp(prefix="sa-rayproof-", dir="/tmp") for _ in range(2)]
     try:
         started = time.monotonic()
-        pinned = build(daemon)
+        pinned = fixtures_docker.build_and_push_ray_image(daemon)
         print(f"pinned: {pinned} (built in {time.monotonic() - started:.0f} s)")
         head_ip, worker_ip = host_address(0), host_address(1)
         head_address = f"{head_ip}:{fixtures_docker.free_port()}"
@@ -112,7 +56,8 @@ def main() -> int:
             env_file.write_text(f"VLLM_HOST_IP={ip}\nRAY_ADDRESS={head_address}\n")
             name = raynode.container_name(cell, base)
             token_path = f"{folder}/{raynode.TOKEN_FILE}"
-            command = raynode.container_argv(pinned, name, cell, str(env_file), folder, False, token_path)
+            user = raynode.container_user(CONTAINER_USER)
+            command = raynode.container_argv(pinned, name, cell, str(env_file), folder, False, user, token_path)
             ray_temp = str(raynode.ray_temp_dir(temp_root, cell))
             command += raynode.argv(["ray"], role, ip, head_address, base, ray_temp, 1, {"spark_sim_gpu": 1}, 80)
             t0 = time.monotonic()
@@ -129,6 +74,7 @@ def main() -> int:
                 container=name,
                 temp_root=temp_root,
                 token=token,
+                user=user,
             )
             first = Path(result["log"]).read_text().splitlines()[0]
             report = clusterlog.node_report(f"node{rank}", first)

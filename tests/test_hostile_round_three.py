@@ -7,6 +7,7 @@ redaction gaps. The multi-node peers and the archive fetch bound, which need hos
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -362,15 +363,29 @@ def test_a_reference_no_cell_matches_is_refused(tmp_path, capsys):
     assert load_spec(spec).correctness.reference == {"moe_backend": "marlin"}
 
 
-@pytest.mark.attack("multinode: a Ray task in a node's container reads the cell's env file (its HF token)")
-def test_a_ray_nodes_container_mounts_only_its_cell_folder():
+@pytest.mark.attack("multinode: a Ray task in a node's container reads the cell's env file (its HF token), as root")
+def test_a_ray_nodes_container_is_not_root_and_mounts_only_its_cell_folder(tmp_path):
     from agent.hostside import raynode
 
     env_file = "/home/nvidia/.spark-agent/env/0123456789ab.env"
     temp = str(raynode.cell_temp_dir("/tmp/spark-agent-ray", "0123456789ab"))
-    argv = raynode.container_argv(
-        "nvcr.io/nvidia/vllm@sha256:" + "ab" * 32, "n", "0123456789ab", env_file, temp, True, temp + "/auth_token"
-    )
+    pinned = "nvcr.io/nvidia/vllm@sha256:" + "ab" * 32
+    argv = raynode.container_argv(pinned, "n", "0123456789ab", env_file, temp, True, (1000, 1001), temp + "/auth_token")
     mounts = [argv[i + 1] for i, a in enumerate(argv) if a in ("--volume", "-v", "--mount")]
-    assert mounts == [f"{temp}:{temp}"]  # the env file is read by docker on the host, never mounted
+    assert mounts == [f"{temp}:{temp}"]  # the env file is read by the docker CLI on the host, never mounted
     assert not env_file.startswith(temp) and not any(a.startswith("--privileged") or a == "--pid" for a in argv)
+    assert argv[argv.index("--user") + 1] == "1000:1001" and argv[argv.index("--workdir") + 1] == f"{temp}/home"
+    envs = [argv[i + 1] for i, a in enumerate(argv) if a == "--env"]
+    assert f"HOME={temp}/home" in envs and not any("TOKEN=" in e for e in envs)  # the token by its file's path only
+    with pytest.raises(raynode.RayError, match="mounts"):  # an env file inside the mounted folder is refused
+        raynode.container_argv(pinned, "n", "0123456789ab", f"{temp}/x.env", temp, True, (1000, 1001))
+    # never root in the container: a root login must name a non-root user; a non-root login keeps its own uid
+    for spec in ("0:0", "root", "1000", "-1:5", "1000:x", "99999999999:1"):
+        with pytest.raises(raynode.RayError):
+            raynode.container_user(spec)
+    if os.getuid() == 0:
+        with pytest.raises(raynode.RayError, match="root"):
+            raynode.container_user("")
+        assert raynode.container_user("65534:65534") == (65534, 65534)
+    else:
+        assert raynode.container_user("") == (os.getuid(), os.getgid())

@@ -257,20 +257,21 @@ PINNED = "nvcr.io/nvidia/vllm@sha256:" + "ab" * 32
 
 def test_a_docker_node_runs_ray_in_the_pinned_image_with_its_env_file():
     name = raynode.container_name("3f9a1c0e7b2d", 46500)
-    run = raynode.container_argv(PINNED, name, "3f9a1c0e7b2d", "/w/env/3f9a1c0e7b2d.env", "/tmp/r2", gpus=True)
+    env_file = "/w/env/3f9a1c0e7b2d.env"
+    run = raynode.container_argv(PINNED, name, "3f9a1c0e7b2d", env_file, "/tmp/r2", gpus=True, user=(1000, 1000))
     ray = raynode.argv(["ray"], "worker", "127.0.9.12", "127.0.9.11:6380", 46500, "/tmp/r2", 0, {}, 0)
     command = run + ray
     assert command[:2] == ["docker", "run"] and "--detach" not in command  # attached: its output is the node's log
     assert command[command.index("--network") + 1] == "host" and command[command.index("--ipc") + 1] == "host"
-    assert command[command.index("--env-file") + 1] == "/w/env/3f9a1c0e7b2d.env"  # values never on a command line
+    assert command[command.index("--env-file") + 1] == env_file  # values never on a command line
     assert command[command.index("--volume") + 1] == "/tmp/r2:/tmp/r2" and "--gpus" in command
     assert command[command.index(PINNED) + 1 :][:3] == ["ray", "start", "--block"]
     assert "spark-agent.cell=3f9a1c0e7b2d" in command and "spark-agent.ray=1" in command
     assert name == "spark-agent-ray-3f9a1c0e7b2d-46500"  # the node's own ports: two test nodes on one daemon
-    simulated = raynode.container_argv(PINNED, name, "3f9a1c0e7b2d", "", "/tmp/r2", gpus=False)
+    simulated = raynode.container_argv(PINNED, name, "3f9a1c0e7b2d", "", "/tmp/r2", gpus=False, user=(1000, 1000))
     assert "--gpus" not in simulated and "--env-file" not in simulated
     with pytest.raises(ValueError, match="not pinned by digest"):
-        raynode.container_argv("nvcr.io/nvidia/vllm:25.09-py3", name, "3f9a1c0e7b2d", "", "/tmp/r2", gpus=True)
+        raynode.container_argv("nvcr.io/nvidia/vllm:25.09-py3", name, "3f9a1c0e7b2d", "", "/tmp/r2", True, (1000, 1000))
 
 
 def test_the_cluster_check_runs_ray_inside_the_heads_container(tmp_path):

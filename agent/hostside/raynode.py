@@ -10,12 +10,16 @@ left by a killed controller is stopped by the next start or teardown.
 The docker runtime runs `ray start --block` in a container of the cell's pinned image (vLLM's documented path: the
 same image on every node), attached, so the container's output is the node's log; the running container's digest
 is verified against the pin before the node counts as started, and the container (named in state/ray.json) is
-removed on stop, also after a kill of everything else.
+removed on stop, also after a kill of everything else. The container runs as a non-root uid:gid (the login user's,
+or spark_ray_container_user), with HOME in the cell's folder (vLLM's, FlashInfer's, Triton's and Hugging Face's
+caches live under it), and mounts nothing but that folder: the env file is read by the docker CLI on the host, so a
+Ray task in the container finds no file of it (its values are in the container's environment: vLLM needs them).
 
 Nobody else may join (issue 30): every node runs with Ray's token authentication (RAY_AUTH_MODE=token, Ray 2.52+),
 the cell's token (made by the controller, one per cell) in a 0600 file in the node's own folder for the cell, mode
-0700, which also holds Ray's temp dir, under a root that must be ours and writable by nobody else. Ray runs as the SSH login user (no
-play becomes root for it). Ray 2.60 binds the runtime-env agent to the node's address, but its GCS, raylet, object
+0700, which also holds Ray's temp dir and the node's working dir, under a root that must be ours and writable by
+nobody else. On the process runtime Ray runs as the SSH login user (no play becomes root for it): its tasks start
+in that folder, not the run folder, but can read every file of that user, the env file too (docs/security.md). Ray 2.60 binds the runtime-env agent to the node's address, but its GCS, raylet, object
 manager and worker ports to every interface and has no option to change that: those answer only a client that
 holds the token (an unauthenticated join or submit is refused: tests/test_ray_auth.py).
 """
@@ -92,6 +96,32 @@ def argv(
 
 CONTAINER_PREFIX = "spark-agent-ray-"
 RAY_LABEL = "spark-agent.ray"  # a Ray node's container, beside docker.py's spark-agent=1 and spark-agent.cell=ID
+RAY_TEMP = "r"  # Ray's --temp-dir in the cell's folder; one letter: Ray's unix sockets live under it (107 characters)
+HOME_DIR = "home"  # in the cell's folder: the container user's HOME and working dir (caches, Ray's tasks' cwd)
+CONTAINER_LOGIN = "spark-agent"  # USER/LOGNAME in the container: a uid without a passwd entry still has a name
+MAX_ID = 2**31 - 1
+
+
+def container_user(spec: str) -> tuple[int, int]:
+    """The uid:gid a node's container runs as: spec ("UID:GID", numbers: a name means nothing across host and
+    image), else the login user's. Never root; another user's only when we are root (the folder is handed over)."""
+    uid, gid = os.getuid(), os.getgid()
+    if spec:
+        uid_s, sep, gid_s = spec.partition(":")
+        if not (sep and uid_s.isdigit() and gid_s.isdigit() and int(uid_s) <= MAX_ID and int(gid_s) <= MAX_ID):
+            raise RayError(f"spark_ray_container_user {spec[:40]!r} is not UID:GID (two numbers, e.g. 1000:1000)")
+        uid, gid = int(uid_s), int(gid_s)
+    if uid == 0:
+        raise RayError(
+            "Ray's container would run as root (the login user is root): set spark_ray_container_user to a "
+            "non-root UID:GID (e.g. 1000:1000), or log in as an unprivileged user"
+        )
+    if uid != os.getuid() and os.getuid() != 0:
+        raise RayError(
+            f"spark_ray_container_user {uid}:{gid}: the login user (uid {os.getuid()}) cannot hand the cell's "
+            "folder to another uid; leave it empty (the container runs as the login user)"
+        )
+    return uid, gid
 
 
 def container_name(cell_id: str, port_base: int) -> str:
@@ -100,13 +130,25 @@ def container_name(cell_id: str, port_base: int) -> str:
 
 
 def container_argv(
-    image: str, name: str, cell_id: str, env_file: str, temp_dir: str, gpus: bool, token_path: str = ""
+    image: str,
+    name: str,
+    cell_id: str,
+    env_file: str,
+    temp_dir: str,
+    gpus: bool,
+    user: tuple[int, int],
+    token_path: str = "",
 ) -> list[str]:
     """The `docker run` that wraps a node's `ray start` (argv() follows it, the image's entrypoint runs it): host
-    network (Ray and NCCL bind the link address), host IPC (vLLM's shared-memory workers), the node's env file (no
-    value on a command line), Ray's temp dir from the host (its logs stay on the host; short socket paths), token
-    mode with the token's file in that dir (its path only). ValueError when the image is not pinned by digest."""
+    network (Ray and NCCL bind the link address), host IPC (vLLM's shared-memory workers), the node's env file (read
+    by the docker CLI on the host: no value on a command line, no file in the container), the cell's folder from the
+    host and nothing else (Ray's temp dir: its logs stay on the host, short socket paths; HOME), token mode with the
+    token's file there (its path only), a non-root user (container_user). ValueError when the image is not pinned by
+    digest; RayError when the env file would be inside the mounted folder."""
     docker.parse_ref(image)
+    if env_file and Path(os.path.abspath(os.path.expanduser(env_file))).is_relative_to(temp_dir):
+        raise RayError(f"the env file {env_file} is inside {temp_dir}, which the node's container mounts; keep it out")
+    home = f"{temp_dir}/{HOME_DIR}"
     args = [
         "docker",
         "run",
@@ -118,7 +160,10 @@ def container_argv(
         f"{docker.CELL_LABEL}={cell_id}",
     ]
     args += ["--label", f"{RAY_LABEL}=1", "--network", "host", "--ipc", "host", "--volume", f"{temp_dir}:{temp_dir}"]
+    args += ["--user", f"{user[0]}:{user[1]}", "--workdir", home]
     args += ["--env-file", env_file] if env_file else []
+    for name_, value in {"HOME": home, "USER": CONTAINER_LOGIN, "LOGNAME": CONTAINER_LOGIN}.items():
+        args += ["--env", f"{name_}={value}"]
     for name_, value in (auth_env(token_path) if token_path else {}).items():
         args += ["--env", f"{name_}={value}"]
     return args + (["--gpus", "all"] if gpus else []) + [image]
@@ -133,14 +178,14 @@ def cell_temp_dir(root: str, cell_id: str) -> Path:
 
 def ray_temp_dir(root: str, cell_id: str) -> Path:
     """Ray's --temp-dir, inside the cell's 0700 folder: Ray opens its temp dir to everyone (0777) when it starts,
-    so privacy comes from the folder around it. One letter: Ray's unix sockets live under it (107 characters)."""
-    return cell_temp_dir(root, cell_id) / "r"
+    so privacy comes from the folder around it."""
+    return cell_temp_dir(root, cell_id) / RAY_TEMP
 
 
 def private_temp_dir(root: str, cell_id: str) -> Path:
-    """Make the cell's folder afresh, mode 0700, with Ray's temp dir in it, under a root that is ours and that
-    nobody else can write: a root made by another user (a fixed /tmp path is anyone's to make first) or writable by
-    others lets them swap our folder for theirs."""
+    """Make the cell's folder afresh, mode 0700, with Ray's temp dir and the node's home in it, under a root that is
+    ours and that nobody else can write: a root made by another user (a fixed /tmp path is anyone's to make first) or
+    writable by others lets them swap our folder for theirs."""
     base = Path(os.path.expanduser(root))
     with contextlib.suppress(FileExistsError):
         base.mkdir(mode=0o700, parents=True)
@@ -158,6 +203,7 @@ def private_temp_dir(root: str, cell_id: str) -> Path:
     cell.mkdir(mode=0o700)
     os.chmod(cell, 0o700)  # whatever the umask
     ray_temp_dir(root, cell_id).mkdir(mode=0o700)
+    (cell / HOME_DIR).mkdir(mode=0o700)  # the node's working dir (its tasks' too): nothing of the work dir around
     return cell
 
 
@@ -170,6 +216,14 @@ def write_token(cell_dir: Path, token: str) -> Path:
     with os.fdopen(fd, "w") as out:
         out.write(token)
     return path
+
+
+def hand_over(cell_dir: Path, user: tuple[int, int]) -> None:
+    """Give the container's user the cell's folder, Ray's temp dir, HOME and the token (nothing to do when it is
+    the login user; another uid only when we are root: container_user checked)."""
+    if user != (os.getuid(), os.getgid()):
+        for path in (cell_dir, cell_dir / RAY_TEMP, cell_dir / HOME_DIR, cell_dir / TOKEN_FILE):
+            os.chown(path, *user, follow_symlinks=False)
 
 
 def auth_env(token_path: str = "", token: str = "") -> dict[str, str]:
@@ -203,17 +257,20 @@ def start(
     container: str = "",
     temp_root: str = "",
     token: str = "",
+    user: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Start this node (stopping a node of ours left behind first). drop_page_cache: "" (no), "drop" or
     "simulated" (recorded, nothing dropped). image/container: the docker runtime (`command` is then the docker run
-    of container_argv given cell_temp_dir(temp_root, cell_id), then the ray argv given ray_temp_dir). token: the cell's
-    Ray token, written into that dir made afresh (private_temp_dir, write_token); the dir goes on stop.
-    Returns {pid, log, page_cache, image, user}."""
+    of container_argv given cell_temp_dir(temp_root, cell_id) and `user`, then the ray argv given ray_temp_dir).
+    token: the cell's Ray token, written into that dir made afresh (private_temp_dir, write_token); the dir goes on
+    stop. Returns {pid, log, page_cache, image, user}."""
     if len(token) < MIN_TOKEN_LEN:
         raise RayError(f"a Ray node starts only with the cell's token ({MIN_TOKEN_LEN} characters at least)")
     previous = stop(workdir)
     temp_dir = private_temp_dir(temp_root, cell_id)
     token_path = str(write_token(temp_dir, token))
+    if user is not None:
+        hand_over(temp_dir, user)
     digest = docker.parse_ref(image)[1] if image else ""
     if container:  # one of ours by its name (this cell, this node's ports) whose state file was lost
         docker.remove(container)
@@ -237,7 +294,7 @@ def start(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=full_env,
-                cwd=str(rdir),
+                cwd=str(temp_dir / HOME_DIR),  # not the run folder: a task starts nowhere near the env file
                 start_new_session=True,
                 pass_fds=(lock_fd,) if role == "worker" else (),  # a worker holds the lock while it lives
             )
@@ -250,6 +307,7 @@ def start(
         "started": time.time(),
         "container": container,
         "temp_dir": str(temp_dir),
+        "temp_owner": user[0] if user is not None else os.getuid(),
     }
     atomic.write_json(_state(workdir), state)
     try:
@@ -265,7 +323,7 @@ def start(
         "page_cache": page_cache,
         "image": digest,
         "stopped_previous": previous["stopped"],
-        "user": os.getuid(),
+        "user": user[0] if user is not None else os.getuid(),
     }
 
 
@@ -326,9 +384,10 @@ def _remove_temp_dir(info: Mapping[str, Any]) -> None:
     temp, cell_id = info.get("temp_dir"), info.get("cell_id")
     if not isinstance(temp, str) or not temp or not isinstance(cell_id, str) or Path(temp).name != cell_id:
         return
+    owners = {os.getuid(), info.get("temp_owner")} if os.getuid() == 0 else {os.getuid()}  # root handed it over
     with contextlib.suppress(OSError):
         st = os.lstat(temp)
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+        if stat.S_ISDIR(st.st_mode) and st.st_uid in owners:
             shutil.rmtree(temp, ignore_errors=True)
 
 

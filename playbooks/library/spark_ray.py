@@ -12,7 +12,7 @@ description:
     A Ray node of ours left by a killed run is stopped first.
   - Every node runs with Ray's token authentication and the cell's O(token), kept in a 0600 file in the node's
     folder for the cell (O(temp_dir)/CELL, mode 0700, Ray's temp dir inside; removed on stop); Ray runs as the
-    login user.
+    login user (process runtime) or as O(container_user), never root, in its container (docker runtime).
   - C(checked) (on the head) waits until C(ray status) shows O(nodes) nodes and O(gpus) GPUs, and fails otherwise.
   - C(stopped) ends our Ray node's whole process group (never C(ray stop), which ends every Ray of the user).
   - The logic is agent/hostside/raynode.py (standard library only).
@@ -96,6 +96,17 @@ options:
     type: str
     choices: [process, docker]
     default: process
+  container_user:
+    description:
+      - With C(runtime=docker), the C(UID:GID) (numbers) the node's container runs as; empty means the login user's.
+      - Never root. A root login must name a non-root user here; the module, as root, gives that user the cell's
+        folder.
+      - The container's HOME and working dir are O(temp_dir)/CELL/home (vLLM's, FlashInfer's, Triton's and Hugging
+        Face's caches), and it mounts nothing else from the host. The env file is read by the docker CLI on the
+        host, so a Ray task in the container finds no file of it; its values are in the container's environment, as
+        vLLM's workers need them.
+    type: str
+    default: ""
   image:
     description: With C(runtime=docker), the pinned image (name@sha256:<64 hex>) every node runs.
     type: str
@@ -189,6 +200,7 @@ ARGUMENT_SPEC = {
     "timeout": {"type": "float", "default": 60},
     "runtime": {"type": "str", "default": "process", "choices": ["process", "docker"]},
     "image": {"type": "str", "default": ""},
+    "container_user": {"type": "str", "default": ""},
 }
 
 
@@ -212,15 +224,17 @@ def main() -> None:
         module.exit_json(changed=result["stopped"], **result)
     docker_run = p["runtime"] == "docker"
     container = raynode.container_name(p["cell_id"], p["port_base"]) if docker_run else ""
+    user: tuple[int, int] | None = None
+    prefix: list[str] = []
     try:
         temp = str(raynode.cell_temp_dir(p["temp_dir"], p["cell_id"]))
         token_path = f"{temp}/{raynode.TOKEN_FILE}"
         gpus = p["num_gpus"] == 0
-        prefix = (
-            raynode.container_argv(p["image"], container, p["cell_id"], p["env_file"], temp, gpus, token_path)
-            if docker_run
-            else []
-        )
+        if docker_run:
+            user = raynode.container_user(p["container_user"])
+            prefix = raynode.container_argv(
+                p["image"], container, p["cell_id"], p["env_file"], temp, gpus, user, token_path
+            )
     except ValueError as exc:
         module.fail_json(msg=f"image: {exc}")
     except raynode.RayError as exc:
@@ -250,6 +264,7 @@ def main() -> None:
             container=container,
             temp_root=p["temp_dir"],
             token=p["token"],
+            user=user,
         )
     except supervise.HostBusy as exc:
         module.fail_json(msg=str(exc), holder=exc.holder, busy=True, host_error=True)
