@@ -2,9 +2,10 @@
 a local registry (tests/fixtures_docker.py), an image built here from the simulator's rootfs plus this venv's `ray`
 and its requirements (no download), pushed, then run by digest. Two Ray nodes (head and worker, each on its own
 loopback address, ports and temp dir) are started through agent/hostside/raynode.py exactly as the spark_ray module
-does on the docker runtime; the cluster is checked with `ray status` inside the head's container; each container's
-digest is verified against the pin; the node reports are read back from the logs' header lines; then the docker
-clients are SIGKILLed (a killed controller) and raynode.stop removes both containers.
+does on the docker runtime (as a non-root user: the login user's, or 65534:65534 when this runs as root); the
+cluster is checked with `ray status` inside the head's container; each container's digest is verified against the
+pin; the node reports are read back from the logs' header lines; then the docker clients are SIGKILLed (a killed
+controller) and raynode.stop removes both containers.
 
 Not a timed test: the image holds ~300 MB of Ray and building it costs a minute on a busy 2-core machine.
 

@@ -102,15 +102,21 @@ CONTAINER_LOGIN = "spark-agent"  # USER/LOGNAME in the container: a uid without 
 MAX_ID = 2**31 - 1
 
 
+def parse_user(spec: str) -> tuple[int, int]:
+    """spark_ray_container_user as (uid, gid): "UID:GID", numbers (a name means nothing across host and image),
+    never root. The controller checks the inventory with it too."""
+    uid_s, sep, gid_s = spec.partition(":")
+    if not (sep and uid_s.isdigit() and gid_s.isdigit() and int(uid_s) <= MAX_ID and int(gid_s) <= MAX_ID):
+        raise RayError(f"spark_ray_container_user {spec[:40]!r} is not UID:GID (two numbers, e.g. 1000:1000)")
+    if int(uid_s) == 0:
+        raise RayError("spark_ray_container_user is root (uid 0): name a non-root UID:GID, e.g. 1000:1000")
+    return int(uid_s), int(gid_s)
+
+
 def container_user(spec: str) -> tuple[int, int]:
-    """The uid:gid a node's container runs as: spec ("UID:GID", numbers: a name means nothing across host and
-    image), else the login user's. Never root; another user's only when we are root (the folder is handed over)."""
-    uid, gid = os.getuid(), os.getgid()
-    if spec:
-        uid_s, sep, gid_s = spec.partition(":")
-        if not (sep and uid_s.isdigit() and gid_s.isdigit() and int(uid_s) <= MAX_ID and int(gid_s) <= MAX_ID):
-            raise RayError(f"spark_ray_container_user {spec[:40]!r} is not UID:GID (two numbers, e.g. 1000:1000)")
-        uid, gid = int(uid_s), int(gid_s)
+    """The uid:gid a node's container runs as: spec (parse_user), else the login user's. Never root; another
+    user's only when we are root (the cell's folder is handed over)."""
+    uid, gid = parse_user(spec) if spec else (os.getuid(), os.getgid())
     if uid == 0:
         raise RayError(
             "Ray's container would run as root (the login user is root): set spark_ray_container_user to a "

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
-from agent.hostside import redact
+from agent.hostside import raynode, redact
 from agent.hostside.docker import MIRROR_RE
 from agent.paths import AGENT, DEFAULT_INVENTORY, PLAYBOOKS
 from agent.planning import vault
@@ -217,6 +217,11 @@ def check_host(path: Path, host: Host) -> None:
     for var in ("spark_workdir", "spark_model_cache"):
         if var in v and not _plain_path(v[var]):
             raise bad(var, "must be a path without spaces or shell characters (; & | $ ` ( ) < > quotes * ? ...)")
+    if v.get("spark_ray_container_user"):
+        try:
+            raynode.parse_user(str(v["spark_ray_container_user"]))
+        except raynode.RayError as exc:
+            raise UserError(f"{path}: host {host.name}: {exc}") from None
     runtime = v.get("spark_runtime", "docker")
     if runtime not in RUNTIMES:
         raise bad("spark_runtime", f"must be one of {', '.join(RUNTIMES)}")
