@@ -64,12 +64,14 @@ def pytest_make_collect_report(collector: pytest.Collector):
 
 # Parallel workers (pytest-xdist, scripts/pytest.sh): a module runs whole on one worker, so its module fixtures (a
 # fleet, a sweep) start once. The engine tier shares one worker (its vLLM servers would otherwise fight over the two
-# cores, and its modules share one real sweep), and so do the modules that use the private dockerd (one daemon, one
-# image build). Work is handed out in collection order, longest group first (by the seconds bench/bench_suite.py
+# cores, and its modules share one real sweep). The modules that use the private dockerd form DOCKER_GROUPS groups,
+# balanced by their seconds: each group starts one daemon and builds its image once, and no one worker carries them
+# all (together they were the longest chain of the run). Work is handed out in collection order, longest group first (by the seconds bench/bench_suite.py
 # --save-seconds last recorded), so that no long module starts last and runs alone while the other workers idle.
 DOCKER_FIXTURES = {"dockerd", "sim_image", "docker_host"}
 MODULE_SECONDS = Path(__file__).with_name("module_seconds.json")
 UNKNOWN_SECONDS = {"engine": 900.0, "integration": 120.0, "unit": 5.0}  # a module not timed yet: assume it is long
+DOCKER_GROUPS = 2
 GROUPS_FILE = "SPARK_TEST_GROUPS"  # env: where the workers note each module's group for the controller's scheduler
 
 
@@ -81,14 +83,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     recorded = json.loads(MODULE_SECONDS.read_text()) if MODULE_SECONDS.is_file() else {}
     groups: dict[str, str] = {}
     group_seconds: dict[str, float] = {}
+    seconds = {m: float(recorded.get(m.nodeid, UNKNOWN_SECONDS[module_tier(m)])) for m in by_module}
+    docker = [
+        m for m, its in by_module.items() if any(DOCKER_FIXTURES & set(getattr(i, "fixturenames", ())) for i in its)
+    ]
+    for module in sorted(docker, key=lambda m: (-seconds[m], m.nodeid)):  # longest first into the lighter group
+        name = min((f"docker-{k}" for k in range(1, DOCKER_GROUPS + 1)), key=lambda g: (group_seconds.get(g, 0.0), g))
+        groups[module.nodeid] = name
+        group_seconds[name] = group_seconds.get(name, 0.0) + seconds[module]
     for module, module_items in by_module.items():
-        tier = module_tier(module)
-        docker = any(DOCKER_FIXTURES & set(getattr(i, "fixturenames", ())) for i in module_items)
-        group = groups[module.nodeid] = "engine" if tier == "engine" else "docker" if docker else module.nodeid
+        if module.nodeid not in groups:
+            group = groups[module.nodeid] = "engine" if module_tier(module) == "engine" else module.nodeid
+            group_seconds[group] = group_seconds.get(group, 0.0) + seconds[module]
         for item in module_items:
-            item.add_marker(pytest.mark.xdist_group(group))
-        seconds = float(recorded.get(module.nodeid, UNKNOWN_SECONDS[tier]))
-        group_seconds[group] = group_seconds.get(group, 0.0) + seconds
+            item.add_marker(pytest.mark.xdist_group(groups[module.nodeid]))
     # stable: collection order within a group and between groups of equal length
     items.sort(key=lambda item: -group_seconds[groups[item.getparent(pytest.Module).nodeid]])
     if os.environ.get(GROUPS_FILE) and os.environ.get("PYTEST_XDIST_WORKER"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]  # the shared real sweep is set up inside one test
 
 
 def test_real_vllm_sweep_attests_measures_and_survives_a_failed_backend(engine_sweep):

@@ -28,7 +28,7 @@ from tests import quiet
 from tests.engine.bench_serve import BenchServe
 from tests.engine.fixtures import BASE_ENV, NGRAM, running_server
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]  # the shared real sweep is set up inside one test
 
 VERSION = "0.32.0"
 UNKNOWN_VAR = "VLLM_USE_FLASHINFER_MOE_FP4"  # deprecated in 0.22, removed in 0.24: 0.32 warns about it

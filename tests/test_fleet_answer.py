@@ -99,7 +99,9 @@ def test_a_calibration_replaces_the_reference_cell_and_the_report_says_so(tmp_pa
     args = ["calibrate", str(QUICK), "-i", str(three.inventory), "--limit", "spark-a,spark-b", "--results", str(out)]
     cal = subprocess.run([*CLI, *args, "--duration", "0.5"], cwd=REPO, capture_output=True, text=True, timeout=400)
     assert cal.returncode == 0, cal.stdout + cal.stderr
-    assert re.search(r"spark-[ab] ran [\d.]+% ± [\d.]+% (slower|faster) than spark-[ab]", cal.stderr), cal.stderr
+    # the effect with its interval; whether 5% clears the noise of 0.5 s windows on a loaded machine varies
+    effect = r"spark-[ab] ran (as fast as spark-[ab] within the noise: -?[\d.]+% ± [\d.]+%|[\d.]+% ± [\d.]+% (slower|faster) than)"
+    assert re.search(effect, cal.stderr), cal.stderr
     assert len(list((out / "calibrate").glob("*/*/cell.toml"))) == 2  # the reference, once on each host
     said, report = sweep_and_report(three, out, "spark-a,spark-b", four_cells(tmp_path))
     assert "from `spark-agent calibrate`" in said and "no reference cell" in said

@@ -208,7 +208,9 @@ def test_output_a_person_reads(tmp_path, three, user):
     assert check.returncode == 1 and "docker is not usable" in " ".join(check.stdout.split()), check.stdout
     assert user("check", "-i", inv, "--limit", "spark-a").returncode == 0
 
-    slow = write_spec(tmp_path, "day-stop", duration=3.0, concurrency=(1,), warmup=0)
+    # 30 s windows: the Ctrl-C below comes a second into the first one, however loaded the machine (it never waits
+    # them out); with 3 s windows a busy machine once saw the whole sweep end before the Ctrl-C landed
+    slow = write_spec(tmp_path, "day-stop", duration=30.0, concurrency=(1,), warmup=0)
     proc = subprocess.Popen(
         [*CLI, "sweep", str(slow), "-i", inv, "--limit", "spark-b", "--results", str(out)],
         cwd=user.home,  # type: ignore[attr-defined]
