@@ -16,13 +16,13 @@ import structlog
 from agent import logs
 from agent.commands import flags
 from agent.errors import UserError
+from agent.escape import plain as line
 from agent.judging import correctness
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning import multinode
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import Spec, load_spec
 from agent.reporting import terminal
-from agent.reporting.escape import plain as line
 from agent.results import tree as results
 from agent.running import detach
 from agent.running.follow import STOPPED_MID_CELL, run_sweep

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.escape import md, rich
 from agent.judging import hosteffect, regression, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Ranking
-from agent.reporting.escape import md, rich
 from agent.reporting.markdown import num, spread_text
 
 REGRESSION, IMPROVEMENT, WITHIN_NOISE = "regression", "improvement", "within noise"

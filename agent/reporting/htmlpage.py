@@ -9,7 +9,7 @@ import base64
 import re
 from typing import TYPE_CHECKING
 
-from agent.reporting.escape import html
+from agent.escape import html
 
 if TYPE_CHECKING:
     from agent.reporting.markdown import ReportData

@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.escape import md
 from agent.hostside import loadgen, loadpoints
 from agent.judging import measurable, stats
 from agent.judging.stats import CellSummary, Stat
-from agent.reporting.escape import md
 
 LOAD_COLUMNS: tuple[tuple[str, Callable[[loadpoints.Point], str]], ...] = (
     ("rate req/s", lambda load: f"{load.rate:g}" if load.rate else "closed"),

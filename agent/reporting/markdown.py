@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
+from agent.escape import md, md_code, md_fence, rich
 from agent.hostside import atomic
 from agent.hostside.serving import launch_command
 from agent.judging import bandwidth, correctness, replicas, stats
@@ -25,7 +26,6 @@ from agent.reporting import correctness as correctness_report
 from agent.reporting import loadreport, startup, warmup
 from agent.reporting import multinode as multinode_report
 from agent.reporting import telemetry as telemetry_report
-from agent.reporting.escape import md, md_code, md_fence, rich
 from agent.results.tree import CELL_FILE, LOST_FILE, load_cells
 
 PLOTS = {  # file name → (title, y label, which Stat of a point)

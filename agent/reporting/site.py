@@ -26,9 +26,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from agent.errors import UserError
+from agent.escape import html
 from agent.hostside import atomic
 from agent.judging import stats
-from agent.reporting.escape import html
 from agent.reporting.htmlpage import page
 from agent.reporting.markdown import num, pct, write_report_cells
 from agent.results.tree import PART

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.escape import md, md_code, md_fence
 from agent.judging import regression, stats
 from agent.reporting import compare as comparing
 from agent.reporting import markdown as report
-from agent.reporting.escape import md, md_code, md_fence
 
 AXES = (("moe_backend", "moe", "MoE"), ("attention_backend", "attention", "attention"), ("linear_backend", "linear",
         "linear"))  # fmt: skip
