@@ -19,7 +19,7 @@ from agent.escape import rich
 from agent.hostside import atomic
 from agent.judging import changepoint
 from agent.reporting import terminal
-from agent.reporting.markdown import num, pct
+from agent.reporting.words import num, pct
 from agent.store import db, history, options, select
 
 

@@ -257,6 +257,6 @@ def _failure_line(folder: Path) -> str:
 def _print_table(cells: list[dict], fmt: str) -> None:
     if fmt == "json" or not cells:
         return
-    from agent.reporting.markdown import terminal_table
+    from agent.reporting.terminal import terminal_table
 
     terminal.console().print(terminal_table(cells))

@@ -20,7 +20,7 @@ from typing import Any
 from agent.escape import md, rich
 from agent.judging import hosteffect, regression, stats
 from agent.judging.stats import CANNOT_RANK, CellSummary, Point, Ranking
-from agent.reporting.markdown import num, spread_text
+from agent.reporting.words import num, spread_text
 
 REGRESSION, IMPROVEMENT, WITHIN_NOISE = "regression", "improvement", "within noise"
 # One point alone is slower or faster beyond its own noise; whether a configuration regressed is its ConfigDiff's.

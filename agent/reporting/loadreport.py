@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.escape import md
 from agent.hostside import loadgen, loadpoints
-from agent.judging import measurable, stats
+from agent.judging import stats
 from agent.judging.stats import CellSummary, Stat
 
 LOAD_COLUMNS: tuple[tuple[str, Callable[[loadpoints.Point], str]], ...] = (
@@ -77,36 +77,6 @@ def percentile_lines(summaries: Sequence[CellSummary]) -> list[str]:
         + (" shown where the sweep set SLOs." if slo else " not shown: no cell set SLOs ([load] goodput)."),
     ]
     return head + ["| " + " | ".join(md(x) for x in r) + " |" for r in rows] + notes
-
-
-def _and(words: Sequence[str]) -> str:
-    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
-
-
-# What the medians table leaves empty when no request finishes inside a window: said, with what would measure it.
-UNMEASURED = (("median_tpot_ms", "TPOT"), ("median_e2el_ms", "end-to-end latency"), (stats.GOODPUT, "goodput"))
-
-
-def unmeasured(summaries: Sequence[CellSummary]) -> list[str]:
-    """Plain sentences: each metric left empty (zero or missing in every window, or at some points), why, and the
-    window length or SLO that would measure it (judging/measurable.py). [] when everything was measured."""
-    cells = [stats.whole_cell(s) for s in stats.distinct_cells(summaries) if s.points]
-    found: dict[tuple[str, str, str], list[str]] = {}  # (where, why, fix) -> the metrics it leaves empty
-    for key, words in UNMEASURED:
-        if not any(key in r for c in cells for r in c.get("runs", [])):
-            continue  # a tree from before the key was recorded: nothing to say about it
-        everywhere = measurable.gap(cells, key)
-        if everywhere is not None:
-            found.setdefault(("", everywhere.why, everywhere.fix), []).append(words)
-            continue
-        for cell, level, g in measurable.gaps_by_point(cells, key):
-            config = cell.get("config", {})
-            where = f"{cell.get('host', '?')}/{stats.value_label(config, 'checkpoint')}/{stats.value_label(config, 'backend')} c={level}"
-            found.setdefault((where, g.why, g.fix), []).append(words)
-    return [
-        f"Not measured{' at ' + where if where else ''}: {_and(metrics)} ({why}); {fix}."
-        for (where, why, fix), metrics in found.items()
-    ]
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.escape import md, md_code, md_fence
-from agent.judging import regression, stats
+from agent.judging import judgement, regression, stats
 from agent.reporting import compare as comparing
-from agent.reporting import markdown as report
+from agent.reporting.words import cell_name, serve_command
 
 AXES = (("moe_backend", "moe", "MoE"), ("attention_backend", "attention", "attention"), ("linear_backend", "linear",
         "linear"))  # fmt: skip
@@ -86,7 +86,7 @@ def _by_config(cells: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]
 
 
 def _label(cell: dict[str, Any]) -> str:
-    return report.cell_name(stats.summarize_cell(cell)).split("/", 1)[-1]  # checkpoint/backend, escaped
+    return cell_name(stats.summarize_cell(cell)).split("/", 1)[-1]  # checkpoint/backend, escaped
 
 
 def build(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]], image_a: str, image_b: str) -> WhatChanged:
@@ -247,14 +247,14 @@ def _correctness(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str,
 
 
 def _to_run(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> list[Item]:
-    new = report.build(after)
-    now = report.what_to_run(new)
-    was = report.what_to_run(report.build(before)) if before else []
+    new = judgement.judge(after)
+    now = list(new.what_to_run)
+    was = list(judgement.judge(before).what_to_run) if before else []
     changed = bool(before) and now != was
     items = [Item(("**Changed.** " if changed else "") + "Now: " + md("; ".join(now) or "nothing ranked"))]
     if before:
         items.append(Item("Before: " + md("; ".join(was) or "nothing ranked")))
-    commands = [report.serve_command(s.cell) for rec in new.recommendations for s in rec.winner_cells[:1]]
+    commands = [serve_command(s.cell) for rec in new.recommendations for s in rec.winner_cells[:1]]
     items += [Item("The command now:", (c,)) for c in commands]
     if not commands:
         items.append(Item("No command now: nothing on this image won outside the noise."))
