@@ -122,7 +122,7 @@ def _cell_order(s: CellSummary) -> tuple:
 def provenance(summaries: Sequence[CellSummary]) -> Provenance:
     once = distinct_cells(summaries)  # a cell with load axes has a summary per (rate, depth): counted once
     cells = [s.cell for s in once]
-    runs = [st for c in cells for st in (c.get("starts") or [c])]  # every server start (stats.merge_starts)
+    runs = [st for c in cells for st in (c.get("starts") or [c])]  # every server start (summary.merge_starts)
     started = sorted(st["started_at"] for st in runs if st.get("started_at"))
     finished = sorted(st["finished_at"] for st in runs if st.get("finished_at"))
     return Provenance(

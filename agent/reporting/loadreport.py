@@ -1,6 +1,6 @@
 """The report's load-side sections: latency percentiles and goodput per point, and the rate sweep.
 
-A cell's load axes (request rate, context depth) vary inside it; stats.load_slices gives a summary per (rate, depth).
+A cell's load axes (request rate, context depth) vary inside it; summary.load_slices gives a summary per (rate, depth).
 The medians table stays compact (a column per load dimension that varies, goodput when SLOs were set); the tails
 (p50/p90/p95/p99 of TTFT, TPOT, ITL and E2EL) go to a detailed table here, and a rate sweep gets its own table:
 what each offered rate was served at, its TTFT, and where the server stopped keeping up (loadgen.saturated, the
