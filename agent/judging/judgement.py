@@ -15,10 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agent.judging import measurable, replicas, stats
+from agent.errors import UserError
+from agent.judging import bandwidth, measurable, replicas, stats
 from agent.judging import telemetry as tj
 from agent.judging.stats import CANNOT_RANK, UNRESOLVED, Recommendation
-from agent.judging.summary import GOODPUT, CellSummary, distinct_cells, hardware_label, whole_cell
+from agent.judging.summary import GOODPUT, CellSummary, Point, distinct_cells, hardware_label, whole_cell
 from agent.results.tree import CELL_FILE, LOST_FILE
 
 VERDICTS = ("valid", "invalid", "failed", stats.WRONG_OUTPUT)
@@ -48,6 +49,18 @@ class Provenance:
 
 
 @dataclass(frozen=True)
+class Ceiling:
+    """Single-stream decode (c=1) of one (chip, backend) against its bandwidth ceiling (judging/bandwidth.py)."""
+
+    arch: str
+    backend: str
+    gbs: float = 0.0
+    source: str = ""
+    notes: bandwidth.CeilingNotes | None = None  # None: no ceiling known for this chip (why_none)
+    why_none: str = ""
+
+
+@dataclass(frozen=True)
 class Judgement:
     """A results tree judged: every renderer reads this and nothing else of judging's decisions."""
 
@@ -58,6 +71,7 @@ class Judgement:
     seed: int  # of the bootstrap
     rank_by: str  # a key of stats.RANK_BY
     replicas: tuple[replicas.ReplicaPoint, ...]  # cells measured on several hosts; "hosts disagree" flagged
+    ceilings: tuple[Ceiling, ...]  # per (chip, backend) with checkpoint bytes per token: c=1 against the ceiling
     unmeasured: tuple[str, ...]  # plain sentences: a metric left empty, why, and what would measure it
     what_to_run: tuple[str, ...]  # plain lines: per (hardware, quant) the answer and its reason, then unmeasured
     throttled: int  # points with throttled windows
@@ -104,6 +118,7 @@ def judge(
         seed=seed,
         rank_by=rank_by,
         replicas=tuple(replicas.replica_points(summaries, threshold)),
+        ceilings=tuple(ceilings(summaries)),
         unmeasured=tuple(gaps),
         what_to_run=tuple([answer(rec) for rec in recs] + gaps),
         throttled=sum(len(list(tj.throttled_points(s.cell))) for s in summaries),
@@ -178,6 +193,51 @@ def undecided_word(rec: Recommendation) -> str:
 def nothing_to_run(rec: Recommendation) -> str:
     """The headline without a winner: the axes were ranked but their winners never ran together, or cannot rank."""
     return "no measured configuration to run" if rec.choice else undecided_word(rec)
+
+
+# ---------------------------------------------------------------- the bandwidth ceiling
+
+
+def ceilings(summaries: Sequence[CellSummary]) -> list[Ceiling]:
+    """Single-stream decode (c=1) as % of the bandwidth ceiling, for cells that carry
+    checkpoint_info.bytes_per_token; and whether bytes explain the differences between checkpoints
+    on the same backend (agent.judging.bandwidth)."""
+    groups: dict[tuple[str, str], list[CellSummary]] = {}
+    for s in summaries:
+        if s.rankable and _c1(s) and s.cell.get("checkpoint_info", {}).get("bytes_per_token"):
+            groups.setdefault((_arch(s.cell), s.backend), []).append(s)
+    out = []
+    for (arch, backend), cells in sorted(groups.items()):
+        try:
+            gbs, source = bandwidth.bandwidth_for(arch)
+        except UserError as exc:
+            out.append(Ceiling(arch, backend, why_none=exc.message))
+            continue
+        notes = bandwidth.ceiling_notes([_ceiling_point(s) for s in cells], gbs, source)
+        out.append(Ceiling(arch, backend, gbs, source, notes))
+    return out
+
+
+def _c1(s: CellSummary) -> Point | None:
+    p = s.points.get(1)
+    return p if p is not None and p.throughput is not None else None
+
+
+def _arch(cell: dict[str, Any]) -> str:
+    facts = cell.get("facts", {})
+    return facts.get("arch") or facts.get("gpu_name") or "unknown"
+
+
+def _ceiling_point(s: CellSummary) -> bandwidth.Point:
+    p = _c1(s)
+    assert p is not None and p.throughput is not None  # ceilings only passes cells with a c=1 throughput
+    medians = {"median_tpot_ms": p.tpot.median if p.tpot else 0.0, "output_throughput": p.throughput.median}
+    return bandwidth.Point(
+        label=s.checkpoint,
+        bytes_per_token=int(s.cell["checkpoint_info"]["bytes_per_token"]),
+        tok_s=bandwidth.single_stream_tok_s(medians),
+        speculative=bool(s.config.get("speculative")),
+    )
 
 
 # ---------------------------------------------------------------- what was not measured, what was lost

@@ -43,7 +43,7 @@ def render_markdown(data: Judgement, plots: Iterable[str] = PLOTS) -> str:
     out += telemetry_report.sections(data.summaries)
     out += warmup.sections(data.summaries)
     out += ["## Single stream vs the bandwidth ceiling (c=1)", ""]
-    out += ceiling_lines(data.summaries) or ["No cell carries checkpoint_info.bytes_per_token: no ceiling.", ""]
+    out += ceiling_lines(data.ceilings) or ["No cell carries checkpoint_info.bytes_per_token: no ceiling.", ""]
     out += ["## Unstable points", ""] + _or_none(unstable_lines(data.summaries, data.threshold)) + [""]
     out += ["## Failed runs (left out of the medians)", ""] + _or_none(failed_run_lines(data.summaries)) + [""]
     once = data.once  # what is said once per cell, whatever its load slices
