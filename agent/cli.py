@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _user_error(exc: UserError) -> int:
-    from agent.reporting.escape import plain
+    from agent.escape import plain
 
     print(f"spark-agent: error: {plain(exc.message)}", file=sys.stderr)
     return exc.exit_code

@@ -10,8 +10,8 @@ from typing import Any
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
+from agent.escape import plain
 from agent.hostside import redact
-from agent.reporting.escape import plain
 
 
 def redact_event(logger: WrappedLogger, method: str, event: EventDict) -> EventDict:

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agent import escape
 from agent.errors import UserError
 from agent.hostside import logparse
 from agent.judging.verdict import AXES, attest_facts, axis_name
-from agent.reporting import escape
 
 EXIT = {"valid": 0, "invalid": 1, "failed": 3}
 

@@ -11,12 +11,12 @@ from typing import Any
 from rich.table import Table
 
 from agent.errors import UserError
+from agent.escape import rich
 from agent.hostside.contracts import Facts
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning import envrules, groups
 from agent.planning.inventory import check_reachable, load_inventory
 from agent.reporting import terminal
-from agent.reporting.escape import rich
 from agent.running import fingerprints, hostdata, hostmemory, tasks
 from agent.running import playbooks as fleet
 from agent.running.sweep import gather_facts

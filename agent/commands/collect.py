@@ -11,8 +11,8 @@ import time
 
 from agent import logs
 from agent.commands import flags, status
+from agent.escape import plain as line
 from agent.planning.inventory import load_inventory
-from agent.reporting.escape import plain as line
 from agent.running import detach
 
 

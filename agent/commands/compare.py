@@ -9,11 +9,11 @@ import argparse
 from pathlib import Path
 
 from agent.commands import flags
+from agent.escape import rich
 from agent.hostside import atomic
 from agent.judging import regression, stats
 from agent.reporting import terminal
 from agent.reporting.compare import compare, comparison_table, render_markdown, summary_line
-from agent.reporting.escape import rich
 from agent.reporting.markdown import calibration_cells
 from agent.store import options
 

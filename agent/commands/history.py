@@ -15,11 +15,11 @@ from rich.table import Table
 
 from agent.commands import flags
 from agent.errors import UserError
+from agent.escape import rich
 from agent.hostside import atomic
 from agent.judging import changepoint
 from agent.reporting import terminal
-from agent.reporting.escape import rich
-from agent.reporting.markdown import num, pct
+from agent.reporting.words import num, pct
 from agent.store import db, history, options, select
 
 

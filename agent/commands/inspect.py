@@ -9,9 +9,9 @@ import json
 
 from agent.commands import flags
 from agent.errors import UserError
+from agent.escape import plain
 from agent.judging.bandwidth import bandwidth_for
 from agent.judging.checkpoints import compare, format_ceiling, format_comparison, format_summary, inspect
-from agent.reporting.escape import plain
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

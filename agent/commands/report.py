@@ -8,8 +8,8 @@ from pathlib import Path
 
 from agent.commands import flags
 from agent.errors import UserError
+from agent.escape import plain
 from agent.judging import stats
-from agent.reporting.escape import plain
 from agent.reporting.markdown import write_report, write_report_cells
 from agent.store import options
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from agent import logs
 from agent.errors import UserError
+from agent.escape import plain as line
 from agent.planning.inventory import load_inventory
 from agent.planning.matrix import Cell
-from agent.reporting.escape import plain as line
 from agent.running import detach, fleetindex
 
 DEFAULT_RESULTS = Path("results")

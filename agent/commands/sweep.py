@@ -16,13 +16,13 @@ import structlog
 from agent import logs
 from agent.commands import flags
 from agent.errors import UserError
+from agent.escape import plain as line
 from agent.judging import correctness
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning import multinode
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import Spec, load_spec
 from agent.reporting import terminal
-from agent.reporting.escape import plain as line
 from agent.results import tree as results
 from agent.running import detach
 from agent.running.follow import STOPPED_MID_CELL, run_sweep
@@ -257,6 +257,6 @@ def _failure_line(folder: Path) -> str:
 def _print_table(cells: list[dict], fmt: str) -> None:
     if fmt == "json" or not cells:
         return
-    from agent.reporting.markdown import terminal_table
+    from agent.reporting.terminal import terminal_table
 
     terminal.console().print(terminal_table(cells))

@@ -22,12 +22,12 @@ from agent.commands.pin import resolve_on_host
 from agent.commands.sweep import _sigterm_as_interrupt
 from agent.commands.tune import duration
 from agent.errors import UserError
+from agent.escape import plain
 from agent.judging import sequential as seq
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import Spec, load_spec
 from agent.reporting import whatchanged
-from agent.reporting.escape import plain
 from agent.running import timer
 from agent.running import watch as watching
 from agent.running.progress import Progress

@@ -46,7 +46,7 @@ MIN_KNOWN_LEN = 8
 # overrides, isolates and marks (Trojan Source), zero-width spaces and joiners, the BOM, the soft hyphen, the
 # combining grapheme joiner, the Mongolian vowel separator, Hangul fillers, variation selectors and Unicode tag
 # characters. Inside a secret or its name they would hide it from every pattern: removed before matching
-# (redact_text, name_words), and never shown (reporting/escape.py).
+# (redact_text, name_words), and never shown (agent/escape.py).
 INVISIBLE = (
     "\u00ad\u034f\u061c\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff"
     "\uffa0\U000e0000-\U000e007f\U000e0100-\U000e01ef"

@@ -22,12 +22,10 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.judging.student import t_quantile
-
-if TYPE_CHECKING:
-    from agent.judging.stats import CellSummary
+from agent.judging.summary import CellSummary, comparable
 
 CONFIDENCE = 0.95
 MAX_EFFECT = 0.15  # hosts of one fingerprint whose speeds differ by more than this are not ranked against each other
@@ -120,8 +118,6 @@ class HostEffects:
 def point_key(cell: dict[str, Any]) -> str:
     """What two hosts must share for their measurements to be one point: the configuration minus the schedule (a
     reference cell runs fewer levels of the same server), and the group's fingerprint and logged vLLM."""
-    from agent.judging.stats import comparable
-
     config = {k: v for k, v in cell.get("config", {}).items() if k not in SCHEDULE}
     return json.dumps({"group": comparable(cell), **config}, sort_keys=True, default=str)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agent.escape import md, md_code
 from agent.judging import correctness, stats
 from agent.judging.stats import CellSummary
-from agent.reporting.escape import md, md_code
 
 
 def _best(s: CellSummary) -> str:

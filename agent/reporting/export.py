@@ -12,10 +12,10 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from agent.escape import csv_cell
 from agent.hostside import loadpoints
 from agent.judging.stats import cell_verdict, hardware_label
 from agent.planning.matrix import backend_label
-from agent.reporting.escape import csv_cell
 
 CELL_COLUMNS = [
     "sweep",

@@ -1,5 +1,5 @@
 """report.html: the very markdown report.md holds, turned into one self-contained page (plots embedded as data:
-URIs, so it works from file://). Only the markdown subset agent.reporting.markdown writes is understood: headings,
+URIs, so it works from file://). Only the markdown subset agent.reporting.document writes is understood: headings,
 paragraphs, lists, pipe tables, fenced code, images, `code` spans (any fence length), **bold** and backslash escapes.
 Every character of text is HTML-escaped; no markup from the markdown reaches the page except the tags made here."""
 
@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import TYPE_CHECKING
 
-from agent.reporting.escape import html
-
-if TYPE_CHECKING:
-    from agent.reporting.markdown import ReportData
+from agent.escape import html
+from agent.judging.judgement import Judgement
+from agent.reporting.document import render_markdown
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1em auto; padding: 0 1em; max-width: 1200px; color: #222; }
@@ -69,11 +67,9 @@ FENCE = re.compile(r"^(`{3,})[A-Za-z0-9_-]*$")
 PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")  # what a backslash escapes (CommonMark)
 
 
-def render(data: ReportData, images: dict[str, bytes]) -> str:
-    from agent.reporting.markdown import render_markdown
-
+def render(data: Judgement, images: dict[str, bytes]) -> str:
     body = markdown_to_html(render_markdown(data, images), images)
-    return page("spark-agent report: " + (", ".join(data.provenance["sweeps"]) or "results"), body)
+    return page("spark-agent report: " + (", ".join(data.provenance.sweeps) or "results"), body)
 
 
 def markdown_to_html(text: str, images: dict[str, bytes]) -> str:

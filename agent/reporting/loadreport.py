@@ -1,6 +1,6 @@
 """The report's load-side sections: latency percentiles and goodput per point, and the rate sweep.
 
-A cell's load axes (request rate, context depth) vary inside it; stats.load_slices gives a summary per (rate, depth).
+A cell's load axes (request rate, context depth) vary inside it; summary.load_slices gives a summary per (rate, depth).
 The medians table stays compact (a column per load dimension that varies, goodput when SLOs were set); the tails
 (p50/p90/p95/p99 of TTFT, TPOT, ITL and E2EL) go to a detailed table here, and a rate sweep gets its own table:
 what each offered rate was served at, its TTFT, and where the server stopped keeping up (loadgen.saturated, the
@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.escape import md
 from agent.hostside import loadgen, loadpoints
-from agent.judging import measurable, stats
+from agent.judging import stats
 from agent.judging.stats import CellSummary, Stat
-from agent.reporting.escape import md
 
 LOAD_COLUMNS: tuple[tuple[str, Callable[[loadpoints.Point], str]], ...] = (
     ("rate req/s", lambda load: f"{load.rate:g}" if load.rate else "closed"),
@@ -77,36 +77,6 @@ def percentile_lines(summaries: Sequence[CellSummary]) -> list[str]:
         + (" shown where the sweep set SLOs." if slo else " not shown: no cell set SLOs ([load] goodput)."),
     ]
     return head + ["| " + " | ".join(md(x) for x in r) + " |" for r in rows] + notes
-
-
-def _and(words: Sequence[str]) -> str:
-    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
-
-
-# What the medians table leaves empty when no request finishes inside a window: said, with what would measure it.
-UNMEASURED = (("median_tpot_ms", "TPOT"), ("median_e2el_ms", "end-to-end latency"), (stats.GOODPUT, "goodput"))
-
-
-def unmeasured(summaries: Sequence[CellSummary]) -> list[str]:
-    """Plain sentences: each metric left empty (zero or missing in every window, or at some points), why, and the
-    window length or SLO that would measure it (judging/measurable.py). [] when everything was measured."""
-    cells = [stats.whole_cell(s) for s in stats.distinct_cells(summaries) if s.points]
-    found: dict[tuple[str, str, str], list[str]] = {}  # (where, why, fix) -> the metrics it leaves empty
-    for key, words in UNMEASURED:
-        if not any(key in r for c in cells for r in c.get("runs", [])):
-            continue  # a tree from before the key was recorded: nothing to say about it
-        everywhere = measurable.gap(cells, key)
-        if everywhere is not None:
-            found.setdefault(("", everywhere.why, everywhere.fix), []).append(words)
-            continue
-        for cell, level, g in measurable.gaps_by_point(cells, key):
-            config = cell.get("config", {})
-            where = f"{cell.get('host', '?')}/{stats.value_label(config, 'checkpoint')}/{stats.value_label(config, 'backend')} c={level}"
-            found.setdefault((where, g.why, g.fix), []).append(words)
-    return [
-        f"Not measured{' at ' + where if where else ''}: {_and(metrics)} ({why}); {fix}."
-        for (where, why, fix), metrics in found.items()
-    ]
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from agent.errors import UserError
+from agent.escape import html
 from agent.hostside import atomic
 from agent.judging import stats
-from agent.reporting.escape import html
 from agent.reporting.htmlpage import page
-from agent.reporting.markdown import num, pct, write_report_cells
+from agent.reporting.markdown import write_report_cells
+from agent.reporting.words import num, pct
 from agent.results.tree import PART
 from agent.store import history, readback, select
 from agent.store.schema import sweeps

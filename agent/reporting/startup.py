@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agent.escape import md
 from agent.judging.stats import CellSummary
-from agent.reporting.escape import md
 from agent.results import tree as results
 
 COLUMNS = [

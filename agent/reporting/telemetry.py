@@ -8,8 +8,8 @@ import io
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from agent.escape import md
 from agent.judging import telemetry as tj
-from agent.reporting.escape import md
 
 if TYPE_CHECKING:
     from agent.judging.stats import CellSummary, Recommendation

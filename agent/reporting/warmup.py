@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agent.escape import md
 from agent.judging.stats import CellSummary
-from agent.reporting.escape import md
 
 
 def _name(s: CellSummary) -> str:

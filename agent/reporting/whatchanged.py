@@ -3,8 +3,9 @@
 Pure: two lists of cell tables (a results tree's or a store selection's) in, a `WhatChanged` out, then Markdown (and
 the same as HTML through htmlpage.markdown_to_html). Everything compared was already parsed per cell: the
 attestation (hostside/logparse.py: vLLM version, what loaded, unknown variables, with the first log line saying each),
-the failure class and root cause, the startup breakdown, the probe's verdict. Speed is compare's (one decision per
-configuration, judging/regression.py); "what to run" is the report's. Every value from a host is escaped (escape.md).
+the failure class and root cause, the startup breakdown, the probe's verdict. Speed is compare's
+(judging/comparison.py: one decision per configuration, judging/regression.py); "what to run" is the judgement's
+(judging/judgement.py). Every value from a host is escaped (escape.md).
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.judging import regression, stats
+from agent.escape import md, md_code, md_fence
+from agent.judging import comparison, judgement, regression, stats
 from agent.reporting import compare as comparing
-from agent.reporting import markdown as report
-from agent.reporting.escape import md, md_code, md_fence
+from agent.reporting.words import cell_name, serve_command
 
 AXES = (("moe_backend", "moe", "MoE"), ("attention_backend", "attention", "attention"), ("linear_backend", "linear",
         "linear"))  # fmt: skip
@@ -81,12 +82,12 @@ def _evidence(cell: dict[str, Any], axis: str) -> tuple[str, ...]:
 def _by_config(cells: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for c in cells:
-        out.setdefault(comparing.match_key(c, with_host=False), []).append(c)
+        out.setdefault(comparison.match_key(c, with_host=False), []).append(c)
     return out
 
 
 def _label(cell: dict[str, Any]) -> str:
-    return report.cell_name(stats.summarize_cell(cell)).split("/", 1)[-1]  # checkpoint/backend, escaped
+    return cell_name(stats.summarize_cell(cell)).split("/", 1)[-1]  # checkpoint/backend, escaped
 
 
 def build(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]], image_a: str, image_b: str) -> WhatChanged:
@@ -219,16 +220,16 @@ def _startup(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) 
 
 
 def _speed(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]], out: WhatChanged) -> list[Item]:
-    cmp = comparing.compare(before, after)
+    cmp = comparison.compare(before, after)
     items = [Item(md(comparing.summary_line(cmp)) + ".")]
     for c in cmp.configs:
         if c.change is None:
             items.append(Item(f"{md(c.label)}: not decided ({md(c.why)})"))
             continue
-        word = {comparing.REGRESSION: "**slower**", comparing.IMPROVEMENT: "faster"}.get(c.status, "within noise")
+        word = {comparison.REGRESSION: "**slower**", comparison.IMPROVEMENT: "faster"}.get(c.status, "within noise")
         items.append(Item(f"{md(c.label)}: {md(regression.describe(c.change))}: {word}", (),
-                          headline=c.status == comparing.REGRESSION))  # fmt: skip
-        if c.status == comparing.REGRESSION:
+                          headline=c.status == comparison.REGRESSION))  # fmt: skip
+        if c.status == comparison.REGRESSION:
             out.regressed.append(c.label)
     items += [Item(f"not compared: {md(x)}") for x in cmp.not_compared]
     return items
@@ -247,14 +248,14 @@ def _correctness(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str,
 
 
 def _to_run(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> list[Item]:
-    new = report.build(after)
-    now = report.what_to_run(new)
-    was = report.what_to_run(report.build(before)) if before else []
+    new = judgement.judge(after)
+    now = list(new.what_to_run)
+    was = list(judgement.judge(before).what_to_run) if before else []
     changed = bool(before) and now != was
     items = [Item(("**Changed.** " if changed else "") + "Now: " + md("; ".join(now) or "nothing ranked"))]
     if before:
         items.append(Item("Before: " + md("; ".join(was) or "nothing ranked")))
-    commands = [report.serve_command(s.cell) for rec in new.recommendations for s in rec.winner_cells[:1]]
+    commands = [serve_command(s.cell) for rec in new.recommendations for s in rec.winner_cells[:1]]
     items += [Item("The command now:", (c,)) for c in commands]
     if not commands:
         items.append(Item("No command now: nothing on this image won outside the noise."))

@@ -17,9 +17,9 @@ from typing import Any
 
 import tomli_w
 
+from agent.escape import plain
 from agent.hostside import atomic, loadpoints, redact
 from agent.judging import correctness
-from agent.reporting.escape import plain
 
 CELL_FILE = "cell.toml"
 LOST_FILE = "lost.toml"

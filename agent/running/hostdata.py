@@ -15,9 +15,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, get_type_hints
 
+from agent.escape import plain
 from agent.hostside import longdecode
 from agent.hostside.contracts import ServerView, WarmupRecord, Window, WindowTelemetry
-from agent.reporting.escape import plain
 
 MAX_TEXT = 4096  # one log line, one error message
 MAX_NAME = 256  # a GPU name, a host name, a version

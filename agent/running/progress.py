@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.progress import BarColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
+from agent.escape import rich
 from agent.hostside import loadpoints
 from agent.planning.matrix import Cell, shape_vars
-from agent.reporting.escape import rich
 from agent.results.records import CellRecord
 from agent.running import tasks
 

@@ -13,8 +13,8 @@ import time
 from typing import IO, TYPE_CHECKING
 
 from agent.errors import UserError
+from agent.escape import INVISIBLE
 from agent.planning.inventory import Host
-from agent.reporting.escape import INVISIBLE
 from agent.running.hostdata import CELL_ID
 
 if TYPE_CHECKING:

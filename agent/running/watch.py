@@ -25,12 +25,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from agent.errors import UserError
+from agent.escape import plain
 from agent.hostside import atomic, redact
 from agent.hostside.docker import is_tag
 from agent.hostside.utc import iso
 from agent.planning.spec import Spec
 from agent.reporting import whatchanged
-from agent.reporting.escape import plain
 from agent.reporting.htmlpage import markdown_to_html, page
 from agent.store import select
 from agent.store.schema import cells, sweeps

@@ -23,10 +23,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from agent.errors import UserError
+from agent.escape import plain
 from agent.hostside import loadpoints
 from agent.judging import stats
 from agent.reporting.compare import match_key
-from agent.reporting.escape import plain
 from agent.results import tree
 from agent.store import db
 from agent.store.schema import WINDOW_COLUMNS, cells, hosts, measurements, sweeps

@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from agent.errors import UserError
-from agent.reporting.escape import plain
+from agent.escape import plain
 from agent.results import tree
 
 CONFIG_KEY = re.compile(r"[0-9a-f]{16}")  # ingest.config_key: a sha256 prefix
