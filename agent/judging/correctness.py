@@ -18,11 +18,12 @@ from typing import Any
 from agent.hostside import probe
 from agent.hostside.contracts import Correctness, LongPath, ProbeResult
 from agent.judging import consensus, longdecode
+from agent.planning.matrix import EAGER
 from agent.planning.settings import CorrectnessSettings
 
 THRESHOLDS = ("min_score", "max_score_drop", "min_agreement", "max_degenerate", "long_min_tokens", "min_task_accuracy")
 PATH_ORDER = ("speculative", "graphs", "batch", "reference")  # a tie in where paths broke: the most specific one
-EAGER = "--enforce-eager"  # CUDA graphs off: an extra_args axis (docs/axes.md) gives a cell its eager twin
+# CUDA graphs off: [correctness] eager_start (a probe-only start) or an extra_args axis gives a cell its eager twin
 DUMMY = "dummy weights"
 
 
@@ -134,6 +135,7 @@ def _fit(group: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if c.get("verdict") == "valid"
         and c.get("status") != "failed"
         and not not_judged(c)  # noise by construction: never the yardstick
+        and not c.get("config", {}).get("probe_only")  # a checks-only eager start: the graphs path's yardstick only
         and c.get("correctness", {}).get("probed")
         and not own_reasons(c["correctness"])
     ]
@@ -318,6 +320,7 @@ def _twin(cell: Mapping[str, Any], group: Sequence[dict[str, Any]], path: str) -
             out.pop("speculative", None)
         else:
             out["extra_args"] = [a for a in cfg.get("extra_args") or [] if a != EAGER]
+            out.pop("probe_only", None)  # the eager start of planning/matrix.eager_starts is such a twin
         return out
 
     cfg = cell.get("config", {})

@@ -19,7 +19,15 @@ from agent.errors import UserError
 from agent.judging import bandwidth, measurable, replicas, stats
 from agent.judging import telemetry as tj
 from agent.judging.stats import CANNOT_RANK, UNRESOLVED, Recommendation
-from agent.judging.summary import GOODPUT, CellSummary, Point, distinct_cells, hardware_label, whole_cell
+from agent.judging.summary import (
+    GOODPUT,
+    CellSummary,
+    Point,
+    distinct_cells,
+    hardware_label,
+    is_checks_only,
+    whole_cell,
+)
 from agent.results.tree import CELL_FILE, LOST_FILE
 
 VERDICTS = ("valid", "invalid", "failed", stats.WRONG_OUTPUT)
@@ -80,6 +88,7 @@ class Judgement:
     lost: tuple[str, ...] = ()  # "sweep/host/cell" of cells started without results (lost_cells)
     tune: tuple[dict[str, Any], ...] = ()  # results/<sweep>/tune.toml records
     calibration: str = ""  # the calibration whose host effects were used too, in words ("" = none)
+    checks_only: tuple[dict[str, Any], ...] = ()  # eager starts that only ran the correctness checks: never ranked
 
     @property
     def once(self) -> list[CellSummary]:
@@ -127,7 +136,12 @@ def judge(
         lost=tuple(lost),
         tune=tuple(tune),
         calibration=calibration_words,
+        checks_only=tuple(sorted((c for c in cells if is_checks_only(c)), key=_check_order)),
     )
+
+
+def _check_order(cell: dict[str, Any]) -> tuple[str, ...]:
+    return (str(cell.get("host", "")), str(cell.get("config", {}).get("checkpoint", "")), str(cell.get("cell_id", "")))
 
 
 def _cell_order(s: CellSummary) -> tuple:

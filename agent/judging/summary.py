@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,8 +236,16 @@ def summarize_cells(
     cells: Iterable[dict[str, Any]], threshold: float = DEFAULT_THRESHOLD, metric: str = RANK_METRIC
 ) -> list[CellSummary]:
     """One summary per cell, and per (request rate, context depth) of a cell with load axes (load_slices). The
-    server starts of one config on one host are one summary (merge_starts)."""
-    return [summarize_cell(part, threshold, metric) for c in merge_starts(cells) for part in load_slices(c)]
+    server starts of one config on one host are one summary (merge_starts). A checks-only start ([config] probe_only:
+    planning/matrix.eager_starts) has no windows: it is never summarized, so never ranked or compared (checks_only)."""
+    measured = [c for c in cells if not is_checks_only(c)]
+    return [summarize_cell(part, threshold, metric) for c in merge_starts(measured) for part in load_slices(c)]
+
+
+def is_checks_only(cell: Mapping[str, Any]) -> bool:
+    """A server start that only ran the correctness checks (the eager start of [correctness] eager_start)."""
+    config = cell.get("config")
+    return isinstance(config, Mapping) and bool(config.get("probe_only"))
 
 
 def merge_starts(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from agent.reporting import multinode as multinode_report
 from agent.reporting import telemetry as telemetry_report
 from agent.reporting.charts import PLOTS
 from agent.reporting.sections.ceiling import ceiling_lines
+from agent.reporting.sections.checks import checks_lines
 from agent.reporting.sections.failures import failed_cell_lines, failed_run_lines, invalid_lines
 from agent.reporting.sections.medians import medians_table_md
 from agent.reporting.sections.problems import problem_lines
@@ -49,6 +50,8 @@ def render_markdown(data: Judgement, plots: Iterable[str] = PLOTS) -> str:
     once = data.once  # what is said once per cell, whatever its load slices
     out += ["## INVALID cells (never ranked)", ""] + _or_none(invalid_lines(once)) + [""]
     out += ["## Failed cells (never ranked)", ""] + _or_none(failed_cell_lines(once)) + [""]
+    if data.checks_only:  # [correctness] eager_start: the graphs path's yardstick
+        out += ["## Eager starts, checks only (never ranked)", ""] + checks_lines(data.checks_only) + [""]
     out += ["## Startup and time spent", ""] + startup.time_share_lines(once) + [""]
     out += startup.startup_lines(once) + [""]
     if data.tune:

@@ -13,6 +13,8 @@ from rich.console import Console
 from agent.escape import rich
 from agent.judging import correctness, judgement, stats
 from agent.judging.stats import CellSummary, Point, Recommendation
+from agent.planning.matrix import backend_label
+from agent.reporting.sections.checks import CHECKS_LABEL
 from agent.reporting.words import death_text, num, spread_text
 
 PIPED_WIDTH = 400  # rich sizes a table to its content: this is only the most a piped row may take
@@ -48,6 +50,12 @@ def terminal_table(
             _verdict_markup(s),
             *[_cell_markup(s.points.get(c)) for c in conc],
         )
+    for cell in data.checks_only:  # no windows: the verdict of its checks only
+        config = cell.get("config", {})
+        backend = f"{backend_label(config)} ({CHECKS_LABEL})"
+        verdict = stats.cell_verdict(cell)
+        shown = "[green]valid[/]" if verdict == "valid" else f"[red]{rich(verdict)}[/]"
+        table.add_row(rich(cell.get("host", "")), rich(config.get("checkpoint", "")), rich(backend), shown)
     return table
 
 
