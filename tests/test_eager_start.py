@@ -5,17 +5,14 @@ clean; that start runs no windows, is never ranked, and the report says what it 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import yaml
 
 from agent.judging import stats
 from agent.results import tree as results
 
-from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for, start_fleet, stop_sim_fleet
+from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_sim_fleet
+from .test_long_decode_sweep import _cli  # the CLI as a user runs it, wide enough that no name is cut
 
 pytestmark = pytest.mark.integration
 
@@ -58,16 +55,9 @@ def host(tmp_path_factory):
         stop_sim_fleet(fleet)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="300")
-    return subprocess.run(
-        [sys.executable, "-m", "agent.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
-    )
-
-
 def test_a_graphs_only_fault_is_blamed_on_graphs_by_the_eager_start(tmp_path, host):
     inv = inventory_for(host, {**SIM_HOST_VARS, "spark_port": 8380, "spark_sim_time_scale": 200})
-    for h in inv["all"]["children"]["sparks"]["hosts"].values():  # marlin breaks under CUDA graphs at token 2000
+    for h in inv["all"]["children"]["sparks"]["hosts"].values():  # every backend breaks under graphs at 2000
         h["spark_serve_env"] = {**SIM_HOST_VARS["spark_serve_env"], "SPARK_SIM_WRONG_OUTPUT": "graph:late@2000"}
     (tmp_path / "fleet.yml").write_text(yaml.safe_dump(inv))
     (tmp_path / "graphs.toml").write_text(SPEC.format(digest="cd" * 32))
