@@ -21,6 +21,7 @@ from agent.results import tree as results
 
 from .fault_drills import parse_summary
 from .sshd_hosts import sim_fleet
+from .terminal import ctrl_c_as_on_a_terminal
 from .test_sweep import write_spec
 
 pytestmark = pytest.mark.integration
@@ -215,6 +216,7 @@ def test_output_a_person_reads(tmp_path, three, user):
         [*CLI, "sweep", str(slow), "-i", inv, "--limit", "spark-b", "--results", str(out)],
         cwd=user.home,  # type: ignore[attr-defined]
         env={**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(tmp_path / "state")},
+        preexec_fn=ctrl_c_as_on_a_terminal,  # CI starts the suite in the background: SIGINT ignored, inherited
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -83,32 +83,36 @@ def test_modules_are_grouped_and_ordered_for_workers(tree):
     )
     [finished] = tree.inline_run("--collect-only").getcalls("pytest_collection_finish")
     groups = [(item.name, item.get_closest_marker("xdist_group").args[0]) for item in finished.session.items]
+    # longest group first (untimed: engine 900 s, integration 120 s, unit 5 s; ties in collection order); the dockerd
+    # modules in DOCKER_GROUPS groups balanced by seconds, each module whole (one daemon per group)
     assert groups == [
         ("test_e", "engine"),
-        ("test_plain", "docker"),  # the whole module: one dockerd per worker is enough
-        ("test_d", "docker"),
-        ("test_d", "docker"),
         ("test_f", "test_b_fleet.py"),
+        ("test_plain", "docker-1"),
+        ("test_d", "docker-1"),
+        ("test_d", "docker-2"),
         ("test_u", "test_a_unit.py"),
     ]
 
 
 def test_workers_run_each_group_whole(tree, monkeypatch):
-    """Real workers (pytest-xdist): a module's tests on one worker, and both dockerd modules on the same one."""
+    """Real workers (pytest-xdist): a module's tests on one worker, each dockerd group's modules too."""
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parent.parent))  # the tree imports tests.conftest
-    modules = {f"test_{n}": "import pytest\npytestmark = pytest.mark.integration\n" for n in "abcdef"}
+    modules = {f"test_{n}": "import pytest\npytestmark = pytest.mark.integration\n" for n in "abcdefg"}
     for name in modules:
-        fixture = "dockerd" if name in ("test_b", "test_e") else "ssh_fleet"
+        fixture = "dockerd" if name in ("test_b", "test_e", "test_g") else "ssh_fleet"
         modules[name] += "".join(f"def test_{i}({fixture}):\n    pass\n" for i in range(3))
     tree.makepyfile(**modules)
     result = tree.runpytest_subprocess("-n", "3", "--dist", "loadscope", "-v")
-    result.assert_outcomes(passed=18)
+    result.assert_outcomes(passed=21)
     workers: dict[str, set[str]] = {}
     for line in result.outlines:
         if line.startswith("[gw") and " PASSED " in line:
             workers.setdefault(line.split("::")[0].split()[-1], set()).add(line.split("]")[0])
     assert all(len(ran_on) == 1 for ran_on in workers.values()), workers
-    assert workers["test_b.py"] == workers["test_e.py"]
+    # three untimed dockerd modules, longest (then by name) into the lighter group, a tie to the first: b and g in
+    # docker-1, e in docker-2
+    assert workers["test_b.py"] == workers["test_g.py"]
 
 
 def test_each_worker_has_a_net_of_its_own():
