@@ -18,7 +18,7 @@ from typing import Any
 from agent.hostside import probe
 from agent.hostside.contracts import Correctness, LongPath, ProbeResult
 from agent.judging import consensus, longdecode
-from agent.planning.matrix import EAGER
+from agent.planning.matrix import EAGER, without_eager
 from agent.planning.settings import CorrectnessSettings
 
 THRESHOLDS = ("min_score", "max_score_drop", "min_agreement", "max_degenerate", "long_min_tokens", "min_task_accuracy")
@@ -318,10 +318,8 @@ def _twin(cell: Mapping[str, Any], group: Sequence[dict[str, Any]], path: str) -
         out = dict(cfg)
         if path == "speculative":
             out.pop("speculative", None)
-        else:
-            out["extra_args"] = [a for a in cfg.get("extra_args") or [] if a != EAGER]
-            out.pop("probe_only", None)  # the eager start of planning/matrix.eager_starts is such a twin
-        return out
+            return out
+        return without_eager(cfg)  # the eager start of planning/matrix.eager_starts is such a twin
 
     cfg = cell.get("config", {})
     if not switched_on(cfg):

@@ -274,12 +274,13 @@ def eager_starts(cells: list[Cell], host_vars: Mapping[str, Any]) -> list[Cell]:
     --enforce-eager: its outputs are the graphs path's yardstick (judging/correctness.py), without the windows a
     twin cell of the matrix would measure. A configuration the matrix already runs eager needs none; one per
     configuration (its first server start)."""
-    eager_rest = {_without_eager(c.config) for c in cells if EAGER in c.config.server.extra_args}
+    eager_rest = {_key(without_eager(c.config.to_dict())) for c in cells if EAGER in c.config.server.extra_args}
     out = []
     for cell in cells:
         out.append(cell)
         c = cell.config
-        if EAGER in c.server.extra_args or c.server_start != 1 or cell.reference_of or _without_eager(c) in eager_rest:
+        rest = _key(without_eager(c.to_dict()))
+        if EAGER in c.server.extra_args or c.server_start != 1 or cell.reference_of or rest in eager_rest:
             continue
         server = replace(c.server, extra_args=[*c.server.extra_args, EAGER])
         config = replace(c, server=server, probe_only=True)
@@ -289,10 +290,16 @@ def eager_starts(cells: list[Cell], host_vars: Mapping[str, Any]) -> list[Cell]:
     return out
 
 
-def _without_eager(config: CellConfig) -> str:
-    table = config.to_dict()
-    table["extra_args"] = [a for a in table.get("extra_args", []) if a != EAGER]
-    table.pop("probe_only", None)
+def without_eager(table: Mapping[str, Any]) -> dict[str, Any]:
+    """A [config] table as its CUDA-graphs self: --enforce-eager and the checks-only mark left out. The one test of
+    "the same configuration but eager" (here, and the graphs path's twin in judging/correctness.py)."""
+    out = dict(table)
+    out["extra_args"] = [a for a in table.get("extra_args") or [] if a != EAGER]
+    out.pop("probe_only", None)
+    return out
+
+
+def _key(table: Mapping[str, Any]) -> str:
     return json.dumps(table, sort_keys=True, default=str)
 
 
