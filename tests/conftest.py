@@ -107,6 +107,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # xdist registers its group marker; without it (-p no:xdist) the marker is only a label of the plan
+    config.addinivalue_line("markers", "xdist_group(name): the worker group a module runs in (tests/conftest.py)")
     if config.getoption("dist", "no") != "no" and not os.environ.get("PYTEST_XDIST_WORKER"):
         folder = Path(tempfile.mkdtemp(prefix="spark-test-groups-"))
         os.environ[GROUPS_FILE] = str(folder / "groups.json")  # the workers, started after this, inherit it
