@@ -22,7 +22,7 @@ import yaml
 
 from .sshd_hosts import sim_fleet
 from .test_sweep import write_spec
-from .wheel_venv import REPO, build_wheel, install, user_env
+from .wheel_venv import shared_install, user_env
 
 pytestmark = pytest.mark.integration
 
@@ -36,9 +36,7 @@ def spec(home: Path, name: str, digest: str) -> str:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("wheel")
-    assert REPO not in root.parents
-    return install(build_wheel(root / "dist"), root / "venv")
+    return shared_install(tmp_path_factory)  # test_wheel's build and venv, when it ran first
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .wheel_venv import REPO, build_wheel, install, user_env
+from .wheel_venv import REPO, shared_install, user_env
 
 pytestmark = pytest.mark.integration
 
@@ -26,11 +26,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """The venv's bin: the wheel and its dependencies, nothing else."""
-    root = tmp_path_factory.mktemp("wheel")
-    assert REPO not in root.parents
-    wheel = build_wheel(root / "dist")
-    return install(wheel, root / "venv")
+    """The venv's bin: the wheel and its dependencies, nothing else (built once per run, shared)."""
+    return shared_install(tmp_path_factory)
 
 
 def spark_agent(bin_dir: Path, cwd: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -3,7 +3,9 @@ a venv of its own, the wheel and its dependencies). Used by tests/test_wheel.py 
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +44,24 @@ def install(wheel: Path, venv: Path, python: str = sys.executable, extras: str =
     if done.returncode != 0:
         raise RuntimeError(f"pip install {target} failed:\n{done.stderr[-3000:]}")
     return venv / "bin"
+
+
+def shared_install(tmp_path_factory) -> Path:
+    """The venv's bin of one build and one install per test run, whichever module asks first: parallel workers
+    share the run's temporary root (pytest-xdist puts each worker's folder in it), and a lock makes the others wait.
+    Its dist/ keeps build.log. Nothing may install into it afterwards: every module sees the same venv."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "wheel-shared"
+    root.mkdir(exist_ok=True)
+    assert REPO not in root.parents
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when a build fails
+        if not (root / "installed").is_file():
+            for stale in ("dist", "venv"):  # an earlier attempt that failed half-way
+                shutil.rmtree(root / stale, ignore_errors=True)
+            install(build_wheel(root / "dist"), root / "venv")
+            (root / "installed").touch()
+    return root / "venv" / "bin"
 
 
 def user_env(bin_dir: Path) -> dict[str, str]:
