@@ -327,5 +327,16 @@ def test_a_guide_section_without_a_command_line_gets_its_findings_where_it_says_
     assert any(f.rule == "gb10-fp8-no-deep-gemm" for f in found)  # the quant from the model it names
 
 
+def test_a_model_cards_table_of_settings_is_read_where_it_says_them():
+    text = (
+        "# vLLM\nServe `org/Qwen3-30B-A3B-FP8` with\n\n| variable | value |\n|---|---|\n"
+        "| `VLLM_ATTENTION_BACKEND` | `FLASHINFER` |\n| VLLM_USE_V1 | whether to use the V1 engine |\n"
+    )
+    (guide,) = extract(text, "card.md")
+    assert guide.env == {"VLLM_ATTENTION_BACKEND": "FLASHINFER"}  # a row that describes is no setting
+    dead = [f for f in _findings(text, "card.md") if f.rule == "dead-vllm-attention-backend"]
+    assert dead and dead[0].line == 6
+
+
 def test_text_without_any_vllm_setting_gives_no_guide_launch():
     assert extract("# Notes\nWe use vLLM sometimes. Nothing to set.\n", "notes.md") == []
