@@ -4,11 +4,13 @@ A long run's log is mostly periodic lines: the engine's stats line and the specu
 10 s, and one access line per request. This builds such a log (a real startup, then hours of serving,
 with the odd warning), parses it several times and reports the best time.
 
-    python bench/bench_logparse.py [--mb 200] [--repeats 3] [--follower] [--against REV]
+    python bench/bench_logparse.py [--mb 200] [--repeats 3] [--follower] [--against REV [--cpu]]
 
 --against REV times this tree and REV's agent/hostside (git archive, imported beside it) on the same text, in pairs
 whose order alternates (ABBA), and prints the median ratio of the two throughputs: on a machine others load, MB/s
 swing several times from run to run, the ratio of neighbouring runs much less. It checks both give the same facts.
+--cpu times each run by the process's CPU seconds instead of wall seconds: on a machine others load, the time spent
+waiting for a core is then left out.
 """
 
 from __future__ import annotations
@@ -106,21 +108,21 @@ def base_logparse(rev: str, folder: Path) -> ModuleType:
     return importlib.import_module("base_hostside.logparse")
 
 
-def paired_ratios(this, base, pairs: int) -> list[float]:
+def paired_ratios(this, base, pairs: int, clock=time.perf_counter) -> list[float]:
     """this tree's throughput / the base's, one pair at a time, the one timed first alternating."""
     ratios = []
     for i in range(pairs):
         first, second = (this, base) if i % 2 == 0 else (base, this)
         seconds = {}
         for fn in (first, second):
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            seconds[fn] = time.perf_counter() - t0
+            seconds[fn] = clock() - t0
         ratios.append(seconds[base] / seconds[this])
     return ratios
 
 
-def compare(text: str, rev: str, pairs: int, follower: bool) -> None:
+def compare(text: str, rev: str, pairs: int, follower: bool, cpu: bool = False) -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-logparse-"))
     try:
         base = base_logparse(rev, folder)
@@ -135,9 +137,10 @@ def compare(text: str, rev: str, pairs: int, follower: bool) -> None:
                 )
             )
         for name, this_fn, base_fn in timed:
-            ratios = paired_ratios(this_fn, base_fn, pairs)
+            ratios = paired_ratios(this_fn, base_fn, pairs, time.process_time if cpu else time.perf_counter)
             print(
-                f"{name}: this tree / {rev} throughput, median of {pairs} pairs: {statistics.median(ratios):.2f} "
+                f"{name}: this tree / {rev} throughput{' (CPU time)' if cpu else ''}, median of {pairs} pairs: "
+                f"{statistics.median(ratios):.2f} "
                 f"({', '.join(f'{r:.2f}' for r in ratios)})"
             )
     finally:
@@ -158,6 +161,7 @@ def main() -> None:
     )
     ap.add_argument("--follower", action="store_true", help="also time Follower.feed_chunk over 64 KiB chunks")
     ap.add_argument("--against", metavar="REV", help="compare with this git revision's logparse, in pairs")
+    ap.add_argument("--cpu", action="store_true", help="with --against: time by CPU seconds, not wall seconds")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, as the claim says
@@ -166,7 +170,7 @@ def main() -> None:
     facts = parse(text)
     assert facts["moe_backend"] == "marlin" and len(facts["spec_acceptance_rates"]) > 1000, "the bench log parses wrong"
     if args.against:
-        compare(text, args.against, 2 * args.repeats, args.follower)
+        compare(text, args.against, 2 * args.repeats, args.follower, args.cpu)
         return
     seconds = best_seconds(lambda: parse(text), args.repeats)
     print(

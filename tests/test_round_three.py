@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.hostside.logparse import Follower, parse
+from agent.hostside.logparse import Follower, clean, parse, split_header
 from agent.judging import lint as checks
 from agent.judging.verdict import attest
 from agent.planning.launch import extract
@@ -22,6 +22,11 @@ REJECTED = (
 )
 REJECTED += "support current device."
 DIED = [E + "EngineCore failed to start.", "RuntimeError: Engine core initialization failed. See root cause above."]
+
+
+def body_only(line: str) -> str:
+    """The line as pasted without vLLM's `LEVEL MM-DD hh:mm:ss [file.py:N]` prefix."""
+    return split_header(clean(line))[1]
 
 
 # --- a crash while serving ---------------------------------------------------------------------------------------
@@ -100,6 +105,22 @@ def test_a_candidate_passed_over_does_not_explain_a_start_that_selected_its_part
     assert failure["class"] != "unsupported_backend"
 
 
+def test_a_candidate_pasted_without_its_level_is_read_as_selection_going_on():
+    refused, selected = body_only(REJECTED), body_only(H + "Using 'MARLIN' NvFp4 MoE backend out of potential ")
+    assert parse("\n".join([refused, selected + "backends: ['MARLIN'].", *DIED]))["failure"]["class"] != (
+        "unsupported_backend"
+    )
+    alone = parse(refused)["failure"]  # nothing else in the paste: the refusal is what it shows
+    assert (alone["class"], alone["backend"]) == ("unsupported_backend", "flashinfer_trtllm")
+
+
+def test_a_refusal_without_a_reason_still_names_its_backend():
+    # oracle/nvfp4.py words it without "since ..." when the kernel gave no reason
+    raised = "ValueError: NvFp4 MoE backend 'VLLM_CUTLASS' does not support the deployment configuration."
+    failure = parse("\n".join([raised, *DIED]))["failure"]
+    assert (failure["class"], failure["backend"]) == ("unsupported_backend", "cutlass")
+
+
 # --- what loaded, as older releases said it (vLLM's own source at each release; docs/vllm-notes.md) -------------
 
 WORDINGS = [  # (line, moe_backend, moe_quant, linear_backend, quantization)
@@ -109,6 +130,20 @@ WORDINGS = [  # (line, moe_backend, moe_quant, linear_backend, quantization)
     ("Using FlashInfer TensorRT-LLM kernels for ModelOptNvFp4FusedMoE.", "flashinfer_trtllm", "nvfp4", "", ""),
     ("Using FlashInfer kernels for ModelOptNvFp4FusedMoE.", "flashinfer", "nvfp4", "", ""),
     ("Using Cutlass for CompressedTensorsW4A4Nvfp4MoEMethod.", "cutlass", "nvfp4", "", ""),
+    (
+        "Using FlashInfer CUTLASS kernels for CompressedTensorsW4A4Nvfp4MoEMethod.",
+        "flashinfer_cutlass",
+        "nvfp4",
+        "",
+        "",
+    ),
+    ("Using FlashInfer kernels for NVFP4 path.", "flashinfer", "nvfp4", "", ""),
+    ("Using FlashInfer CUTLASS kernels", "flashinfer_cutlass", "fp8", "", ""),
+    ("Using FlashInfer TensorRT-LLM kernels", "flashinfer_trtllm", "fp8", "", ""),
+    ("Using vLLM CUTASS backend for NvFp4 MoE", "cutlass", "nvfp4", "", ""),
+    ("Using vLLM MARLIN backend for NvFp4 MoE", "marlin", "nvfp4", "", ""),
+    ("Using FlashInfer TRTLLM backend for NvFp4 MoE", "flashinfer_trtllm", "nvfp4", "", ""),
+    ("Using vLLM CUTLASS backend for FP8 MoE", "cutlass", "fp8", "", ""),
     ("Using DeepGemm kernels for Fp8MoEMethod.", "deep_gemm", "fp8", "", ""),
     ("Using CutlassBlockScaledGroupedGemm kernels for Fp8MoEMethod.", "cutlass", "fp8", "", ""),
     ("Using Cutlass BlockScaled GroupedGemm backend for FP8 MoE", "cutlass", "fp8", "", ""),
@@ -116,6 +151,7 @@ WORDINGS = [  # (line, moe_backend, moe_quant, linear_backend, quantization)
     ("Using FlashInfer MXFP4 BF16 backend for SM90", "flashinfer", "mxfp4", "", "mxfp4"),
     ("Using Marlin backend", "marlin", "mxfp4", "", "mxfp4"),
     ("[get_mxfp4_backend_with_lora] Using Triton backend", "triton", "mxfp4", "", "mxfp4"),
+    ("Using Marlin backend for mxfp4 lora", "marlin", "mxfp4", "", "mxfp4"),
     ("Using MarlinExperts for MXFP4 MoE", "marlin", "mxfp4", "", "mxfp4"),
     ("Using flashinfer-cutlass for NVFP4 GEMM", "", "", "flashinfer_cutlass", ""),
     ("Using flashinfer-trtllm for FP4", "", "", "flashinfer_trtllm", ""),
@@ -194,6 +230,18 @@ def test_an_exception_in_prose_without_vllm_frames_is_not_taken():
             "deep_gemm_assert",
             "deep_gemm",
             "",
+        ),
+        (  # DG_HOST_ASSERT prints its condition: every major it names is accepted
+            "RuntimeError: Assertion error (csrc/apis/attention.hpp:88): arch_major == 10 or (arch_major == 12 and is_fp4)",
+            "deep_gemm_assert",
+            "deep_gemm",
+            "compute capability 10.x or 12.x (DeepGEMM)",
+        ),
+        (
+            "RuntimeError: Assertion error (csrc/jit_kernels/impls/sm90.hpp:45): device_runtime->get_arch_major() == 9",
+            "deep_gemm_assert",
+            "deep_gemm",
+            "compute capability 9.x (DeepGEMM)",
         ),
     ],
 )
@@ -277,6 +325,17 @@ def test_a_guide_section_without_a_command_line_gets_its_findings_where_it_says_
     wrong_backend = [f for f in found if f.rule == "gb10-fp8-moe-deep-gemm"]
     assert wrong_backend and wrong_backend[0].line == 5
     assert any(f.rule == "gb10-fp8-no-deep-gemm" for f in found)  # the quant from the model it names
+
+
+def test_a_model_cards_table_of_settings_is_read_where_it_says_them():
+    text = (
+        "# vLLM\nServe `org/Qwen3-30B-A3B-FP8` with\n\n| variable | value |\n|---|---|\n"
+        "| `VLLM_ATTENTION_BACKEND` | `FLASHINFER` |\n| VLLM_USE_V1 | whether to use the V1 engine |\n"
+    )
+    (guide,) = extract(text, "card.md")
+    assert guide.env == {"VLLM_ATTENTION_BACKEND": "FLASHINFER"}  # a row that describes is no setting
+    dead = [f for f in _findings(text, "card.md") if f.rule == "dead-vllm-attention-backend"]
+    assert dead and dead[0].line == 6
 
 
 def test_text_without_any_vllm_setting_gives_no_guide_launch():

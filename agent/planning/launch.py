@@ -573,6 +573,10 @@ def _py_value(node: ast.AST, names: dict[str, Any]) -> Any:
 _GUIDE_ENV = re.compile(
     r"(?<![\w$])((?:VLLM|FLASHINFER|CUTE_DSL|NCCL|TRITON|TORCH_CUDA)_[A-Z0-9_]{1,80})\s*=\s*[\"'`]?([^\s\"'`,;)|]{0,200})"
 )
+# A model card's table of settings: `| VLLM_X | 1 |` (the value a single word: a table of descriptions is no setting)
+_GUIDE_ENV_ROW = re.compile(
+    r"\|\s*`?((?:VLLM|FLASHINFER|CUTE_DSL|NCCL|TRITON|TORCH_CUDA)_[A-Z0-9_]{1,80})`?\s*\|\s*`?([^\s|`]{1,200})`?\s*\|"
+)
 # `--flag value`, `--flag=value`, `--flag '{"json": 1}'`, and a JSON list's `"--flag", "value"`
 _GUIDE_FLAG = re.compile(
     r"(?<![\w-])(--[a-z][a-z0-9-]{1,60})"
@@ -594,7 +598,7 @@ def _from_guide(text: str, source: str) -> list[Launch]:
     model, first = "", 0
     known = _VLLM_FLAGS | _GUIDE_FLAGS
     for n, line in enumerate(text.splitlines(), 1):
-        for m in _GUIDE_ENV.finditer(line):
+        for m in (*_GUIDE_ENV.finditer(line), *_GUIDE_ENV_ROW.finditer(line)):
             env.setdefault(m.group(1), (m.group(2), n))
             first = first or n
         for m in _GUIDE_FLAG.finditer(line):

@@ -23,6 +23,7 @@ _ALIASES = {
     "cutlass_blockscaled_groupedgemm": "cutlass",
     "flash_attention": "flash_attn",
     "flashattention": "flash_attn",
+    "cutass": "cutlass",  # 0.14's oracle/nvfp4.py names VLLM_CUTLASS "vLLM CUTASS"
 }
 
 
@@ -38,6 +39,8 @@ def normalise_backend(name: str) -> str:
     if s in ("", "auto", "none"):
         return ""
     s = _ALIASES.get(s, s)
+    if s.startswith("vllm_"):  # 0.14 "vLLM MARLIN", "vLLM CUTLASS": vLLM's own kernel, the same flag value
+        s = s[len("vllm_") :]
     if s.startswith("batched_"):  # same flag; vLLM picks the batched variant for DP/EP layouts
         s = s[len("batched_") :]
     if s.endswith("_batched"):
@@ -74,11 +77,16 @@ _FLASHINFER_FP8 = re.compile(r"Using (FlashInfer) (FP8) MoE (TRTLLM|CUTLASS) bac
 # 0.10-0.18 gpt-oss (mxfp4.py) says only "Using Marlin backend" / "Using Triton backend" (no period: with one,
 # "Using Triton backend." is XPU's attention); "[get_mxfp4_backend_with_lora] Using Marlin backend" too.
 _MXFP4_BARE = re.compile(r"Using (Marlin|Triton) backend\s*$")
+# 0.10-0.13 ModelOpt FP8 (modelopt.py) and 0.10-0.11 FP8 with VLLM_USE_FLASHINFER_MOE_FP8 (fp8.py) name no method
+# or quant: "Using FlashInfer CUTLASS kernels", "Using FlashInfer TensorRT-LLM kernels" (both are FP8 MoE paths)
+_FLASHINFER_FP8_BARE = re.compile(r"Using (FlashInfer (?:CUTLASS|TensorRT-LLM|CUTEDSL)) kernels\.?\s*$")
 # (literal, form): a form is only tried on a message that holds its literal. A line of thousands of "Using "
 # would otherwise cost every form a bounded scan at every "Using ".
 _MOE_FORMS = (
     ("MoE backend", re.compile(r"Using '?([\w-]+)'? (\w+) MoE backend")),  # 0.15+: 'MARLIN' NvFp4 / TRITON Fp8
-    (" backend for ", re.compile(r"Using ([\w -]{1,80}?) backend for (\w+) MoE")),  # 0.12-0.14: Marlin ... FP8 MoE
+    # 0.12-0.14: "Using Marlin backend for FP8 MoE", "Using vLLM MARLIN backend for NvFp4 MoE"; 0.20+ gpt-oss with
+    # LoRA: "Using Triton backend for mxfp4 lora"
+    (" backend for ", re.compile(r"Using ([\w -]{1,80}?) backend for (\w+) (?:MoE|lora\b)")),
     ("FP8 MoE ", _FLASHINFER_FP8),
     # 0.10-0.13 NVFP4 (modelopt.py, compressed_tensors_moe.py): "Using Cutlass for ModelOptNvFp4FusedMoE.",
     # "Using FlashInfer CUTLASS kernels for ModelOptNvFp4FusedMoE.", "Using Marlin for
@@ -90,6 +98,9 @@ _MOE_FORMS = (
             r"(?:ModelOpt(\w+?)FusedMoE|CompressedTensors\w*?(Nvfp4|Fp8|Mxfp4|WNA16)\w*MoEMethod)"
         ),
     ),
+    # nvfp4_moe_support.py without a class name (0.10-0.14): "Using FlashInfer kernels for NVFP4 path."
+    (" path", re.compile(r"Using (FlashInfer) kernels for (NVFP4) path")),
+    ("kernels", _FLASHINFER_FP8_BARE),
     # 0.9-0.11 FP8 (fp8.py): "Using DeepGemm kernels for Fp8MoEMethod.", "Using CutlassBlockScaledGroupedGemm ..."
     ("kernels for ", re.compile(r"Using (\w{1,80}) kernels for (Fp8|Fp4|NvFp4|Mxfp4)\w*MoEMethod")),
     # 0.20+ MXFP4 (compressed_tensors_moe_w4a4_mxfp4.py): "Using MarlinExperts for MXFP4 MoE"
@@ -139,7 +150,7 @@ _MARLIN_FP4 = "Your GPU does not have native support for FP4 computation"
 _OTHER_MODEL = re.compile(r"vit attention|[Vv]ision|[Ee]ncoder|\bViT\b|mm_encoder|MMEncoder")
 _ALL_REDUCE = re.compile(r"all[-_ ]?reduce|allreduce|AllReduce|custom_ar", re.I)
 # The candidate a selection line is about: "NvFp4 MoE backend 'FLASHINFER_TRTLLM' does not support ..."
-_CANDIDATE = re.compile(r"backend '([\w-]{1,80})' does not support")
+CANDIDATE = re.compile(r"backend '?([\w-]{1,80})'? does not support")
 # Backend names as messages spell them (class names, flag values, words): the failure's `backend`.
 BACKEND_WORDS = re.compile(
     r"(?i)(?<![a-z0-9])(flashinfer[_ -]?(?:cutlass|trtllm|trt-llm|tensorrt[_-]llm|cutedsl|cute[_-]dsl|b12x|mla)?"
@@ -185,7 +196,8 @@ class BackendLines(Recorder):
         if m.re is _FLASHINFER_FP8:  # "FlashInfer ... TRTLLM": the name in two parts
             raw, quant = f"{m.group(1)} {m.group(3)}", m.group(2)
         else:
-            raw, quant = m.group(1), quants[0] if quants else ("mxfp4" if m.re is _MXFP4_BARE else "")
+            bare = {_MXFP4_BARE: "mxfp4", _FLASHINFER_FP8_BARE: "fp8"}.get(m.re, "")
+            raw, quant = m.group(1), quants[0] if quants else bare
         if quant.lower() == "mxfp4":  # the MXFP4 lines are gpt-oss's: the checkpoint's method
             self._quantization("mxfp4")
         spec = self._f["speculative"]
@@ -250,7 +262,7 @@ class BackendLines(Recorder):
         """A DEBUG/INFO line saying a candidate backend cannot run ("NvFp4 MoE backend 'FLASHINFER_TRTLLM' does not
         support the deployment configuration since ...") while vLLM goes on to select another: no failure, unless
         that backend was asked for. Kept: it becomes the cause if the start then fails with nothing selected."""
-        m = _CANDIDATE.search(msg) or BACKEND_WORDS.search(msg)
+        m = CANDIDATE.search(msg) or BACKEND_WORDS.search(msg)
         name = normalise_backend(m.group(1)) if m else ""
         part = "attention" if "ttention" in msg else ("moe" if "MoE" in msg or "Experts" in msg else "linear")
         args = self._f["non_default_args"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..contracts import Attestation, Failure
 from .attestation import MAX_EVIDENCE
-from .backend import BACKEND_WORDS, BackendLines, linear_backend_of, normalise_backend, quant_of
+from .backend import BACKEND_WORDS, CANDIDATE, BackendLines, linear_backend_of, normalise_backend, quant_of
 from .line import MAX_LINE, clean, split_header
 from .signature import (
     DISABLED,
@@ -101,6 +101,7 @@ class FailureLines(BackendLines):
         self._prose_exception = ""  # an exception named inside prose (see _PROSE_EXCEPTION)
         self._early_death = ("", "", "")  # (class, message, line): a runtime cause seen before the log showed serving
         self._error_frames = False
+        self._bare_rejected = False  # a candidate's refusal pasted without its level (see _watch_failure)
 
     def _note_last_words(self, text: str) -> None:
         """A server that dies before vLLM logs anything (python cannot import it, a missing binary) says why in a
@@ -116,8 +117,14 @@ class FailureLines(BackendLines):
     # -- failures --
     def _watch_failure(self, level: str, msg: str, line: str) -> None:
         cls = signature_of(msg)
-        if cls == "unsupported_backend" and level in ("DEBUG", "INFO") and self._passed_over(msg, line):
-            return
+        # A candidate's refusal at DEBUG/INFO is selection going on. Pasted without its level, and not raised (no
+        # exception name in front), it is read the same way; the paste's failure falls back on it only when nothing
+        # was selected for that part (see _failure), even if the paste then just ends.
+        if cls == "unsupported_backend":
+            bare = not level and CANDIDATE.search(msg) is not None and not _EXCEPTION_LINE.match(msg)
+            if (level in ("DEBUG", "INFO") or bare) and self._passed_over(msg, line):
+                self._bare_rejected = self._bare_rejected or bare
+                return
         if not cls and "disabled for this" in msg and DISABLED.search(msg):
             if level in ("ERROR", "CRITICAL") or _EXCEPTION_LINE.match(msg) or "ssert" in msg:
                 cls = disabled_class(msg)
@@ -327,8 +334,10 @@ class FailureLines(BackendLines):
                     "draft_model": self._in_draft,
                 }
             )
-        unexplained = failure["class"] in _UNEXPLAINED or (
-            failure["class"] in ("other", "engine_init_failed") and _BARE_EXCEPTION.match(failure["root_cause"])
+        unexplained = (
+            failure["class"] in _UNEXPLAINED
+            or (failure["class"] == ENDED_BEFORE_READY and self._bare_rejected)
+            or (failure["class"] in ("other", "engine_init_failed") and _BARE_EXCEPTION.match(failure["root_cause"]))
         )
         fallback = self._fallback_cause()
         if fallback and unexplained:  # the start failed with nothing more specific

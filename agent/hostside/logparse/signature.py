@@ -74,7 +74,8 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[Matcher, ...]], ...] = (
     (
         "unsupported_backend",  # each form tried only on text that holds its literal: near misses stay cheap
         (
-            Guarded("the deployment configuration since", r"does not support the deployment configuration since"),
+            # "... since <reason>", or without one when the kernel gave none (oracle/nvfp4.py's _make_log_unsupported)
+            Guarded("the deployment configuration", r"does not support the deployment configuration(?: since|\.|\s*$)"),
             Guarded("only supported ", r"(?:[Kk]ernels?|[Bb]ackend) (?:are|is) only supported (?:for|with|by) "),
             Guarded(
                 "requires ", r"requires (?:SM ?1\d\d|sm_?1\d\da?|Blackwell datacenter|datacenter Blackwell|Hopper)"
@@ -117,14 +118,13 @@ _DEATH_CAUSES = (
 # no cause of its own (the failure becomes this backend's).
 DISABLED = re.compile(r"([\w.-]{1,80}(?: [\w.-]{1,80}){0,3}) (?:is|are) disabled for this configuration")
 # What a kernel's error says the chip must have: "major versions [10]", "sm75 or higher", "Required capability: 90 or
-# 100", "requires SM100", "supported on SM90", "arch_major == 9", Triton's "Required: 81920, Hardware limit: 65536".
+# 100", "requires SM100", "supported on SM90", Triton's "Required: 81920, Hardware limit: 65536".
 _REQUIRES = (
     (re.compile(r"for major versions \[([\d, ]{1,40})\]"), "compute capability {0}.x (FlashInfer's JIT targets)"),
     (re.compile(r"requires GPUs with (sm_?\d{2,3}a? or higher)"), "{0}"),
     (re.compile(r"Required capability: ([\d]{2,3}(?: or \d{2,3})*)"), "compute capability {0}"),
     (re.compile(r"requires (SM ?1\d\da?|sm_?1\d\da?|Blackwell datacenter|datacenter Blackwell|Hopper)"), "{0}"),
     (re.compile(r"supported (?:only )?on (?:[\w-]{1,20} ){0,4}\(?(SM ?\d{2,3}a?|sm_\d{2,3}a?)\b"), "{0}"),
-    (re.compile(r"\barch_major == (\d{1,2})"), "compute capability {0}.x (DeepGEMM)"),
     (
         re.compile(r"shared memory, Required: (\d{1,9}), Hardware limit: (\d{1,9})"),
         "{0} bytes of shared memory per block (this GPU has {1})",
@@ -132,8 +132,16 @@ _REQUIRES = (
 )
 
 
+# DeepGEMM's DG_HOST_ASSERT prints its condition: "arch_major == 9", "arch_major == 10 or (arch_major == 12 and ...)",
+# "device_runtime->get_arch_major() == 9": every major it names is one the kernel accepts.
+_ARCH_MAJOR = re.compile(r"\b(?:get_)?arch_major(?:\(\))? == (\d{1,2})\b")
+
+
 def requirement(cause: str) -> str:
     """What the chip must have, as a failure's message says it ("" when it says nothing of the kind)."""
+    majors = dict.fromkeys(_ARCH_MAJOR.findall(cause[:2000]))
+    if majors:
+        return f"compute capability {' or '.join(f'{m}.x' for m in majors)} (DeepGEMM)"
     for rx, form in _REQUIRES:
         m = rx.search(cause)
         if m:
