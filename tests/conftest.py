@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from . import quiet
+from . import priority, quiet
 from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet
 
 pytest_plugins = ["tests.fixtures_docker", "tests.engine.fixtures", "tests.fixtures_postgres"]
@@ -107,6 +107,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    priority.lower_controller()  # the controller's side; sshd and dockerd start back at the hosts' (tests/priority.py)
     # xdist registers its group marker; without it (-p no:xdist) the marker is only a label of the plan
     config.addinivalue_line("markers", "xdist_group(name): the worker group a module runs in (tests/conftest.py)")
     if config.getoption("dist", "no") != "no" and not os.environ.get("PYTEST_XDIST_WORKER"):

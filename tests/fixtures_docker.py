@@ -31,6 +31,7 @@ import pytest
 
 from agent.hostside import docker as sdocker
 from agent.sim import image as sim_image_builder
+from tests import priority
 
 DOCKERD = "/usr/sbin/dockerd"
 REGISTRY = "/usr/bin/docker-registry"
@@ -148,7 +149,14 @@ def start_dockerd(root: Path) -> subprocess.Popen:
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     log = root / "dockerd.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=priority.host_priority,  # its containers are the hosts' side (tests/priority.py)
+        )
     _wait(lambda: _ping_unix(str(sock)), proc, log, "dockerd")
     return proc
 

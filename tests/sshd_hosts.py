@@ -23,6 +23,8 @@ from pathlib import Path
 
 import yaml
 
+from tests import priority
+
 SSHD = "/usr/sbin/sshd"
 USER_KEYS = "spark_test_authorized_keys"  # in a login_as_user account's ~/.ssh
 REPO = Path(__file__).resolve().parent.parent
@@ -250,7 +252,9 @@ def start_fleet(root: Path, count: int = 2) -> SshFleet:
 
 def _spawn_sshd(root: Path, host: SshHost) -> None:
     config = root / f"sshd_{host.name}.conf"
-    host.proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(root / f"sshd_{host.name}.log")])
+    host.proc = subprocess.Popen(
+        [SSHD, "-D", "-f", str(config), "-E", str(root / f"sshd_{host.name}.log")], preexec_fn=priority.host_priority
+    )
     host.pid = host.proc.pid
 
 
