@@ -44,11 +44,10 @@ def three(tmp_path_factory):
 
 
 def _inventory_with_other_vllm(fleet, tmp: Path) -> Path:
-    """The fleet's inventory with spark-c's simulated server logging another vLLM version (a sim option, set per
-    host through spark_serve_env like any server plumbing)."""
+    """The fleet's inventory with spark-c's simulated server logging another vLLM version, as docs/detached-sweeps.md
+    gives it: a host var of its own, added to the group's spark_serve_env (which holds the simulator's PYTHONPATH)."""
     inv = inventory_for(fleet, {**SIM_HOST_VARS, "spark_port": 8102})
-    c = inv["all"]["children"]["sparks"]["hosts"]["spark-c"]
-    c["spark_serve_env"] = {**SIM_HOST_VARS["spark_serve_env"], "SPARK_SIM_VLLM_VERSION": OTHER_VLLM}
+    inv["all"]["children"]["sparks"]["hosts"]["spark-c"]["spark_sim_vllm_version"] = OTHER_VLLM
     path = tmp / "inventory.yml"
     path.write_text(yaml.safe_dump(inv))
     return path

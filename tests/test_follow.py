@@ -156,3 +156,32 @@ def test_the_bar_moves_with_the_running_cell_not_only_when_it_ends(tmp_path):
         assert task.completed == pytest.approx(planned)
     finally:
         shown.stop()
+
+
+def test_the_eta_is_the_whole_runs_rate_server_starts_included(tmp_path):
+    """Issue 36 (an ETA of 32 min for an 11-min run): a bar moves in bursts (a server start moves it not at all), so
+    the time left comes from the rate over the whole run so far, never a recent burst or nothing at all."""
+    import io
+
+    from rich.console import Console
+
+    from agent.running.progress import Progress, _cell_seconds
+
+    _, cells = _cells(tmp_path, "a")
+    cell = cells[0]
+    windows = _cell_seconds(cell)
+    start_s = 300.0  # each cell: a server start of minutes, as on a Spark (the bar does not move), then its windows
+    now = [0.0]
+    shown = Progress(enabled=True, console=Console(file=io.StringIO(), force_terminal=True))
+    shown.start({"a": [cell, cell, cell]})
+    assert shown.display is not None
+    task = shown.display.tasks[0]
+    task._get_time = lambda: now[0]
+    shown.display.get_time = lambda: now[0]
+    try:
+        for _ in range(2):
+            now[0] += start_s + windows
+            shown.cell_done("a", cell, "valid")
+        assert task.time_remaining == pytest.approx(start_s + windows, rel=0.01)  # the third cell, start included
+    finally:
+        shown.stop()

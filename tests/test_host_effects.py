@@ -232,3 +232,23 @@ def test_a_one_level_spec_measures_its_base_cell_again_as_the_reference(tmp_path
     two = [c for c in alone if c.config.moe_backend != "flashinfer_cutlass"]
     plan = blocks.plan_group(["s1", "s2"], two, {}, {c.id: estimated_seconds(c) for c in two})
     assert plan.base == "" and plan.spread == () and not plan.assignment["s2"]
+
+
+@pytest.mark.parametrize("name", ["quick.toml", "gb10-nvfp4.toml", "gb10-fp8.toml"])
+@pytest.mark.parametrize("calibrated", [None, {"s1": 0.1, "s2": 0.1, "s3": 0.1}])
+def test_every_shipped_example_keeps_each_backend_question_on_one_host(name, calibrated):
+    """Issue 36 item 5: whatever the results folder holds (no calibration, or one covering every host), the cells
+    that differ only in their MoE backend are planned on one host, so the backend is never ranked across hosts."""
+    import dataclasses
+
+    spec = load_spec(EXAMPLES / name)
+    cells = blocks.with_reference(plan_cells(spec, "s1", FACTS, {"spark_runtime": "process"}))
+    for hosts in (["s1", "s2"], ["s1", "s2", "s3"]):
+        plan = blocks.plan_group(hosts, cells, {}, {c.id: estimated_seconds(c) for c in cells}, calibrated)
+        where: dict[str, set[str]] = {}
+        for host, ids in plan.assignment.items():
+            for c in cells:
+                if c.id in ids and not c.reference_of:
+                    question = repr(dataclasses.replace(c.config, moe_backend=""))  # all but the backend
+                    where.setdefault(question, set()).add(host)
+        assert where and all(len(h) == 1 for h in where.values()), (name, hosts, calibrated, where)

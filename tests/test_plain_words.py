@@ -182,3 +182,21 @@ def test_a_slow_host_is_a_variable_of_its_own_that_adds_to_the_serve_env():
     for bad in ("0", "-1", "fast", "11"):
         with pytest.raises(UserError, match="host spark-c: spark_sim_speed must be a number in"):
             matrix.simulator_clock("spark-c", {"spark_sim_speed": bad})
+
+
+def test_a_hosts_simulated_vllm_version_is_a_variable_of_its_own_and_the_specs_wins():
+    import dataclasses
+
+    from agent.hostside.contracts import Facts
+    from agent.planning import envrules, matrix
+
+    spec = load_spec(Path(__file__).resolve().parent.parent / "examples" / "quick.toml")
+    facts = envrules.with_arch(Facts(gpu_name="NVIDIA GB10", compute_capability="12.1", arch="gb10", simulated=True))
+    own = {"spark_sim_vllm_version": "0.21.0", "spark_serve_env": {"PYTHONPATH": "/opt/x"}}
+    unset = matrix.plan_cells(dataclasses.replace(spec, vllm_version=""), "spark-c", facts, own)
+    assert {c.host_env["SPARK_SIM_VLLM_VERSION"] for c in unset} == {"0.21.0"}
+    stated = matrix.plan_cells(spec, "spark-c", facts, own)  # the spec's [image] vllm_version sets every host
+    assert {c.host_env["SPARK_SIM_VLLM_VERSION"] for c in stated} == {spec.vllm_version}
+    for bad in (0.2, "0.21; rm -rf", "latest"):
+        with pytest.raises(UserError, match="spark_sim_vllm_version must be a version in quotes"):
+            matrix.simulator_clock("spark-c", {"spark_sim_vllm_version": bad})

@@ -28,7 +28,7 @@ from agent.planning.settings import (
     from_flat,
     meta,
 )
-from agent.planning.spec import Spec
+from agent.planning.spec import VERSION, Spec
 
 BACKEND_FIELDS = ("moe_backend", "linear_backend", "attention_backend")  # the axes a sweep compares
 EAGER = "--enforce-eager"  # CUDA graphs off
@@ -369,8 +369,8 @@ def _cell(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any], com
     cell.host_env = simulator_env(spec, facts)
     cell.telemetry = spec.telemetry
     cell.correctness = spec.correctness
-    if facts.get("simulated"):  # inventory host vars: the simulated Spark's startup model and accelerated clock
-        cell.host_env.update(simulator_clock(host, host_vars))
+    if facts.get("simulated"):  # inventory host vars: the simulated Spark's options; the spec's vllm_version wins
+        cell.host_env = {**simulator_clock(host, host_vars), **cell.host_env}
     return cell
 
 
@@ -383,14 +383,22 @@ SIM_NUMBERS = {  # host var -> (simulator env variable, upper bound, what it is)
 
 
 def simulator_clock(host: str, host_vars: Mapping[str, Any]) -> dict[str, str]:
-    """spark_sim_startup (fixed | calibrated), spark_sim_time_scale (0 < K <= 10000) and spark_sim_speed
-    (0 < F <= 10) of a simulated host."""
+    """spark_sim_startup (fixed | calibrated), spark_sim_time_scale (0 < K <= 10000), spark_sim_speed (0 < F <= 10)
+    and spark_sim_vllm_version (the vLLM version its log shows, e.g. 0.21.0) of a simulated host."""
     out = {}
     startup = host_vars.get("spark_sim_startup")
     if startup not in (None, ""):
         if startup not in ("fixed", "calibrated"):
             raise UserError(f"host {host}: spark_sim_startup must be fixed or calibrated, not {str(startup)[:40]!r}")
         out["SPARK_SIM_STARTUP"] = str(startup)
+    version = host_vars.get("spark_sim_vllm_version")
+    if version not in (None, ""):
+        if not isinstance(version, str) or not VERSION.match(version):  # a YAML number (0.20) loses its zeros
+            raise UserError(
+                f'host {host}: spark_sim_vllm_version must be a version in quotes such as "0.21.0", '
+                f"not {str(version)[:40]!r}"
+            )
+        out["SPARK_SIM_VLLM_VERSION"] = version
     for var, (env, top, what) in SIM_NUMBERS.items():
         given = host_vars.get(var)
         if given in (None, ""):
