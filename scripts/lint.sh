@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Static checks CI runs before the tests: ruff (lint + format), mypy over agent/, ansible-lint (production profile).
+# Static checks CI runs beside the tests (scripts/test.sh): ruff (lint + format), mypy over agent/, ansible-lint (production profile).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
