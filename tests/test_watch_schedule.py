@@ -3,6 +3,11 @@ the cron line's schedule, a second watch refused by the lock (exit 75), bad inpu
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,6 +62,66 @@ def test_cron_schedules(every, schedule):
     assert timer.cron_schedule(every) == schedule
     line = timer.cron_line("watched", ["spark-agent", "watch", "a b.toml"], Path("/srv/x"), every)
     assert line == f"{schedule} cd /srv/x && spark-agent watch 'a b.toml'  # spark-agent-watch-watched"
+
+
+# What a user may well have in a scheduled watch: a store password URL-encoded (%40 is '@'), folders with a space
+# or a '$'. systemd reads % as a specifier and $ as a variable, quoted or not; cron reads % as a newline.
+STORE = "postgresql+psycopg://watch:s3cret%40pass@db.lab/spark"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_the_service_keeps_percent_dollar_and_spaces_as_systemd_reads_it(tmp_path):
+    workdir = tmp_path / "lab $HOME 100%"
+    workdir.mkdir()
+    argv = [sys.executable, "-m", "agent.cli", "watch", str(workdir / "a spec.toml"), "--store", STORE, "--track",
+            'reg.example/v:"q"\\x']  # fmt: skip
+    unit = tmp_path / "spark-agent-watch-w.service"
+    unit.write_text(timer.service_text("w", argv, workdir))
+    verified = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stderr  # before: "Failed to resolve unit specifiers in ...%40..."
+    assert "%" not in unit.read_text().replace("%%", "")  # every % doubled
+
+
+def test_the_cron_line_escapes_percent(tmp_path):
+    line = timer.cron_line("w", ["spark-agent", "watch", "--store", STORE], tmp_path / "100%", 3600)
+    command = line.split(" ", 5)[5]
+    assert "%" in command and re.search(r"(?<!\\)%", command) is None, line  # cron turns a bare % into a newline
+
+
+CRONTAB = """#!/bin/sh
+# crontab's two calls that timer.py makes, on a file instead of the user's real table
+case "$1" in
+  -l) [ -f "$CRONTAB_FILE" ] || { echo "no crontab for $USER" >&2; exit 1; }; cat "$CRONTAB_FILE" ;;
+  -) cat > "$CRONTAB_FILE" ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def test_without_systemd_a_crontab_line_is_added_and_removed_its_password_unshown(setup, monkeypatch, capsys):
+    argv, tmp_path = setup
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "crontab").write_text(CRONTAB)
+    (bin_ / "crontab").chmod(0o755)
+    table = tmp_path / "crontab.txt"
+    monkeypatch.setenv("PATH", f"{bin_}:{os.environ['PATH']}")
+    monkeypatch.setenv("CRONTAB_FILE", str(table))
+    table.write_text("0 3 * * * backup.sh\n")
+    cron = [*argv, "--install-timer", "6h", "--timer-kind", "cron", "--store", STORE]
+    assert main(cron) == 0
+    assert main(cron) == 0  # again: replaced, not doubled
+    lines = table.read_text().splitlines()
+    assert lines[0] == "0 3 * * * backup.sh" and len(lines) == 2, lines
+    assert lines[1].startswith("0 */6 * * * ") and lines[1].endswith("# spark-agent-watch-watched")
+    assert "s3cret\\%40pass" in lines[1]  # the scheduled run gets the store it was given
+    out = capsys.readouterr().out
+    assert "s3cret" not in out and "--track registry.example/vllm:nightly" in out
+
+    assert main([*argv, "--remove-timer", "--timer-kind", "cron"]) == 0
+    assert table.read_text().splitlines() == ["0 3 * * * backup.sh"]
+    assert main([*argv, "--remove-timer", "--timer-kind", "cron"]) == 0
+    assert "no crontab line" in capsys.readouterr().out
 
 
 def test_a_second_watch_is_refused_by_the_lock(setup, capsys):

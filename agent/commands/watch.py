@@ -23,6 +23,7 @@ from agent.commands.sweep import _sigterm_as_interrupt
 from agent.commands.tune import duration
 from agent.errors import UserError
 from agent.escape import plain
+from agent.hostside import redact
 from agent.judging import sequential as seq
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
@@ -78,8 +79,10 @@ def run(args) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     url = watching.webhook_url(hosts[0].vars)
     if args.install_timer:
+        if args.store:
+            db.resolve_url(args.store)  # remembers its password: the crontab line is printed without it
         for line in timer.install(spec.name, _scheduled_argv(args), Path.cwd(), args.install_timer, kind):
-            print(line)
+            print(redact.redact_text(line))
         return 0
     results = Path(args.results)
     store_url = db.resolve_url(args.store, results)

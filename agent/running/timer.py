@@ -9,6 +9,7 @@ serves a model we did not start) counts as success for systemd: the next tick tr
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -36,9 +37,29 @@ def has_systemd() -> bool:
 def service_text(name: str, argv: list[str], workdir: Path) -> str:
     return (
         f"[Unit]\nDescription=spark-agent watch: {name}\n\n"
-        f"[Service]\nType=oneshot\nWorkingDirectory={workdir}\nExecStart={shlex.join(argv)}\n"
+        f"[Service]\nType=oneshot\nWorkingDirectory={_unit_value(str(workdir))}\nExecStart={exec_line(argv)}\n"
         f"SuccessExitStatus={BUSY_EXIT}\n"
     )
+
+
+_UNIT_UNSAFE = re.compile(r"[^\w@%+=:,./-]")  # shlex's: anything else is quoted
+
+
+def _unit_value(text: str) -> str:
+    """A value systemd reads as written: % starts a specifier (%h) everywhere, quoted or not."""
+    return text.replace("%", "%%")
+
+
+def exec_line(argv: list[str]) -> str:
+    """ExecStart= for argv: each argument one word, as systemd splits it (double quotes with C escapes, $ expands,
+    % is a specifier): a store URL's %40 or a folder with a space stays what it was."""
+    words = []
+    for arg in argv:
+        word = _unit_value(arg).replace("$", "$$")
+        if not arg or _UNIT_UNSAFE.search(arg):
+            word = '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        words.append(word)
+    return " ".join(words)
 
 
 def timer_text(name: str, every_s: float) -> str:
@@ -60,8 +81,14 @@ def cron_schedule(every_s: float) -> str:
     return f"0 0 */{max(1, round(hours / 24))} * *"
 
 
+def cron_command(argv: list[str], workdir: Path) -> str:
+    """The command as the shell runs it (cron_line escapes it for cron)."""
+    return f"cd {shlex.quote(str(workdir))} && {shlex.join(argv)}"
+
+
 def cron_line(name: str, argv: list[str], workdir: Path, every_s: float) -> str:
-    return f"{cron_schedule(every_s)} cd {shlex.quote(str(workdir))} && {shlex.join(argv)}  # {unit_name(name)}"
+    command = cron_command(argv, workdir).replace("%", "\\%")  # cron turns a bare % into a newline
+    return f"{cron_schedule(every_s)} {command}  # {unit_name(name)}"
 
 
 def install(name: str, argv: list[str], workdir: Path, every_s: float, kind: str) -> list[str]:
@@ -79,7 +106,7 @@ def install(name: str, argv: list[str], workdir: Path, every_s: float, kind: str
         ]
     lines = [x for x in _crontab().splitlines() if not x.endswith(f"# {unit}")]
     _set_crontab(lines + [cron_line(name, argv, workdir, every_s)])
-    return [f"crontab: {cron_line(name, argv, workdir, every_s)}"]
+    return [f"crontab ({cron_schedule(every_s)}): {cron_command(argv, workdir)}  # {unit}"]
 
 
 def remove(name: str, kind: str) -> list[str]:
