@@ -265,12 +265,22 @@ def lose_host(fleet: SshFleet, name: str) -> None:
 
     host = fleet.host(name)
     listener = psutil.Process(host.pid)
-    sessions = [p for p in listener.children(recursive=True) if p.name().startswith("sshd")]
+    sessions = [p for p in listener.children(recursive=True) if _named_sshd(p)]
     for proc in [listener, *sessions]:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
     psutil.wait_procs([listener, *sessions], timeout=10)
     host.pid = 0
+
+
+def _named_sshd(proc) -> bool:
+    """An SSH session of the host; False for one that ended between the listing and this look (a race, not a fault)."""
+    import psutil
+
+    try:
+        return proc.name().startswith("sshd")
+    except psutil.NoSuchProcess:
+        return False
 
 
 def restore_host(fleet: SshFleet, name: str) -> None:
