@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .sshd_hosts import SIM_HOST_VARS, inventory_for
 from .terminal import ctrl_c_as_on_a_terminal
 
 pytestmark = pytest.mark.integration
@@ -31,13 +32,10 @@ def example_results(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def example_reports(sim_inventory, example_results, tmp_path_factory) -> dict[str, str]:
+def example_reports(ssh_fleet, example_results, tmp_path_factory) -> dict[str, str]:
     out = example_results
-    inventory = yaml.safe_load(sim_inventory.read_text())
-    for host in inventory["all"]["children"]["sparks"]["hosts"].values():
-        host["spark_sim_time_scale"] = TIME_SCALE
-    scaled = tmp_path_factory.mktemp("inventory") / "scaled.yml"
-    scaled.write_text(yaml.safe_dump(inventory))
+    scaled = tmp_path_factory.mktemp("inventory") / "scaled.yml"  # sim_inventory's hosts, on the faster clock
+    scaled.write_text(yaml.safe_dump(inventory_for(ssh_fleet, {**SIM_HOST_VARS, "spark_sim_time_scale": TIME_SCALE})))
     procs = {}
     for name, host in (("gb10-nvfp4", "spark-a"), ("gb10-fp8", "spark-b")):
         procs[name] = subprocess.Popen(
