@@ -62,13 +62,19 @@ output_len = 32
 """
 
 
+_ISSUED: list[int] = []  # the bases handed out in this process: a head's --port is one, its node's ports another
+
+
 def _free_base() -> int:
-    """A run of 100 ports nobody listens on (Ray binds some of them on every address)."""
+    """A run of 100 ports nobody listens on (Ray binds some of them on every address), overlapping no run handed out
+    before in this process: a head's --port inside its own node's range makes `ray start` refuse both."""
     for _ in range(200):
         with socket.socket() as s:
             s.bind(("0.0.0.0", 0))
             base = s.getsockname()[1] - 50
-        if 20000 < base < 60000 and all(_free(base + i) for i in range(10)):
+        clear = all(abs(base - other) >= 100 for other in _ISSUED)
+        if 20000 < base < 60000 and clear and all(_free(base + i) for i in range(10)):
+            _ISSUED.append(base)
             return base
     raise RuntimeError("no free port range for a Ray node")
 

@@ -16,7 +16,7 @@ import re
 import socket
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,9 +203,10 @@ def check_host(path: Path, host: Host) -> None:
         value = f"={_shown(str(v[var]))}" if show else ""
         return UserError(f"{path}: host {host.name}: {var}{value} {why}")
 
-    for var in ("ansible_port", "spark_port"):
+    for var in ("ansible_port", "spark_port", "spark_ray_port", "spark_ray_port_base"):
         if var in v and _port(v[var]) is None:
             raise bad(var, "must be a port number from 1 to 65535")
+    _check_ray_ports(v, bad)
     for var in ("ansible_host", "spark_bind_host", "spark_fleet_address"):
         if var in v and not (isinstance(v[var], str) and ADDRESS.match(v[var])):
             raise bad(var, "must be a plain host name or IP address")
@@ -243,6 +244,25 @@ def check_host(path: Path, host: Host) -> None:
         problem = _env_problem(v.get(var, {}))
         if problem:
             raise bad(var, problem, show=False)  # values may be secrets: never echoed
+
+
+RAY_PORT_SPAN = 100  # a Ray node's ports: spark_ray_port_base .. +99 (agent/hostside/raynode.argv)
+
+
+def _check_ray_ports(v: dict[str, Any], bad: Callable[..., UserError]) -> None:
+    """Ray refuses a node whose head port lies among its own ports ("the same port is used by multiple
+    components"): said here, before any host is touched, not by `ray start` in the middle of a cell."""
+    if "spark_ray_port" not in v and "spark_ray_port_base" not in v:
+        return
+    base = int(_port(v.get("spark_ray_port_base", 46400)) or 0)
+    head = int(_port(v.get("spark_ray_port", 6379)) or 0)
+    if base + RAY_PORT_SPAN - 1 > 65535:
+        raise bad("spark_ray_port_base", f"leaves no room for a Ray node's {RAY_PORT_SPAN} ports: use at most "
+                  f"{65536 - RAY_PORT_SPAN}")  # fmt: skip
+    if base <= head < base + RAY_PORT_SPAN:
+        var = "spark_ray_port" if "spark_ray_port" in v else "spark_ray_port_base"
+        raise bad(var, f"puts the Ray head's port {head} among the node's ports {base}..{base + RAY_PORT_SPAN - 1} "
+                  "(spark_ray_port_base .. +99): move one of them")  # fmt: skip
 
 
 def _port(value: Any) -> int | None:
