@@ -56,12 +56,18 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_fast_backend_with_wrong_outputs_is_flagged_and_never_recommended(tmp_path, ssh_fleet):
+def _marlin_wrong(tmp_path, ssh_fleet):
+    """The test hosts as simulated Sparks whose marlin loops or emits noise on every prompt."""
     inventory = inventory_for(ssh_fleet, SIM_HOST_VARS)
     for host in inventory["all"]["children"]["sparks"]["hosts"].values():
         host["spark_serve_env"] = {**SIM_HOST_VARS["spark_serve_env"], "SPARK_SIM_WRONG_OUTPUT": "marlin:1"}
     inv = tmp_path / "fleet.yml"
     inv.write_text(yaml.safe_dump(inventory))
+    return inv
+
+
+def test_a_fast_backend_with_wrong_outputs_is_flagged_and_never_recommended(tmp_path, ssh_fleet):
+    inv = _marlin_wrong(tmp_path, ssh_fleet)
     spec = tmp_path / "right.toml"
     spec.write_text(SPEC.format(digest="cd" * 32))
     out = tmp_path / "results"
@@ -125,3 +131,28 @@ def test_a_fast_backend_with_wrong_outputs_is_flagged_and_never_recommended(tmp_
         ("flashinfer_b12x", "valid", "1.0"),
         ("b12x", "valid", "1.0"),
     }
+
+
+def test_tune_and_a_detached_sweeps_collect_exit_1_on_wrong_outputs(tmp_path, ssh_fleet):
+    """The sweep's exit rule (README: exit codes) holds for tune and for `collect --wait`: a WRONG OUTPUT cell is
+    not a valid measurement, so neither says 0 (issue 36 item 7: `sweep && deploy` must be able to catch it)."""
+    inv = _marlin_wrong(tmp_path, ssh_fleet)
+    spec = tmp_path / "pair.toml"
+    text = SPEC.format(digest="cd" * 32).replace('name = "right"', 'name = "pair"')
+    spec.write_text(text.replace('["marlin", "flashinfer_b12x", "b12x"]', '["marlin", "flashinfer_b12x"]'))
+    one = ["-i", str(inv), "--limit", "spark-a"]
+
+    tuned = _run("tune", str(spec), *one, "--results", str(tmp_path / "t"), "--no-progress")
+    assert tuned.returncode == 1, tuned.stderr[-3000:]
+    assert "not valid spark-a/" in tuned.stderr and ": wrong output" in tuned.stderr, tuned.stderr[-3000:]
+    assert "tune: 1 cell(s) without a valid measurement" in tuned.stderr
+    assert "undecided" not in tuned.stderr  # settled: the exit is the wrong output's alone
+
+    handed = _run("sweep", str(spec), *one, "--results", str(tmp_path / "d"), "--detach")
+    assert handed.returncode == 0, handed.stderr[-3000:]
+    got = _run("collect", "pair", "--results", str(tmp_path / "d"), "--wait", "--interval", "0.5")
+    assert got.returncode == 1, got.stderr[-3000:]
+    assert "collected 2 new cell(s)" in got.stderr, got.stderr[-3000:]
+    assert "not valid spark-a/" in got.stderr and ": wrong output" in got.stderr, got.stderr[-3000:]
+    again = _run("collect", "pair", "--results", str(tmp_path / "d"))  # nothing new: the same verdict, the same exit
+    assert again.returncode == 1 and "collected 0 new cell(s) (2 already here)" in again.stderr, again.stderr[-3000:]

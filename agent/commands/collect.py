@@ -12,7 +12,9 @@ import time
 from agent import logs
 from agent.commands import flags, status
 from agent.escape import plain as line
+from agent.judging import stats
 from agent.planning.inventory import load_inventory
+from agent.results import tree as results
 from agent.running import detach
 
 
@@ -55,4 +57,13 @@ def run(args) -> int:
         print(line(f"failed {key}: the host could not take it: {why}"), file=out)
     for key, taker in sorted(state.requeued.items()):
         print(line(f"requeued {key} -> {taker}"), file=out)
-    return 1 if got.failed else 0
+    if not got.finished:
+        return 1 if got.failed else 0
+    short = detach.unmeasured(state, root) + stats.not_valid(
+        results.load_cells(root / state.sweep) if (root / state.sweep).is_dir() else []
+    )
+    for what in short:
+        print(line(f"not valid {what}"), file=out)
+    if short:  # the sweep's own rule: exit 0 only when every planned cell has a valid measurement
+        print(f"{len(short)} cell(s) without a valid measurement: exit 1 (the report says why)", file=out)
+    return 1 if got.failed or short else 0

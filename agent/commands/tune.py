@@ -15,11 +15,14 @@ from agent import logs
 from agent.commands import flags
 from agent.commands.sweep import _print_summary, _sigterm_as_interrupt
 from agent.errors import UserError
+from agent.escape import plain as line
 from agent.judging import sequential as seq
+from agent.judging import stats
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.reporting.markdown import write_report
+from agent.results import tree as results
 from agent.running.progress import Progress
 from agent.running.tune import TuneOutcome, check_budget, run_tune
 
@@ -65,8 +68,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    """Exit 0: settled (a recommendation or an honest "cannot rank" with nothing left open); 1: something stayed
-    undecided (budget, a lost cell) or failed; 2: bad input, nothing touched; 130: interrupted."""
+    """Exit 0: settled (a recommendation or an honest "cannot rank" with nothing left open) and every cell it ran
+    valid; 1: something stayed undecided (budget, a lost cell), failed, was invalid or had wrong outputs (the
+    sweep's rule); 2: bad input, nothing touched; 130: interrupted."""
     logs.configure(args.log_format)
     spec = load_spec(args.spec)
     if spec.load.request_rates or spec.load.context_depths:  # tune screens concurrency levels, one load per cell
@@ -97,9 +101,12 @@ def run(args) -> int:
             spec, Path(args.inventory), hosts, Path(args.results), settings, args.budget, args.evict,
             Progress(enabled=show),
         )  # fmt: skip
+    cells = results.load_cells(outcome.sweep_dir) if outcome.sweep_dir.is_dir() else []
     for rnd in outcome.rounds[-1:]:
-        _print_summary(rnd, args.log_format)
-    _print_decisions(outcome)
+        rnd.judge_outputs(cells)
+        _print_summary(rnd, args.log_format, cells)
+    short = stats.not_valid(cells)  # the sweep's rule: a failed, invalid or WRONG OUTPUT cell is exit 1
+    _print_decisions(outcome, short)
     if outcome.sweep_dir.exists() and not outcome.interrupted:
         for path in write_report(outcome.sweep_dir, None):
             print(path)
@@ -110,10 +117,10 @@ def run(args) -> int:
     if outcome.fatal:
         print(f"spark-agent: error: {outcome.fatal}", file=sys.stderr)
         return 1
-    return 0 if outcome.settled else 1
+    return 0 if outcome.settled and not short else 1
 
 
-def _print_decisions(o: TuneOutcome) -> None:
+def _print_decisions(o: TuneOutcome, short: list[str]) -> None:
     out = sys.stderr
     print(f"tune: {len(o.steps)} cell runs in {o.elapsed_s / 60:.1f} min", file=out)
     for s in o.stopped:
@@ -124,3 +131,7 @@ def _print_decisions(o: TuneOutcome) -> None:
         print(f"  undecided {p}", file=out)
     for b in o.budget_left:
         print(f"  not run (budget): {b}", file=out)
+    for what in short:
+        print(line(f"  not valid {what}"), file=out)
+    if short:
+        print(f"tune: {len(short)} cell(s) without a valid measurement: exit 1 (the report says why)", file=out)

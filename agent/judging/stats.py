@@ -43,6 +43,7 @@ from agent.judging.summary import (  # a cell's summary, still read through stat
     load_slices as load_slices,
     load_text as load_text,
     logged_version as logged_version,
+    not_valid as not_valid,
     merge_starts as merge_starts,
     percentile_key as percentile_key,
     server_start as server_start,

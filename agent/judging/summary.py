@@ -219,6 +219,19 @@ def cell_verdict(cell: dict[str, Any]) -> str:
 WRONG_OUTPUT = "wrong output"  # shown upper-case, as INVALID is
 
 
+def not_valid(cells: Iterable[dict[str, Any]]) -> list[str]:
+    """'host/cell: verdict' for each cell without a valid measurement (failed, invalid, WRONG OUTPUT): any one makes
+    sweep, collect and tune exit 1 (README: exit codes). `cells` as results.load_cells reads a sweep (WRONG OUTPUT
+    is judged against the whole tree)."""
+    out = []
+    for c in cells:
+        verdict = cell_verdict(c)
+        if verdict != "valid":
+            why = f" ({c['failure_class']})" if verdict == "failed" and c.get("failure_class") else ""
+            out.append(f"{c.get('host', '')}/{c.get('cell_id', '')}: {verdict}{why}")
+    return sorted(out)
+
+
 def summarize_cell(
     cell: dict[str, Any], threshold: float = DEFAULT_THRESHOLD, metric: str = RANK_METRIC
 ) -> CellSummary:

@@ -83,6 +83,18 @@ def stored(state: FleetState, results_root: Path, host: str, cid: str) -> bool:
     return f"{host}/{cid}" not in state.remeasure and results.is_finished(results_root, state.sweep, host, cid)
 
 
+def unmeasured(state: FleetState, results_root: Path) -> list[str]:
+    """'host/cell: why' for each handed-out cell with no result anywhere: not on its host, nor on the host it was
+    requeued to (a lost host's cell without a taker, a refused host's share)."""
+    out = []
+    for host, ids in sorted(state.assignment.items()):
+        for cid in ids:
+            where = state.requeued.get(f"{host}/{cid}", host)
+            if not results.is_finished(results_root, state.sweep, where, cid):
+                out.append(f"{host}/{cid}: no result" + (f" (requeued to {where})" if where != host else ""))
+    return out
+
+
 def state_path(results_root: Path, sweep: str) -> Path:
     return Path(results_root) / STATE_DIR / f"{results.path_part(sweep, 'sweep')}.json"
 
