@@ -20,6 +20,7 @@ grid says "cannot rank", and the share of time spent measuring with cold starts 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import statistics
 import sys
@@ -53,8 +54,11 @@ class SimCell:
     weights_gib: float
 
 
-def sim_cells(spec_path: str, seed: int) -> list[SimCell]:
+def sim_cells(spec_path: str, seed: int, max_starts: int = 0) -> list[SimCell]:
+    """The spec's cells; max_starts > 0: planned as tune plans them (every config up to that many starts)."""
     spec = load_spec(spec_path)
+    if max_starts:
+        spec = dataclasses.replace(spec, server_starts=max(spec.server_starts, max_starts))
     facts = host_facts.gather(simulate_gpu="gb10")
     cells = matrix.plan_cells(spec, "spark-sim", facts, {"spark_runtime": "process"})
     out = []
@@ -178,18 +182,19 @@ def backend_winner(cells: list[dict[str, Any]]) -> str | None:
 
 
 def run_round(spec: str, seeds: int, settings: seq.TuneSettings) -> dict[str, Any]:
-    same, same_backend, ratios, wrong, undecided = 0, 0, [], 0, 0
+    same, same_backend, ratios, wrong, undecided, tied = 0, 0, [], 0, 0, 0
     share_cold, share_warm = [], []
     full_min, tune_min = [], []
     for seed in range(seeds):
         full_cells, full_clock = full_grid(sim_cells(spec, seed), warm_cache=True)
         _, cold_clock = full_grid(sim_cells(spec, seed), warm_cache=False)
-        tuned, tune_clock, plan = adaptive(sim_cells(spec, seed), settings)
+        tuned, tune_clock, plan = adaptive(sim_cells(spec, seed, settings.max_starts), settings)
         w_full, w_tune = winner(full_cells), winner(tuned)
         same += w_full == w_tune
         same_backend += backend_winner(full_cells) == backend_winner(tuned)
         wrong += w_full is None and w_tune is not None
         undecided += bool(plan.open_points)
+        tied += bool(plan.tied)
         ratios.append(tune_clock.t / full_clock.t)
         full_min.append(full_clock.t / 60)
         tune_min.append(tune_clock.t / 60)
@@ -198,7 +203,7 @@ def run_round(spec: str, seeds: int, settings: seq.TuneSettings) -> dict[str, An
         print(
             f"  seed {seed:2d}: full {w_full or 'cannot rank'} in {full_clock.t / 60:6.1f} min | "
             f"tune {w_tune or 'cannot rank'} in {tune_clock.t / 60:6.1f} min "
-            f"({tune_clock.t / full_clock.t:.0%}); open points {len(plan.open_points)}",
+            f"({tune_clock.t / full_clock.t:.0%}); open points {len(plan.open_points)}, tied {len(plan.tied)}",
             flush=True,
         )
     return {
@@ -210,6 +215,7 @@ def run_round(spec: str, seeds: int, settings: seq.TuneSettings) -> dict[str, An
         "max_ratio": max(ratios),
         "wrong_winner": wrong,
         "undecided_runs": undecided,
+        "tied_runs": tied,
         "full_min": statistics.median(full_min),
         "tune_min": statistics.median(tune_min),
         "share_cold": statistics.median(share_cold),
@@ -232,6 +238,8 @@ def main() -> int:
             min_repeats=args.min_repeats,
             max_repeats=load_spec(spec).repeats,
             carry_margin=args.carry_margin,
+            sweep_repeats=load_spec(spec).repeats,
+            sweep_starts=load_spec(spec).server_starts,
         )
         print(f"{spec}:", flush=True)
         rows.append(run_round(spec, args.seeds, settings))
@@ -242,7 +250,7 @@ def main() -> int:
             f"{r['seeds']}); tune/full wall time median "
             f"{r['median_ratio']:.0%} (max {r['max_ratio']:.0%}; {r['tune_min']:.0f} vs {r['full_min']:.0f} simulated "
             f"min); winner where full says cannot rank: {r['wrong_winner']}; runs with undecided points: "
-            f"{r['undecided_runs']}; share of time measuring, full grid: cold starts {r['share_cold']:.0%}, "
+            f"{r['undecided_runs']}; runs ending in a tie: {r['tied_runs']}; share of time measuring, full grid: cold starts {r['share_cold']:.0%}, "
             f"warm starts {r['share_warm']:.0%}"
         )
     st = calibration.load()["startup"]

@@ -1,5 +1,6 @@
 """agent.judging.sequential: the test behind "settled", its error rate under repeated looks, and the plan's steps."""
 
+import dataclasses
 import math
 import random
 
@@ -145,7 +146,12 @@ def test_close_rivals_get_every_level_then_more_windows_then_stay_open():
         for k, b in (("nvm", "marlin"), ("nvb", "b12x"))
     }
     plan = seq.plan_next(NV, full3, S)
-    assert plan.done and len(plan.open_points) == 2 * len(LEVELS)  # each point, seen from both sides
+    # nothing left within the limits, which reach the spec's schedule: a tie (the sweep says cannot rank too)
+    assert plan.done and len(plan.tied) == 2 * len(LEVELS) and not plan.open_points  # each point, from both sides
+    # limits set below the spec's schedule (it asks 4 windows a point): the same points are undecided
+    below = dataclasses.replace(S, sweep_repeats=4)
+    plan = seq.plan_next(NV, full3, below)
+    assert plan.done and len(plan.open_points) == 2 * len(LEVELS) and not plan.tied
 
 
 def test_a_failed_cell_is_measured_once_and_never_again():
@@ -228,3 +234,27 @@ def test_a_wide_margin_needs_no_second_start():
     }
     plan = seq.plan_next(NV_STARTS, wide, S)
     assert plan.done and not plan.open_points
+
+
+def test_a_close_pair_gets_its_second_starts_before_more_windows_and_they_merge_whatever_their_schedule():
+    """Under the margin the report needs two starts whatever the windows say, so the start step comes first; its
+    cells (tune's START: every level, min_repeats windows) merge with the first start's (levels and windows from
+    other steps), so the pair is judged on two starts and then nothing is left: a tie, not another round."""
+    full2 = {
+        k: started(cell(k, b, {c: [100.0 + c, 108.0 + c] for c in LEVELS}), 1, t)
+        for k, b, t in (("nvm", "marlin", "t1"), ("nvb", "b12x", "t2"))
+    }
+    for k in full2:  # as tune stores a full step: the config names the levels that step ran, with its windows
+        full2[k]["config"].update(concurrency=[2, 4, 8], repeats=2)
+    plan = seq.plan_next(NV_STARTS, full2, S)
+    assert {(s.cell_id, s.stage, s.repeats) for s in plan.steps} == {("nvm2", "start", 2), ("nvb2", "start", 2)}
+    both = {
+        **full2,
+        "nvm2": started(cell("nvm2", "marlin", {c: [104.0 + c, 103.0 + c] for c in LEVELS}), 2, "t3"),
+        "nvb2": started(cell("nvb2", "b12x", {c: [103.0 + c, 105.0 + c] for c in LEVELS}), 2, "t4"),
+    }
+    for k in ("nvm2", "nvb2"):
+        both[k]["config"].update(concurrency=list(LEVELS), repeats=2)
+    plan = seq.plan_next(NV_STARTS, both, S)
+    assert plan.done and plan.tied and not plan.open_points, plan
+    assert not any("on 1 server start" in p for p in plan.tied), plan.tied  # each start counted: merged

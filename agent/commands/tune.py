@@ -89,6 +89,8 @@ def run(args) -> int:
         max_repeats=args.max_repeats if args.max_repeats is not None else max(spec.repeats, args.min_repeats),
         carry_margin=args.carry_margin,
         max_starts=args.max_starts if args.max_starts is not None else max(spec.server_starts, 2),
+        sweep_repeats=spec.repeats,
+        sweep_starts=spec.server_starts,
     )
     bad = seq.problems(settings)
     if bad:
@@ -129,6 +131,8 @@ def _print_decisions(o: TuneOutcome, short: list[str]) -> None:
         print(f"  skipped {s.label}: {s.reason}", file=out)
     for p in o.open_points:
         print(f"  undecided {p}", file=out)
+    for p in o.tied:
+        print(f"  tied {p} (measured as far as the spec's schedule: cannot rank)", file=out)
     for b in o.budget_left:
         print(f"  not run (budget): {b}", file=out)
     for what in short:

@@ -9,11 +9,16 @@ on its own, in three steps per cell, each a fresh run of that cell that replaces
    that way in one group is skipped in the groups not yet started ("cannot change the recommendation").
 2. **full**: the concurrency levels the screen left out, `min_repeats` windows, for the cells still in the
    running (the screen's windows are kept: together they cover every level of the spec).
-3. **more**: the cells with a point still open against the leader get `max_repeats` windows, once.
-4. **start**: another independent server start of the leader and of each rival still within RESOLVE_MARGIN of it
+3. **start**: another independent server start of the leader and of each rival still within RESOLVE_MARGIN of it
    or still open (planning/matrix.nth_start: its own cell, run in the same round, so the starts interleave), while
    either has fewer than two starts (the report's winner rule), or while a point is open and the between-start
-   variance outweighs what more windows could remove; at most `max_starts` starts a config.
+   variance outweighs what more windows could remove; at most `max_starts` starts a config. It comes before more
+   windows: under the margin the report needs two starts whatever the windows say.
+4. **more**: the cells with a point still open against the leader get `max_repeats` windows, once.
+
+A point still open when nothing is left to measure is a *tie* when tune's limits reach the spec's own schedule
+(`--max-starts` and `--max-repeats` at least its server_starts and repeats: the sweep would measure no more, and
+its report says "cannot rank"), and *undecided* when the limits were set below it.
 
 A group whose rivals were all skipped keeps its one cell: it is that group's answer on the other axes (checkpoint,
 speculative...), so it is measured once on the spec's schedule (every level, `max_repeats` windows), never skipped.
@@ -50,6 +55,8 @@ class TuneSettings:
     max_repeats: int = 3
     carry_margin: float = 1.25  # a loss by at least this ratio at every screened level ends a backend
     max_starts: int = 2  # independent server starts tune may give one config (the report's rule needs 2)
+    sweep_repeats: int = 1  # the spec's own schedule (repeats, server_starts): limits at or above it make a point
+    sweep_starts: int = 1  # still open at the end a tie (what the sweep would call cannot rank), not undecided
     seed: int = stats.DEFAULT_SEED
 
     @property
@@ -170,6 +177,7 @@ class Plan:
     skipped: list[Skip] = field(default_factory=list)  # never run: cannot change the recommendation
     stopped: list[Skip] = field(default_factory=list)  # measured, then stopped: dominated beyond the noise
     open_points: list[str] = field(default_factory=list)  # "label @ c=N: why" still undecided
+    tied: list[str] = field(default_factory=list)  # open at tune's limits, which reach the spec's: cannot rank
 
     @property
     def done(self) -> bool:
@@ -254,12 +262,8 @@ def _plan_group(
     if len(survivors) < 2:
         return True
     opened = [c for c in survivors if verdicts[c.cell_id]["open"]]
-    more = [
-        c for c in opened if _repeats(summaries[c.cell_id]) < s.max_repeats and not _start_bound(summaries[c.cell_id])
-    ]
-    if more:
-        plan.steps += [Step(c.cell_id, MORE, c.concurrency, s.max_repeats) for c in more]
-        return False
+    # Another start first where one is due: under the margin the report needs two starts whatever the windows
+    # say, and a new start's windows count where more windows of the first would replace it (a step restarts).
     restart = _needs_start(survivors, summaries, verdicts) if later else []  # none planned: windows only
     steps = [
         Step(nxt.cell_id, START, c.concurrency, s.min_repeats)
@@ -270,13 +274,22 @@ def _plan_group(
     if steps:
         plan.steps += steps
         return False
+    more = [
+        c for c in opened if _repeats(summaries[c.cell_id]) < s.max_repeats and not _start_bound(summaries[c.cell_id])
+    ]
+    if more:
+        plan.steps += [Step(c.cell_id, MORE, c.concurrency, s.max_repeats) for c in more]
+        return False
+    # Nothing left to measure within the limits: a tie when the limits reach the spec's own schedule (the sweep
+    # would measure no more, and its report says cannot rank), else undecided (the limits were set below it).
+    left = plan.tied if s.max_starts >= s.sweep_starts and s.max_repeats >= s.sweep_repeats else plan.open_points
     for c in restart:
-        plan.open_points.append(
+        left.append(
             f"{c.label}: within {stats.RESOLVE_MARGIN:.0%} of the leader or open, on "
             f"{_starts(summaries[c.cell_id])} server start(s) (--max-starts {s.max_starts} reached)"
         )
     for c in opened:
-        plan.open_points += [f"{c.label} @ c={lvl}: {why}" for lvl, why in verdicts[c.cell_id]["open"]]
+        left += [f"{c.label} @ c={lvl}: {why}" for lvl, why in verdicts[c.cell_id]["open"]]
     return True
 
 

@@ -7,6 +7,7 @@ imports neither, so the two never import each other.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -271,11 +272,25 @@ def merge_starts(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         key = (str(c.get("sweep", "")), str(c.get("host", "")), start_key(c.get("config", {})), cell_verdict(c))
         groups.setdefault(key, []).append(c)
     out = []
-    for group in groups.values():
-        group.sort(key=server_start)
-        runs = [{**r, "server_start": server_start(c)} for c in group for r in c.get("runs", [])]
-        out.append({**group[0], "runs": runs, "starts": [_start_of(c) for c in group]} if len(group) > 1 else group[0])
+    for same in groups.values():
+        for group in _one_per_start(same):
+            group.sort(key=server_start)
+            runs = [{**r, "server_start": server_start(c)} for c in group for r in c.get("runs", [])]
+            merged = {**group[0], "runs": runs, "starts": [_start_of(c) for c in group]}
+            out.append(merged if len(group) > 1 else group[0])
     return out
+
+
+def _one_per_start(group: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Two cells of one config and the same start number are not two starts (a spec asking the same config on
+    two schedules): then each schedule is its own cell."""
+    if len({server_start(c) for c in group}) == len(group):
+        return [group]
+    split: dict[str, list[dict[str, Any]]] = {}
+    for c in group:
+        config = c.get("config", {})
+        split.setdefault(json.dumps([config.get("concurrency"), config.get("repeats")], default=str), []).append(c)
+    return list(split.values())
 
 
 def server_start(cell: dict[str, Any]) -> int:

@@ -313,9 +313,16 @@ def nth_start(cell: Cell, k: int) -> Cell:
     return replace(cell, id=cell_id(config, cell.env), config=config, notes=list(cell.notes))
 
 
+SCHEDULE_FIELDS = ("server_start", "concurrency", "repeats")  # how a start was measured, not what it served
+
+
 def start_key(cell_or_config: Mapping[str, Any]) -> str:
-    """What the starts of one config share: its [config] table without server_start (host and sweep aside)."""
-    return json.dumps({k: v for k, v in cell_or_config.items() if k != "server_start"}, sort_keys=True, default=str)
+    """What the starts of one config share: its [config] table without its schedule (host and sweep aside). tune
+    measures one config's starts on different schedules (a start's levels and windows per step), and every
+    window says its own level, so the schedule is not part of what was served."""
+    return json.dumps(
+        {k: v for k, v in cell_or_config.items() if k not in SCHEDULE_FIELDS}, sort_keys=True, default=str
+    )
 
 
 _LABELLED = ("checkpoint", *BACKEND_FIELDS, "speculative")  # already in Cell.label

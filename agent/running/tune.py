@@ -46,6 +46,7 @@ class TuneOutcome:
     skipped: list[seq.Skip] = field(default_factory=list)
     stopped: list[seq.Skip] = field(default_factory=list)
     open_points: list[str] = field(default_factory=list)
+    tied: list[str] = field(default_factory=list)  # open at limits that reach the spec's schedule: cannot rank
     budget_left: list[str] = field(default_factory=list)  # the steps the budget could not fit
     rounds: list[SweepOutcome] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -208,7 +209,7 @@ def _choose(
     measured = _measured(sweep_dir)
     startup = _typical_startup([c for m in measured.values() for c in m.values()])
     chosen: dict[str, list[Cell]] = {h: [] for h in placed}
-    outcome.skipped, outcome.stopped, outcome.open_points, outcome.budget_left = [], [], [], []
+    outcome.skipped, outcome.stopped, outcome.open_points, outcome.budget_left, outcome.tied = [], [], [], [], []
     costs: dict[str, float] = {}
     for host, share in placed.items():
         mine = measured.get(host, {})
@@ -225,6 +226,7 @@ def _choose(
         outcome.skipped += plan.skipped
         outcome.stopped += plan.stopped
         outcome.open_points += [f"{host}: {p}" for p in plan.open_points]
+        outcome.tied += [f"{host}: {p}" for p in plan.tied]
         if plan.steps:
             log.info(
                 "tune_plan",
@@ -303,6 +305,7 @@ def _write_record(outcome: TuneOutcome, settings: seq.TuneSettings, budget_s: fl
         "skipped": [dataclasses.asdict(s) for s in outcome.skipped],
         "stopped": [dataclasses.asdict(s) for s in outcome.stopped],
         "open_points": outcome.open_points,
+        "tied": outcome.tied,
         "budget_left": outcome.budget_left,
     }
     results.atomic_write_toml(outcome.sweep_dir / TUNE_FILE, record)
