@@ -11,7 +11,7 @@ figure stays in simulated seconds (bench/bench_time_scale.py checks it changes n
     SPARK_TEST_NET=127.0.38 python bench/bench_tune_fleet.py [--specs examples/quick.toml,...] [--hosts 1,3]
         [--duration 20] [--time-scale 10] [--budget 30m] [--root-only] [--port 8300]
 
-Prints one markdown row per (spec, hosts): sweep s, tune s, tune / sweep, same answer, tune's exit code, both answers.
+Prints one markdown row per (spec, hosts): sweep s, tune s, tune / sweep, same answer, both exit codes, both answers.
 """
 
 from __future__ import annotations
@@ -84,10 +84,13 @@ def main() -> int:
                 a_sweep, a_tune = answer(sweep_out / sweep_name), answer(tune_out / sweep_name)
                 row = (
                     f"| {name} | {n} | {s_wall:.0f} | {t_wall:.0f} | {t_wall / s_wall:.2f} | "
-                    f"{'yes' if a_sweep == a_tune else 'NO'} | {t_rc} | {a_sweep} | {a_tune} |"
+                    f"{'yes' if a_sweep == a_tune else 'NO'} | {s_rc} | {t_rc} | {a_sweep} | {a_tune} |"
                 )
                 rows.append(row)
                 print(row, flush=True)
+                said = [t for t in t_tail.splitlines() if t.lstrip().startswith(("undecided", "not run (budget)"))]
+                if said:  # tune's exit 1 for open points or budget, not for the cells that failed as in the sweep
+                    print("  tune: " + "\n  tune: ".join(said), flush=True)
                 if t_rc not in (0, 1) or s_rc not in (0, 1):
                     print(f"  sweep rc {s_rc}: {s_tail}\n  tune rc {t_rc}: {t_tail}", flush=True)
     finally:
@@ -97,9 +100,10 @@ def main() -> int:
         if not os.environ.get("KEEP"):
             shutil.rmtree(root, ignore_errors=True)
     print(
-        "\n| spec | hosts | sweep s | tune s | tune/sweep | same answer | tune exit | sweep's answer | tune's answer |"
+        "\n| spec | hosts | sweep s | tune s | tune/sweep | same answer | sweep exit | tune exit | sweep's answer | "
+        "tune's answer |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     return 0
 

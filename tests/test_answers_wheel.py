@@ -8,7 +8,9 @@ non-root user whose sudo needs a password), the simulator as the engine.
   `store ingest` agree (nothing new, counted true), `history` and the site show each run as itself.
 - `compare` of a rerun that placed its cells on other hosts: every configuration compared (across hosts, with the
   host effect) or said as not compared, and the exit code under --fail-on-regression follows.
-- A sweep with a WRONG OUTPUT cell exits 1 and counts it as wrong, not measured.
+- A sweep with a WRONG OUTPUT cell exits 1 and counts it as wrong, not measured; so does `tune`, on two hosts of
+  which one carries the docs' slow-host recipe (`spark_sim_speed`, docs/fleet-ranking.md), which keeps the host's
+  environment whole.
 """
 
 from __future__ import annotations
@@ -126,3 +128,18 @@ def test_a_sweep_with_wrong_outputs_exits_1(three_sparks, user, tmp_path):
     total = next(line.split() for line in swept.stderr.splitlines() if line.strip().startswith("total "))
     assert (int(total[1]), int(total[2]), int(total[3])) == (2, 1, 1), swept.stderr[-3000:]  # planned, measured, wrong
     assert "wrong output spark-b/" in swept.stderr
+
+    # tune, as the docs give it, on two hosts, one of them the docs' slow host (docs/fleet-ranking.md: a host var
+    # of its own, added to the group's spark_serve_env): every cell runs (the recipe keeps PYTHONPATH), and the wrong
+    # output is exit 1 under tune's rule as under the sweep's
+    inventory["all"]["children"]["sparks"]["hosts"]["spark-c"]["spark_sim_speed"] = 0.95
+    inv.write_text(yaml.safe_dump(inventory))
+    tuned = user(
+        "tune", "wrong.toml", "-i", str(inv), "--limit", "spark-b,spark-c", "--results", "tuned", "--no-progress"
+    )
+    assert tuned.returncode == 1, tuned.stderr[-3000:]
+    assert "No module named" not in tuned.stderr and "failed spark-" not in tuned.stderr, tuned.stderr[-3000:]
+    assert re.search(r"not valid spark-[bc]/[0-9a-f]{12}: wrong output", tuned.stderr), tuned.stderr[-3000:]
+    assert "undecided" not in tuned.stderr, tuned.stderr[-3000:]  # settled: the exit is the wrong output's
+    hosts = {p.parent.parent.name for p in (user.home / "tuned" / "wrong").glob("*/*/cell.toml")}
+    assert hosts and hosts <= {"spark-b", "spark-c"}, hosts

@@ -133,20 +133,15 @@ def test_a_fast_backend_with_wrong_outputs_is_flagged_and_never_recommended(tmp_
     }
 
 
-def test_tune_and_a_detached_sweeps_collect_exit_1_on_wrong_outputs(tmp_path, ssh_fleet):
-    """The sweep's exit rule (README: exit codes) holds for tune and for `collect --wait`: a WRONG OUTPUT cell is
-    not a valid measurement, so neither says 0 (issue 36 item 7: `sweep && deploy` must be able to catch it)."""
+def test_a_detached_sweeps_collect_exits_1_on_wrong_outputs(tmp_path, ssh_fleet):
+    """The sweep's exit rule (README: exit codes) holds for `collect --wait`: a WRONG OUTPUT cell is not a valid
+    measurement, so it does not say 0 (issue 36 item 7: `sweep && deploy` must be able to catch it; tune's side is
+    test_answers_wheel's, from the installed wheel)."""
     inv = _marlin_wrong(tmp_path, ssh_fleet)
     spec = tmp_path / "pair.toml"
     text = SPEC.format(digest="cd" * 32).replace('name = "right"', 'name = "pair"')
     spec.write_text(text.replace('["marlin", "flashinfer_b12x", "b12x"]', '["marlin", "flashinfer_b12x"]'))
     one = ["-i", str(inv), "--limit", "spark-a"]
-
-    tuned = _run("tune", str(spec), *one, "--results", str(tmp_path / "t"), "--no-progress")
-    assert tuned.returncode == 1, tuned.stderr[-3000:]
-    assert "not valid spark-a/" in tuned.stderr and ": wrong output" in tuned.stderr, tuned.stderr[-3000:]
-    assert "tune: 1 cell(s) without a valid measurement" in tuned.stderr
-    assert "undecided" not in tuned.stderr  # settled: the exit is the wrong output's alone
 
     handed = _run("sweep", str(spec), *one, "--results", str(tmp_path / "d"), "--detach")
     assert handed.returncode == 0, handed.stderr[-3000:]
