@@ -52,6 +52,9 @@ def test_index_links_every_sweep_and_config(site):
     links = [part.split('"', 1)[0] for part in index.split('href="history/')[1:]]
     assert len(links) == 2 and all((site / "history" / link).is_file() for link in links)
     assert "2 regression(s)" in index  # marlin at c=1 and c=8
+    # each run's verdict counts are its judgement's (the report's Provenance): WRONG OUTPUT counted, not dropped
+    heads = ["valid", "INVALID", "failed", "WRONG OUTPUT"]
+    assert "".join(f"<th>{h}</th>" for h in heads) in index
     marlin = next(link for link in links if "<h1>uns-fast / marlin</h1>" in (site / "history" / link).read_text())
     page = (site / "history" / marlin).read_text()
     assert page.count("regression (0.80") == 2 and 'href="../index.html"' in page

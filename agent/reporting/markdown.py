@@ -14,7 +14,7 @@ from typing import Any
 from agent.errors import UserError
 from agent.hostside import atomic
 from agent.judging import stats
-from agent.judging.judgement import MEASURED_ON, judge, lost_cells
+from agent.judging.judgement import MEASURED_ON, Judgement, judge, lost_cells
 from agent.judging.judgement import lost_text as _lost_text
 from agent.reporting import htmlpage, startup
 from agent.reporting.charts import PLOTS, _lines, figure, render_plots
@@ -46,6 +46,7 @@ __all__ = [  # what callers (and the tests) import from here; each is defined wh
     "serve_command",
     "terminal_table",
     "verdict_lines",
+    "write_judgement",
     "write_report",
     "write_report_cells",
 ]
@@ -124,6 +125,14 @@ def write_report_cells(
         tune=tune,
         calibration_words=words,
     )
+    if said is not None:
+        said += data.what_to_run
+    return write_judgement(data, out)
+
+
+def write_judgement(data: Judgement, out: Path) -> list[Path]:
+    """report.md, report.html and the PNGs of one judgement into out (the site judges each run once and also
+    counts its verdicts from the same judgement)."""
     images = render_plots(data)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -131,8 +140,6 @@ def write_report_cells(
         written.append(_write(out / name, png))
     written.append(_write(out / "report.md", render_markdown(data, images).encode()))
     written.append(_write(out / "report.html", htmlpage.render(data, images).encode()))
-    if said is not None:
-        said += data.what_to_run
     return written
 
 

@@ -29,8 +29,9 @@ from agent.errors import UserError
 from agent.escape import html
 from agent.hostside import atomic
 from agent.judging import stats
+from agent.judging.judgement import VERDICTS, judge
 from agent.reporting.htmlpage import page
-from agent.reporting.markdown import write_report_cells
+from agent.reporting.markdown import write_judgement
 from agent.reporting.words import num, pct
 from agent.results.tree import PART
 from agent.store import history, readback, select
@@ -57,6 +58,7 @@ def inside(root: Path, path: Path) -> Path:
     return path
 
 
+VERDICT_HEADS = ("valid", "INVALID", "failed", "WRONG OUTPUT")  # as VERDICTS, as the report writes them
 MARKER = ".spark-agent-site"  # in every site's folder: what may be replaced
 
 
@@ -141,9 +143,10 @@ def _build(engine: sa.Engine, root: Path, threshold: float, watch_source: Path |
             continue
         name = folder_name(row["name"]) + (_run_suffix(row) if names.count(row["name"]) > 1 else "")
         folder = inside(root, root / "sweeps" / name)
-        write_report_cells(cells, folder, threshold=threshold)
+        data = judge(cells, threshold=threshold)
+        write_judgement(data, folder)
         pages.append(folder / "report.html")
-        summaries.append(_sweep_summary(dict(row), cells, f"sweeps/{name}/report.html"))
+        summaries.append(_sweep_summary(dict(row), cells, data.provenance.verdicts, f"sweeps/{name}/report.html"))
     configs: dict[str, list[history.HistoryRow]] = {}
     for r in history.query(engine, select.Selection()):
         configs.setdefault(page_name(r.config_key), []).append(r)
@@ -164,8 +167,10 @@ def _run_suffix(row: Any) -> str:
     return f"-{start}-{hashlib.sha256(str(row['results_root']).encode()).hexdigest()[:6]}"
 
 
-def _sweep_summary(row: dict[str, Any], cells: Sequence[dict[str, Any]], link: str) -> dict[str, Any]:
-    verdicts = [stats.cell_verdict(c) for c in cells]
+def _sweep_summary(
+    row: dict[str, Any], cells: Sequence[dict[str, Any]], verdicts: dict[str, int], link: str
+) -> dict[str, Any]:
+    """One run's row of the index; its verdict counts are its judgement's (the report's Provenance says the same)."""
     return {
         "name": row["name"],
         "root": row.get("results_root", ""),
@@ -173,7 +178,7 @@ def _sweep_summary(row: dict[str, Any], cells: Sequence[dict[str, Any]], link: s
         "when": f"{row['first_started'][:16]} → {row['last_finished'][:16]}",
         "images": sorted({history._image_tag(str(c.get("config", {}).get("image", ""))) for c in cells}),
         "hosts": sorted({str(c.get("host", "")) for c in cells}),
-        "counts": {v: verdicts.count(v) for v in ("valid", "invalid", "failed")},
+        "counts": {v: verdicts.get(v, 0) for v in VERDICTS},
         "link": link,
     }
 
@@ -200,9 +205,7 @@ def _index(
             html(s["when"]),
             html(", ".join(s["images"])),
             html(", ".join(s["hosts"])),
-            str(s["counts"]["valid"]),
-            str(s["counts"]["invalid"]),
-            str(s["counts"]["failed"]),
+            *(str(s["counts"][v]) for v in VERDICTS),
         ]
         for s in summaries
     ]
@@ -227,7 +230,7 @@ def _index(
         body += "</ul>"
     body += f"<h2>Sweeps ({len(summaries)})</h2>"
     body += _table(
-        ["sweep", "results folder", "ingested by", "measured (UTC)", "images", "hosts", "valid", "INVALID", "failed"],
+        ["sweep", "results folder", "ingested by", "measured (UTC)", "images", "hosts", *VERDICT_HEADS],
         sweep_rows,
     )
     body += f"<h2>Configurations across images ({len(configs)})</h2>"
