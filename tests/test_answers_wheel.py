@@ -24,6 +24,7 @@ import yaml
 
 from .sshd_hosts import sim_fleet
 from .test_sweep import write_spec
+from .test_tune_fleet import docs_slow_host_vars
 from .wheel_venv import shared_install, user_env
 
 pytestmark = pytest.mark.integration
@@ -132,7 +133,7 @@ def test_a_sweep_with_wrong_outputs_exits_1(three_sparks, user, tmp_path):
     # tune, as the docs give it, on two hosts, one of them the docs' slow host (docs/fleet-ranking.md: a host var
     # of its own, added to the group's spark_serve_env): every cell runs (the recipe keeps PYTHONPATH), and the wrong
     # output is exit 1 under tune's rule as under the sweep's
-    inventory["all"]["children"]["sparks"]["hosts"]["spark-c"]["spark_sim_speed"] = 0.95
+    inventory["all"]["children"]["sparks"]["hosts"]["spark-c"].update(docs_slow_host_vars())
     inv.write_text(yaml.safe_dump(inventory))
     tuned = user(
         "tune", "wrong.toml", "-i", str(inv), "--limit", "spark-b,spark-c", "--results", "tuned", "--no-progress"
