@@ -220,3 +220,27 @@ def test_starts_not_interleaved_leave_a_close_call_unresolved(tmp_path):
             )
     rec = _verdict(tmp_path)
     assert rec.winner is None and "not interleaved in time" in rec.reason
+
+
+def test_a_fleets_reference_cell_on_another_host_does_not_hold_back_a_close_call_made_on_one_host(tmp_path):
+    """Three hosts: triton and marlin side by side on spark-1, two interleaved starts each, 10% apart; spark-2
+    measured marlin once at the top level as the fleet's reference cell (host effects only). The comparison was
+    made on spark-1 with two starts each: the reference's single start does not make it 'unresolved'."""
+    for k in (1, 2):
+        for backend, v, minute in (("triton", 110.0, 0), ("marlin", 100.0, 30)):
+            write_cell(
+                tmp_path,
+                backend=backend,
+                checkpoint="fp8",
+                quant="fp8",
+                values={c: [v * c, v * c * 1.01, v * c * 0.99] for c in LEVELS},
+                config={"server_start": k} if k > 1 else None,
+                started_at=f"2026-12-02T{9 + k:02d}:{minute:02d}:00Z",  # A1 B1 A2 B2
+                elapsed_s=90.0,
+            )
+    write_cell(
+        tmp_path, backend="marlin", checkpoint="fp8", quant="fp8", host="spark-2",
+        values={LEVELS[-1]: [98.0 * LEVELS[-1]] * 3}, started_at="2026-12-02T10:00:00Z", elapsed_s=60.0,
+    )  # fmt: skip
+    rec = _verdict(tmp_path)
+    assert rec.winner == "triton", rec.reason

@@ -577,15 +577,21 @@ def _unresolved(axis: str, winner: str, versus: list[Loser], valid: list[CellSum
         return ""
     labels = _labels(valid, axis)
     mine = {v: [s for s in valid if labels[axis_value(s.config, axis)] == v] for v in (winner, runner.backend)}
-    cells = mine[winner] + mine[runner.backend]
-    few = [s for s in cells if len(starts_of(s.cell)) < nested.MIN_STARTS]
-    apart = [
+    local = [
         (x, y)
         for x in mine[winner]
         for y in mine[runner.backend]
-        if _host(x) == _host(y)
-        and comparison_key(x.cell, axis) == comparison_key(y.cell, axis)
-        and not nested.interleaved(*([s["started_at"] for s in starts_of(z.cell)] for z in (x, y)))
+        if _host(x) == _host(y) and comparison_key(x.cell, axis) == comparison_key(y.cell, axis)
+    ]
+    # Where the two were measured side by side on one host, that comparison is the one made (a cell of either on
+    # another host, a fleet's reference cell above all, only measures that host's speed): its starts count.
+    paired = [s for pair in local for s in pair]
+    cells = list({id(s): s for s in paired}.values()) if local else mine[winner] + mine[runner.backend]
+    few = [s for s in cells if len(starts_of(s.cell)) < nested.MIN_STARTS]
+    apart = [
+        (x, y)
+        for x, y in local
+        if not nested.interleaved(*([s["started_at"] for s in starts_of(z.cell)] for z in (x, y)))
     ]
     if not few and not apart:
         return ""
