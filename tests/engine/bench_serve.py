@@ -81,6 +81,12 @@ class BenchServe:
 
 
 def serve_requests(result_dir: str, flags: list[str]) -> int:
+    # The answers go out on a private copy of stdout, and fd 1 itself goes to the log: vLLM sets up its logging on
+    # import with a handler bound to the stdout of that moment, which redirect_stdout never reaches (on the H200 run
+    # vLLM 0.24's INFO lines reached the answer pipe and the client read them as JSON).
+    answer = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     from vllm.benchmarks.serve import add_cli_args
     from vllm.benchmarks.serve import main as bench_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -88,7 +94,6 @@ def serve_requests(result_dir: str, flags: list[str]) -> int:
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
     os.makedirs(result_dir, exist_ok=True)
-    answer = sys.stdout
     print(READY, file=answer, flush=True)
     for line in sys.stdin:
         concurrency, num_prompts, run = (int(word) for word in line.split())
