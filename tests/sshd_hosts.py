@@ -326,8 +326,25 @@ def login_as_user(fleet: SshFleet, names: list[str]) -> Callable[[], None]:
 
 
 def _remove_user(user: str, sudoers: Path) -> None:
+    """The account, its home and its sudoers entry. userdel refuses while a process runs as the account, and an SSH
+    session's own sshd process outlives the fleet's listening sshd for a moment: those are stopped by PID first (every
+    process of an account made for this fleet is ours), then userdel is tried again, for up to 10 s."""
+    import psutil
+
     sudoers.unlink(missing_ok=True)
-    subprocess.run(["userdel", "--remove", user], check=False, capture_output=True)
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return
+    for _ in range(50):
+        for proc in psutil.process_iter(["uids"]):
+            uids = proc.info["uids"]
+            if uids is not None and uid in (uids.real, uids.effective):
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+        if subprocess.run(["userdel", "--remove", user], check=False, capture_output=True).returncode in (0, 6):
+            return  # 6: no such user
+        time.sleep(0.2)
 
 
 def write_sim_inventory(fleet: SshFleet, port: int, serve_env: Callable[[str], dict[str, str]]) -> None:
