@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.hostside import loadpoints
 from agent.judging import correctness, nested
-from agent.planning.matrix import backend_label, start_key
+from agent.planning.matrix import SCHEDULE_FIELDS, backend_label, start_key
 
 DEFAULT_THRESHOLD = 0.10  # spread above which a point is unstable
 RANK_METRIC = "output_throughput"
@@ -289,7 +289,8 @@ def _one_per_start(group: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     split: dict[str, list[dict[str, Any]]] = {}
     for c in group:
         config = c.get("config", {})
-        split.setdefault(json.dumps([config.get("concurrency"), config.get("repeats")], default=str), []).append(c)
+        schedule = [config.get(k) for k in SCHEDULE_FIELDS if k != "server_start"]  # what start_key leaves out
+        split.setdefault(json.dumps(schedule, default=str), []).append(c)
     return list(split.values())
 
 
