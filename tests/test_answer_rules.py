@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from agent.cli import main
 from agent.judging import measurable, stats
+from agent.judging.correctness import judged_cells
 from agent.reporting import compare as compare_report
 from agent.reporting import markdown as report
-from agent.results.tree import load_cells
 from tests.test_report_fixtures import GB10_FACTS, write_cell
 
 pytestmark = pytest.mark.unit
@@ -67,7 +67,7 @@ def _tree(root: Path, design, base, spread, *, finished: bool, hosts=("spark-1",
 def _reported(root: Path, design, base, spread, rank_by, *, finished: bool):
     """The generated tree, read back: its cells, the report's data and its Markdown."""
     _tree(root, design, base, spread, finished=finished)
-    cells = load_cells(root)
+    cells = judged_cells(root)
     data = report.build(cells, rank_by=rank_by)
     return cells, data, report.render_markdown(data)
 
@@ -147,8 +147,8 @@ def test_compare_reports_every_configuration_it_could_not_compare(design, base, 
                 for host in HOSTS:
                     ref = {c: [50.0 * c * 0.99, 50.0 * c, 50.0 * c * 1.01] for c in LEVELS}
                     write_cell(root / side, backend="triton", checkpoint="ref", host=host, values=ref, facts=GB10_FACTS)
-        cells_a = load_cells(root / "a") if (root / "a").is_dir() else []
-        cells_b = load_cells(root / "b") if (root / "b").is_dir() else []
+        cells_a = judged_cells(root / "a") if (root / "a").is_dir() else []
+        cells_b = judged_cells(root / "b") if (root / "b").is_dir() else []
         cmp = compare_report.compare(cells_a, cells_b)
 
         keys_a = {compare_report.match_key(c, False) for c in cells_a}
@@ -174,7 +174,7 @@ def test_goodput_zero_under_slos_names_the_slo_the_servers_reach(tmp_path):
             tmp_path, backend=backend, config={"goodput": ["tpot:5"]}, values={c: [base * c] * 3 for c in LEVELS}
         )
         _windows(folder, request_goodput=0.0)
-    [rec] = report.build(load_cells(tmp_path), rank_by="goodput").recommendations
-    best = min(r["median_tpot_ms"] for c in load_cells(tmp_path) for r in c["runs"])
+    [rec] = report.build(judged_cells(tmp_path), rank_by="goodput").recommendations
+    best = min(r["median_tpot_ms"] for c in judged_cells(tmp_path) for r in c["runs"])
     assert rec.winner is None and "no finished request met every SLO (tpot:5)" in rec.reason
     assert f"tpot:{math.ceil(best)} (best median {best:.0f} ms against 5 ms)" in rec.reason

@@ -15,11 +15,11 @@ from agent.cli import main
 from agent.errors import UserError
 from agent.hostside import facts
 from agent.judging import stats
+from agent.judging.correctness import judged_cells
 from agent.planning import matrix
 from agent.planning.spec import load_spec
 from agent.reporting import compare
 from agent.reporting import markdown as report
-from agent.results.tree import load_cells
 from tests.test_report_fixtures import write_cell, write_starts
 
 pytestmark = pytest.mark.unit
@@ -208,11 +208,11 @@ def test_two_checkpoints_on_one_backend_name_the_checkpoint(tmp_path):
     write_starts(
         tmp_path, checkpoint="uns-fast", backend="marlin", values={c: [100.0 * c, 101.0 * c, 99.5 * c] for c in C}
     )
-    [rec] = stats.recommend(stats.summarize_cells(load_cells(tmp_path)))
+    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
     assert [q.axis for q in rec.questions] == ["checkpoint"]
     assert rec.winner == "uns-fast" and rec.choice == {"checkpoint": "uns-fast"}
     assert rec.questions[0].versus[0].backend == "nv" and rec.questions[0].versus[0].beaten_at == 4
-    text = report.render_markdown(report.build(load_cells(tmp_path)))
+    text = report.render_markdown(report.build(judged_cells(tmp_path)))
     assert "**Run uns-fast.** uns-fast wins 4 of 4 head-to-head points" in text
     assert "measured slower: **nv**, 7% slower" in text
 
@@ -230,7 +230,7 @@ def test_each_axis_is_ranked_with_the_others_held(tmp_path):
                     config=extra,
                     values={c: [v * c, v * c * 1.01, v * c * 0.99] for c in C},
                 )
-    [rec] = stats.recommend(stats.summarize_cells(load_cells(tmp_path)))
+    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
     assert [q.axis for q in rec.questions] == ["backend", "checkpoint", "speculative"]
     assert rec.choice == {"backend": "marlin", "checkpoint": "uns-fast", "speculative": "mtp"}
     assert rec.winner == "marlin · uns-fast · speculative=mtp"
@@ -239,7 +239,7 @@ def test_each_axis_is_ranked_with_the_others_held(tmp_path):
     assert len(by_axis["checkpoint"].matchups) == 4 * len(C)  # one pair per (backend, speculative)
     [cell] = rec.winner_cells
     assert (cell.checkpoint, cell.backend, cell.config["speculative"]) == ("uns-fast", "marlin", MTP)
-    text = report.render_markdown(report.build(load_cells(tmp_path)))
+    text = report.render_markdown(report.build(judged_cells(tmp_path)))
     assert "#### checkpoint: **uns-fast**" in text and "Held equal: backend, speculative" in text
     assert "speculative=mtp" in text  # the medians table tells the cells apart
 
@@ -250,10 +250,10 @@ def test_an_undecided_axis_is_said_and_the_decided_one_still_named(tmp_path):
         write_cell(
             tmp_path, checkpoint=ck, backend="flashinfer_b12x", values={c: [50.0 * c, 51.0 * c, 49.0 * c] for c in C}
         )
-    [rec] = stats.recommend(stats.summarize_cells(load_cells(tmp_path)))
+    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
     assert rec.winner == "marlin" and [q.axis for q in rec.undecided] == ["checkpoint"]
     assert len(rec.winner_cells) == 2  # one command per checkpoint: the data cannot choose
-    text = report.render_markdown(report.build(load_cells(tmp_path)))
+    text = report.render_markdown(report.build(judged_cells(tmp_path)))
     assert "**Run marlin; cannot rank checkpoint.**" in text
 
 
@@ -282,13 +282,13 @@ def test_the_env_rule_shows_its_effect_and_auto_is_what_it_loaded(tmp_path):
         env={"VLLM_USE_DEEP_GEMM": "1"},
         **fp8,
     )
-    [rec] = stats.recommend(stats.summarize_cells(load_cells(tmp_path)))
+    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
     assert rec.winner == "triton"  # auto loaded triton: the same choice, never ranked against it
     assert rec.questions[0].same == {"auto": "triton"} and [v.backend for v in rec.versus] == ["marlin"]
     [effect] = rec.effects
     assert effect.startswith("env_variant: with no-deep-gemm-rule the server failed to start (deep_gemm_assert)")
     assert "where rules ran" in effect
-    text = report.render_markdown(report.build(load_cells(tmp_path)))
+    text = report.render_markdown(report.build(judged_cells(tmp_path)))
     assert "Effect on startup" in text and "auto loaded triton: the same choice" in text
     assert "failed to start: auto env_variant=no-deep-gemm-rule on fp8" in text
 
@@ -314,7 +314,7 @@ def test_rank_by_goodput_ranks_the_goodput_and_says_so(tmp_path):
 def test_rank_by_goodput_without_slos_says_why_it_cannot_rank(tmp_path):
     write_cell(tmp_path, backend="marlin", values={c: [100.0, 101.0, 99.0] for c in C})
     write_cell(tmp_path, backend="flashinfer_b12x", values={c: [50.0, 51.0, 49.0] for c in C})
-    summaries = stats.summarize_cells(load_cells(tmp_path), metric="request_goodput")
+    summaries = stats.summarize_cells(judged_cells(tmp_path), metric="request_goodput")
     [rec] = stats.recommend(summaries, metric="request_goodput")
     assert rec.winner is None and "no window records request_goodput" in rec.reason
 
@@ -332,10 +332,10 @@ def test_a_sparse_design_that_left_the_winning_combination_out_says_so(tmp_path)
         config={"speculative": MTP},
         values={c: [130.0 * c, 131.0 * c, 129.0 * c] for c in C},
     )
-    [rec] = stats.recommend(stats.summarize_cells(load_cells(tmp_path)))
+    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
     assert rec.choice == {"checkpoint": "nv", "speculative": "mtp"} and rec.winner_cells == []
     assert rec.winner is None  # never offered to run: nv with MTP never ran
-    text = report.render_markdown(report.build(load_cells(tmp_path)))
+    text = report.render_markdown(report.build(judged_cells(tmp_path)))
     assert "**No measured configuration to run.**" in text and "**Run " not in text
     assert "(nv · speculative=mtp) were never measured together" in text and "Command (" not in text
 
@@ -345,7 +345,7 @@ def test_compare_keeps_an_image_axis_apart(tmp_path):
     for side, k in (("a", 1.0), ("b", 0.8)):
         for image in (DIGEST_A, DIGEST_B):
             write_cell(tmp_path / side, backend="marlin", image=image, values={1: [100.0 * k, 101.0 * k, 99.0 * k]})
-    cmp = compare.compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    cmp = compare.compare(judged_cells(tmp_path / "a"), judged_cells(tmp_path / "b"))
     assert len(cmp.diffs) == 2 and not cmp.only_a and not cmp.only_b
     assert {d.status for d in cmp.diffs} == {compare.REGRESSION}
     assert len({d.label for d in cmp.diffs}) == 2  # the labels name the image
@@ -396,5 +396,5 @@ def test_export_rows_name_every_axis(tmp_path):
     from agent.reporting import export
 
     write_cell(tmp_path, backend="marlin", config={"env_variant": "no-dg", "max_num_seqs": 8}, values={1: [1.0, 2.0]})
-    [row, _] = export.rows(load_cells(tmp_path))
+    [row, _] = export.rows(judged_cells(tmp_path))
     assert row["env_variant"] == "no-dg" and row["max_num_seqs"] == 8 and row["kv_cache_dtype"] == ""

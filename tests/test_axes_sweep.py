@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.judging import correctness
 from agent.results import tree as results
 
 from .test_examples_on_sim import stop_all
@@ -106,7 +107,7 @@ def test_axes_sweep_ranks_each_axis_shows_the_rule_and_resumes(tmp_path, sim_inv
     assert procs["axes-fp8"].returncode == 1, outputs["axes-fp8"][-3000:]  # the cell without the rule fails
 
     # NVFP4: 2 checkpoints x MTP off/on, less uns-fast with MTP = 3 cells, each its own id, MTP on the command line
-    cells = results.load_cells(out / "axes-nvfp4")
+    cells = correctness.judged_cells(out / "axes-nvfp4")
     assert sorted((c["config"]["checkpoint"], bool(c["config"]["speculative"])) for c in cells) == [
         ("nv", False),
         ("nv", True),
@@ -127,7 +128,7 @@ def test_axes_sweep_ranks_each_axis_shows_the_rule_and_resumes(tmp_path, sim_inv
     assert "**Run " in what_to_run and "resolving costs" in what_to_run
 
     # FP8: the default with and without the DeepGEMM rule; the report shows the rule's effect
-    fp8 = {c["config"]["env_variant"]: c for c in results.load_cells(out / "axes-fp8")}
+    fp8 = {c["config"]["env_variant"]: c for c in correctness.judged_cells(out / "axes-fp8")}
     assert fp8["rules"]["verdict"] == "valid" and fp8["rules"]["env"]["VLLM_USE_DEEP_GEMM"] == "0"
     assert fp8["rules"]["attestation"]["moe_backend"] == "triton"
     assert fp8["no-deep-gemm-rule"]["failure_class"] == "deep_gemm_assert"

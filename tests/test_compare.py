@@ -3,8 +3,8 @@
 import pytest
 
 from agent.cli import main
+from agent.judging.correctness import judged_cells
 from agent.reporting.compare import IMPROVEMENT, REGRESSION, WITHIN_NOISE, compare, render_markdown
-from agent.results.tree import load_cells
 from tests.test_report_fixtures import GB10_FACTS, write_cell
 
 pytestmark = pytest.mark.unit
@@ -20,7 +20,7 @@ def tight(base):
 def test_regression_beyond_noise_on_new_image(tmp_path):
     write_cell(tmp_path / "a", backend="marlin", values=tight(100.0))
     write_cell(tmp_path / "b", backend="marlin", values=tight(80.0), image=NEW_IMAGE)
-    cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    cmp = compare(judged_cells(tmp_path / "a"), judged_cells(tmp_path / "b"))
     assert [(d.label, d.concurrency, d.status) for d in cmp.diffs] == [("uns-fast / marlin", c, REGRESSION) for c in C]
     assert all(d.ratio == pytest.approx(0.8) for d in cmp.diffs)
     assert cmp.warnings == []  # same host fingerprint, same vLLM
@@ -31,7 +31,7 @@ def test_overlapping_ranges_are_within_noise_and_faster_is_improvement(tmp_path)
     write_cell(tmp_path / "a", backend="flashinfer_b12x", values={1: [50.0, 51.0, 49.0]})
     write_cell(tmp_path / "b", backend="marlin", values={1: [98.0, 108.0, 112.0]}, image=NEW_IMAGE)
     write_cell(tmp_path / "b", backend="flashinfer_b12x", values={1: [70.0, 71.0, 69.0]}, image=NEW_IMAGE)
-    cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    cmp = compare(judged_cells(tmp_path / "a"), judged_cells(tmp_path / "b"))
     status = {d.label: d.status for d in cmp.diffs}
     assert status == {"uns-fast / marlin": WITHIN_NOISE, "uns-fast / flashinfer_b12x": IMPROVEMENT}
     assert cmp.regressions == []
@@ -41,7 +41,7 @@ def test_different_hosts_warn_about_fingerprints(tmp_path):
     other = dict(GB10_FACTS, fingerprint="ffff0000", driver="590.10")
     write_cell(tmp_path / "a", backend="marlin", values=tight(100.0), host="spark-1")
     write_cell(tmp_path / "b", backend="marlin", values=tight(100.0), host="spark-2", facts=other)
-    cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    cmp = compare(judged_cells(tmp_path / "a"), judged_cells(tmp_path / "b"))
     assert len(cmp.diffs) == 3  # matched across hosts: same configuration
     assert any("different host fingerprints" in w and "ffff0000" in w for w in cmp.warnings)
     assert "**Warning:** different host fingerprints" in render_markdown(cmp)
@@ -52,7 +52,7 @@ def test_invalid_never_compared_and_unmatched_listed(tmp_path):
     write_cell(tmp_path / "a", backend="triton", values=tight(100.0))
     write_cell(tmp_path / "b", backend="marlin", values=tight(300.0), verdict="invalid", image=NEW_IMAGE)
     write_cell(tmp_path / "b", backend="cutlass", values=tight(100.0), image=NEW_IMAGE)
-    cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    cmp = compare(judged_cells(tmp_path / "a"), judged_cells(tmp_path / "b"))
     assert cmp.diffs == []
     assert cmp.not_compared == ["uns-fast / marlin: A VALID, B INVALID"]
     assert cmp.only_a == ["uns-fast / triton"] and cmp.only_b == ["uns-fast / cutlass"]
@@ -84,7 +84,7 @@ def test_a_rerun_on_other_hosts_is_matched_with_the_host_effect(tmp_path, capsys
         write_cell(tmp_path / side, backend="flashinfer_b12x", host=placed[1], values=tight(40.0))
         for host in ("spark-1", "spark-2"):
             _reference(tmp_path / side, host)
-    cmp = compare(load_cells(tmp_path / "a"), load_cells(tmp_path / "b"))
+    cmp = compare(judged_cells(tmp_path / "a"), judged_cells(tmp_path / "b"))
     assert cmp.uncompared == [] and cmp.only_a == cmp.only_b == []
     labels = {c.label for c in cmp.configs if c.change is not None}
     assert (

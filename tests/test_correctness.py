@@ -167,3 +167,27 @@ def test_the_wrong_output_fault_is_checked():
         with pytest.raises(options.UsageError):
             options.parse(["uns-fast", "--sim-wrong-output", bad])
     assert answers.wrong("p", 1.0) and not answers.wrong("p", 0.0)
+
+
+def test_the_tree_reads_as_written_and_the_judged_read_marks_what_needs_the_other_cells(tmp_path):
+    """results/tree.load_cells gives the files as they are (the results layer judges nothing); judged_cells adds
+    the comparison with the reference, so a cell whose own checks pass and whose outputs part too early is WRONG OUTPUT
+    only there, as every reader of an answer reads it."""
+    from agent.results import tree
+
+    # b12x's honest outputs part from marlin's late (~0.9 agree): below a strict spec's bar, never on their own
+    strict = CorrectnessSettings(min_agreement=0.99, reference={"moe_backend": "marlin"})
+    ref = _cell("aaaaaaaaaaaa", "marlin", _run(), strict)
+    b12x = _run(lambda p: "".join(answers.reply(p["prompt"], p["max_tokens"], "b12x")))
+    drifting = _cell("bbbbbbbbbbbb", "b12x", b12x, strict, started="2026-12-01T01:00:00Z")
+    for cell in (ref, drifting):
+        cell["host"] = "spark-a"
+        tree.atomic_write_toml(tmp_path / "s" / "spark-a" / cell["cell_id"] / tree.CELL_FILE, cell)
+    raw = {c["cell_id"]: c for c in tree.load_cells(tmp_path / "s")}
+    assert not correctness.own_reasons(raw["bbbbbbbbbbbb"]["correctness"])
+    assert all("wrong" not in c["correctness"] and "agreement" not in c["correctness"] for c in raw.values())
+    judged = {c["cell_id"]: c for c in correctness.judged_cells(tmp_path / "s")}
+    assert judged["aaaaaaaaaaaa"]["correctness"]["agreement"] == 1.0
+    assert stats.cell_verdict(judged["aaaaaaaaaaaa"]) == "valid"
+    assert stats.cell_verdict(judged["bbbbbbbbbbbb"]) == stats.WRONG_OUTPUT
+    assert any("agreement with the reference" in r for r in judged["bbbbbbbbbbbb"]["correctness"]["wrong"])

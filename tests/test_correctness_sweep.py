@@ -16,8 +16,7 @@ import pytest
 import yaml
 
 from agent.hostside import probe
-from agent.judging import stats
-from agent.results import tree as results
+from agent.judging import correctness, stats
 from agent.results.records import CellRecord
 
 from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for
@@ -80,7 +79,7 @@ def test_a_fast_backend_with_wrong_outputs_is_flagged_and_never_recommended(tmp_
     assert wrong >= 1 and measured == 2 and planned == measured + wrong, swept.stderr[-3000:]
     assert "  wrong output spark-" in swept.stderr and "never ranked" in swept.stderr
 
-    loaded = results.load_cells(out / "right")
+    loaded = correctness.judged_cells(out / "right")
     cells = {c["config"]["moe_backend"]: c for c in loaded}
     # marlin, the portable backend, is also the fleet's reference: measured on both hosts (planning/blocks.py)
     n_marlin = sum(c["config"]["moe_backend"] == "marlin" for c in loaded)

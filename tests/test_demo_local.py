@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.results import tree as results
+from agent.judging import correctness
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ def test_quick_example_on_the_embedded_default(tmp_path):
     )
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     assert "marlin" in sweep.stdout and "c=4" in sweep.stdout  # the results table
-    cells = results.load_cells(out / "quick" / "localhost")
+    cells = correctness.judged_cells(out / "quick" / "localhost")
     assert sorted(c["config"]["moe_backend"] for c in cells) == ["flashinfer_b12x", "marlin"]
     for cell in cells:
         assert cell["verdict"] == "valid" and cell["facts"]["simulated"] is True

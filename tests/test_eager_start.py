@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from agent.judging import stats
-from agent.results import tree as results
+from agent.judging import correctness, stats
 
 from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_sim_fleet
 from .test_long_decode_sweep import _cli  # the CLI as a user runs it, wide enough that no name is cut
@@ -67,7 +66,7 @@ def test_a_graphs_only_fault_is_blamed_on_graphs_by_the_eager_start(tmp_path, ho
     assert swept.returncode == 1, said[-3000:]  # WRONG OUTPUT cells: exit 1
     assert "(eager, checks only)" in said
 
-    cells = results.load_cells(out / "graphs")
+    cells = correctness.judged_cells(out / "graphs")
     eager = [c for c in cells if c["config"].get("probe_only")]
     graphs = [c for c in cells if not c["config"].get("probe_only")]
     assert len(eager) == len(graphs) == 2

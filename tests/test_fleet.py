@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from agent.hostside import runner, supervise
+from agent.judging import correctness
 from agent.results import tree as results
 
 from .fault_drills import parse_summary
@@ -181,7 +182,7 @@ def test_detached_sweep_survives_its_controller_and_refuses_a_second_one(tmp_pat
     windows = {p.stem for p in (out / "detached").glob("*/*/q*-c001-r1.toml")}
     assert windows == {"q3-c001-r1", "q6-c001-r1"} and len(list((out / "detached").glob("*/*/q*-r1.toml"))) == 18
     # the runner probes each server after its windows, as cell.yml does (serving.teardown_cell): outputs scored here
-    probed = [c["correctness"] for c in results.load_cells(out / "detached")]
+    probed = [c["correctness"] for c in correctness.judged_cells(out / "detached")]
     assert len(probed) == 9 and all(c["probed"] and c["score"] == 1.0 and not c["wrong"] for c in probed)
     again = cli("collect", "detached", "--results", str(out))
     assert "collected 0 new cell(s) (9 already here)" in again.stderr, again.stderr

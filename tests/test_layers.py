@@ -58,12 +58,6 @@ def imports_of(module: str) -> set[str]:
 GRAPH = {m: imports_of(m) for m in MODULES}
 
 
-# The one edge against the direction, named: load_cells marks WRONG OUTPUT (judging/correctness.annotate compares each
-# probed cell with its checkpoint's reference cell), and every reader of a tree, the tests included, relies on
-# finding cells marked. Moving that mark into the judgement is its own change; nothing else may join it.
-KNOWN = {("agent.results.tree", "agent.judging"), ("agent.results.tree", "agent.judging.correctness")}
-
-
 def _in(module: str, layer: str) -> bool:
     return module == f"agent.{layer}" or module.startswith(f"agent.{layer}.")
 
@@ -85,7 +79,7 @@ def test_the_layers_import_one_way(layer: str, never: tuple[str, ...]) -> None:
         for m, targets in GRAPH.items()
         if _in(m, layer)
         for t in targets
-        if any(_in(t, n) for n in never) and (m, t) not in KNOWN
+        if any(_in(t, n) for n in never)
     )
     assert wrong == [], f"{layer} must not import {', '.join(never)}: " + "; ".join(wrong)
 

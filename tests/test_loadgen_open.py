@@ -13,9 +13,9 @@ import urllib.request
 import pytest
 
 from agent.hostside import loadgen, prompts
+from agent.judging import correctness
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
-from agent.results import tree as results
 from agent.running.follow import run_sweep
 from tests.test_loadgen_sim import GB10_ENV, MODEL
 from tests.test_sim_support import SimServer
@@ -158,7 +158,7 @@ def test_a_sweep_carries_the_load_shape_to_the_host_and_back(tmp_path, sim_inven
     hosts = [h for h in load_inventory(sim_inventory) if h.name == "spark-a"]
     outcome = run_sweep(spec, sim_inventory, hosts, tmp_path / "results")
     assert len(outcome.hosts["spark-a"].done) == 1, outcome
-    [cell] = results.load_cells(tmp_path / "results" / "open-loop" / "spark-a")
+    [cell] = correctness.judged_cells(tmp_path / "results" / "open-loop" / "spark-a")
     assert cell["config"]["request_rate"] == 3.0 and len(cell["config"]["dataset_sha256"]) == 64
     [run] = cell["runs"]
     assert run["ok"] and run["request_rate"] == 3.0 and run["burstiness"] == 0.5 and run["dataset"] == "sharegpt"

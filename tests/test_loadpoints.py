@@ -15,7 +15,7 @@ import pytest
 from agent.errors import UserError
 from agent.hostside import facts, loadgen, loadpoints
 from agent.hostside.loadpoints import Point
-from agent.judging import stats
+from agent.judging import correctness, stats
 from agent.planning import matrix
 from agent.planning.spec import load_spec
 from agent.reporting import compare, export, htmlpage, loadreport
@@ -194,7 +194,7 @@ def test_the_tree_reads_windows_by_point_old_names_included(tmp_path):
     folder = _open_cell(tmp_path)
     tree.atomic_write_toml(folder / "c004-r9.toml", measurement(folder.name, 4, 9, 50.0))  # from an older tree
     (folder / "q2-c004-r1.toml.bak").write_text("x")  # not a window
-    [cell] = tree.load_cells(tmp_path)
+    [cell] = correctness.judged_cells(tmp_path)
     names = [loadpoints.of_window(r).window(r["repeat"]) for r in cell["runs"]]
     assert names[0] == "c004-r9" and names[1:4] == ["q2-c004-d128-r1", "q2-c004-d128-r2", "q2-c004-d128-r3"]
     assert len(names) == 13 and names[-1] == "q8-c004-d512-r3"
@@ -204,7 +204,7 @@ def test_the_tree_reads_windows_by_point_old_names_included(tmp_path):
 
 def test_stats_summarize_each_rate_and_depth_and_say_each_cell_once(tmp_path):
     _open_cell(tmp_path)
-    cells = tree.load_cells(tmp_path)
+    cells = correctness.judged_cells(tmp_path)
     summaries = stats.summarize_cells(cells)
     assert [(s.load.rate, s.load.depth) for s in summaries] == [(2.0, 128), (2.0, 512), (8.0, 128), (8.0, 512)]
     at = {(s.load.rate, s.load.depth): s for s in summaries}
@@ -219,7 +219,7 @@ def test_stats_summarize_each_rate_and_depth_and_say_each_cell_once(tmp_path):
 
 def test_the_report_shows_the_load_columns_percentiles_goodput_and_saturation(tmp_path):
     _open_cell(tmp_path, checkpoint="uns-<b>1</b>|x")  # spec text is escaped wherever it is shown
-    data = report.build(tree.load_cells(tmp_path))
+    data = report.build(correctness.judged_cells(tmp_path))
     cols = report.median_columns(data.summaries)
     assert cols[cols.index("c") - 2 : cols.index("c")] == ["rate req/s", "depth"] and "goodput req/s" in cols
     rows = report.median_rows(data.summaries)
@@ -243,7 +243,7 @@ def test_the_report_shows_the_load_columns_percentiles_goodput_and_saturation(tm
 
 def test_a_report_without_load_axes_keeps_its_table(tmp_path):
     write_cell(tmp_path, backend="marlin", values={1: [60.0, 61.0]})
-    data = report.build(tree.load_cells(tmp_path))
+    data = report.build(correctness.judged_cells(tmp_path))
     assert report.median_columns(data.summaries) == report.MEDIAN_COLUMNS
     assert loadreport.rate_sweep_lines(data.summaries) == [] and loadreport.rate_plot(data.summaries) == {}
 
@@ -251,7 +251,7 @@ def test_a_report_without_load_axes_keeps_its_table(tmp_path):
 def test_compare_ranks_by_goodput_or_throughput_and_says_which(tmp_path):
     _open_cell(tmp_path / "a", backend="marlin")
     _open_cell(tmp_path / "b", backend="marlin", scale=0.5)  # half the tok/s, the same goodput
-    a, b = tree.load_cells(tmp_path / "a"), tree.load_cells(tmp_path / "b")
+    a, b = correctness.judged_cells(tmp_path / "a"), correctness.judged_cells(tmp_path / "b")
     by_tput = compare.compare(a, b)
     assert len(by_tput.diffs) == 4 and len(by_tput.regressions) == 4
     by_goodput = compare.compare(a, b, rank_by="goodput")
@@ -263,7 +263,7 @@ def test_compare_ranks_by_goodput_or_throughput_and_says_which(tmp_path):
 
 def test_export_carries_the_point_of_every_window(tmp_path):
     _open_cell(tmp_path)
-    rows = export.rows(tree.load_cells(tmp_path))
+    rows = export.rows(correctness.judged_cells(tmp_path))
     assert rows[0]["window"] == "q2-c004-d128-r1" and rows[0]["request_rate"] == 2.0
     assert rows[0]["context_depth"] == 128
     header = export.to_csv(rows).splitlines()[0].split(",")
@@ -282,13 +282,13 @@ def test_a_cell_with_load_axes_is_one_cell_to_the_rule_effects_and_the_replicas(
         failure_class="deep_gemm_assert",
         config={**lists, "goodput": ["ttft:500"], "env_variant": "no-rule"},
     )
-    summaries = stats.summarize_cells(tree.load_cells(tmp_path))
+    summaries = stats.summarize_cells(correctness.judged_cells(tmp_path))
     effects = stats.startup_effects(summaries)
     assert effects == [
         "env_variant: with no-rule the server failed to start (deep_gemm_assert), where none ran (checkpoint "
         "uns-fast, backend marlin held equal, on spark-1)"
     ], effects
-    assert "## Replicas across hosts" not in report.render_markdown(report.build(tree.load_cells(tmp_path)))
+    assert "## Replicas across hosts" not in report.render_markdown(report.build(correctness.judged_cells(tmp_path)))
 
 
 def test_the_end_of_sweep_table_names_each_load_slice(tmp_path):
@@ -296,6 +296,6 @@ def test_the_end_of_sweep_table_names_each_load_slice(tmp_path):
 
     _open_cell(tmp_path)
     console = Console(width=200, record=True)
-    console.print(report.terminal_table(tree.load_cells(tmp_path)))
+    console.print(report.terminal_table(correctness.judged_cells(tmp_path)))
     text = console.export_text()
     assert "marlin @ 2 req/s, depth 128" in text and "marlin @ 8 req/s, depth 512" in text

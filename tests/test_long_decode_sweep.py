@@ -21,8 +21,7 @@ import sys
 import pytest
 import yaml
 
-from agent.judging import stats
-from agent.results import tree as results
+from agent.judging import correctness, stats
 
 from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for, start_fleet, stop_sim_fleet
 
@@ -100,7 +99,7 @@ def test_late_and_draft_faults_are_caught_and_a_hostile_host_is_not_the_referenc
     said = swept.stdout + swept.stderr
     assert re.search(r"total\s+\d+\s+\d+\s+[1-9]", said), said[-3000:]  # counted as wrong
 
-    cells = results.load_cells(out / "deep")
+    cells = correctness.judged_cells(out / "deep")
     by: dict[tuple[str, bool], list[dict]] = {}
     for c in cells:
         if c["host"] != "spark-c":

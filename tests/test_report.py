@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from agent.cli import main
+from agent.judging.correctness import judged_cells
 from agent.reporting import markdown as report
-from agent.results.tree import load_cells
 from tests.test_report_fixtures import write_cell
 
 pytestmark = pytest.mark.unit
@@ -130,7 +130,7 @@ def test_terminal_table_shows_medians_spreads_verdicts(tree):
     from rich.console import Console
 
     console = Console(width=220, record=True)
-    console.print(report.terminal_table(load_cells(tree)))
+    console.print(report.terminal_table(judged_cells(tree)))
     text = console.export_text()
     assert "240.0 (3.3%)" in text and "240.0 (50.0%) !" in text
     assert "INVALID" in text and "failed: deep_gemm_assert" in text

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.judging.correctness import judged_cells
 from agent.reporting import markdown as report
-from agent.results.tree import atomic_write_toml, load_cells, read_toml
+from agent.results.tree import atomic_write_toml, read_toml
 from tests.test_report_fixtures import write_cell
 
 pytestmark = pytest.mark.unit
@@ -29,7 +30,7 @@ def cells(tmp_path: Path) -> list[dict]:
     table["died"] = {"at": "2026-11-29T19:12:00Z", "window": "c008-r1", "cause": "cuda_error",
                      "root_cause": "CUDA error: an illegal memory access was encountered"}  # fmt: skip
     atomic_write_toml(died / "cell.toml", table)
-    return load_cells(root)
+    return judged_cells(root)
 
 
 @pytest.mark.parametrize("panels", [1, 2])

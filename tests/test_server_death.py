@@ -18,6 +18,7 @@ import pytest
 from rich.console import Console
 
 from agent.hostside import loadgen, logparse, serving, supervise
+from agent.judging import correctness
 from agent.planning.matrix import Cell, CellConfig
 from agent.reporting import markdown
 from agent.results import tree as results
@@ -295,7 +296,7 @@ def test_report_and_end_of_sweep_table_say_the_engine_died_never_valid(tmp_path)
             ),
         },
     )
-    cells = results.load_cells(tmp_path / "death")
+    cells = correctness.judged_cells(tmp_path / "death")
     md = markdown.render_markdown(markdown.build(cells), [])
     failed = md.split("## Failed cells (never ranked)")[1]
     assert "engine died at " in failed and "during c001-r2 (cuda_error)" in failed and "illegal memory access" in failed

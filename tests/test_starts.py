@@ -13,10 +13,10 @@ import pytest
 
 from agent.hostside import facts
 from agent.judging import nested, stats
+from agent.judging.correctness import judged_cells
 from agent.planning import blocks, matrix
 from agent.planning.spec import load_spec
 from agent.reporting import markdown as report
-from agent.results.tree import load_cells
 from agent.sim import options
 from agent.sim.plan import make_plan
 from agent.sim.ratemodel import RateModel, start_factor
@@ -159,7 +159,7 @@ def _write_sim_starts(root: Path, backend: str, truth: float, seed: int, starts:
 
 
 def _verdict(root: Path) -> stats.Recommendation:
-    [rec] = stats.recommend(stats.summarize_cells(load_cells(root)))
+    [rec] = stats.recommend(stats.summarize_cells(judged_cells(root)))
     return rec
 
 

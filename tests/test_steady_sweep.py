@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from agent.judging import correctness, stats
-from agent.results import tree as results
 
 from .sshd_hosts import SIM_HOST_VARS, inventory_for
 from .test_correctness_sweep import _run  # the CLI as a user runs it, one implementation
@@ -63,7 +62,7 @@ def test_dummy_weights_rank_on_speed_only_after_a_warmup_that_outlasts_the_jit(t
     assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
     assert "speed only: dummy weights" in swept.stdout  # the terminal table
 
-    cells = results.load_cells(out / "dummy")
+    cells = correctness.judged_cells(out / "dummy")
     assert {c["config"]["moe_backend"] for c in cells} == {"marlin", "flashinfer_b12x"}
     for cell in cells:
         assert cell["attestation"]["load_format"] == "dummy"  # from the log's non-default args

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from agent.cli import main
+from agent.judging.correctness import judged_cells
 from agent.results.tree import load_cells
 from agent.store import db, history, ingest, select
 from agent.store.schema import cells, hosts, measurements, sweeps
@@ -60,7 +61,7 @@ def test_backfill_is_idempotent_and_rebuilds_the_trees_tables(trees, url, capsys
     assert "0 new cell(s), 0 updated, 4 already in the store as they are; 0 measurement(s)" in capsys.readouterr().out
     assert (count(url, cells), count(url, measurements), count(url, hosts)) == (4, 24, 1)
     from_store = select.load(db.open_store(url), select.Selection())
-    from_tree = load_cells(trees)
+    from_tree = judged_cells(trees)
     key = lambda c: (c["sweep"], c["cell_id"])  # noqa: E731
     assert sorted(from_store, key=key) == sorted(from_tree, key=key)  # the very tables readers take
 

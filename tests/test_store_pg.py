@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from agent.cli import main
-from agent.results.tree import load_cells
+from agent.judging.correctness import judged_cells
 from agent.store import db, history, select
 from agent.store.schema import cells, measurements, sweeps
 from tests.test_report_fixtures import write_cell
@@ -73,7 +73,7 @@ def test_two_controllers_ingesting_at_once_lose_and_duplicate_nothing(postgres, 
     for name, tree in trees.items():
         stored = select.load(engine, select.parse([f"sweep={name}"]))
         key = lambda c: c["cell_id"]  # noqa: E731
-        assert sorted(stored, key=key) == sorted(load_cells(tree), key=key)
+        assert sorted(stored, key=key) == sorted(judged_cells(tree), key=key)
 
 
 def test_history_and_compare_on_postgres(postgres, trees, capsys):

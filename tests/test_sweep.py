@@ -15,6 +15,7 @@ import yaml
 
 from agent.hostside import runner, supervise, utc
 from agent.hostside.contracts import Attestation, Facts
+from agent.judging import correctness
 from agent.planning import matrix
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
@@ -96,7 +97,7 @@ def test_two_host_sweep_over_ssh(tmp_path, sim_inventory, ssh_fleet):
     assert sorted(outcome.hosts) == ["spark-a", "spark-b"]
     for host in ("spark-a", "spark-b"):
         assert len(outcome.hosts[host].done) == 2 and not outcome.hosts[host].lost
-        cells = results.load_cells(tmp_path / "results" / "two-hosts" / host)
+        cells = correctness.judged_cells(tmp_path / "results" / "two-hosts" / host)
         assert sorted(c["config"]["moe_backend"] for c in cells) == ["flashinfer_b12x", "marlin"]
         for cell in cells:
             d = Path(cell["dir"])
@@ -142,7 +143,7 @@ def test_startup_failure_is_classified_and_the_sweep_goes_on(tmp_path, sim_inven
     hosts = load_inventory(sim_inventory, limit="spark-a")
     t0 = time.monotonic()
     run_sweep(spec, sim_inventory, hosts, tmp_path / "results")
-    cells = {c["config"]["moe_backend"]: c for c in results.load_cells(tmp_path / "results" / "failing")}
+    cells = {c["config"]["moe_backend"]: c for c in correctness.judged_cells(tmp_path / "results" / "failing")}
     failed = [c for c in cells.values() if c["status"] == "failed"]
     assert failed, "expected at least one cell to fail at startup"
     for cell in failed:
@@ -301,7 +302,7 @@ def test_checkpoint_headers_on_the_host_feed_the_decode_ceiling(tmp_path, sim_in
     path.write_text(path.read_text().replace('model = "uns-fast"', f'model = "{folder}"'))
     spec = load_spec(path)
     run_sweep(spec, sim_inventory, load_inventory(sim_inventory, limit="spark-b"), tmp_path / "results")
-    (cell,) = results.load_cells(tmp_path / "results" / "headers")
+    (cell,) = correctness.judged_cells(tmp_path / "results" / "headers")
     assert cell["verdict"] == "valid", cell["verdict_reasons"]
     assert cell["checkpoint_info"]["bytes_per_token"] == inspect_checkpoint(folder)["bytes_per_token"] > 0
     write_report(tmp_path / "results" / "headers")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.results import tree as results
+from agent.judging import correctness
 
 from .sshd_hosts import REPO, inventory_for
 from .test_sweep import engines_running
@@ -81,7 +81,7 @@ def test_a_server_that_dies_mid_window_fails_its_cell_and_the_sweep_goes_on(tmp_
     )
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
-    cells = {c["config"]["moe_backend"]: c for c in results.load_cells(out / "dies" / "spark-a")}
+    cells = {c["config"]["moe_backend"]: c for c in correctness.judged_cells(out / "dies" / "spark-a")}
     died, healthy = cells["marlin"], cells["flashinfer_b12x"]
     assert (died["status"], died["verdict"], died["failure_class"]) == ("failed", "failed", "engine_died")
     assert died["failure_root_cause"] == "torch.AcceleratorError: CUDA error: unspecified launch failure"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent.judging import correctness
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
-from agent.results import tree as results
 from agent.running import tasks
 from agent.running.follow import run_sweep
 from agent.running.sweep import gather_facts, plan_fleet, provision
@@ -51,7 +51,7 @@ def test_docker_sweep_pulls_by_digest_runs_verifies_and_cleans_up(tmp_path, dock
 
     outcome = run_sweep(spec, docker_inventory, hosts, tmp_path / "results")
     assert len(outcome.hosts["spark-a"].done) == 1, outcome
-    (cell,) = results.load_cells(tmp_path / "results" / "in-docker")
+    (cell,) = correctness.judged_cells(tmp_path / "results" / "in-docker")
     assert cell["verdict"] == "valid", (cell["verdict_reasons"], cell.get("failure_evidence"))
     assert cell["attestation"]["moe_backend"] == "marlin"
     assert "Application startup complete." in (Path(cell["dir"]) / "server.log").read_text()

@@ -16,10 +16,11 @@ from agent.hostside import metrics, telemetry
 from agent.hostside.telemetry import Sample
 from agent.judging import stats
 from agent.judging import telemetry as tj
+from agent.judging.correctness import judged_cells
 from agent.planning.spec import load_spec
 from agent.reporting import export
 from agent.reporting import markdown as report
-from agent.results.tree import atomic_write_toml, load_cells, read_toml
+from agent.results.tree import atomic_write_toml, read_toml
 from agent.running import hostdata
 from agent.sim import gpu
 from tests.test_report_fixtures import write_cell
@@ -319,7 +320,7 @@ def hot_tree(tmp_path):
 
 
 def test_the_report_flags_the_throttled_point_and_cautions_the_recommendation(hot_tree):
-    data = report.build(load_cells(hot_tree))
+    data = report.build(judged_cells(hot_tree))
     text = report.render_markdown(data, report.render_plots(data))
     throttling = text.split("## Throttling", 1)[1].split("\n## ", 1)[0]
     assert "**THROTTLED** spark-1 · uns-fast · marlin c=8: 3 of 3 window(s)" in throttling
@@ -348,7 +349,7 @@ def test_a_point_is_throttled_only_when_a_successful_window_was():
 
 
 def test_export_carries_the_telemetry_and_server_fields(hot_tree):
-    rows = export.rows(load_cells(hot_tree))
+    rows = export.rows(judged_cells(hot_tree))
     table = list(csv.DictReader(io.StringIO(export.to_csv(rows))))
     marlin = [r for r in table if r["backend"] == "marlin"]
     assert marlin and all(r["telemetry.throttled"] == "True" for r in marlin)
@@ -361,7 +362,7 @@ def test_export_carries_the_telemetry_and_server_fields(hot_tree):
 def test_cells_without_telemetry_still_report(tmp_path):
     root = tmp_path / "results"
     write_cell(root, backend="marlin", values={1: [10.0, 11.0]})
-    summaries = stats.summarize_cells(load_cells(root))
+    summaries = stats.summarize_cells(judged_cells(root))
     assert tj.cell_telemetry(summaries[0].cell)[1].no_telemetry.startswith("no telemetry recorded")
-    data = report.build(load_cells(root))
+    data = report.build(judged_cells(root))
     assert "No window carries GPU telemetry." in report.render_markdown(data, [])

@@ -15,7 +15,7 @@ import sys
 import pytest
 import yaml
 
-from agent.results import tree as results
+from agent.judging import correctness
 
 from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for
 
@@ -72,7 +72,7 @@ def test_a_throttled_point_is_flagged_and_a_host_without_nvidia_smi_says_so(tmp_
     swept = _run("sweep", str(spec), "-i", str(inv), "--results", str(out), "--no-progress", "--replicas", "2")
     assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
 
-    cells = {c["host"]: c for c in results.load_cells(out / "hot")}
+    cells = {c["host"]: c for c in correctness.judged_cells(out / "hot")}
     hot, blind = cells["spark-a"], cells["spark-b"]
     for run in hot["runs"]:
         tele, server = run["telemetry"], run["server"]

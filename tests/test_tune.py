@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.judging import correctness
 from agent.results import tree as results
 
 from .test_sweep import engines_running
@@ -70,7 +71,9 @@ def test_tune_screens_stops_the_loser_and_skips_what_cannot_matter(tmp_path, sim
     spec, out = write_spec(tmp_path, "tuned"), tmp_path / "results"
     proc = tune(spec, sim_inventory, out)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    cells = {(c["config"]["checkpoint"], c["config"]["moe_backend"]): c for c in results.load_cells(out / "tuned")}
+    cells = {
+        (c["config"]["checkpoint"], c["config"]["moe_backend"]): c for c in correctness.judged_cells(out / "tuned")
+    }
     assert sorted(cells) == [("nv", "flashinfer_b12x"), ("nv", "marlin"), ("uns", "marlin")], proc.stderr[-4000:]
     screened = cells[("nv", "flashinfer_b12x")]  # the screen: lowest and highest level, two windows each
     assert screened["config"]["concurrency"] == [1, 4] and screened["config"]["repeats"] == 2, proc.stderr[-4000:]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent.judging import correctness
 from agent.results import tree as results
 
 from .sshd_hosts import SIM_HOST_VARS, inventory_for, login_as_user, start_fleet, stop_sim_fleet
@@ -66,7 +67,7 @@ def answer(sweep_dir: Path) -> tuple[str, set[str]]:
     """The backend question's winner and the axes asked, from the report."""
     from agent.judging import stats
 
-    [rec] = stats.recommend(stats.summarize_cells(results.load_cells(sweep_dir)))
+    [rec] = stats.recommend(stats.summarize_cells(correctness.judged_cells(sweep_dir)))
     backend = next(q for q in rec.questions if q.axis == "backend")
     return backend.winner or "cannot rank", {q.axis for q in rec.questions}
 
@@ -75,7 +76,7 @@ def claim(sweep_dir: Path) -> str:
     """The backend question's reason, as the report words it."""
     from agent.judging import stats
 
-    [rec] = stats.recommend(stats.summarize_cells(results.load_cells(sweep_dir)))
+    [rec] = stats.recommend(stats.summarize_cells(correctness.judged_cells(sweep_dir)))
     return next(q.reason for q in rec.questions if q.axis == "backend")
 
 
@@ -94,7 +95,7 @@ def test_tune_on_three_hosts_answers_as_the_sweep_with_each_comparison_on_one_ho
     won = re.search(r"wins (\d+) of (\d+) head-to-head points", backend)
     assert won and won[1] == won[2], backend
 
-    cells = results.load_cells(tmp_path / "t" / "tf")
+    cells = correctness.judged_cells(tmp_path / "t" / "tf")
     assert all(c["verdict"] == "valid" for c in cells), [(c["host"], c.get("failure_class")) for c in cells]
     homes: dict[str, set[str]] = {}
     refs = []

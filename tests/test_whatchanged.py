@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from agent.judging.correctness import judged_cells
 from agent.reporting import whatchanged
-from agent.results.tree import load_cells
 from tests.test_report_fixtures import write_cell
 
 pytestmark = pytest.mark.unit
@@ -54,7 +54,7 @@ def trees(tmp_path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                status="failed", verdict="failed", failure_class="engine_died", failure_evidence=[ROOT_CAUSE])  # fmt: skip
     write_cell(b, backend="marlin", values=tight(80.0), image=NEW)
     write_cell(b, backend="flashinfer_b12x", values=tight(150.0), image=NEW)
-    return said(load_cells(a), "0.21.0", [GONE], 60.0), said(load_cells(b), "0.24.0", [DEAD], 90.0)
+    return said(judged_cells(a), "0.21.0", [GONE], 60.0), said(judged_cells(b), "0.24.0", [DEAD], 90.0)
 
 
 def test_each_change_is_said_with_its_evidence_and_only_changes_are_headlines(tmp_path):

@@ -33,8 +33,7 @@ def run(args) -> int:
     """Exit 0: every host measured the reference and its effect is known; 1: some host did not; 2: bad input."""
     import dataclasses
 
-    from agent.judging import hosteffect, stats
-    from agent.results import tree as results
+    from agent.judging import correctness, hosteffect, stats
     from agent.running import calibration
     from agent.running.follow import run_sweep
 
@@ -54,7 +53,7 @@ def run(args) -> int:
         replicas=calibration.EVERY_HOST,
         select=calibration.select_reference,
     )
-    cells = results.load_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
+    cells = correctness.judged_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
     summaries = [s for s in stats.summarize_cells(cells) if s.rankable]
     measured = {str(s.cell.get("host")) for s in summaries}
     by_machine: dict[str, list[stats.CellSummary]] = {}

@@ -12,9 +12,8 @@ import time
 from agent import logs
 from agent.commands import flags, status
 from agent.escape import plain as line
-from agent.judging import stats
+from agent.judging import correctness, stats
 from agent.planning.inventory import load_inventory
-from agent.results import tree as results
 from agent.running import detach
 
 
@@ -60,7 +59,7 @@ def run(args) -> int:
     if not got.finished:
         return 1 if got.failed else 0
     short = detach.unmeasured(state, root) + stats.not_valid(
-        results.load_cells(root / state.sweep) if (root / state.sweep).is_dir() else []
+        correctness.judged_cells(root / state.sweep) if (root / state.sweep).is_dir() else []
     )
     for what in short:
         print(line(f"not valid {what}"), file=out)

@@ -102,7 +102,7 @@ def run(args) -> int:
             spec_path=Path(args.spec),
             lost_after=args.lost_after,
         )
-    cells = results.load_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
+    cells = correctness.judged_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
     outcome.judge_outputs(cells)  # a cell with wrong outputs ran, but is not a valid measurement
     _print_table(cells, args.log_format)
     _print_summary(outcome, args.log_format, cells)

@@ -16,13 +16,12 @@ from agent.commands import flags
 from agent.commands.sweep import _print_summary, _sigterm_as_interrupt
 from agent.errors import UserError
 from agent.escape import plain as line
+from agent.judging import correctness, stats
 from agent.judging import sequential as seq
-from agent.judging import stats
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.reporting.markdown import write_report
-from agent.results import tree as results
 from agent.running.progress import Progress
 from agent.running.tune import TuneOutcome, check_budget, run_tune
 
@@ -103,7 +102,7 @@ def run(args) -> int:
             spec, Path(args.inventory), hosts, Path(args.results), settings, args.budget, args.evict,
             Progress(enabled=show),
         )  # fmt: skip
-    cells = results.load_cells(outcome.sweep_dir) if outcome.sweep_dir.is_dir() else []
+    cells = correctness.judged_cells(outcome.sweep_dir) if outcome.sweep_dir.is_dir() else []
     for rnd in outcome.rounds[-1:]:
         rnd.judge_outputs(cells)
         _print_summary(rnd, args.log_format, cells)

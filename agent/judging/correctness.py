@@ -5,14 +5,15 @@ reference cell is WRONG OUTPUT, shown but never ranked (docs/correctness.md). A 
 `table` scores one cell's probe.json on the controller (collect: the host's own judgement is never asked for);
 `annotate` chooses each checkpoint's reference by consensus (judging/consensus.py) and compares the cells with it,
 and the long outputs along each path (alone vs the reference, in a batch vs alone, speculative decoding on vs off),
-when a tree is read (tree.load_cells), since the reference may be measured after the cell; `wrong_reasons` is what
+when a tree is read (judged_cells), since the reference may be measured after the cell; `wrong_reasons` is what
 cell_verdict asks.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from agent.hostside import probe
@@ -20,6 +21,7 @@ from agent.hostside.contracts import Correctness, LongPath, ProbeResult
 from agent.judging import consensus, longdecode
 from agent.planning.matrix import EAGER, without_eager
 from agent.planning.settings import CorrectnessSettings
+from agent.results import tree
 
 THRESHOLDS = ("min_score", "max_score_drop", "min_agreement", "max_degenerate", "long_min_tokens", "min_task_accuracy")
 PATH_ORDER = ("speculative", "graphs", "batch", "reference")  # a tie in where paths broke: the most specific one
@@ -210,6 +212,14 @@ def compare(c: Correctness, ref: Correctness) -> tuple[float, int]:
     return (round(sum(shares) / len(shares), 4) if shares else 0.0), first
 
 
+def judged_cells(root: Path, on_bad: Callable[[Path, str], None] = tree.warn_bad_file) -> list[dict[str, Any]]:
+    """Every finished cell below root (results/tree.load_cells), each probed one compared with its checkpoint's
+    reference (annotate): what every reader of a sweep's answer reads, since WRONG OUTPUT needs the other cells."""
+    cells = tree.load_cells(root, on_bad)
+    annotate(cells)
+    return cells
+
+
 def annotate(cells: Iterable[dict[str, Any]]) -> None:
     """Add agreement with the group's reference, the long outputs along each path and the reasons for WRONG
     OUTPUT to every probed cell (in place)."""
@@ -369,7 +379,7 @@ def _blame(cell: Mapping[str, Any], group: Sequence[dict[str, Any]]) -> list[str
 
 def wrong_reasons(cell: Mapping[str, Any]) -> list[str]:
     """Why this cell's outputs are wrong ([] = they are not, or were never probed). Uses the group judgement when
-    the tree was read through load_cells, else the cell's own checks."""
+    the tree was read through judged_cells, else the cell's own checks."""
     c = cell.get("correctness")
     if not isinstance(c, Mapping) or not c.get("probed") or not_judged(cell):
         return []

@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.errors import UserError
 from agent.hostside import atomic
-from agent.judging import stats
+from agent.judging import correctness, stats
 from agent.judging.judgement import MEASURED_ON, Judgement, judge, lost_cells
 from agent.judging.judgement import lost_text as _lost_text
 from agent.reporting import htmlpage, startup
@@ -24,7 +24,6 @@ from agent.reporting.sections.replicas import replica_section
 from agent.reporting.sections.whattorun import verdict_lines
 from agent.reporting.terminal import terminal_table
 from agent.reporting.words import gap_range_text, serve_command
-from agent.results.tree import load_cells
 
 build = judge  # the judgement of these cells (agent.judging.judgement.judge), under the name callers know
 
@@ -66,7 +65,7 @@ def write_report(
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise UserError(f"{results_dir}: no such results folder (pass the folder a sweep wrote, e.g. results/)")
-    cells = load_cells(results_dir)
+    cells = correctness.judged_cells(results_dir)
     if not cells:
         raise UserError(f"{results_dir}: no finished cell (no cell.toml below it); run a sweep first")
     lost = lost_cells(results_dir)

@@ -19,7 +19,6 @@ import tomli_w
 
 from agent.escape import plain
 from agent.hostside import atomic, loadpoints, redact
-from agent.judging import correctness
 
 CELL_FILE = "cell.toml"
 LOST_FILE = "lost.toml"
@@ -337,14 +336,13 @@ def load_cell(cell_path: Path, on_bad: Callable[[Path, str], None] = warn_bad_fi
 
 
 def load_cells(root: Path, on_bad: Callable[[Path, str], None] = warn_bad_file) -> list[dict[str, Any]]:
-    """Every finished cell below root. A damaged file is named to `on_bad` (default: a warning line on stderr)
-    and skipped: one bad cell never hides the others. Probed cells are compared with their checkpoint's reference
-    cell (judging/correctness.py annotate): what makes a cell WRONG OUTPUT needs the others."""
+    """Every finished cell below root, as its files say. A damaged file is named to `on_bad` (default: a warning line
+    on stderr) and skipped: one bad cell never hides the others. Nothing here is judged: judging/correctness.py
+    judged_cells reads a tree with each probed cell compared with its checkpoint's reference."""
     cells = []
     for path in iter_cell_dirs(root):
         try:
             cells.append(load_cell(path, on_bad))
         except BadFile as exc:
             on_bad(path / CELL_FILE, str(exc))
-    correctness.annotate(cells)
     return cells

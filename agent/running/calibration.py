@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agent.judging import correctness
 from agent.planning import blocks
 from agent.planning.matrix import Cell
 from agent.planning.spec import CALIBRATION_SWEEP
-from agent.results import tree as results
 
 SWEEP = CALIBRATION_SWEEP  # results/calibrate/<host>/<cell>/: a name no spec may give its sweep
 MAX_AGE_DAYS = 7.0  # older host effects are not trusted: a driver, firmware or room changes in a week
@@ -51,7 +51,7 @@ def recent(results_root: Path, image: str = "", now: datetime | None = None) -> 
     if not folder.is_dir():
         return []
     out = []
-    for cell in results.load_cells(folder):
+    for cell in correctness.judged_cells(folder):
         age = age_days(cell, now)
         if cell.get("verdict") != "valid" or age is None or not 0 <= age <= MAX_AGE_DAYS:
             continue

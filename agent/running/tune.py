@@ -21,8 +21,8 @@ import structlog
 
 from agent.errors import UserError
 from agent.hostside.utc import iso
+from agent.judging import correctness, stats
 from agent.judging import sequential as seq
-from agent.judging import stats
 from agent.planning import blocks
 from agent.planning.inventory import Host
 from agent.planning.matrix import Cell, backend_label
@@ -280,7 +280,7 @@ def _measured(sweep_dir: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """host -> cell id -> its cell dict: what each host measured (a cell measured on two hosts is two cells)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     if sweep_dir.exists():
-        for c in results.load_cells(sweep_dir):
+        for c in correctness.judged_cells(sweep_dir):
             out.setdefault(str(c.get("host", "")), {})[str(c.get("cell_id", ""))] = c
     return out
 

