@@ -28,14 +28,13 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent.judging import stats  # noqa: E402
-from agent.results.tree import load_cells  # noqa: E402
+from agent.judging import correctness, stats, summary  # noqa: E402
 from tests.sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_fleet  # noqa: E402
 
 CLI = [sys.executable, "-m", "agent.cli"]
 
 
-def margin(rec: stats.Recommendation, summaries: list[stats.CellSummary]) -> tuple[float, tuple[float, float], str]:
+def margin(rec: stats.Recommendation, summaries: list[summary.CellSummary]) -> tuple[float, tuple[float, float], str]:
     """The backend question's winner against its runner-up at the highest concurrency they share: the ratio and its
     95% interval (the bootstrap on one host; across hosts, the interval with the host effect divided out)."""
     q = next((q for q in rec.questions if q.axis == "backend"), rec.questions[0])
@@ -71,7 +70,7 @@ def run(example: Path, hosts: list[str], inventory: Path, duration: float, out: 
     if proc.returncode not in (0, 1):  # 1: some cell failed or was INVALID, as gb10-fp8's four backends must
         tail = (proc.stdout + proc.stderr)[-600:]
         raise SystemExit(f"{example.name} on {len(hosts)} host(s) failed ({proc.returncode}): {tail}")
-    summaries = stats.summarize_cells(load_cells(out))
+    summaries = summary.summarize_cells(correctness.judged_cells(out))
     recs = stats.recommend(summaries)
     answers = "; ".join(f"{r.winner or 'cannot rank'}" for r in recs)
     lines = []

@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_report_fixtures import GB10_FACTS, write_cell
 
+from agent.judging.correctness import judged_cells
 from agent.reporting import markdown as report
-from agent.results.tree import load_cells
 
 CONCURRENCY = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
 REPEATS = 5
@@ -105,7 +105,7 @@ def _parts(root: Path) -> dict[str, float]:
     """The same work again, stage by stage, to show where the time goes."""
     out = {}
     t0 = time.perf_counter()
-    cells = load_cells(root)
+    cells = judged_cells(root)
     out["read tree"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     data = report.build(cells)

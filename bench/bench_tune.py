@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.hostside import facts as host_facts
 from agent.judging import sequential as seq
-from agent.judging import stats
+from agent.judging import stats, summary
 from agent.planning import matrix
 from agent.planning.spec import load_spec
 from agent.running.tune import candidate
@@ -170,14 +170,14 @@ def adaptive(cells: list[SimCell], settings: seq.TuneSettings) -> tuple[list[dic
 
 
 def winner(cells: list[dict[str, Any]]) -> str | None:
-    recs = stats.recommend(stats.summarize_cells(cells))
+    recs = stats.recommend(summary.summarize_cells(cells))
     return recs[0].winner if recs else None
 
 
 def backend_winner(cells: list[dict[str, Any]]) -> str | None:
     """The backend question's answer alone (the question a sweep exists for; the other axes' gaps are a few per
     cent here, so two full grids of different seeds already disagree on them)."""
-    recs = stats.recommend(stats.summarize_cells(cells))
+    recs = stats.recommend(summary.summarize_cells(cells))
     return next((q.winner for q in recs[0].questions if q.axis == "backend"), None) if recs else None
 
 

@@ -30,9 +30,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from agent.judging import stats  # noqa: E402
+from agent.judging import correctness, stats, summary  # noqa: E402
 from agent.planning.spec import load_spec  # noqa: E402
-from agent.results.tree import load_cells  # noqa: E402
 from tests.sshd_hosts import SIM_HOST_VARS, inventory_for, login_as_user, start_fleet, stop_fleet  # noqa: E402
 
 CLI = [sys.executable, "-m", "agent.cli"]
@@ -40,7 +39,7 @@ EXAMPLES = ["examples/quick.toml", "examples/gb10-nvfp4.toml", "examples/gb10-fp
 
 
 def answer(sweep_dir: Path) -> str:
-    recs = stats.recommend(stats.summarize_cells(load_cells(sweep_dir))) if sweep_dir.is_dir() else []
+    recs = stats.recommend(summary.summarize_cells(correctness.judged_cells(sweep_dir))) if sweep_dir.is_dir() else []
     return "; ".join(r.winner or "cannot rank" for r in recs) or "nothing measured"
 
 

@@ -14,7 +14,7 @@ import tomli_w
 from agent.cli import main
 from agent.errors import UserError
 from agent.hostside import facts
-from agent.judging import stats
+from agent.judging import stats, summary
 from agent.judging.correctness import judged_cells
 from agent.planning import matrix
 from agent.planning.spec import load_spec
@@ -208,7 +208,7 @@ def test_two_checkpoints_on_one_backend_name_the_checkpoint(tmp_path):
     write_starts(
         tmp_path, checkpoint="uns-fast", backend="marlin", values={c: [100.0 * c, 101.0 * c, 99.5 * c] for c in C}
     )
-    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
+    [rec] = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert [q.axis for q in rec.questions] == ["checkpoint"]
     assert rec.winner == "uns-fast" and rec.choice == {"checkpoint": "uns-fast"}
     assert rec.questions[0].versus[0].backend == "nv" and rec.questions[0].versus[0].beaten_at == 4
@@ -230,7 +230,7 @@ def test_each_axis_is_ranked_with_the_others_held(tmp_path):
                     config=extra,
                     values={c: [v * c, v * c * 1.01, v * c * 0.99] for c in C},
                 )
-    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
+    [rec] = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert [q.axis for q in rec.questions] == ["backend", "checkpoint", "speculative"]
     assert rec.choice == {"backend": "marlin", "checkpoint": "uns-fast", "speculative": "mtp"}
     assert rec.winner == "marlin · uns-fast · speculative=mtp"
@@ -250,7 +250,7 @@ def test_an_undecided_axis_is_said_and_the_decided_one_still_named(tmp_path):
         write_cell(
             tmp_path, checkpoint=ck, backend="flashinfer_b12x", values={c: [50.0 * c, 51.0 * c, 49.0 * c] for c in C}
         )
-    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
+    [rec] = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert rec.winner == "marlin" and [q.axis for q in rec.undecided] == ["checkpoint"]
     assert len(rec.winner_cells) == 2  # one command per checkpoint: the data cannot choose
     text = report.render_markdown(report.build(judged_cells(tmp_path)))
@@ -282,7 +282,7 @@ def test_the_env_rule_shows_its_effect_and_auto_is_what_it_loaded(tmp_path):
         env={"VLLM_USE_DEEP_GEMM": "1"},
         **fp8,
     )
-    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
+    [rec] = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert rec.winner == "triton"  # auto loaded triton: the same choice, never ranked against it
     assert rec.questions[0].same == {"auto": "triton"} and [v.backend for v in rec.versus] == ["marlin"]
     [effect] = rec.effects
@@ -314,7 +314,7 @@ def test_rank_by_goodput_ranks_the_goodput_and_says_so(tmp_path):
 def test_rank_by_goodput_without_slos_says_why_it_cannot_rank(tmp_path):
     write_cell(tmp_path, backend="marlin", values={c: [100.0, 101.0, 99.0] for c in C})
     write_cell(tmp_path, backend="flashinfer_b12x", values={c: [50.0, 51.0, 49.0] for c in C})
-    summaries = stats.summarize_cells(judged_cells(tmp_path), metric="request_goodput")
+    summaries = summary.summarize_cells(judged_cells(tmp_path), metric="request_goodput")
     [rec] = stats.recommend(summaries, metric="request_goodput")
     assert rec.winner is None and "no window records request_goodput" in rec.reason
 
@@ -332,7 +332,7 @@ def test_a_sparse_design_that_left_the_winning_combination_out_says_so(tmp_path)
         config={"speculative": MTP},
         values={c: [130.0 * c, 131.0 * c, 129.0 * c] for c in C},
     )
-    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
+    [rec] = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert rec.choice == {"checkpoint": "nv", "speculative": "mtp"} and rec.winner_cells == []
     assert rec.winner is None  # never offered to run: nv with MTP never ran
     text = report.render_markdown(report.build(judged_cells(tmp_path)))

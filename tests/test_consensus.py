@@ -11,7 +11,7 @@ import pytest
 
 from agent.errors import UserError
 from agent.hostside import probe
-from agent.judging import consensus, correctness, longdecode, stats
+from agent.judging import consensus, correctness, longdecode, summary
 from agent.planning.settings import CorrectnessSettings
 from agent.planning.spec import load_spec
 from agent.sim import answers, options
@@ -210,11 +210,11 @@ def test_a_graph_fault_is_blamed_on_cuda_graphs_when_the_eager_twin_is_clean():
     eager_b = _long_cell("cccccccccccc", "spark-b", ["--enforce-eager"], clean)
     correctness.annotate([graphs, eager, eager_b])
     g = graphs["correctness"]
-    assert stats.cell_verdict(graphs) == stats.WRONG_OUTPUT and g["broke_first"] == "graphs"
+    assert summary.cell_verdict(graphs) == summary.WRONG_OUTPUT and g["broke_first"] == "graphs"
     assert any("broke under CUDA graphs" in r for r in g["wrong"]) and any("after token 1500" in r for r in g["wrong"])
     [path] = [p for p in g["long_paths"] if p["path"] == "graphs"]
     assert path["first_divergence"] == 1500 and path["follows"] == "loop" and path["against"] == "bbbbbbbbbbbb"
-    assert stats.cell_verdict(eager) == stats.cell_verdict(eager_b) == "valid"
+    assert summary.cell_verdict(eager) == summary.cell_verdict(eager_b) == "valid"
     assert "across 2 hosts" in eager["correctness"]["consensus"]
 
 
@@ -238,6 +238,6 @@ def test_the_task_gate_holds_each_cell_to_97_percent_of_the_references_accuracy_
     ref, one_off, two_off = _gated("a" * 12, "spark-a", 0), _gated("b" * 12, "spark-b", 1), _gated("c" * 12, "x", 2)
     correctness.annotate([ref, one_off, two_off])
     assert ref["correctness"]["batch_score"] == 1.0 and ref["correctness"]["batch_answered"] == 48
-    assert stats.cell_verdict(one_off) == "valid"  # 47/48 = 97.9%
-    assert stats.cell_verdict(two_off) == stats.WRONG_OUTPUT  # 46/48 = 95.8%
+    assert summary.cell_verdict(one_off) == "valid"  # 47/48 = 97.9%
+    assert summary.cell_verdict(two_off) == summary.WRONG_OUTPUT  # 46/48 = 95.8%
     assert any("task accuracy at c=8 95.8% (46/48)" in r for r in two_off["correctness"]["wrong"])

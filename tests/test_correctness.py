@@ -11,7 +11,7 @@ import pytest
 
 from agent.errors import UserError
 from agent.hostside import probe
-from agent.judging import correctness, stats
+from agent.judging import correctness, summary
 from agent.planning.settings import CorrectnessSettings
 from agent.planning.spec import load_spec
 from agent.running import hostdata
@@ -87,9 +87,9 @@ def test_an_honest_backend_that_parts_late_is_valid_and_a_looping_one_is_wrong()
     assert {c["correctness"]["reference_cell"] for c in cells} == {"aaaaaaaaaaaa"}  # same score, same start: the id
     assert ref["correctness"]["agreement"] == 1.0 and 0.9 <= honest["correctness"]["agreement"] < 1.0
     assert honest["correctness"]["first_divergence"] == int(probe.TEXT_TOKENS * answers.SHARED_SHARE)
-    assert stats.cell_verdict(ref) == stats.cell_verdict(honest) == "valid"
-    assert stats.cell_verdict(looping) == stats.WRONG_OUTPUT
-    assert not stats.summarize_cell(looping).rankable
+    assert summary.cell_verdict(ref) == summary.cell_verdict(honest) == "valid"
+    assert summary.cell_verdict(looping) == summary.WRONG_OUTPUT
+    assert not summary.summarize_cell(looping).rankable
 
 
 def test_the_spec_names_the_reference_and_a_score_drop_beyond_the_threshold_is_wrong():
@@ -109,13 +109,13 @@ def test_the_spec_names_the_reference_and_a_score_drop_beyond_the_threshold_is_w
     loose = CorrectnessSettings(reference={"moe_backend": "b12x"}, max_score_drop=0.5)
     first, named = _cell("aaaaaaaaaaaa", "marlin", worse, loose), _cell("bbbbbbbbbbbb", "b12x", good, loose)
     correctness.annotate([first, named])
-    assert stats.cell_verdict(first) == "valid"
+    assert summary.cell_verdict(first) == "valid"
 
 
 def test_a_cell_without_a_probe_is_judged_as_before():
     cell = _cell("aaaaaaaaaaaa", "marlin", None)
     correctness.annotate([cell])
-    assert not cell["correctness"]["probed"] and stats.cell_verdict(cell) == "valid"
+    assert not cell["correctness"]["probed"] and summary.cell_verdict(cell) == "valid"
     other_set = _run()
     other_set["set_version"] = probe.SET_VERSION + 1  # another version's prompts: nothing to score with
     assert not correctness.table(other_set, CorrectnessSettings())["probed"]
@@ -188,6 +188,6 @@ def test_the_tree_reads_as_written_and_the_judged_read_marks_what_needs_the_othe
     assert all("wrong" not in c["correctness"] and "agreement" not in c["correctness"] for c in raw.values())
     judged = {c["cell_id"]: c for c in correctness.judged_cells(tmp_path / "s")}
     assert judged["aaaaaaaaaaaa"]["correctness"]["agreement"] == 1.0
-    assert stats.cell_verdict(judged["aaaaaaaaaaaa"]) == "valid"
-    assert stats.cell_verdict(judged["bbbbbbbbbbbb"]) == stats.WRONG_OUTPUT
+    assert summary.cell_verdict(judged["aaaaaaaaaaaa"]) == "valid"
+    assert summary.cell_verdict(judged["bbbbbbbbbbbb"]) == summary.WRONG_OUTPUT
     assert any("agreement with the reference" in r for r in judged["bbbbbbbbbbbb"]["correctness"]["wrong"])

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from agent.hostside import probe
-from agent.judging import correctness, stats
+from agent.judging import correctness, summary
 from agent.results.records import CellRecord
 
 from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for
@@ -91,12 +91,12 @@ def test_a_fast_backend_with_wrong_outputs_is_flagged_and_never_recommended(tmp_
         assert c["thresholds"]["min_agreement"] > 0 and c["seconds"] > 0
 
     wrong, honest = cells["marlin"], [cells["flashinfer_b12x"], cells["b12x"]]
-    assert stats.cell_verdict(wrong) == stats.WRONG_OUTPUT
+    assert summary.cell_verdict(wrong) == summary.WRONG_OUTPUT
     assert wrong["correctness"]["degenerate"] == wrong["correctness"]["prompts"]
     assert wrong["correctness"]["score"] == 0.0 and wrong["correctness"]["agreement"] < 0.1
     for cell in honest:
         c = cell["correctness"]
-        assert stats.cell_verdict(cell) == "valid", c.get("wrong")
+        assert summary.cell_verdict(cell) == "valid", c.get("wrong")
         assert c["score"] == 1.0 and c["degenerate"] == 0  # the simulated model computes the answers
     # one of them is the reference; the other parts from it late in the continuations, and only there
     ref_id = honest[0]["correctness"]["reference_cell"]

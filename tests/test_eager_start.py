@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from agent.judging import correctness, stats
+from agent.judging import correctness, summary
 
 from .sshd_hosts import SIM_HOST_VARS, inventory_for, start_fleet, stop_sim_fleet
 from .test_long_decode_sweep import _cli  # the CLI as a user runs it, wide enough that no name is cut
@@ -73,9 +73,9 @@ def test_a_graphs_only_fault_is_blamed_on_graphs_by_the_eager_start(tmp_path, ho
     for c in eager:  # started with --enforce-eager, no windows, its checks clean
         assert "--enforce-eager" in c["config"]["extra_args"] and c["runs"] == []
         assert c["correctness"]["probed"] and all(not r["degenerate"] for r in c["correctness"]["long"])
-        assert stats.cell_verdict(c) == "valid"
+        assert summary.cell_verdict(c) == "valid"
     for c in graphs:
-        assert stats.cell_verdict(c) == stats.WRONG_OUTPUT
+        assert summary.cell_verdict(c) == summary.WRONG_OUTPUT
         assert any("kernel broke under CUDA graphs, not the model" in r for r in c["correctness"]["wrong"])
         [path] = [p for p in c["correctness"]["long_paths"] if p["path"] == "graphs"]
         assert 2000 - 16 <= path["first_divergence"] <= 2000 and path["follows"] in ("loop", "garbage")

@@ -1,11 +1,11 @@
 """The exit rule shared by sweep, collect and tune (README: exit codes): a planned cell without a valid measurement,
-anywhere, is exit 1. Unit: stats.not_valid over cell dicts, detach.unmeasured over a results tree and a hand-out."""
+anywhere, is exit 1. Unit: summary.not_valid over cell dicts, detach.unmeasured over a results tree and a hand-out."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent.judging import stats
+from agent.judging import summary
 from agent.results import tree as results
 from agent.running import detach
 
@@ -26,16 +26,16 @@ def test_every_cell_without_a_valid_measurement_is_named_with_its_verdict():
         cell("spark-2", "c", verdict="invalid"),
         cell("spark-2", "d", verdict="surprising"),  # an unknown verdict is not a valid one
     ]
-    assert stats.not_valid(cells) == [
+    assert summary.not_valid(cells) == [
         "spark-1/b: failed (deep_gemm_assert)",
         "spark-2/c: invalid",
         "spark-2/d: invalid",
     ]
-    assert stats.not_valid([cell("spark-1", "a")]) == []
+    assert summary.not_valid([cell("spark-1", "a")]) == []
 
 
 def test_wrong_output_is_not_a_valid_measurement():
-    assert stats.not_valid([cell("spark-1", "a", correctness=WRONG)]) == ["spark-1/a: wrong output"]
+    assert summary.not_valid([cell("spark-1", "a", correctness=WRONG)]) == ["spark-1/a: wrong output"]
 
 
 def test_a_handed_out_cell_counts_where_it_was_measured(tmp_path):

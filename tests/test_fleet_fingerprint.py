@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from agent.hostside import supervise
-from agent.judging import correctness, replicas, stats
+from agent.judging import correctness, replicas, stats, summary
 from agent.results import tree as results
 from agent.running import hostmemory
 
@@ -111,7 +111,7 @@ def test_a_lost_host_costs_only_its_cell_and_another_vllm_is_kept_apart(tmp_path
     assert known == {"spark-a": "0.24.0", "spark-b": "0.24.0", "spark-c": OTHER_VLLM}
     loaded = correctness.judged_cells(out / "lost")
     assert [c["verdict"] for c in loaded] == ["valid"] * 4, [c.get("verdict_reasons") for c in loaded]
-    summaries = stats.summarize_cells(loaded)
+    summaries = summary.summarize_cells(loaded)
     # spark-a and spark-b are replicas of one cell; spark-a and spark-c measured the other under different vLLMs
     assert [p.hosts for p in replicas.replica_points(summaries)] == [("spark-a", "spark-b")]
     assert sorted(r.hardware.rsplit("vLLM ", 1)[-1] for r in stats.recommend(summaries)) == [OTHER_VLLM, "0.24.0"]

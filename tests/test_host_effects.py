@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.hostside.contracts import Facts
-from agent.judging import hosteffect, stats
+from agent.judging import hosteffect, stats, summary
 from agent.planning import blocks, groups
 from agent.planning.matrix import plan_cells
 from agent.planning.spec import load_spec
@@ -55,7 +55,7 @@ def _split(rng: random.Random, speed2: float, noise=0.01):
         _cell("h2", "b12x", LEVELS, speed2, rng, noise=noise),
         _cell("h2", "marlin", [16], speed2, rng, noise=noise),
     ]
-    return stats.summarize_cells(cells)
+    return summary.summarize_cells(cells)
 
 
 def test_the_cross_host_interval_covers_the_true_ratio_at_its_nominal_rate():
@@ -85,7 +85,7 @@ def test_a_host_5pct_slower_is_measured_and_does_not_flip_the_answer():
         _cell("h2", "slow", LEVELS, 0.95, rng),
         _cell("h2", "marlin", [16], 0.95, rng),
     ]
-    [rec] = stats.recommend(stats.summarize_cells(cells))
+    [rec] = stats.recommend(summary.summarize_cells(cells))
     assert rec.winner == "marlin"
     [effect] = rec.hosts.shown()
     assert effect.host == "h2" and effect.hi < 1.0  # detected as a host effect
@@ -104,13 +104,13 @@ def test_a_host_40pct_slower_is_outside_the_group_and_refused():
         _cell("h3", "slow", LEVELS, 0.6, rng),
         _cell("h3", "marlin", [16], 0.6, rng),
     ]
-    [rec] = stats.recommend(stats.summarize_cells(cells))
+    [rec] = stats.recommend(summary.summarize_cells(cells))
     assert "not ranked across hosts" in rec.hosts.effects["h3"].outlier
     refused = [m for m in rec.questions[0].matchups if "refused" in m.ranking.rule]
     assert refused and all("h3" in m.ranking.across for m in refused)
     assert all(m.ranking.outcome == stats.CANNOT_RANK for m in refused)
     # two hosts 40% apart: neither can be called the odd one, the comparison is refused all the same
-    effects = hosteffect.estimate(stats.summarize_cells(cells[:1] + cells[3:]))
+    effects = hosteffect.estimate(summary.summarize_cells(cells[:1] + cells[3:]))
     assert effects.across("h1", "h3")[0] is None
     assert "h3 ran 4" in effects.across("h1", "h3")[1] and "not one kind of machine" in effects.across("h1", "h3")[1]
 
@@ -118,7 +118,7 @@ def test_a_host_40pct_slower_is_outside_the_group_and_refused():
 def test_no_shared_cell_means_no_cross_host_order():
     rng = random.Random(5)
     cells = [_cell("h1", "marlin", LEVELS, 1.0, rng), _cell("h2", "slow", LEVELS, 1.0, rng)]
-    [rec] = stats.recommend(stats.summarize_cells(cells))
+    [rec] = stats.recommend(summary.summarize_cells(cells))
     assert rec.winner is None
     assert all("no reference" in m.ranking.rule for m in rec.questions[0].matchups)
 
@@ -128,7 +128,7 @@ def test_replicas_feed_the_host_effect():
     cells = [
         _cell(h, moe, LEVELS, speed, rng) for h, speed in (("h1", 1.0), ("h2", 0.97)) for moe in ("marlin", "b12x")
     ]
-    effects = hosteffect.estimate(stats.summarize_cells(cells))
+    effects = hosteffect.estimate(summary.summarize_cells(cells))
     assert effects.effects["h2"].points == 6 and effects.effects["h2"].lo < 0.97 < effects.effects["h2"].hi
 
 

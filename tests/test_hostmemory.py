@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.hostside.contracts import Facts
-from agent.judging import replicas, stats
+from agent.judging import replicas, stats, summary
 from agent.planning import groups
 from agent.planning.inventory import Host
 from agent.running import fingerprints, hostmemory, tasks
@@ -128,9 +128,9 @@ def _versioned(host: str, values: list[float], version: str, backend: str = "mar
 
 def test_the_report_never_replicates_or_ranks_across_logged_versions() -> None:
     same = [_versioned("a", [100.0, 101.0], "0.24.0"), _versioned("b", [130.0, 131.0], "0.24.0")]
-    assert len(replicas.replica_points(stats.summarize_cells(same))) == 1
+    assert len(replicas.replica_points(summary.summarize_cells(same))) == 1
     apart = [_versioned("a", [100.0, 101.0], "0.24.0"), _versioned("b", [130.0, 131.0], "0.23.0")]
-    assert replicas.replica_points(stats.summarize_cells(apart)) == []
+    assert replicas.replica_points(summary.summarize_cells(apart)) == []
 
     cells = [
         _versioned("a", [100.0, 101.0, 102.0], "0.24.0"),
@@ -138,10 +138,10 @@ def test_the_report_never_replicates_or_ranks_across_logged_versions() -> None:
         _versioned("b", [100.0, 101.0, 102.0], "0.23.0"),
         _versioned("b", [150.0, 151.0, 152.0], "0.23.0", backend="cutlass"),
     ]
-    recs = stats.recommend(stats.summarize_cells(cells))
+    recs = stats.recommend(summary.summarize_cells(cells))
     assert [r.hardware for r in recs] == ["unknown hardware · vLLM 0.23.0", "unknown hardware · vLLM 0.24.0"]
     assert [{s.cell["host"] for s in r.winner_cells} for r in recs] == [{"b"}, {"a"}]  # each from its own hosts
-    (one,) = stats.recommend(stats.summarize_cells(cells[:2]))
+    (one,) = stats.recommend(summary.summarize_cells(cells[:2]))
     assert one.hardware == "unknown hardware"  # one version: the heading is as before
 
 

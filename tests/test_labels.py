@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.judging.stats import summarize_cell
+from agent.judging.summary import summarize_cell
 from agent.planning.matrix import Cell, CellConfig, backend_label
 from tests.test_cell_id_golden import GOLDEN_CONFIG
 

@@ -15,7 +15,7 @@ import pytest
 from agent.errors import UserError
 from agent.hostside import facts, loadgen, loadpoints
 from agent.hostside.loadpoints import Point
-from agent.judging import correctness, stats
+from agent.judging import correctness, stats, summary
 from agent.planning import matrix
 from agent.planning.spec import load_spec
 from agent.reporting import compare, export, htmlpage, loadreport
@@ -205,14 +205,14 @@ def test_the_tree_reads_windows_by_point_old_names_included(tmp_path):
 def test_stats_summarize_each_rate_and_depth_and_say_each_cell_once(tmp_path):
     _open_cell(tmp_path)
     cells = correctness.judged_cells(tmp_path)
-    summaries = stats.summarize_cells(cells)
+    summaries = summary.summarize_cells(cells)
     assert [(s.load.rate, s.load.depth) for s in summaries] == [(2.0, 128), (2.0, 512), (8.0, 128), (8.0, 512)]
     at = {(s.load.rate, s.load.depth): s for s in summaries}
     p = at[(8.0, 512)].points[4]
     assert p.throughput is not None and p.throughput.median == pytest.approx(800.0)
     assert p.tails["p90_ttft_ms"].median == pytest.approx(1600.0) and p.tails["median_ttft_ms"].median == 180.0
     assert p.tails["request_goodput"].median == pytest.approx(2.0)
-    assert len(stats.distinct_cells(summaries)) == 1
+    assert len(summary.distinct_cells(summaries)) == 1
     # each slice pairs at its own load: a question is ranked within the load held equal
     assert len({stats.pairing_key(s.cell) for s in summaries}) == 4
 
@@ -282,7 +282,7 @@ def test_a_cell_with_load_axes_is_one_cell_to_the_rule_effects_and_the_replicas(
         failure_class="deep_gemm_assert",
         config={**lists, "goodput": ["ttft:500"], "env_variant": "no-rule"},
     )
-    summaries = stats.summarize_cells(correctness.judged_cells(tmp_path))
+    summaries = summary.summarize_cells(correctness.judged_cells(tmp_path))
     effects = stats.startup_effects(summaries)
     assert effects == [
         "env_variant: with no-rule the server failed to start (deep_gemm_assert), where none ran (checkpoint "

@@ -21,7 +21,7 @@ import sys
 import pytest
 import yaml
 
-from agent.judging import correctness, stats
+from agent.judging import correctness, summary
 
 from .sshd_hosts import REPO, SIM_HOST_VARS, inventory_for, start_fleet, stop_sim_fleet
 
@@ -111,7 +111,7 @@ def test_late_and_draft_faults_are_caught_and_a_hostile_host_is_not_the_referenc
     for late in by[("marlin", False)]:
         c = late["correctness"]
         assert c["score"] == 1.0 and c["degenerate"] == 0, "the short probe passes: the fault is late"
-        assert stats.cell_verdict(late) == stats.WRONG_OUTPUT
+        assert summary.cell_verdict(late) == summary.WRONG_OUTPUT
         [row] = [r for r in c["long"] if r["path"] == "c1"]
         assert row["units"] == "tokens" and row["tokens"] == 8448 - 256
         assert 6000 - 16 <= row["degenerate_at"] <= 6000, row
@@ -122,7 +122,7 @@ def test_late_and_draft_faults_are_caught_and_a_hostile_host_is_not_the_referenc
     # the draft fault: wrong with spec on, and blamed on the draft path; the target model alone stays valid
     for spec_on in by[("flashinfer_b12x", True)]:
         c = spec_on["correctness"]
-        assert stats.cell_verdict(spec_on) == stats.WRONG_OUTPUT
+        assert summary.cell_verdict(spec_on) == summary.WRONG_OUTPUT
         assert any("draft path broke, not the target model" in r for r in c["wrong"]), c["wrong"]
         assert c["broke_first"] == "speculative"
         [spec_path] = [p for p in c["long_paths"] if p["path"] == "speculative"]
@@ -134,7 +134,7 @@ def test_late_and_draft_faults_are_caught_and_a_hostile_host_is_not_the_referenc
     assert all(c["correctness"]["score"] == 1.0 for c in forged)
     for healthy in by[("flashinfer_b12x", False)]:
         c = healthy["correctness"]
-        assert stats.cell_verdict(healthy) == "valid", c.get("wrong")
+        assert summary.cell_verdict(healthy) == "valid", c.get("wrong")
         assert all(not r["degenerate"] for r in c["long"]) and {r["path"] for r in c["long"]} == {"c1", "batch"}
         assert [p["follows"] for p in c["long_paths"] if p["path"] == "batch"] == ["identical"]
         assert c["broke_first"] == ""
@@ -142,7 +142,7 @@ def test_late_and_draft_faults_are_caught_and_a_hostile_host_is_not_the_referenc
         assert c["reference_cell"] in {h["cell_id"] for h in by[("flashinfer_b12x", False)]}
         assert "across 2 hosts" in c["consensus"], c["consensus"]
     for c in forged:
-        assert stats.cell_verdict(c) == stats.WRONG_OUTPUT
+        assert summary.cell_verdict(c) == summary.WRONG_OUTPUT
     [forged_healthy] = [
         c for c in forged if c["config"]["moe_backend"] == "flashinfer_b12x" and not c["config"]["speculative"]
     ]

@@ -418,7 +418,7 @@ def test_env_command_for_a_refused_node_set_is_one_line_exit_2(tmp_path):
 
 
 def test_the_report_shows_each_nodes_page_cache_and_image():
-    from agent.judging.stats import CellSummary
+    from agent.judging.summary import CellSummary
     from agent.reporting import multinode as report
 
     digest = "sha256:" + "ab" * 32

@@ -14,7 +14,7 @@ import yaml
 
 from agent import logs
 from agent.errors import UserError
-from agent.judging import hosteffect, stats
+from agent.judging import hosteffect, stats, summary
 from agent.planning.spec import load_spec, packaged_example
 from agent.reporting import markdown
 from agent.results import tree as results
@@ -51,7 +51,7 @@ def test_legends_say_off_for_no_speculative_decoding():
     off, mtp = _cell("h1", "marlin", [1, 4], 1.0, rng), _cell("h1", "marlin", [1, 4], 1.0, rng)
     off["config"]["speculative"], mtp["config"]["speculative"] = "", '{"method": "mtp"}'
     mtp["cell_id"] = "x-marlin-mtp"
-    labels = sorted(markdown._lines(stats.summarize_cells([off, mtp])))
+    labels = sorted(markdown._lines(summary.summarize_cells([off, mtp])))
     assert labels == ["marlin speculative=mtp", "marlin speculative=off"], labels
 
 
@@ -66,7 +66,7 @@ def test_the_command_comes_from_a_host_not_excluded():
     cells += [_cell("h2", "slow", [1, 4, 16], 1.0, rng, ckpt="y"), _cell("h2", "marlin", [1, 4, 16], 1.0, rng, "y")]
     for i, c in enumerate(cells):
         c["cell_id"] = f"{c['cell_id']}-{i}"
-    [rec] = stats.recommend(stats.summarize_cells(cells))
+    [rec] = stats.recommend(summary.summarize_cells(cells))
     assert rec.hosts is not None and rec.hosts.effects["h3"].outlier
     assert rec.winner_cells and all(s.cell["host"] != "h3" for s in rec.winner_cells)
     assert all(len(s.points) == 3 for s in rec.winner_cells)  # the cell in full, not a reference's one level

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.judging import replicas, stats
+from agent.judging import replicas, summary
 from agent.reporting import markdown
 
 pytestmark = pytest.mark.unit
@@ -25,7 +25,7 @@ def cell(host: str, values: list[float], cell_id: str = "0123456789ab", fp: str 
 
 
 def points(*cells: dict) -> list[replicas.ReplicaPoint]:
-    return replicas.replica_points(stats.summarize_cells(cells))
+    return replicas.replica_points(summary.summarize_cells(cells))
 
 
 def test_hosts_within_the_noise_are_not_flagged():
@@ -39,7 +39,7 @@ def test_hosts_apart_beyond_the_noise_are_flagged_and_shown():
     cells = [cell("a", [100.0, 101.0, 102.0]), cell("b", [130.0, 131.0, 129.0])]
     (p,) = points(*cells)
     assert p.disagree and p.across_hosts > 0.25
-    section = markdown.replica_section(stats.summarize_cells(cells), stats.DEFAULT_THRESHOLD)
+    section = markdown.replica_section(summary.summarize_cells(cells), summary.DEFAULT_THRESHOLD)
     assert section[0] == "## Replicas across hosts" and "**hosts disagree**" in section[-2]
 
 

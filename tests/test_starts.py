@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent.hostside import facts
-from agent.judging import nested, stats
+from agent.judging import nested, stats, summary
 from agent.judging.correctness import judged_cells
 from agent.planning import blocks, matrix
 from agent.planning.spec import load_spec
@@ -159,7 +159,7 @@ def _write_sim_starts(root: Path, backend: str, truth: float, seed: int, starts:
 
 
 def _verdict(root: Path) -> stats.Recommendation:
-    [rec] = stats.recommend(stats.summarize_cells(judged_cells(root)))
+    [rec] = stats.recommend(summary.summarize_cells(judged_cells(root)))
     return rec
 
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from agent.judging import stats
+from agent.judging import stats, summary
 from agent.judging.correctness import judged_cells
 from tests.test_report_fixtures import write_cell
 
@@ -24,7 +24,7 @@ def run(c, r, tput, ok=True, error=""):
 
 
 def test_median_and_spread_by_hand():
-    p = stats.summarize_point(8, [run(8, 1, 110.0), run(8, 2, 90.0), run(8, 3, 100.0)])
+    p = summary.summarize_point(8, [run(8, 1, 110.0), run(8, 2, 90.0), run(8, 3, 100.0)])
     assert p.throughput.median == 100.0
     assert p.throughput.spread == pytest.approx(0.20)  # (110 - 90) / 100
     assert (p.throughput.lo, p.throughput.hi) == (90.0, 110.0)
@@ -33,42 +33,42 @@ def test_median_and_spread_by_hand():
 
 
 def test_article_marlin_point_is_stable():
-    p = stats.summarize_point(8, [run(8, 1, 276.0), run(8, 2, 283.0), run(8, 3, 280.0)])
+    p = summary.summarize_point(8, [run(8, 1, 276.0), run(8, 2, 283.0), run(8, 3, 280.0)])
     assert p.throughput.median == 280.0
     assert p.throughput.spread == pytest.approx(7 / 280)
     assert not p.unstable
 
 
 def test_failed_run_left_out_of_median_but_listed():
-    p = stats.summarize_point(4, [run(4, 1, 100.0), run(4, 2, 0.0, ok=False, error="server died"), run(4, 3, 104.0)])
+    p = summary.summarize_point(4, [run(4, 1, 100.0), run(4, 2, 0.0, ok=False, error="server died"), run(4, 3, 104.0)])
     assert p.throughput.median == 102.0
     assert p.throughput.spread == pytest.approx(4 / 102)
-    assert p.failed == (stats.FailedRun(4, 2, "server died"),)
+    assert p.failed == (summary.FailedRun(4, 2, "server died"),)
     assert p.values == (100.0, 104.0)
 
 
 def test_zero_latency_means_not_measured():
     runs = [run(1, 1, 30.0), run(1, 2, 31.0)]
     runs[0]["median_tpot_ms"] = 0.0  # no request finished inside the window
-    p = stats.summarize_point(1, runs)
+    p = summary.summarize_point(1, runs)
     assert p.tpot.values == (4.0,) and p.throughput.median == 30.5
 
 
 def test_all_failed_point_has_no_median():
-    p = stats.summarize_point(1, [run(1, 1, 0.0, ok=False, error="x")])
+    p = summary.summarize_point(1, [run(1, 1, 0.0, ok=False, error="x")])
     assert p.throughput is None and not p.unstable and len(p.failed) == 1
 
 
 def test_threshold_is_a_parameter():
     runs = [run(1, 1, 95.0), run(1, 2, 100.0), run(1, 3, 105.0)]  # spread 10%
-    assert not stats.summarize_point(1, runs, threshold=0.10).unstable
-    assert stats.summarize_point(1, runs, threshold=0.05).unstable
+    assert not summary.summarize_point(1, runs, threshold=0.10).unstable
+    assert summary.summarize_point(1, runs, threshold=0.05).unstable
 
 
 def test_spread_edge_cases():
-    assert stats.spread([5.0]) == 0.0
-    assert stats.spread([0.0, 0.0]) == 0.0
-    assert math.isinf(stats.spread([0.0, 0.0, 1.0]))
+    assert summary.spread([5.0]) == 0.0
+    assert summary.spread([0.0, 0.0]) == 0.0
+    assert math.isinf(summary.spread([0.0, 0.0, 1.0]))
 
 
 def test_disjoint_ranges_rank():
@@ -108,7 +108,7 @@ C = [1, 2, 4, 8, 16]
 def test_marlin_twice_b12x_recommends_marlin(tmp_path):
     write_cell(tmp_path, backend="marlin", values={c: [100.0 * c, 102.0 * c, 98.0 * c] for c in C})
     write_cell(tmp_path, backend="flashinfer_b12x", values={c: [50.0 * c, 52.0 * c, 47.0 * c] for c in C})
-    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
+    [rec] = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert (rec.hardware, rec.quant, rec.winner) == ("gb10", "nvfp4", "marlin")
     [loser] = rec.versus
     assert loser.backend == "flashinfer_b12x" and loser.beaten_at == 5 and loser.lost_at == 0
@@ -119,7 +119,7 @@ def test_marlin_twice_b12x_recommends_marlin(tmp_path):
 def test_overlapping_backends_cannot_rank(tmp_path):
     write_cell(tmp_path, backend="marlin", values={c: [100.0, 110.0, 104.0] for c in C})
     write_cell(tmp_path, backend="flashinfer_b12x", values={c: [98.0, 108.0, 112.0] for c in C})
-    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
+    [rec] = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert rec.winner is None and rec.versus == []
     assert set(rec.per_concurrency.values()) == {stats.CANNOT_RANK}
 
@@ -127,7 +127,7 @@ def test_overlapping_backends_cannot_rank(tmp_path):
 def test_crossover_has_no_overall_winner(tmp_path):
     write_cell(tmp_path, backend="marlin", values={1: [100.0, 101.0, 99.0], 16: [400.0, 401.0, 399.0]})
     write_cell(tmp_path, backend="flashinfer_b12x", values={1: [80.0, 81.0, 79.0], 16: [500.0, 501.0, 499.0]})
-    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
+    [rec] = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert rec.winner is None
     assert rec.per_concurrency == {1: "marlin", 16: "flashinfer_b12x"}
 
@@ -156,7 +156,7 @@ def test_invalid_and_failed_cells_never_win(tmp_path):
         verdict="failed",
         failure_class="deep_gemm_assert",
     )
-    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
+    [rec] = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert rec.winner == "triton"
     assert rec.questions[0].candidates == ["marlin", "triton"]
     assert [s.backend for s in rec.invalid] == ["cutlass"] and [s.backend for s in rec.failed] == ["deep_gemm"]
@@ -166,7 +166,7 @@ def test_invalid_and_failed_cells_never_win(tmp_path):
 def test_only_invalid_cells_give_no_winner(tmp_path):
     write_cell(tmp_path, backend="marlin", values={1: [100.0, 101.0, 99.0]}, verdict="invalid")
     write_cell(tmp_path, backend="flashinfer_b12x", values={1: [10.0, 11.0, 9.0]}, verdict="invalid")
-    [rec] = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
+    [rec] = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert rec.winner is None and len(rec.invalid) == 2 and "no valid cell" in rec.reason
 
 
@@ -175,5 +175,5 @@ def test_groups_by_hardware_and_quant(tmp_path):
     write_cell(tmp_path, backend="flashinfer_b12x", values={1: [50.0, 51.0, 49.0]})
     write_cell(tmp_path, checkpoint="fp8", quant="fp8", backend="triton", values={1: [100.0, 101.0, 99.0]})
     write_cell(tmp_path, checkpoint="fp8", quant="fp8", backend="marlin", values={1: [70.0, 71.0, 69.0]})
-    recs = stats.recommend(stats.summarize_cells(judged_cells(tmp_path)))
+    recs = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert [(r.quant, r.winner) for r in recs] == [("fp8", "triton"), ("nvfp4", "marlin")]

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from agent.hostside import loadgen, logparse, probe, steady, telemetry
-from agent.judging import stats
 from agent.judging import telemetry as tj
+from agent.judging.summary import summarize_cells, summarize_point
 from agent.reporting import telemetry as telemetry_report
 from tests.sshd_hosts import REPO
 from tests.test_sim_support import SimServer
@@ -76,7 +76,7 @@ def test_the_cap_holds_and_windows_with_jit_are_flagged_and_never_ranked(started
     warm = runs[0]["warmup"]
     assert warm["windows"] == 3 and warm["steady"] is False and "warmup_max (3)" in warm["reason"]
     assert all(r["ok"] and r["jit_lines"] > 0 and "JIT compilation" in r["jit_evidence"] for r in runs)
-    point = stats.summarize_point(4, runs)
+    point = summarize_point(4, runs)
     assert point.jit_dropped == (1, 2) and point.throughput is None and point.values == ()
 
 
@@ -86,7 +86,7 @@ def test_a_fixed_warmup_too_short_for_the_jit_drops_the_window_that_saw_it(start
     assert "warmup" not in runs[0]  # no tolerance: the fixed warmup, as before
     flagged = [r["repeat"] for r in runs if r["jit_lines"]]
     assert flagged and flagged[0] == 1 and len(flagged) < 3
-    point = stats.summarize_point(4, runs)
+    point = summarize_point(4, runs)
     assert point.jit_dropped == tuple(flagged) and len(point.values) == 3 - len(flagged)
 
 
@@ -116,11 +116,11 @@ def test_gpu_utilisation_follows_the_load_and_the_report_says_which_windows_were
     assert all(u < tj.GPU_BOUND_PCT for _, u in light.not_gpu_bound)
     assert heavy.windows == 2 and heavy.not_gpu_bound == ()  # saturated: the GPU bounds it
     cell = {"host": "sim", "config": {"checkpoint": MODEL, "moe_backend": "marlin"}, "runs": runs, "verdict": "valid"}
-    [summary] = stats.summarize_cells([cell])
+    [summary] = summarize_cells([cell])
     lines = telemetry_report.not_gpu_bound_lines([summary])
     assert len(lines) == 1 and "c=1" in lines[0] and "2 of 2 window(s) not GPU-bound" in lines[0]
     said = "\n".join(telemetry_report.sections([summary]))
     assert "## Windows not GPU-bound" in said and "the host's CPU" in said
     # no telemetry read: nothing said either way
     bare = {**cell, "runs": [{k: v for k, v in r.items() if k != "telemetry"} for r in runs]}
-    assert telemetry_report.not_gpu_bound_lines(stats.summarize_cells([bare])) == []
+    assert telemetry_report.not_gpu_bound_lines(summarize_cells([bare])) == []

@@ -13,7 +13,7 @@ import pytest
 
 from agent.errors import UserError
 from agent.hostside import logparse
-from agent.judging import correctness, stats
+from agent.judging import correctness, summary
 from agent.planning.matrix import CellConfig
 from agent.planning.spec import load_spec
 from agent.reporting import correctness as correctness_report
@@ -134,14 +134,14 @@ def test_dummy_weights_are_not_judged_never_the_reference_and_ranked_on_speed_on
     noisy = _cell("h200-fp8-triton.log", "triton", 0.0)
     launched = _cell("", "marlin", 1.0, ["vllm", "serve", "m", "--load-format=dummy"])  # the launch alone says it
     honest = _cell("", "auto", 0.8)
-    assert correctness.wrong_reasons(noisy) == [] and stats.cell_verdict(noisy) == "valid"
+    assert correctness.wrong_reasons(noisy) == [] and summary.cell_verdict(noisy) == "valid"
     correctness.annotate([noisy, launched, honest])
     assert noisy["correctness"]["not_judged"] == launched["correctness"]["not_judged"] == correctness.DUMMY
     assert honest["correctness"]["not_judged"] == "" and honest["correctness"]["reference_cell"] == "auto"
-    assert noisy["correctness"]["wrong"] == [] and stats.cell_verdict(noisy) == "valid"
+    assert noisy["correctness"]["wrong"] == [] and summary.cell_verdict(noisy) == "valid"
     correctness.annotate([noisy, launched])  # only dummy cells: no reference at all
     assert noisy["correctness"]["reference_cell"] == launched["correctness"]["reference_cell"] == ""
-    summaries = stats.summarize_cells([noisy, launched])
+    summaries = summary.summarize_cells([noisy, launched])
     said = "\n".join(correctness_report.what_to_run_lines(summaries))
     assert "The ranking is speed-only" in said and "2 cell(s)" in said
     table = "\n".join(correctness_report.table_lines(summaries))

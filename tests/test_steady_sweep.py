@@ -12,7 +12,7 @@ import io
 import pytest
 import yaml
 
-from agent.judging import correctness, stats
+from agent.judging import correctness, summary
 
 from .sshd_hosts import SIM_HOST_VARS, inventory_for
 from .test_correctness_sweep import _run  # the CLI as a user runs it, one implementation
@@ -69,7 +69,7 @@ def test_dummy_weights_rank_on_speed_only_after_a_warmup_that_outlasts_the_jit(t
         c = cell["correctness"]
         assert c["probed"] and c["score"] < 0.5  # noise, as random weights answer
         assert c["not_judged"] == correctness.DUMMY and c["wrong"] == [] and c["reference_cell"] == ""
-        assert stats.cell_verdict(cell) == "valid"
+        assert summary.cell_verdict(cell) == "valid"
         assert cell["config"]["warmup_max"] == 6 and cell["config"]["warmup_tolerance"] == 0.5
         first, *rest = sorted(cell["runs"], key=lambda r: r["repeat"])
         warm = first["warmup"]

@@ -14,7 +14,7 @@ import pytest
 from agent.errors import UserError
 from agent.hostside import metrics, telemetry
 from agent.hostside.telemetry import Sample
-from agent.judging import stats
+from agent.judging import summary
 from agent.judging import telemetry as tj
 from agent.judging.correctness import judged_cells
 from agent.planning.spec import load_spec
@@ -362,7 +362,7 @@ def test_export_carries_the_telemetry_and_server_fields(hot_tree):
 def test_cells_without_telemetry_still_report(tmp_path):
     root = tmp_path / "results"
     write_cell(root, backend="marlin", values={1: [10.0, 11.0]})
-    summaries = stats.summarize_cells(judged_cells(root))
+    summaries = summary.summarize_cells(judged_cells(root))
     assert tj.cell_telemetry(summaries[0].cell)[1].no_telemetry.startswith("no telemetry recorded")
     data = report.build(judged_cells(root))
     assert "No window carries GPU telemetry." in report.render_markdown(data, [])

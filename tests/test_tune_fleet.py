@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.judging import correctness
+from agent.judging import correctness, summary
 from agent.results import tree as results
 
 from .sshd_hosts import SIM_HOST_VARS, inventory_for, login_as_user, start_fleet, stop_sim_fleet
@@ -67,7 +67,7 @@ def answer(sweep_dir: Path) -> tuple[str, set[str]]:
     """The backend question's winner and the axes asked, from the report."""
     from agent.judging import stats
 
-    [rec] = stats.recommend(stats.summarize_cells(correctness.judged_cells(sweep_dir)))
+    [rec] = stats.recommend(summary.summarize_cells(correctness.judged_cells(sweep_dir)))
     backend = next(q for q in rec.questions if q.axis == "backend")
     return backend.winner or "cannot rank", {q.axis for q in rec.questions}
 
@@ -76,7 +76,7 @@ def claim(sweep_dir: Path) -> str:
     """The backend question's reason, as the report words it."""
     from agent.judging import stats
 
-    [rec] = stats.recommend(stats.summarize_cells(correctness.judged_cells(sweep_dir)))
+    [rec] = stats.recommend(summary.summarize_cells(correctness.judged_cells(sweep_dir)))
     return next(q.reason for q in rec.questions if q.axis == "backend")
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agent import logs
 from agent.commands import flags
+from agent.judging import summary
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
@@ -33,7 +34,7 @@ def run(args) -> int:
     """Exit 0: every host measured the reference and its effect is known; 1: some host did not; 2: bad input."""
     import dataclasses
 
-    from agent.judging import correctness, hosteffect, stats
+    from agent.judging import correctness, hosteffect
     from agent.running import calibration
     from agent.running.follow import run_sweep
 
@@ -54,11 +55,11 @@ def run(args) -> int:
         select=calibration.select_reference,
     )
     cells = correctness.judged_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
-    summaries = [s for s in stats.summarize_cells(cells) if s.rankable]
+    summaries = [s for s in summary.summarize_cells(cells) if s.rankable]
     measured = {str(s.cell.get("host")) for s in summaries}
-    by_machine: dict[str, list[stats.CellSummary]] = {}
+    by_machine: dict[str, list[summary.CellSummary]] = {}
     for s in summaries:
-        by_machine.setdefault(stats.comparable(s.cell), []).append(s)
+        by_machine.setdefault(summary.comparable(s.cell), []).append(s)
     for group in by_machine.values():
         effects = hosteffect.estimate(group)
         print(f"{group[0].hardware}: base {effects.base or group[0].cell.get('host')}", file=sys.stderr)

@@ -12,7 +12,7 @@ import time
 from agent import logs
 from agent.commands import flags, status
 from agent.escape import plain as line
-from agent.judging import correctness, stats
+from agent.judging import correctness, summary
 from agent.planning.inventory import load_inventory
 from agent.running import detach
 
@@ -58,7 +58,7 @@ def run(args) -> int:
         print(line(f"requeued {key} -> {taker}"), file=out)
     if not got.finished:
         return 1 if got.failed else 0
-    short = detach.unmeasured(state, root) + stats.not_valid(
+    short = detach.unmeasured(state, root) + summary.not_valid(
         correctness.judged_cells(root / state.sweep) if (root / state.sweep).is_dir() else []
     )
     for what in short:

@@ -11,7 +11,7 @@ from pathlib import Path
 from agent.commands import flags
 from agent.escape import rich
 from agent.hostside import atomic
-from agent.judging import regression, stats
+from agent.judging import regression, stats, summary
 from agent.reporting import terminal
 from agent.reporting.compare import compare, comparison_table, render_markdown, summary_line
 from agent.reporting.markdown import calibration_cells
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threshold",
         type=flags.number(0, 10),
-        default=stats.DEFAULT_THRESHOLD,
+        default=summary.DEFAULT_THRESHOLD,
         help="spread above which a point is unstable (default %(default)s)",
     )
     flags.add_rank_by(p)

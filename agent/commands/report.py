@@ -9,7 +9,7 @@ from pathlib import Path
 from agent.commands import flags
 from agent.errors import UserError
 from agent.escape import plain
-from agent.judging import stats
+from agent.judging import stats, summary
 from agent.reporting.markdown import write_report, write_report_cells
 from agent.store import options
 
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threshold",
         type=flags.number(0, 10),
-        default=stats.DEFAULT_THRESHOLD,
+        default=summary.DEFAULT_THRESHOLD,
         help="spread above which a point is unstable (default %(default)s)",
     )
     flags.add_rank_by(p)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from agent.commands import flags
-from agent.judging import stats
+from agent.judging import summary
 from agent.reporting import site
 from agent.running.watch import PAGES
 from agent.store import options
@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threshold",
         type=flags.number(0, 10),
-        default=stats.DEFAULT_THRESHOLD,
+        default=summary.DEFAULT_THRESHOLD,
         help="spread above which a point is unstable (default %(default)s)",
     )
     options.add_store_option(p)

@@ -16,7 +16,7 @@ from agent.commands import flags
 from agent.commands.sweep import _print_summary, _sigterm_as_interrupt
 from agent.errors import UserError
 from agent.escape import plain as line
-from agent.judging import correctness, stats
+from agent.judging import correctness, summary
 from agent.judging import sequential as seq
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
@@ -106,7 +106,7 @@ def run(args) -> int:
     for rnd in outcome.rounds[-1:]:
         rnd.judge_outputs(cells)
         _print_summary(rnd, args.log_format, cells)
-    short = stats.not_valid(cells)  # the sweep's rule: a failed, invalid or WRONG OUTPUT cell is exit 1
+    short = summary.not_valid(cells)  # the sweep's rule: a failed, invalid or WRONG OUTPUT cell is exit 1
     _print_decisions(outcome, short)
     if outcome.sweep_dir.exists() and not outcome.interrupted:
         for path in write_report(outcome.sweep_dir, None):

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.judging import hosteffect, regression, stats
-from agent.judging.stats import CellSummary, Point, Ranking
+from agent.judging import hosteffect, regression, stats, summary
+from agent.judging.stats import Ranking
+from agent.judging.summary import CellSummary, Point
 
 REGRESSION, IMPROVEMENT, WITHIN_NOISE = "regression", "improvement", "within noise"
 # Fields that may differ between the two sides of a comparison: what is being compared.
@@ -128,7 +129,7 @@ def pairs(xs: Sequence[CellSummary], ys: Sequence[CellSummary]) -> list[tuple[Ce
 
 
 def _label(s: CellSummary, host: str = "") -> str:
-    load = stats.load_text(s.load) if s.cell.get("load_slice") else ""  # one rate/depth of a cell's load axes
+    load = summary.load_text(s.load) if s.cell.get("load_slice") else ""  # one rate/depth of a cell's load axes
     return f"{s.checkpoint} / {s.backend_text}" + (f" / {load}" if load else "") + (f" / {host}" if host else "")
 
 
@@ -136,7 +137,7 @@ def compare(
     cells_a: Sequence[dict[str, Any]],
     cells_b: Sequence[dict[str, Any]],
     *,
-    threshold: float = stats.DEFAULT_THRESHOLD,
+    threshold: float = summary.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
     rank_by: str = "throughput",
     calibration: Sequence[dict[str, Any]] = (),
@@ -146,11 +147,11 @@ def compare(
     configuration is matched whatever host measured it (pairs); across hosts with the host effect either run
     measured, as the ranking does. Every configuration ends compared, or listed with why not."""
     metric = stats.RANK_BY[rank_by][0]
-    side_a = stats.with_variants(stats.summarize_cells(cells_a, threshold, metric))
-    side_b = stats.with_variants(stats.summarize_cells(cells_b, threshold, metric))
+    side_a = stats.with_variants(summary.summarize_cells(cells_a, threshold, metric))
+    side_b = stats.with_variants(summary.summarize_cells(cells_b, threshold, metric))
     with_image = _needs_image(side_a, side_b)
     groups_a, groups_b = _groups(side_a, with_image), _groups(side_b, with_image)
-    effects = [_host_effects(side_a, side_b, stats.summarize_cells(calibration, threshold, metric))]
+    effects = [_host_effects(side_a, side_b, summary.summarize_cells(calibration, threshold, metric))]
     result = Comparison([], [], [], [], warnings(side_a, side_b), rank_by=rank_by)
     matched: list[tuple[str, CellSummary, CellSummary]] = []
     for key in sorted(groups_a.keys() | groups_b.keys(), key=lambda k: _label((groups_a.get(k) or groups_b[k])[0])):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
-from agent.judging import bandwidth, measurable, replicas, stats
+from agent.judging import bandwidth, measurable, replicas, stats, summary
 from agent.judging import telemetry as tj
 from agent.judging.stats import CANNOT_RANK, UNRESOLVED, Recommendation
 from agent.judging.summary import (
@@ -30,7 +30,7 @@ from agent.judging.summary import (
 )
 from agent.results.tree import CELL_FILE, LOST_FILE
 
-VERDICTS = ("valid", "invalid", "failed", stats.WRONG_OUTPUT)
+VERDICTS = ("valid", "invalid", "failed", summary.WRONG_OUTPUT)
 MEASURED_ON = ": measured on "  # a lost cell another host of its group measured (requeued): not measured again
 # What the medians table leaves empty when no request finishes inside a window: said, with what would measure it.
 UNMEASURED = (("median_tpot_ms", "TPOT"), ("median_e2el_ms", "end-to-end latency"), (GOODPUT, "goodput"))
@@ -104,7 +104,7 @@ class Judgement:
 def judge(
     cells: Sequence[dict[str, Any]],
     *,
-    threshold: float = stats.DEFAULT_THRESHOLD,
+    threshold: float = summary.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
     rank_by: str = "throughput",
     calibration: Sequence[dict[str, Any]] = (),
@@ -115,8 +115,8 @@ def judge(
     """`calibration`: cells of a recent `spark-agent calibrate` (host effects only, never ranked); `lost` and `tune`:
     what the tree keeps beside its cells (a store selection has neither)."""
     metric = stats.RANK_BY[rank_by][0]
-    summaries = stats.with_variants(sorted(stats.summarize_cells(cells, threshold, metric), key=_cell_order))
-    calibrated = stats.summarize_cells(calibration, threshold, metric)
+    summaries = stats.with_variants(sorted(summary.summarize_cells(cells, threshold, metric), key=_cell_order))
+    calibrated = summary.summarize_cells(calibration, threshold, metric)
     recs = stats.recommend(summaries, seed=seed, metric=metric, calibration=calibrated)
     gaps = unmeasured(summaries)
     return Judgement(

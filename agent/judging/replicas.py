@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from agent.judging.stats import DEFAULT_THRESHOLD, CellSummary, comparable, load_text, ranges_overlap, spread
+from agent.judging.stats import ranges_overlap
+from agent.judging.summary import DEFAULT_THRESHOLD, CellSummary, comparable, load_text, spread
 
 
 @dataclass(frozen=True)

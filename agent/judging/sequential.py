@@ -40,6 +40,7 @@ from typing import Any
 
 from agent.judging import nested, stats
 from agent.judging.student import t_sf
+from agent.judging.summary import CellSummary, cell_verdict, merge_starts, starts_of, summarize_cell
 
 LOOKS = 3  # screen, full, more: the most tests a point ever gets (Bonferroni divides alpha by this)
 SCREEN = "screen"
@@ -93,7 +94,7 @@ class Noise:
     df: int = 0
 
 
-def noise_of(summary: stats.CellSummary) -> Noise:
+def noise_of(summary: CellSummary) -> Noise:
     ss, df = 0.0, 0
     for p in summary.points.values():
         logs = [math.log(v) for v in p.values if v > 0]
@@ -239,7 +240,7 @@ def _plan_group(
     if todo:
         plan.steps += [Step(c.cell_id, SCREEN, screen_levels(c.concurrency), s.min_repeats) for c in todo]
         return False
-    rankable = [c for c in live if stats.cell_verdict(measured[c.cell_id]) == "valid"]
+    rankable = [c for c in live if cell_verdict(measured[c.cell_id]) == "valid"]
     summaries = {c.cell_id: _summary(c, measured, later) for c in rankable}
     verdicts = _versus_leader(rankable, summaries, s)
     survivors = []
@@ -297,29 +298,27 @@ def open_against_leader(
     cells: list[Candidate], measured: dict[str, dict[str, Any]], s: TuneSettings
 ) -> dict[str, list[tuple[int, str]]]:
     """Cell id -> its points not settled against the leader (level, why): what the log shows while tuning."""
-    valid = [c for c in cells if stats.cell_verdict(measured[c.cell_id]) == "valid"]
-    summaries = {c.cell_id: stats.summarize_cell(measured[c.cell_id]) for c in valid}
+    valid = [c for c in cells if cell_verdict(measured[c.cell_id]) == "valid"]
+    summaries = {c.cell_id: summarize_cell(measured[c.cell_id]) for c in valid}
     return {k: v["open"] for k, v in _versus_leader(valid, summaries, s).items()}
 
 
-def _summary(
-    c: Candidate, measured: dict[str, dict[str, Any]], later: dict[tuple[str, int], Candidate]
-) -> stats.CellSummary:
-    """A candidate's measured starts as one summary (stats.merge_starts: windows grouped by start)."""
+def _summary(c: Candidate, measured: dict[str, dict[str, Any]], later: dict[tuple[str, int], Candidate]) -> CellSummary:
+    """A candidate's measured starts as one summary (merge_starts: windows grouped by start)."""
     cells = [measured[c.cell_id]] + [
         measured[x.cell_id]
         for (backend, _), x in sorted(later.items())
         if backend == c.backend and x.cell_id in measured
     ]
-    same = [x for x in cells if stats.cell_verdict(x) == stats.cell_verdict(cells[0])]
-    return stats.summarize_cell(stats.merge_starts(same)[0])
+    same = [x for x in cells if cell_verdict(x) == cell_verdict(cells[0])]
+    return summarize_cell(merge_starts(same)[0])
 
 
-def _starts(summary: stats.CellSummary) -> int:
-    return len(stats.starts_of(summary.cell))
+def _starts(summary: CellSummary) -> int:
+    return len(starts_of(summary.cell))
 
 
-def _start_bound(summary: stats.CellSummary) -> bool:
+def _start_bound(summary: CellSummary) -> bool:
     """Does the between-start variance outweigh what more windows could remove (its known estimate above the
     windows' share of a start mean)? Then the answer is another start, not more windows."""
     points = [p.noise for p in summary.points.values() if len(p.starts) >= nested.MIN_STARTS]
@@ -331,7 +330,7 @@ def _start_bound(summary: stats.CellSummary) -> bool:
 
 
 def _needs_start(
-    survivors: list[Candidate], summaries: dict[str, stats.CellSummary], verdicts: dict[str, dict[str, Any]]
+    survivors: list[Candidate], summaries: dict[str, CellSummary], verdicts: dict[str, dict[str, Any]]
 ) -> list[Candidate]:
     """The leader and the rivals that need another server start: within RESOLVE_MARGIN of the leader (the median
     of the per-level ratios, as the report's margin) on fewer than two starts, or still open where the
@@ -361,12 +360,12 @@ def _needs_start(
     return [leader, *out] if out else []
 
 
-def _repeats(summary: stats.CellSummary) -> int:
+def _repeats(summary: CellSummary) -> int:
     return min((len(p.values) + len(p.failed) for p in summary.points.values()), default=0)
 
 
 def _versus_leader(
-    cells: list[Candidate], summaries: dict[str, stats.CellSummary], s: TuneSettings
+    cells: list[Candidate], summaries: dict[str, CellSummary], s: TuneSettings
 ) -> dict[str, dict[str, Any]]:
     """Per cell: 'dominated' (why, or "") and 'open' [(level, why)]: its points not settled against the leader.
     The leader at a level is the highest median there; the leader itself is open where any rival is."""

@@ -18,44 +18,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agent.judging import hosteffect, measurable, nested
+from agent.judging.summary import (
+    RANK_METRIC,
+    WRONG_OUTPUT,
+    CellSummary,
+    comparable,
+    distinct_cells,
+    logged_version,
+    starts_of,
+    whole_cell,
+)
 from agent.planning.matrix import BACKEND_FIELDS, backend_label
 from agent.planning.settings import LoadSettings, ServerSettings, flat_names, toml_schema
-
-# isort: off
-from agent.judging.summary import (  # a cell's summary, still read through stats by its callers
-    DEFAULT_THRESHOLD as DEFAULT_THRESHOLD,
-    GOODPUT as GOODPUT,
-    LATENCIES as LATENCIES,
-    LOAD_LISTS as LOAD_LISTS,
-    PERCENTILE_KEYS as PERCENTILE_KEYS,
-    PERCENTILES as PERCENTILES,
-    RANK_METRIC as RANK_METRIC,
-    WRONG_OUTPUT as WRONG_OUTPUT,
-    CellSummary as CellSummary,
-    FailedRun as FailedRun,
-    Point as Point,
-    Stat as Stat,
-    cell_verdict as cell_verdict,
-    comparable as comparable,
-    describe as describe,
-    distinct_cells as distinct_cells,
-    hardware_label as hardware_label,
-    load_slices as load_slices,
-    load_text as load_text,
-    logged_version as logged_version,
-    not_valid as not_valid,
-    merge_starts as merge_starts,
-    percentile_key as percentile_key,
-    server_start as server_start,
-    slos as slos,
-    spread as spread,
-    starts_of as starts_of,
-    summarize_cell as summarize_cell,
-    summarize_cells as summarize_cells,
-    summarize_point as summarize_point,
-    whole_cell as whole_cell,
-)
-# isort: on
 
 DEFAULT_SEED = 0
 DEFAULT_RESAMPLES = 2000

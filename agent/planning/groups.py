@@ -93,7 +93,7 @@ def group_facts(
     prints = {host: fingerprint(f, digests.get(host, ""), versions.get(host, "")) for host, f in facts.items()}
     # A version counts once known: a host whose log has not said yet (new to this image, or lost before its first
     # cell) joins the twins whose logs agree, instead of a group of its own that measures every cell again. If its
-    # log later says otherwise, collect names it and the report never ranks it with them (stats.comparable).
+    # log later says otherwise, collect names it and the report never ranks it with them (summary.comparable).
     for host, fp in prints.items():
         if fp.vllm_version:
             continue

@@ -8,9 +8,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from agent.judging import stats
+from agent.judging import stats, summary
 from agent.judging.judgement import Judgement
-from agent.judging.stats import CellSummary, Stat
+from agent.judging.summary import CellSummary, Stat
 from agent.planning.matrix import BACKEND_FIELDS
 from agent.reporting import loadreport
 from agent.reporting import telemetry as telemetry_report
@@ -116,7 +116,7 @@ def _pooled(members: list[CellSummary], attr: str) -> list[tuple[int, Stat, bool
     out = []
     for c in sorted({c for s in members for c in s.points}):
         points = [s.points[c] for s in members if c in s.points and getattr(s.points[c], attr) is not None]
-        st = stats.describe([v for p in points for v in getattr(p, attr).values])
+        st = summary.describe([v for p in points for v in getattr(p, attr).values])
         if st is not None:
             out.append((c, st, any(p.unstable for p in points)))
     return out

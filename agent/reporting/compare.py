@@ -10,7 +10,8 @@ from typing import Any
 from agent.escape import md, rich
 from agent.judging import regression, stats
 from agent.judging.comparison import IMPROVEMENT, REGRESSION, WITHIN_NOISE, Comparison, compare, match_key
-from agent.judging.stats import CANNOT_RANK, Point
+from agent.judging.stats import CANNOT_RANK
+from agent.judging.summary import Point
 from agent.reporting.words import num, spread_text
 
 __all__ = ["IMPROVEMENT", "REGRESSION", "WITHIN_NOISE", "Comparison", "compare", "match_key"]  # decided in judging

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent.escape import md, md_code
-from agent.judging import correctness, stats
-from agent.judging.stats import CellSummary
+from agent.judging import correctness, summary
+from agent.judging.summary import CellSummary
 
 
 def _best(s: CellSummary) -> str:
@@ -28,7 +28,7 @@ def wrong_lines(summaries: Sequence[CellSummary]) -> list[str]:
     return [
         f"- **{_name(s)}** ({md(s.cell.get('cell_id', ''))}): {md('; '.join(correctness.wrong_reasons(s.cell)))}"
         for s in summaries
-        if s.verdict == stats.WRONG_OUTPUT
+        if s.verdict == summary.WRONG_OUTPUT
     ]
 
 
@@ -118,7 +118,7 @@ def long_lines(summaries: Sequence[CellSummary]) -> list[str]:
 
 
 def sections(summaries: Sequence[CellSummary]) -> list[str]:
-    once = stats.distinct_cells(summaries)
+    once = summary.distinct_cells(summaries)
     out = ["## Correctness: speed and quality side by side", ""]
     out += [
         "Greedy outputs of a fixed prompt set after each cell's windows (docs/correctness.md). Agreement: share of "
@@ -135,7 +135,7 @@ def sections(summaries: Sequence[CellSummary]) -> list[str]:
 def what_to_run_lines(summaries: Sequence[CellSummary]) -> list[str]:
     """Said under "What to run": fast or not, WRONG OUTPUT cells are never the answer; a ranking among cells on
     dummy weights is one of speed alone."""
-    once = stats.distinct_cells(summaries)
+    once = summary.distinct_cells(summaries)
     out = []
     dummy = [s for s in once if s.rankable and correctness.not_judged(s.cell)]
     if dummy:
@@ -145,7 +145,7 @@ def what_to_run_lines(summaries: Sequence[CellSummary]) -> list[str]:
             f"dummy`): their outputs are noise by construction, {QUALITY_NOT_JUDGED}dummy weights ({names}).",
             "",
         ]
-    wrong = [s for s in once if s.verdict == stats.WRONG_OUTPUT]
+    wrong = [s for s in once if s.verdict == summary.WRONG_OUTPUT]
     if wrong:
         names = ", ".join(
             dict.fromkeys(

@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.escape import csv_cell
 from agent.hostside import loadpoints
-from agent.judging.stats import cell_verdict, hardware_label
+from agent.judging.summary import cell_verdict, hardware_label
 from agent.planning.matrix import backend_label
 
 CELL_COLUMNS = [

@@ -16,8 +16,8 @@ from typing import Any
 
 from agent.escape import md
 from agent.hostside import loadgen, loadpoints
-from agent.judging import stats
-from agent.judging.stats import CellSummary, Stat
+from agent.judging import stats, summary
+from agent.judging.summary import CellSummary, Stat
 
 LOAD_COLUMNS: tuple[tuple[str, Callable[[loadpoints.Point], str]], ...] = (
     ("rate req/s", lambda load: f"{load.rate:g}" if load.rate else "closed"),
@@ -32,7 +32,7 @@ def varying_load(summaries: Sequence[CellSummary]) -> list[tuple[str, Callable[[
 
 
 def any_slo(summaries: Sequence[CellSummary]) -> bool:
-    return any(stats.slos(s) for s in summaries)
+    return any(summary.slos(s) for s in summaries)
 
 
 def sections(summaries: Sequence[CellSummary]) -> list[str]:
@@ -51,21 +51,21 @@ def percentile_lines(summaries: Sequence[CellSummary]) -> list[str]:
     """One row per point and latency measured: the median over the repeats of each percentile, ms."""
     varying = varying_load(summaries)
     slo = any_slo(summaries)
-    cols = ["cell", *[name for name, _ in varying], "c", "latency", *stats.PERCENTILES]
+    cols = ["cell", *[name for name, _ in varying], "c", "latency", *summary.PERCENTILES]
     cols += ["goodput req/s", "SLOs"] if slo else []
     rows = []
     for s in summaries:
         name = f"{s.cell.get('host', '?')}/{s.checkpoint}/{s.backend_text}"
         for c, p in s.points.items():
-            goodput = p.tails.get(stats.GOODPUT) if stats.slos(s) else None
-            for latency in stats.LATENCIES:
-                tails = [p.tails.get(stats.percentile_key(q, latency)) for q in stats.PERCENTILES]
+            goodput = p.tails.get(summary.GOODPUT) if summary.slos(s) else None
+            for latency in summary.LATENCIES:
+                tails = [p.tails.get(summary.percentile_key(q, latency)) for q in summary.PERCENTILES]
                 if not any(tails):
                     continue
                 row = [name, *[value(s.load) for _, value in varying], str(c), latency.upper()]
                 row += [_num(t) for t in tails]
                 if slo:
-                    row += [_num(goodput, 2), " ".join(stats.slos(s)) or "none"] if latency == "ttft" else ["", ""]
+                    row += [_num(goodput, 2), " ".join(summary.slos(s)) or "none"] if latency == "ttft" else ["", ""]
                 rows.append(row)
     if not rows:
         return ["No window carries latency percentiles."]

@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.errors import UserError
 from agent.hostside import atomic
-from agent.judging import correctness, stats
+from agent.judging import correctness, stats, summary
 from agent.judging.judgement import MEASURED_ON, Judgement, judge, lost_cells
 from agent.judging.judgement import lost_text as _lost_text
 from agent.reporting import htmlpage, startup
@@ -55,7 +55,7 @@ def write_report(
     results_dir: Path,
     out_dir: Path | None = None,
     *,
-    threshold: float = stats.DEFAULT_THRESHOLD,
+    threshold: float = summary.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
     rank_by: str = "throughput",
     said: list[str] | None = None,
@@ -100,7 +100,7 @@ def write_report_cells(
     cells: Sequence[dict[str, Any]],
     out: Path,
     *,
-    threshold: float = stats.DEFAULT_THRESHOLD,
+    threshold: float = summary.DEFAULT_THRESHOLD,
     seed: int = stats.DEFAULT_SEED,
     lost: Sequence[str] = (),
     tune: Sequence[dict[str, Any]] = (),

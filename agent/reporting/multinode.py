@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent.escape import md
-from agent.judging.stats import CellSummary
+from agent.judging.summary import CellSummary
 
 
 def node_lines(summaries: Sequence[CellSummary]) -> list[str]:

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from agent.errors import UserError
 from agent.escape import html
 from agent.hostside import atomic
-from agent.judging import stats
+from agent.judging import stats, summary
 from agent.judging.judgement import VERDICTS, judge
 from agent.reporting.htmlpage import page
 from agent.reporting.markdown import write_judgement
@@ -78,7 +78,7 @@ def check_out(out: Path) -> None:
 
 
 def build(
-    engine: sa.Engine, out: Path, *, threshold: float = stats.DEFAULT_THRESHOLD, watch_pages: Path | None = None
+    engine: sa.Engine, out: Path, *, threshold: float = summary.DEFAULT_THRESHOLD, watch_pages: Path | None = None
 ) -> list[Path]:
     """Write the site into out (replacing an earlier site there); returns the pages written. `watch_pages`: the
     folder `spark-agent watch` writes its "what changed" pages to (<results>/watch): copied in and linked."""

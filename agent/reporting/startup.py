@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.escape import md
-from agent.judging.stats import CellSummary
+from agent.judging.summary import CellSummary
 from agent.results import tree as results
 
 COLUMNS = [

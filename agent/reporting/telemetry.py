@@ -12,7 +12,8 @@ from agent.escape import md
 from agent.judging import telemetry as tj
 
 if TYPE_CHECKING:
-    from agent.judging.stats import CellSummary, Recommendation
+    from agent.judging.stats import Recommendation
+    from agent.judging.summary import CellSummary
 
 MAX_TIMELINE_PLOTS = 24  # cells; a sweep of more gets the first ones (their windows are in the export anyway)
 

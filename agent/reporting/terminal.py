@@ -11,8 +11,9 @@ from typing import Any
 from rich.console import Console
 
 from agent.escape import rich
-from agent.judging import correctness, judgement, stats
-from agent.judging.stats import CellSummary, Point, Recommendation
+from agent.judging import correctness, judgement, stats, summary
+from agent.judging.stats import Recommendation
+from agent.judging.summary import CellSummary, Point
 from agent.planning.matrix import backend_label
 from agent.reporting.sections.checks import CHECKS_LABEL
 from agent.reporting.words import death_text, num, spread_text
@@ -30,7 +31,7 @@ def console(stderr: bool = False, least: int = 0) -> Console:
 
 
 def terminal_table(
-    cells: Sequence[dict[str, Any]], *, threshold: float = stats.DEFAULT_THRESHOLD, seed: int = stats.DEFAULT_SEED
+    cells: Sequence[dict[str, Any]], *, threshold: float = summary.DEFAULT_THRESHOLD, seed: int = stats.DEFAULT_SEED
 ) -> Any:
     """A rich Table for the end of a sweep: one row per cell, median ± spread per concurrency, the verdict."""
     from rich.table import Table
@@ -46,14 +47,14 @@ def terminal_table(
         table.add_row(  # cells are rich markup: host-derived text is escaped
             rich(s.cell.get("host", "")),
             rich(s.checkpoint),
-            rich(s.backend_text + (f" @ {stats.load_text(s.load)}" if s.cell.get("load_slice") else "")),
+            rich(s.backend_text + (f" @ {summary.load_text(s.load)}" if s.cell.get("load_slice") else "")),
             _verdict_markup(s),
             *[_cell_markup(s.points.get(c)) for c in conc],
         )
     for cell in data.checks_only:  # no windows: the verdict of its checks only
         config = cell.get("config", {})
         backend = f"{backend_label(config)} ({CHECKS_LABEL})"
-        verdict = stats.cell_verdict(cell)
+        verdict = summary.cell_verdict(cell)
         shown = "[green]valid[/]" if verdict == "valid" else f"[red]{rich(verdict)}[/]"
         table.add_row(rich(cell.get("host", "")), rich(config.get("checkpoint", "")), rich(backend), shown)
     return table
@@ -66,7 +67,7 @@ def _verdict_markup(s: CellSummary) -> str:
         return "[green]valid[/]"
     if s.verdict == "invalid":
         return "[yellow]INVALID[/]"
-    if s.verdict == stats.WRONG_OUTPUT:
+    if s.verdict == summary.WRONG_OUTPUT:
         return "[red]WRONG OUTPUT[/]"
     death = death_text(s.cell)
     if death:

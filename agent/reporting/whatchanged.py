@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.escape import md, md_code, md_fence
-from agent.judging import comparison, judgement, regression, stats
+from agent.judging import comparison, judgement, regression, summary
 from agent.reporting import compare as comparing
 from agent.reporting.words import cell_name, serve_command
 
 AXES = (("moe_backend", "moe", "MoE"), ("attention_backend", "attention", "attention"), ("linear_backend", "linear",
         "linear"))  # fmt: skip
-FAILING = ("failed", "invalid", stats.WRONG_OUTPUT)  # a verdict that is not a measurement
+FAILING = ("failed", "invalid", summary.WRONG_OUTPUT)  # a verdict that is not a measurement
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _by_config(cells: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]
 
 
 def _label(cell: dict[str, Any]) -> str:
-    return cell_name(stats.summarize_cell(cell)).split("/", 1)[-1]  # checkpoint/backend, escaped
+    return cell_name(summary.summarize_cell(cell)).split("/", 1)[-1]  # checkpoint/backend, escaped
 
 
 def build(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]], image_a: str, image_b: str) -> WhatChanged:
@@ -165,7 +165,7 @@ def _dead(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> 
 
 
 def _why_failed(cell: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
-    verdict = stats.cell_verdict(cell)
+    verdict = summary.cell_verdict(cell)
     cls = str(cell.get("failure_class") or "")
     said = [str(cell.get("failure_root_cause") or "")] + [str(e) for e in cell.get("failure_evidence") or []]
     said += [str(r) for r in cell.get("verdict_reasons") or []]
@@ -178,8 +178,8 @@ def _failing(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str, Any
     for key, cells in b.items():
         now = cells[0]
         was = a[key][0] if key in a else None
-        bad_now = stats.cell_verdict(now) in FAILING
-        bad_was = was is not None and stats.cell_verdict(was) in FAILING
+        bad_now = summary.cell_verdict(now) in FAILING
+        bad_was = was is not None and summary.cell_verdict(was) in FAILING
         label = _label(now)
         if bad_now and not bad_was:
             why, evidence = _why_failed(now)
@@ -197,7 +197,7 @@ def startup_medians(cells: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Median seconds to ready per compile cache state (cold: compiled; warm: loaded from the cache)."""
     seen: dict[str, list[float]] = {}
     for c in cells:
-        if stats.cell_verdict(c) == "failed":
+        if summary.cell_verdict(c) == "failed":
             continue
         st = _table(c, "startup")
         kind = str(st.get("compile_cache") or "unknown")
@@ -238,12 +238,12 @@ def _speed(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]], ou
 def _correctness(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str, Any]]], keys: list[str]) -> list[Item]:
     items = []
     for key in keys:
-        was, now = stats.cell_verdict(a[key][0]), stats.cell_verdict(b[key][0])
+        was, now = summary.cell_verdict(a[key][0]), summary.cell_verdict(b[key][0])
         probe = _table(b[key][0], "correctness")
         score = f", probe score {float(probe['score']):.0%}" if probe.get("probed") and "score" in probe else ""
         same = " (unchanged)" if was == now else ""
         items.append(Item(f"{_label(b[key][0])}: {md(was.upper())} → {md(now.upper())}{same}{score}",
-                          headline=now == stats.WRONG_OUTPUT and was != now))  # fmt: skip
+                          headline=now == summary.WRONG_OUTPUT and was != now))  # fmt: skip
     return items
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from agent.escape import md
 from agent.hostside.serving import launch_command
-from agent.judging import stats
+from agent.judging import summary
 from agent.judging.judgement import Provenance
-from agent.judging.stats import CellSummary, Stat
+from agent.judging.summary import CellSummary, Stat
 from agent.planning.matrix import serve_argv
 
 
@@ -102,7 +102,7 @@ def death_text(cell: dict[str, Any]) -> tuple[str, str] | None:
 
 def cell_name(s: CellSummary) -> str:
     """host/checkpoint/backend (and the load slice: "@ 2 req/s, depth 8192"), as Markdown text."""
-    load = stats.load_text(s.load) if s.cell.get("load_slice") else ""
+    load = summary.load_text(s.load) if s.cell.get("load_slice") else ""
     return md(f"{s.cell.get('host', '?')}/{s.checkpoint}/{s.backend_text}" + (f" @ {load}" if load else ""))
 
 

@@ -21,8 +21,7 @@ import structlog
 from agent.errors import UserError
 from agent.hostside import utc
 from agent.hostside.contracts import Facts
-from agent.judging import stats
-from agent.judging.stats import WRONG_OUTPUT
+from agent.judging.summary import WRONG_OUTPUT, cell_verdict
 from agent.planning import blocks, multinode
 from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
@@ -139,7 +138,7 @@ class SweepOutcome:
         """Move each cell whose probe outputs are wrong out of `measured` (a skipped one reads "wrong output").
         WRONG OUTPUT needs the whole tree (agreement with the checkpoint's reference cell): `cells` are the sweep
         folder's, as results.load_cells gives them, after the run."""
-        wrong = {(str(c.get("host")), str(c.get("cell_id"))) for c in cells if stats.cell_verdict(c) == WRONG_OUTPUT}
+        wrong = {(str(c.get("host")), str(c.get("cell_id"))) for c in cells if cell_verdict(c) == WRONG_OUTPUT}
         for host, o in self.hosts.items():
             with o.lock:
                 o.wrong += [cid for cid in o.measured if (host, cid) in wrong]

@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from agent.judging import stats
+from agent.judging import stats, summary
 from agent.planning.settings import ServerSettings, flat_names
 from agent.store import readback
 from agent.store.schema import cells, hosts, measurements, sweeps
@@ -51,13 +51,13 @@ class HistoryRow:
 
     @property
     def median(self) -> float | None:
-        st = stats.describe(self.values)
+        st = summary.describe(self.values)
         return st.median if st else None
 
     @property
     def spread(self) -> float | None:
         """None for fewer than two repeats: a spread of one value is undefined, not 0."""
-        st = stats.describe(self.values)
+        st = summary.describe(self.values)
         return st.spread if st and len(self.values) > 1 else None
 
     @property

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from agent.errors import UserError
 from agent.escape import plain
 from agent.hostside import loadpoints
-from agent.judging import stats
+from agent.judging.summary import cell_verdict, summarize_cell
 from agent.reporting.compare import match_key
 from agent.results import tree
 from agent.store import db
@@ -107,7 +107,7 @@ def _ingest(conn: sa.Connection, cell: dict[str, Any], run: Run) -> str:
         conn, str(cell.get("sweep", "")), run, str(cell.get("started_at", "")), str(cell.get("finished_at", ""))
     )
     host_pk = _host(conn, str(cell.get("host", "")), facts)
-    summary = stats.summarize_cell({**cell, "runs": []})
+    summary = summarize_cell({**cell, "runs": []})
     row = {
         "sweep_id": sweep_pk,
         "host_id": host_pk,
@@ -119,7 +119,7 @@ def _ingest(conn: sa.Connection, cell: dict[str, Any], run: Run) -> str:
         "image_digest": _text(_digest(str(config.get("image", ""))), 80),
         "vllm_version": _text(attestation.get("vllm_version"), 64),
         "status": _text(cell.get("status"), 32),
-        "verdict": stats.cell_verdict(cell),
+        "verdict": cell_verdict(cell),
         "failure_class": _text(cell.get("failure_class"), 64),
         "started_at": _text(cell.get("started_at"), 40),
         "finished_at": _text(cell.get("finished_at"), 40),

@@ -2,7 +2,7 @@
 
 Typed columns hold what queries filter and sort on; JSON columns hold the whole record (cell.toml, the window),
 so a field added to the tree later flows through the store without a migration. Rows are rebuilt into exactly the
-tables results/tree.load_cells returns (select.py), so every reader works on a store selection unchanged.
+tables judging/correctness.judged_cells returns (select.py), so every reader works on a store selection unchanged.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ cells = sa.Table(
     sa.Column("cell_id", sa.String(12), nullable=False),  # the config+env hash: the same on every host and sweep
     sa.Column("checkpoint", sa.String(255), nullable=False),
     sa.Column("quant", sa.String(64), nullable=False),
-    sa.Column("backend", sa.String(255), nullable=False),  # the label reports use (stats.CellSummary.backend)
+    sa.Column("backend", sa.String(255), nullable=False),  # the label reports use (summary.CellSummary.backend)
     sa.Column("image", sa.String(512), nullable=False),
     sa.Column("image_digest", sa.String(80), nullable=False),  # sha256:... ("" when the ref has none)
     sa.Column("vllm_version", sa.String(64), nullable=False),  # from the server log (attestation)

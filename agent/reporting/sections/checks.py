@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent.escape import md
-from agent.judging import correctness, stats
+from agent.judging import correctness, summary
 from agent.planning.matrix import backend_label
 
 CHECKS_LABEL = "eager, checks only"
@@ -23,10 +23,10 @@ def checks_lines(cells: Sequence[dict[str, Any]]) -> list[str]:
     """One line per checks-only start: its outputs clean, WRONG OUTPUT with the reason, or why it never answered."""
     lines = []
     for cell in cells:
-        verdict = stats.cell_verdict(cell)
+        verdict = summary.cell_verdict(cell)
         found = cell.get("correctness")
         c: dict[str, Any] = found if isinstance(found, dict) else {}
-        if verdict == stats.WRONG_OUTPUT:
+        if verdict == summary.WRONG_OUTPUT:
             said = "WRONG OUTPUT: " + "; ".join(correctness.wrong_reasons(cell))
         elif verdict != "valid":
             said = f"{verdict}: {cell.get('failure_class') or 'never became ready'}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent.escape import md, md_code
-from agent.judging.stats import CellSummary
+from agent.judging.summary import CellSummary
 from agent.reporting.words import cell_name, death_text
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agent.escape import md
-from agent.judging import stats
-from agent.judging.stats import CellSummary, Point
+from agent.judging import summary
+from agent.judging.summary import CellSummary, Point
 from agent.reporting import loadreport
 from agent.reporting import telemetry as telemetry_report
 from agent.reporting.words import num, spread_text
@@ -49,8 +49,8 @@ def median_rows(summaries: Sequence[CellSummary]) -> list[list[str]]:
             at = MEDIAN_COLUMNS.index("c")
             cells[at:at] = [value(s.load) for _, value in varying]
             if slo:
-                goodput = p.tails.get(stats.GOODPUT) if p else None
-                shown = num(goodput.median, 2) if goodput and stats.slos(s) else "–"
+                goodput = p.tails.get(summary.GOODPUT) if p else None
+                shown = num(goodput.median, 2) if goodput and summary.slos(s) else "–"
                 cells.insert(MEDIAN_COLUMNS.index("min–max") + len(varying) + 1, shown)
             rows.append(cells)
     return rows

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.escape import md
-from agent.judging import stats
+from agent.judging import summary
 from agent.judging.judgement import Judgement
 from agent.judging.telemetry import GPU_BOUND_PCT
 
@@ -21,7 +21,7 @@ def problem_lines(data: Judgement) -> list[str]:
             "INVALID cells (never ranked)",
         ),
         (
-            v[stats.WRONG_OUTPUT],
+            v[summary.WRONG_OUTPUT],
             "WRONG OUTPUT cell(s) (fast or not, their outputs failed the correctness probe)",
             "WRONG OUTPUT cells (never ranked)",
         ),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent.escape import md, md_code
-from agent.judging import stats
+from agent.judging import stats, summary
 from agent.judging.judgement import Judgement
 from agent.judging.stats import CANNOT_RANK
 from agent.reporting.words import duration_text, starts_text
@@ -20,7 +20,7 @@ def provenance_lines(data: Judgement) -> list[str]:
         f"- Measured: {md(p.first_started or '?')} → {md(p.last_finished or '?')} "
         f"(wall {duration_text(p.wall_s)}, cell time {duration_text(p.cell_time_s)})",
         f"- Cells: {p.cells}{starts_text(p)} — {v['valid']} valid, {v['invalid']} INVALID, {v['failed']} failed"
-        + (f", {v[stats.WRONG_OUTPUT]} WRONG OUTPUT" if v[stats.WRONG_OUTPUT] else "")
+        + (f", {v[summary.WRONG_OUTPUT]} WRONG OUTPUT" if v[summary.WRONG_OUTPUT] else "")
         + "; "
         f"{p.measurements} measurements, {p.failed_runs} failed runs, {p.unstable_points} unstable points",
         f"- Method: median of the successful repeats; spread = (max − min) / median, unstable above "

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from agent.escape import md
 from agent.judging import replicas
-from agent.judging.stats import CellSummary
+from agent.judging.summary import CellSummary
 from agent.reporting.words import num, pct
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent.judging.stats import CellSummary
+from agent.judging.summary import CellSummary
 from agent.reporting.words import cell_name, pct, values_text
 
 

@@ -9,7 +9,8 @@ import statistics
 from agent.escape import md, md_code, md_fence
 from agent.judging import stats
 from agent.judging.judgement import nothing_to_run, undecided_text
-from agent.judging.stats import CANNOT_RANK, CellSummary, Recommendation
+from agent.judging.stats import CANNOT_RANK, Recommendation
+from agent.judging.summary import CellSummary
 from agent.reporting.words import death_text, dropped_env, gap_range_text, ratio_text, serve_command
 
 
