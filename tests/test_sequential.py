@@ -7,6 +7,7 @@ import random
 import pytest
 
 from agent.judging import sequential as seq
+from agent.judging import student
 
 pytestmark = pytest.mark.unit
 
@@ -16,11 +17,11 @@ LEVELS = (1, 2, 4, 8, 16)
 
 def test_t_distribution_matches_tables():
     # Student t upper tail: t=12.706 df=1 -> 0.025; t=2.776 df=4 -> 0.025; t=1.645 large df -> ~0.05
-    assert seq.t_sf(12.706, 1) == pytest.approx(0.025, abs=2e-4)
-    assert seq.t_sf(2.776, 4) == pytest.approx(0.025, abs=2e-4)
-    assert seq.t_sf(1.645, 10_000) == pytest.approx(0.05, abs=1e-3)
-    assert seq.t_sf(0.0, 3) == pytest.approx(0.5)
-    assert seq.t_sf(-2.776, 4) == pytest.approx(0.975, abs=2e-4)
+    assert student.t_sf(12.706, 1) == pytest.approx(0.025, abs=2e-4)
+    assert student.t_sf(2.776, 4) == pytest.approx(0.025, abs=2e-4)
+    assert student.t_sf(1.645, 10_000) == pytest.approx(0.05, abs=1e-3)
+    assert student.t_sf(0.0, 3) == pytest.approx(0.5)
+    assert student.t_sf(-2.776, 4) == pytest.approx(0.975, abs=2e-4)
 
 
 def test_a_clear_2x_gap_is_settled_at_two_windows():

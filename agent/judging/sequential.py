@@ -85,7 +85,6 @@ def problems(s: TuneSettings) -> list[str]:
 # ---------------------------------------------------------------- one test: the report's rule + a sequential test
 
 
-# the t distribution: judging/student.py (t_sf is re-exported here for tune's callers)
 @dataclass(frozen=True)
 class Noise:
     """A cell's log-throughput noise, pooled over its measured levels: sum of squared deviations and its df."""
