@@ -26,6 +26,7 @@ from agent.hostside import raynode, redact
 from agent.hostside.docker import MIRROR_RE
 from agent.paths import AGENT, DEFAULT_INVENTORY, PLAYBOOKS
 from agent.planning import vault
+from agent.planning.roledefaults import default_int
 
 RUNTIMES = ("docker", "process")
 HOST_SCOPES = ("machine", "workdir")
@@ -254,8 +255,8 @@ def _check_ray_ports(v: dict[str, Any], bad: Callable[..., UserError]) -> None:
     components"): said here, before any host is touched, not by `ray start` in the middle of a cell."""
     if "spark_ray_port" not in v and "spark_ray_port_base" not in v:
         return
-    base = int(_port(v.get("spark_ray_port_base", 46400)) or 0)
-    head = int(_port(v.get("spark_ray_port", 6379)) or 0)
+    base = int(_port(v.get("spark_ray_port_base", default_int("spark_ray_port_base"))) or 0)
+    head = int(_port(v.get("spark_ray_port", default_int("spark_ray_port"))) or 0)
     if base + RAY_PORT_SPAN - 1 > 65535:
         raise bad("spark_ray_port_base", f"leaves no room for a Ray node's {RAY_PORT_SPAN} ports: use at most "
                   f"{65536 - RAY_PORT_SPAN}")  # fmt: skip

@@ -18,6 +18,7 @@ from agent.hostside.contracts import Facts
 from agent.planning import envrules, nodesets
 from agent.planning.inventory import Host
 from agent.planning.matrix import Cell, plan_cells
+from agent.planning.roledefaults import default_int
 from agent.planning.spec import Spec
 
 
@@ -82,7 +83,7 @@ def plan_set(
     server = replace(spec.server, distributed_executor_backend="ray", transport=transport)
     cells = plan_cells(replace(spec, server=server), node_set.head, facts[node_set.head], host_vars[node_set.head])
     head_vars = host_vars[node_set.head]
-    head_address = f"{node_set.links[0].address}:{int(head_vars.get('spark_ray_port', 6379))}"
+    head_address = f"{node_set.links[0].address}:{int(head_vars.get('spark_ray_port', default_int('spark_ray_port')))}"
     for cell in cells:
         nodes: list[dict[str, Any]] = []
         for rank, link in enumerate(node_set.links):

@@ -15,12 +15,13 @@ from typing import IO, TYPE_CHECKING
 from agent.errors import UserError
 from agent.escape import INVISIBLE
 from agent.planning.inventory import Host
+from agent.planning.roledefaults import default_str
 from agent.running.hostdata import CELL_ID
 
 if TYPE_CHECKING:
     import fabric
 
-DEFAULT_WORKDIR = "~/.spark-agent"  # playbooks/roles/spark/defaults/main.yml: spark_workdir
+DEFAULT_WORKDIR = default_str("spark_workdir")
 SERVER_JSON_MAX = 64 * 1024
 # Everything but tab and newline below 0x20, DEL, and the C1 controls (0x80–0x9f): ESC starts terminal escapes; and
 # the bidi and zero-width characters that reorder or hide what a reader sees (escape.INVISIBLE).
