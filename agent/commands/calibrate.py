@@ -7,7 +7,6 @@ from pathlib import Path
 
 from agent import logs
 from agent.commands import flags
-from agent.judging import summary
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
@@ -34,7 +33,7 @@ def run(args) -> int:
     """Exit 0: every host measured the reference and its effect is known; 1: some host did not; 2: bad input."""
     import dataclasses
 
-    from agent.judging import correctness, hosteffect
+    from agent.judging import correctness, hosteffect, summary
     from agent.running import calibration
     from agent.running.follow import run_sweep
 
