@@ -254,7 +254,7 @@ def test_an_undecided_axis_is_said_and_the_decided_one_still_named(tmp_path):
     assert rec.winner == "marlin" and [q.axis for q in rec.undecided] == ["checkpoint"]
     assert len(rec.winner_cells) == 2  # one command per checkpoint: the data cannot choose
     text = report.render_markdown(report.build(judged_cells(tmp_path)))
-    assert "**Run marlin; cannot rank checkpoint.**" in text
+    assert "**Run marlin; checkpoint undecided.**" in text
 
 
 def test_the_env_rule_shows_its_effect_and_auto_is_what_it_loaded(tmp_path):

@@ -69,16 +69,16 @@ def test_what_to_run_names_the_winner_per_format_with_margin(tree):
     md = (tree / "report.md").read_text()
     nvfp4 = section(md, "### gb10 · nvfp4")
     # the two checkpoints measured the same: the backend is decided, the checkpoint is not
-    assert "**Run marlin; cannot rank checkpoint.**" in nvfp4
-    assert "#### checkpoint: **cannot rank**" in nvfp4 and "Held equal: backend" in nvfp4
+    assert "**Run marlin; checkpoint undecided.**" in nvfp4
+    assert "#### checkpoint: **undecided**" in nvfp4 and "Held equal: backend" in nvfp4
     assert "Margin: 2.00× over the runner-up, flashinfer_b12x" in nvfp4
     assert "measured slower: **flashinfer_b12x**, 2.0× slower" in nvfp4  # 60 / 30 at every point
     assert "vllm serve nvidia/Qwen3.6-35B-A3B-NVFP4" in nvfp4 and "--moe-backend marlin" in nvfp4
     assert "CUTE_DSL_ARCH=sm_121a vllm serve" in nvfp4
     fp8 = section(md, "### gb10 · fp8")
     # triton leads by 9% on one server start each: inside what a restart can move, so not named (test_starts.py)
-    assert "**Unresolved.** triton leads marlin by 9% (under 25%)" in fp8
-    assert "resolving costs 2 server starts × 4.0 min = 8.0 min" in fp8  # the cells' elapsed_s: 240 s each
+    assert "**Undecided.** triton leads marlin by 9.5%, under 25% on 2 of 2 cells with fewer than 2" in fp8
+    assert "1 more start each measures it (2 starts × 4.0 min = 8 min)" in fp8  # the cells' elapsed_s: 240 s each
     assert "Noise floor: between server starts unknown" in fp8
     assert "**Run triton.**" not in fp8 and "measured slower" not in fp8.split("### gb10 · nvfp4")[0]
     assert "cutlass" not in fp8.split("Not ranked")[0]  # the INVALID cell is never the winner nor a loser
@@ -134,7 +134,7 @@ def test_terminal_table_shows_medians_spreads_verdicts(tree):
     text = console.export_text()
     assert "240.0 (3.3%)" in text and "240.0 (50.0%) !" in text
     assert "INVALID" in text and "failed: deep_gemm_assert" in text
-    assert "gb10·nvfp4: marlin" in text and "gb10·fp8: unresolved" in text
+    assert "gb10·nvfp4: marlin" in text and "gb10·fp8: undecided" in text
 
 
 def test_missing_folder_is_a_user_error(tmp_path, capsys):
@@ -147,7 +147,7 @@ def test_missing_folder_is_a_user_error(tmp_path, capsys):
 def test_html_renders_in_headless_chromium_with_plots(tree, tmp_path):
     html = (tree / "report.html").read_text()
     assert html.count("data:image/png;base64,") == len(report.PLOTS)
-    assert "Run marlin; cannot rank checkpoint." in html and "<table>" in html
+    assert "Run marlin; checkpoint undecided." in html and "<table>" in html
     shot = tmp_path / "shot.png"
     cmd = [
         "chromium",

@@ -171,7 +171,7 @@ def test_a_true_5_percent_difference_is_never_a_winner_on_one_start_each(tmp_pat
     rec = _verdict(tmp_path)
     assert rec.winner is None, rec.reason
     if rec.questions[0].unresolved:  # it leads: the report says what resolving costs (90 s a start here)
-        assert "resolving costs 2 server starts × 1.5 min = 3.0 min" in rec.reason
+        assert "1 more start each measures it (2 starts × 1.5 min = 3 min)" in rec.reason
     assert rec.noise is None
 
 

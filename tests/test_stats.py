@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from agent.judging import stats, summary
+from agent.judging import stats, summary, verdicts
 from agent.judging.correctness import judged_cells
 from tests.test_report_fixtures import write_cell
 
@@ -121,7 +121,7 @@ def test_overlapping_backends_cannot_rank(tmp_path):
     write_cell(tmp_path, backend="flashinfer_b12x", values={c: [98.0, 108.0, 112.0] for c in C})
     [rec] = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
     assert rec.winner is None and rec.versus == []
-    assert set(rec.per_concurrency.values()) == {stats.CANNOT_RANK}
+    assert set(rec.per_concurrency.values()) == {verdicts.UNDECIDED}
 
 
 def test_crossover_has_no_overall_winner(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 from agent.commands import flags
 from agent.errors import UserError
 from agent.escape import plain
-from agent.judging import stats, summary
+from agent.judging import stats, summary, verdicts
 from agent.reporting.markdown import write_report, write_report_cells
 from agent.store import options
 
@@ -30,6 +30,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     flags.add_rank_by(p)
     p.add_argument("--seed", type=int, default=stats.DEFAULT_SEED, help="bootstrap RNG seed (default %(default)s)")
+    p.add_argument(
+        "--equivalence",
+        type=flags.number(0, 0.49),
+        default=None,
+        help="margin Δ inside which two values are equivalent, a share (default: the spec's [judge] equivalence, "
+        f"else {verdicts.DEFAULT_MARGIN})",
+    )
     options.add_store_option(p)
     p.set_defaults(func=run)
 
@@ -38,12 +45,13 @@ def run(args: argparse.Namespace) -> int:
     ranking = {"threshold": args.threshold, "seed": args.seed, "rank_by": args.rank_by}
     said: list[str] = []
     if isinstance(args.results_dir, Path):
-        written = write_report(args.results_dir, args.out, **ranking, said=said)
+        written = write_report(args.results_dir, args.out, **ranking, said=said, equivalence=args.equivalence)
     else:
         if args.out is None:
             raise UserError("report from a store selection: pass --out FOLDER (where to write the report)")
         cells = options.cells_of(args.results_dir, args)
-        written = write_report_cells(cells, args.out, **ranking, said=said)
+        margin = verdicts.DEFAULT_MARGIN if args.equivalence is None else args.equivalence
+        written = write_report_cells(cells, args.out, **ranking, said=said, equivalence=margin)
     for text in said:  # what to run first: the files hold the why
         print(plain(text))
     for path in written:

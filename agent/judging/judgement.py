@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
-from agent.judging import bandwidth, measurable, replicas, stats, summary
+from agent.judging import bandwidth, measurable, replicas, stats, summary, verdicts
 from agent.judging import telemetry as tj
-from agent.judging.stats import CANNOT_RANK, UNRESOLVED, Recommendation
+from agent.judging.stats import Recommendation
 from agent.judging.summary import (
     GOODPUT,
     CellSummary,
@@ -89,6 +89,7 @@ class Judgement:
     tune: tuple[dict[str, Any], ...] = ()  # results/<sweep>/tune.toml records
     calibration: str = ""  # the calibration whose host effects were used too, in words ("" = none)
     checks_only: tuple[dict[str, Any], ...] = ()  # eager starts that only ran the correctness checks: never ranked
+    equivalence: float = verdicts.DEFAULT_MARGIN  # Δ: values within ±Δ of each other are one choice
 
     @property
     def once(self) -> list[CellSummary]:
@@ -111,13 +112,15 @@ def judge(
     lost: Sequence[str] = (),
     tune: Sequence[dict[str, Any]] = (),
     calibration_words: str = "",
+    equivalence: float = verdicts.DEFAULT_MARGIN,
 ) -> Judgement:
     """`calibration`: cells of a recent `spark-agent calibrate` (host effects only, never ranked); `lost` and `tune`:
-    what the tree keeps beside its cells (a store selection has neither)."""
+    what the tree keeps beside its cells (a store selection has neither); `equivalence`: the margin Δ inside which
+    two values are one choice (the spec's [judge] equivalence)."""
     metric = stats.RANK_BY[rank_by][0]
     summaries = stats.with_variants(sorted(summary.summarize_cells(cells, threshold, metric), key=_cell_order))
     calibrated = summary.summarize_cells(calibration, threshold, metric)
-    recs = stats.recommend(summaries, seed=seed, metric=metric, calibration=calibrated)
+    recs = stats.recommend(summaries, seed=seed, metric=metric, calibration=calibrated, margin=equivalence)
     gaps = unmeasured(summaries)
     return Judgement(
         summaries=tuple(summaries),
@@ -137,6 +140,7 @@ def judge(
         tune=tuple(tune),
         calibration=calibration_words,
         checks_only=tuple(sorted((c for c in cells if is_checks_only(c)), key=_check_order)),
+        equivalence=equivalence,
     )
 
 
@@ -188,25 +192,66 @@ def _span_s(start: str, end: str) -> float | None:
 
 def answer(rec: Recommendation) -> str:
     """One plain line per (hardware, quant): what a person reads first on the terminal."""
+    verdict, reason = headline(rec)
+    return f"{rec.hardware} · {rec.quant}: {verdict} ({reason})"
+
+
+def headline(rec: Recommendation) -> tuple[str, str]:
+    """("run marlin; checkpoint undecided", why) or ("undecided", gap and price): the answer, then its reason
+    without the verdict word repeated."""
     undecided = undecided_text(rec)
-    verdict = f"run {rec.winner}" + (f"; {undecided}" if undecided else "") if rec.winner else nothing_to_run(rec)
-    return f"{rec.hardware} · {rec.quant}: {verdict} ({rec.reason})"
+    if rec.winner:
+        return f"run {rec.winner}" + (f"; {undecided}" if undecided else ""), rec.reason
+    verdict = nothing_to_run(rec)
+    return verdict, rec.reason.removeprefix(f"{verdict}: ")
 
 
 def undecided_text(rec: Recommendation) -> str:
-    """ "cannot rank checkpoint, unresolved speculative": the axes without a winner, each with why."""
-    return ", ".join(f"{UNRESOLVED if q.unresolved else CANNOT_RANK} {q.axis}" for q in rec.undecided)
+    """ "checkpoint undecided": the axes still open (each question's reason says its gap and price)."""
+    return ", ".join(f"{q.axis} {verdicts.UNDECIDED}" for q in rec.undecided)
 
 
 def undecided_word(rec: Recommendation) -> str:
-    """ "unresolved" when a leader is inside the start-to-start noise (more starts would settle it), else
-    "cannot rank"."""
-    return UNRESOLVED if any(q.unresolved for q in rec.questions) else CANNOT_RANK
+    """The headline without a winner: "nothing to compare" (one configuration) or "undecided"."""
+    if rec.questions and all(q.verdict.kind == verdicts.NOTHING for q in rec.questions):
+        return verdicts.NOTHING
+    return verdicts.UNDECIDED
 
 
 def nothing_to_run(rec: Recommendation) -> str:
-    """The headline without a winner: the axes were ranked but their winners never ran together, or cannot rank."""
+    """The headline without a winner: the axes were decided but their choices never ran together, or undecided."""
     return "no measured configuration to run" if rec.choice else undecided_word(rec)
+
+
+def question_rows(rec: Recommendation) -> list[dict[str, Any]]:
+    """Every question of a recommendation as plain data (report's verdicts.json, `export --verdicts`): per axis, and
+    per axis and load level, its verdict kind, choice, equivalents, pair, ratio, interval and price."""
+    rows = []
+    for q in rec.questions:
+        for level, v in [(None, q.verdict), *q.per_level.items()]:
+            p = v.price
+            rows.append(
+                {
+                    "hardware": rec.hardware,
+                    "quant": rec.quant,
+                    "axis": q.axis,
+                    "concurrency": level,
+                    "verdict": v.kind,
+                    "words": v.words() if level is not None or q.verdict.kind != verdicts.FASTER else q.reason,
+                    "choice": v.choice,
+                    "equivalents": list(v.equivalents),
+                    "margin": v.margin,
+                    "pair": [x for x in v.pair if x],
+                    "ratio": v.ratio,
+                    "interval": list(v.ci) if v.ci else None,
+                    "starts": p.starts if p else None,
+                    "detectable_effect": p.mde if p and p.mde is not None and p.mde != float("inf") else None,
+                    "starts_needed": p.need if p else None,
+                    "more_starts_each": p.more if p else None,
+                    "minutes_per_start": v.minutes,
+                }
+            )
+    return rows
 
 
 # ---------------------------------------------------------------- the bandwidth ceiling

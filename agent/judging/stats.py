@@ -17,11 +17,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.judging import hosteffect, measurable, nested
+from agent.judging import hosteffect, measurable, nested, verdicts
 from agent.judging.summary import (
     RANK_METRIC,
     WRONG_OUTPUT,
     CellSummary,
+    Point,
     comparable,
     distinct_cells,
     logged_version,
@@ -49,7 +50,8 @@ SCHEDULE_FIELDS = ("concurrency", "warmup", "repeats", "server_start")
 # "what to run" names a winner this close to its runner-up only when both have MIN_STARTS interleaved server starts
 RESOLVE_MARGIN = 0.25
 
-CANNOT_RANK = "cannot rank"
+CANNOT_RANK = "cannot rank"  # one pair at one point, neither ordered nor equivalent: its question is undecided
+EQUIVALENT = verdicts.EQUIVALENT  # one pair at one point: the start means' interval lies inside the margin
 UNRESOLVED = "unresolved"  # a leader by less than RESOLVE_MARGIN without two interleaved server starts each
 
 
@@ -73,6 +75,7 @@ class Ranking:
     across: str = ""  # "spark-1 vs spark-2": the two cells ran on different hosts (the host effect divided out)
     widened: float = 0.0  # how much the host effect added to the standard error (0.3 = 30%)
     starts: tuple[int, int] = (1, 1)  # server starts behind a and b; below 2, the between-start noise is unknown
+    price: verdicts.Price | None = None  # CANNOT_RANK on one host: what deciding it would cost (matchups)
 
 
 def ranges_overlap(a: Sequence[float], b: Sequence[float]) -> bool:
@@ -142,15 +145,20 @@ def rank_pair(
     min_repeats: int = MIN_REPEATS,
     starts: tuple[Sequence[Sequence[float]], Sequence[Sequence[float]]] = ((), ()),
     floor: nested.Nested | None = None,
+    margin: float | None = None,
 ) -> Ranking:
     """Does a beat b (higher is better)? Only outside the noise; otherwise CANNOT_RANK. `starts`: a's and b's
     windows grouped by server start; with MIN_STARTS each, the start means decide (both kinds of noise), else
-    the windows do, as before, and the Ranking says how many starts stood behind them."""
+    the windows do, as before, and the Ranking says how many starts stood behind them. With `margin` (Δ) and
+    MIN_STARTS each, an interval inside ±Δ is EQUIVALENT (even where it excludes 1: a gap inside Δ is no reason
+    to choose); windows of one start never show equivalence, since they leave the between-start noise out."""
     count = (max(len(starts[0]), 1), max(len(starts[1]), 1))
     by_start = nested.ratio_interval(starts[0], starts[1], confidence, floor)
     if by_start is not None:
         ratio, ci = by_start
         words = f"start means of {count[0]} and {count[1]} server starts: {confidence:.0%} interval"
+        if margin is not None and verdicts.inside(ci, margin):
+            return Ranking(EQUIVALENT, ratio, f"{words} lies inside ±{margin:.0%}", ci, starts=count)
         if ci[0] > 1 or ci[1] < 1:
             return Ranking("a" if ci[0] > 1 else "b", ratio, f"{words} excludes 1", ci, starts=count)
         return Ranking(CANNOT_RANK, ratio, f"{words} includes 1", ci, starts=count)
@@ -251,6 +259,7 @@ class Loser:
     lost_at: int  # matchups the winner lost
     cannot_rank_at: int
     ratios: tuple[float, ...]  # winner / loser, every matchup
+    equivalent_at: int = 0  # matchups inside the equivalence margin
 
     @property
     def ratio_lo(self) -> float:
@@ -276,9 +285,11 @@ class Question:
     winner: str | None  # None: cannot rank
     reason: str
     versus: list[Loser]  # the winner against each other candidate (empty without a winner)
-    per_concurrency: dict[int, str]  # c → winning value or CANNOT_RANK
+    per_concurrency: dict[int, str]  # c → its verdict's headline (the winning value, equivalent…, undecided)
     same: dict[str, str] = field(default_factory=dict)  # "auto" → the backend it loaded, itself a candidate
     unresolved: str = ""  # the leader's margin is inside the start-to-start noise: what it would cost to resolve
+    verdict: verdicts.Verdict = field(default_factory=lambda: verdicts.Verdict(verdicts.NOTHING))
+    per_level: dict[int, verdicts.Verdict] = field(default_factory=dict)  # c → the same question at that level
 
 
 @dataclass
@@ -299,7 +310,8 @@ class Recommendation:
 
     @property
     def undecided(self) -> list[Question]:
-        return [q for q in self.questions if q.winner is None]
+        """The questions still open (undecided, or ranked but never measured together): more starts decide them."""
+        return [q for q in self.questions if q.verdict.kind == verdicts.UNDECIDED]
 
     @property
     def versus(self) -> list[Loser]:
@@ -317,10 +329,12 @@ def matchups(
     *,
     seed: int = DEFAULT_SEED,
     effects: hosteffect.HostEffects | None = None,
+    margin: float = verdicts.DEFAULT_MARGIN,
 ) -> list[Matchup]:
     """Every pair of rankable cells that differ only on `axis`, at every concurrency both measured. Cells on one
     host are paired first; two values measured at a level only on different hosts (of one fingerprint) are ranked
-    with the host effect divided out (rank_across), or refused with the reason when it is not known."""
+    with the host effect divided out (rank_across), or refused with the reason when it is not known. A pair on one
+    host inside the noise is EQUIVALENT within `margin`, or CANNOT_RANK with the price of deciding it."""
     labels = _labels(group, axis)
     floor = noise_floor([s for s in group if s.rankable])
     by_key: dict[str, list[CellSummary]] = {}
@@ -342,12 +356,26 @@ def matchups(
                         if _host(x) == _host(y):
                             px, py = x.points[c], y.points[c]
                             ranking = rank_pair(
-                                px.values, py.values, seed=seed, starts=(px.starts, py.starts), floor=floor
+                                px.values,
+                                py.values,
+                                seed=seed,
+                                starts=(px.starts, py.starts),
+                                floor=floor,
+                                margin=margin,
                             )
+                            if ranking.outcome == CANNOT_RANK:
+                                ranking = replace(ranking, price=pair_price(px, py, ranking.ratio, floor, margin))
                         else:
                             ranking = rank_hosts(x, y, c, effects or hosteffect.HostEffects())
                         out.append(Matchup(x.checkpoint, c, a, b, ranking))
     return out
+
+
+def pair_price(px: Point, py: Point, ratio: float, floor: nested.Nested | None, margin: float) -> verdicts.Price:
+    """What deciding px against py costs: their starts, the group's noise floor (its A/A pairs) and the gap."""
+    starts = min(max(len(px.starts), 1), max(len(py.starts), 1))
+    windows = (len(px.values) + len(py.values)) / max(len(px.starts) + len(py.starts), 2)
+    return verdicts.price(ratio, starts, verdicts.start_sd(floor, windows), margin)
 
 
 def comparison_key(cell: dict[str, Any], axis: str = "backend") -> str:
@@ -401,7 +429,9 @@ def _flip(r: Ranking) -> Ranking:
     outcome = {"a": "b", "b": "a"}.get(r.outcome, r.outcome)
     ci = (1 / r.ci[1], 1 / r.ci[0]) if r.ci else None
     across = " vs ".join(reversed(r.across.split(" vs "))) if r.across else ""
-    return Ranking(outcome, 1 / r.ratio if r.ratio else math.inf, r.rule, ci, across, r.widened, r.starts[::-1])
+    return Ranking(
+        outcome, 1 / r.ratio if r.ratio else math.inf, r.rule, ci, across, r.widened, r.starts[::-1], r.price
+    )
 
 
 def dominant(candidates: Sequence[str], ms: Sequence[Matchup], same: dict[str, str] | None = None) -> str | None:
@@ -429,10 +459,11 @@ def recommend(
     seed: int = DEFAULT_SEED,
     metric: str = RANK_METRIC,
     calibration: Sequence[CellSummary] = (),
+    margin: float = verdicts.DEFAULT_MARGIN,
 ) -> list[Recommendation]:
     """One recommendation per (hardware, quant format), in a stable order; hardware whose server logs gave
     different vLLM versions is one recommendation per version (never ranked together). `calibration`: cells of a
-    recent `spark-agent calibrate`, used only to measure host effects."""
+    recent `spark-agent calibrate`, used only to measure host effects. `margin`: the equivalence margin Δ."""
     groups: dict[tuple[str, str, str], list[CellSummary]] = {}
     for s in summaries:
         groups.setdefault((s.hardware, s.quant, logged_version(s.cell)), []).append(s)
@@ -447,6 +478,7 @@ def recommend(
             seed,
             metric,
             calibration,
+            margin,
         )
         for hw, q, v in sorted(groups)
     ]
@@ -461,7 +493,13 @@ def varying_axes(cells: Sequence[CellSummary]) -> list[str]:
 
 
 def _recommend_group(
-    hardware: str, quant: str, group: list[CellSummary], seed: int, metric: str, calibration: Sequence[CellSummary]
+    hardware: str,
+    quant: str,
+    group: list[CellSummary],
+    seed: int,
+    metric: str,
+    calibration: Sequence[CellSummary],
+    margin: float = verdicts.DEFAULT_MARGIN,
 ) -> Recommendation:
     valid = [s for s in group if s.rankable]
     axes = varying_axes(valid) or ["backend"]
@@ -474,7 +512,7 @@ def _recommend_group(
     if unmeasured is not None:  # zero or missing in every window: never ranked, and the report says why
         questions = [_unranked(axis, [a for a in axes if a != axis], valid, unmeasured.words()) for axis in axes]
     else:
-        questions = [_question(axis, [a for a in axes if a != axis], valid, seed, effects) for axis in axes]
+        questions = [_question(axis, [a for a in axes if a != axis], valid, seed, effects, margin) for axis in axes]
     choice = {q.axis: q.winner for q in questions if q.winner}
     winner_cells = _matching(valid, choice, [q.axis for q in questions], effects) if choice else []
     reason = unmeasured.words() if unmeasured else _group_reason(questions, valid, metric)
@@ -504,7 +542,13 @@ def noise_floor(valid: Sequence[CellSummary]) -> nested.Nested | None:
     """Between starts and between windows, pooled over every point of a config started twice or more: each such
     config is an A/A pair (the same cell started again). None when no config has two starts."""
     points = [p.noise for s in valid for p in s.points.values() if len(p.starts) >= nested.MIN_STARTS]
-    return nested.pooled(points) if points else None
+    if not points:
+        return None
+    # A config's load levels share its starts' draws: S starts give S - 1 degrees of freedom however many levels
+    # measured them (counting each level's would make the t quantile, and so every interval, too narrow).
+    df = sum(max(len(p.starts) for p in s.points.values()) - 1 for s in valid if s.points)
+    floor = nested.pooled(points)
+    return replace(floor, between_df=min(floor.between_df, max(df, 1)))
 
 
 def _choice_words(choice: dict[str, str]) -> list[str]:
@@ -513,9 +557,14 @@ def _choice_words(choice: dict[str, str]) -> list[str]:
 
 
 def _question(
-    axis: str, held: list[str], valid: list[CellSummary], seed: int, effects: hosteffect.HostEffects
+    axis: str,
+    held: list[str],
+    valid: list[CellSummary],
+    seed: int,
+    effects: hosteffect.HostEffects,
+    margin: float = verdicts.DEFAULT_MARGIN,
 ) -> Question:
-    ms = matchups(valid, axis, seed=seed, effects=effects)
+    ms = matchups(valid, axis, seed=seed, effects=effects, margin=margin)
     labels = _labels(valid, axis)
     candidates = sorted({labels[axis_value(s.config, axis)] for s in valid})
     same = _auto_aliases(valid, candidates) if axis == "backend" else {}
@@ -523,32 +572,211 @@ def _question(
     table = _score(ms)
     rivals = [o for o in candidates if o != winner and same.get(o) != winner]
     versus = [_loser(o, table.get((winner, o), [])) for o in rivals] if winner else []
-    unresolved = _unresolved(axis, winner, versus, valid) if winner else ""
+    held_back = _unresolved(axis, winner, versus, valid) if winner else None
+    context = _Context(axis, valid, margin, noise_floor(valid), _start_minutes(valid))
+    if held_back is not None:
+        verdict = _held_back(context, winner or "", versus, held_back)
+    else:
+        verdict = _decide(context, candidates, ms, same, versus)
+    chosen = verdict.choice if verdict.decided else None
+    if verdict.kind == verdicts.EQUIVALENT and chosen:
+        rivals = [o for o in candidates if o not in verdict.equivalents]
+        versus = [_loser(o, table.get((chosen, o), [])) for o in rivals]
+    reason = _reason(axis, chosen, candidates, ms, versus) if verdict.kind == verdicts.FASTER else verdict.words()
+    levels = _per_level(context, candidates, ms, same)
     return Question(
         axis=axis,
         held=held,
         candidates=candidates,
         matchups=ms,
-        winner=None if unresolved else winner,
-        reason=unresolved or _reason(axis, winner, candidates, ms, versus),
-        versus=[] if unresolved else versus,
-        per_concurrency=_per_concurrency(candidates, ms, same),
+        winner=chosen,
+        reason=reason,
+        versus=versus if chosen else [],
+        per_concurrency={c: v.headline() for c, v in levels.items()},
         same=same,
-        unresolved=unresolved,
+        unresolved=verdict.words() if held_back is not None else "",
+        verdict=verdict,
+        per_level=levels,
     )
 
 
-def _unresolved(axis: str, winner: str, versus: list[Loser], valid: list[CellSummary]) -> str:
-    """Why the winner cannot be named yet, or "": its margin over the runner-up (the closest loser, median ratio)
+@dataclass(frozen=True)
+class _Context:
+    """What every verdict of one question shares: its axis, cells, margin, noise floor and a start's minutes."""
+
+    axis: str
+    valid: list[CellSummary]
+    margin: float
+    floor: nested.Nested | None
+    minutes: float | None
+
+
+def _start_minutes(cells: Sequence[CellSummary]) -> float | None:
+    """One server start's cell time, median over the cells' starts (None: the tree has no cell timings)."""
+    elapsed = [float(st.get("elapsed_s") or 0.0) for s in cells for st in starts_of(s.cell)]
+    elapsed = [e for e in elapsed if e > 0]
+    return statistics.median(elapsed) / 60 if elapsed else None
+
+
+def _decide(
+    ctx: _Context, candidates: list[str], ms: Sequence[Matchup], same: dict[str, str], versus: list[Loser]
+) -> verdicts.Verdict:
+    """The verdict of one question over these matchups: faster, equivalent within the margin, undecided with the
+    price of deciding it, or nothing to compare."""
+    real = [c for c in candidates if c not in same]
+    if len(real) < 2:
+        return verdicts.Verdict(verdicts.NOTHING, real[0] if real else None, margin=ctx.margin)
+    table = _score(ms)
+    winner = dominant(candidates, ms, same)
+    if winner is not None and versus:
+        runner = min(versus, key=lambda v: v.ratio_median)
+        cis = [r.ci for r in table.get((winner, runner.backend), []) if r.ci]
+        ci = (min(c[0] for c in cis), max(c[1] for c in cis)) if cis else None
+        return verdicts.Verdict(
+            verdicts.FASTER, winner, pair=(winner, runner.backend), ratio=runner.ratio_median, ci=ci, margin=ctx.margin
+        )
+    if not ms:
+        return verdicts.Verdict(
+            verdicts.UNDECIDED,
+            margin=ctx.margin,
+            why=f"no two valid values of {ctx.axis} were measured on otherwise identical cells",
+            price=None,
+        )
+    top = [c for c in real if not any(r.outcome == "b" for o in candidates for r in table.get((c, o), []))]
+    equivalents = _equivalent_set(top, table, same)
+    if equivalents:
+        choice, why = _pick(ctx, equivalents + [a for a, t in same.items() if t in equivalents])
+        beaten = [o for o in real if o not in equivalents]
+        if all(_beats(table.get((same.get(choice, choice), o), [])) for o in beaten):
+            shown = tuple([choice] + [e for e in equivalents if e != choice])
+            return verdicts.Verdict(verdicts.EQUIVALENT, choice, shown, why, margin=ctx.margin)
+    return _open(ctx, top or real, table)
+
+
+def _equivalent_set(top: list[str], table: dict[tuple[str, str], list[Ranking]], same: dict[str, str]) -> list[str]:
+    """The values that lose to none, when there are two or more and every pair of them was measured and found
+    equivalent at every point they share; [] otherwise."""
+    if len(top) < 2:
+        return []
+    for i, x in enumerate(top):
+        for y in top[i + 1 :]:
+            rankings = table.get((x, y), [])
+            if not rankings or any(r.outcome != EQUIVALENT for r in rankings):
+                return []
+    return top
+
+
+def _pick(ctx: _Context, equivalents: list[str]) -> tuple[str, str]:
+    """Among equivalent values, the one to run: the default if it is one of them, else the one with the fewest
+    non-default settings (then the shortest, then by name)."""
+    labels = _labels(ctx.valid, ctx.axis)
+    changed: dict[str, int] = {}
+    for s in ctx.valid:
+        label = labels[axis_value(s.config, ctx.axis)]
+        changed[label] = _non_defaults(s.config, ctx.axis)
+    ranked = sorted(equivalents, key=lambda v: (changed.get(v, 0), len(v), v))
+    best = ranked[0]
+    if changed.get(best, 1) == 0:
+        return best, "the default"
+    return best, "the fewest non-default settings"
+
+
+def _non_defaults(config: dict[str, Any], axis: str) -> int:
+    """How many settings a value of `axis` changes from vLLM's defaults (an extra argument counts one each)."""
+    count = 0
+    for key in axis_keys(axis):
+        if key == "model":
+            continue
+        value, default = config.get(key, _DEFAULTS.get(key)), _DEFAULTS.get(key)
+        if isinstance(value, list):
+            count += len([v for v in value if str(v).startswith("-")]) or len(value)
+        elif value not in (default, "", None, "auto"):
+            count += 1
+    return count
+
+
+def _open(ctx: _Context, top: list[str], table: dict[tuple[str, str], list[Ranking]]) -> verdicts.Verdict:
+    """Undecided: the open pair that costs the most to decide (among the values that lose to none), its gap and
+    that price."""
+    worst: tuple[tuple[float, float], str, str, Ranking] | None = None
+    for (x, y), rankings in table.items():
+        if x not in top:
+            continue
+        for r in rankings:
+            if r.outcome != CANNOT_RANK or not r.ratio or not math.isfinite(r.ratio) or r.ratio < 1:
+                continue
+            need = r.price.need if r.price and r.price.need is not None else verdicts.MAX_STARTS + 1
+            key = (float(need), -abs(math.log(r.ratio)))
+            if worst is None or key > worst[0]:
+                worst = (key, x, y, r)
+    if worst is None:
+        why = f"no {ctx.axis} beats every other outside the noise (the order changes with load)"
+        return verdicts.Verdict(verdicts.UNDECIDED, margin=ctx.margin, why=why, minutes=ctx.minutes)
+    _, x, y, r = worst
+    price = r.price or verdicts.price(r.ratio, min(r.starts), verdicts.start_sd(ctx.floor, 3.0), ctx.margin)
+    why = f"across hosts ({r.across})" if r.across else ""
+    return verdicts.Verdict(
+        verdicts.UNDECIDED,
+        pair=(x, y),
+        ratio=r.ratio,
+        ci=r.ci,
+        price=price,
+        minutes=ctx.minutes,
+        margin=ctx.margin,
+        why=why,
+    )
+
+
+def _held_back(ctx: _Context, winner: str, versus: list[Loser], why: str) -> verdicts.Verdict:
+    """Undecided: the leader wins every point but by under RESOLVE_MARGIN on too few (or not interleaved) starts."""
+    runner = min(versus, key=lambda v: v.ratio_median)
+    starts = min(
+        (len(starts_of(s.cell)) for s in ctx.valid if value_label(s.config, ctx.axis) in (winner, runner.backend)),
+        default=1,
+    )
+    sd = verdicts.start_sd(ctx.floor, 3.0)
+    price = verdicts.price(runner.ratio_median, starts, sd, ctx.margin)
+    if "interleaved" in why and price.need is not None and price.need <= starts:
+        price = verdicts.Price(starts, price.mde, starts + nested.MIN_STARTS, price.noise)  # again, interleaved
+    return verdicts.Verdict(
+        verdicts.UNDECIDED,
+        pair=(winner, runner.backend),
+        ratio=runner.ratio_median,
+        price=price,
+        minutes=ctx.minutes,
+        margin=ctx.margin,
+        why=why,
+    )
+
+
+def _per_level(
+    ctx: _Context, candidates: list[str], ms: Sequence[Matchup], same: dict[str, str]
+) -> dict[int, verdicts.Verdict]:
+    """Each load level's own verdict over the matchups measured there."""
+    out = {}
+    for c in sorted({m.concurrency for m in ms}):
+        at_c = [m for m in ms if m.concurrency == c]
+        present = sorted({m.a for m in at_c} | {m.b for m in at_c})
+        here = [x for x in candidates if x in present]
+        winner = dominant(here, at_c, same)
+        table = _score(at_c)
+        rivals = [o for o in here if o != winner and same.get(o) != winner]
+        versus = [_loser(o, table.get((winner, o), [])) for o in rivals] if winner else []
+        out[c] = _decide(ctx, here, at_c, same, versus)
+    return out
+
+
+def _unresolved(axis: str, winner: str, versus: list[Loser], valid: list[CellSummary]) -> str | None:
+    """Why the winner cannot be named yet, or None: its margin over the runner-up (the closest loser, median ratio)
     is under RESOLVE_MARGIN and the two do not each have MIN_STARTS server starts, interleaved in time wherever
     they ran on one host. With one start the between-start noise is unknown, and a real machine's (compile and
-    autotune outcomes, memory layout) can pose as a difference of that size. Says what resolving would cost."""
+    autotune outcomes, memory layout) can pose as a difference of that size."""
     if not versus:
-        return ""
+        return None
     runner = min(versus, key=lambda v: v.ratio_median)
     margin = runner.ratio_median - 1
     if not margin < RESOLVE_MARGIN:
-        return ""
+        return None
     labels = _labels(valid, axis)
     mine = {v: [s for s in valid if labels[axis_value(s.config, axis)] == v] for v in (winner, runner.backend)}
     local = [
@@ -568,28 +796,22 @@ def _unresolved(axis: str, winner: str, versus: list[Loser], valid: list[CellSum
         if not nested.interleaved(*([s["started_at"] for s in starts_of(z.cell)] for z in (x, y)))
     ]
     if not few and not apart:
-        return ""
-    missing = sum(nested.MIN_STARTS - len(starts_of(s.cell)) for s in few) or nested.MIN_STARTS * len(cells)
-    per_start = statistics.median([st["elapsed_s"] for s in cells for st in starts_of(s.cell)]) / 60
-    why = (
-        f"{len(few)} of their {len(cells)} cells have fewer than {nested.MIN_STARTS} server starts"
-        if few
-        else "their server starts were not interleaved in time (A A B B lets drift pose as a difference)"
-    )
-    # a tree without cell timings (elapsed_s) gives no minutes: the starts alone are the cost then
-    cost = f" × {per_start:.1f} min = {missing * per_start:.1f} min" if per_start > 0 else ""
-    return (
-        f"{winner} leads {runner.backend} by {margin:.0%} (under {RESOLVE_MARGIN:.0%}), but {why}; "
-        f"resolving costs {missing} server starts{cost} "
-        f"(server_starts = {nested.MIN_STARTS} in the spec's [matrix], or `tune`)"
-    )
+        return None
+    if few:
+        return (
+            f"under {RESOLVE_MARGIN:.0%} on {len(few)} of {len(cells)} cells with fewer than "
+            f"{nested.MIN_STARTS} server starts"
+        )
+    return f"under {RESOLVE_MARGIN:.0%}, their server starts not interleaved in time (A A B B lets drift pose as a difference)"
 
 
 def _unranked(axis: str, held: list[str], valid: list[CellSummary], why: str) -> Question:
     """An axis left unranked because the metric was not measured anywhere: its values, no matchups, why."""
     labels = _labels(valid, axis)
     candidates = sorted({labels[axis_value(s.config, axis)] for s in valid})
-    return Question(axis, held, candidates, [], None, why, [], {})
+    return Question(
+        axis, held, candidates, [], None, why, [], {}, verdict=verdicts.Verdict(verdicts.UNDECIDED, why=why)
+    )
 
 
 def _auto_aliases(valid: list[CellSummary], candidates: list[str]) -> dict[str, str]:
@@ -598,7 +820,7 @@ def _auto_aliases(valid: list[CellSummary], candidates: list[str]) -> dict[str, 
     loaded = {
         str(s.cell.get("attestation", {}).get("moe_backend", "")).lower() for s in valid if s.backend == "auto"
     } - {""}
-    if "auto" in candidates and len(loaded) == 1 and (target := next(iter(loaded))) in candidates:
+    if "auto" in candidates and len(loaded) == 1 and (target := next(iter(loaded))) in candidates and target != "auto":
         return {"auto": target}
     return {}
 
@@ -610,6 +832,7 @@ def _loser(value: str, rankings: list[Ranking]) -> Loser:
         lost_at=sum(r.outcome == "b" for r in rankings),
         cannot_rank_at=sum(r.outcome == CANNOT_RANK for r in rankings),
         ratios=tuple(r.ratio for r in rankings),
+        equivalent_at=sum(r.outcome == EQUIVALENT for r in rankings),
     )
 
 
@@ -630,10 +853,7 @@ def _reason(axis: str, winner: str | None, candidates: list[str], ms: list[Match
 def _group_reason(questions: list[Question], valid: list[CellSummary], metric: str) -> str:
     if len(questions) == 1:
         return questions[0].reason
-    decided = [q for q in questions if q.winner or q.unresolved]
-    if not decided:
-        return "no axis separates its values outside the noise"
-    return "; ".join(f"{q.axis}: {q.reason}" for q in decided)
+    return "; ".join(f"{q.axis}: {q.reason}" for q in questions)
 
 
 def _matching(
@@ -651,15 +871,6 @@ def _matching(
     for s in picked:
         best.setdefault(tuple(axis_value(s.config, a) for a in axes if a not in choice), s)
     return [best[k] for k in sorted(best)]
-
-
-def _per_concurrency(candidates: list[str], ms: list[Matchup], same: dict[str, str]) -> dict[int, str]:
-    out = {}
-    for c in sorted({m.concurrency for m in ms}):
-        present = sorted({m.a for m in ms if m.concurrency == c} | {m.b for m in ms if m.concurrency == c})
-        at_c = [m for m in ms if m.concurrency == c]
-        out[c] = dominant([x for x in candidates if x in present], at_c, same) or CANNOT_RANK
-    return out
 
 
 def startup_effects(group: Sequence[CellSummary]) -> list[str]:

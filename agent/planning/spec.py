@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from agent.errors import UserError
 from agent.hostside import docker, longdecode, steady
+from agent.judging import verdicts
 from agent.planning import design as axes_design
 from agent.planning import loadspec
 from agent.planning.design import Design
@@ -111,6 +112,7 @@ class Spec:
     # [sweep] one_trust_domain: hosts of different owners may serve one multi-node cell (its nodes trust each other
     # fully: docs/security.md); by default a node set never mixes owners (ansible_user, or spark_owner)
     one_trust_domain: bool = False
+    equivalence: float = verdicts.DEFAULT_MARGIN  # [judge] equivalence: Δ, values within ±Δ are one choice
 
     def axes(self) -> list[tuple[str, list[Any]]]:
         """(axis, values) in planning order: the fixed axes, then each [matrix] server setting in field order."""
@@ -163,6 +165,8 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
     "env": {},
     "telemetry": toml_schema(TelemetrySettings),
     "correctness": toml_schema(CorrectnessSettings),
+    # how the answer is judged, not what is measured: never part of a cell id, recorded in the sweep's sweep.toml
+    "judge": {"equivalence": ((int, float), False, verdicts.DEFAULT_MARGIN)},
 }
 _REQUIRED_TABLES = ("sweep", "image", "checkpoints", "matrix")
 
@@ -359,6 +363,9 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
     )
     env = _env(path, raw.get("env", {}), lambda key=None: lines.of("env", key), "[env]")
     telemetry = _telemetry(path, lines, raw.get("telemetry", {}))
+    judge = _check_table(path, lines, "judge", raw.get("judge", {}))
+    if problem := verdicts.check_margin(judge["equivalence"]):
+        raise _err(path, lines.of("judge", "equivalence"), f"'equivalence' in [judge]: {problem}")
     spec = Spec(
         path=path,
         name=sweep["name"],
@@ -384,6 +391,7 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
             path, lines, raw.get("correctness", {}), min(design.server.get("max_model_len", [server["max_model_len"]]))
         ),
         design=design,
+        equivalence=float(judge["equivalence"]),
     )
     return _with_combinations(path, lines, spec, matrix)
 

@@ -7,14 +7,15 @@ writes the files and says what to run. It also names, for its callers, the piece
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from agent.errors import UserError
 from agent.hostside import atomic
-from agent.judging import correctness, stats, summary
-from agent.judging.judgement import MEASURED_ON, Judgement, judge, lost_cells
+from agent.judging import correctness, stats, summary, verdicts
+from agent.judging.judgement import MEASURED_ON, Judgement, judge, lost_cells, question_rows
 from agent.judging.judgement import lost_text as _lost_text
 from agent.reporting import htmlpage, startup
 from agent.reporting.charts import PLOTS, _lines, figure, render_plots
@@ -24,6 +25,7 @@ from agent.reporting.sections.replicas import replica_section
 from agent.reporting.sections.whattorun import verdict_lines
 from agent.reporting.terminal import terminal_table
 from agent.reporting.words import gap_range_text, serve_command
+from agent.results import tree
 
 build = judge  # the judgement of these cells (agent.judging.judgement.judge), under the name callers know
 
@@ -59,9 +61,11 @@ def write_report(
     seed: int = stats.DEFAULT_SEED,
     rank_by: str = "throughput",
     said: list[str] | None = None,
+    equivalence: float | None = None,
 ) -> list[Path]:
-    """Read the tree, write report.md, report.html and the PNGs into out_dir (default: results_dir). `said`, if
-    given, gets the "what to run" lines in plain text (what the command prints)."""
+    """Read the tree, write report.md, report.html, verdicts.json and the PNGs into out_dir (default: results_dir).
+    `said`, if given, gets the "what to run" lines in plain text (what the command prints). `equivalence`: Δ (None:
+    the spec's, from the tree's sweep.toml)."""
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise UserError(f"{results_dir}: no such results folder (pass the folder a sweep wrote, e.g. results/)")
@@ -72,6 +76,8 @@ def write_report(
     tune = startup.load_tune_records(results_dir)
     out = Path(out_dir or results_dir)
     calibrated = calibration_cells(results_dir, cells)
+    if equivalence is None:  # the spec's [judge] equivalence, as its runs recorded it; the strictest of several
+        equivalence = min(tree.equivalence_margins(results_dir), default=verdicts.DEFAULT_MARGIN)
     return write_report_cells(
         cells,
         out,
@@ -82,6 +88,7 @@ def write_report(
         rank_by=rank_by,
         said=said,
         calibration=calibrated,
+        equivalence=equivalence,
     )
 
 
@@ -107,6 +114,7 @@ def write_report_cells(
     rank_by: str = "throughput",
     calibration: Sequence[dict[str, Any]] = (),
     said: list[str] | None = None,
+    equivalence: float = verdicts.DEFAULT_MARGIN,
 ) -> list[Path]:
     """report.md, report.html and the PNGs of these cells (a tree's, or a store selection's) into out. A store
     selection has no lost cells or tune records (they are files of the tree, not cells)."""
@@ -123,6 +131,7 @@ def write_report_cells(
         lost=lost,
         tune=tune,
         calibration_words=words,
+        equivalence=equivalence,
     )
     if said is not None:
         said += data.what_to_run
@@ -139,7 +148,17 @@ def write_judgement(data: Judgement, out: Path) -> list[Path]:
         written.append(_write(out / name, png))
     written.append(_write(out / "report.md", render_markdown(data, images).encode()))
     written.append(_write(out / "report.html", htmlpage.render(data, images).encode()))
+    written.append(_write(out / VERDICTS_FILE, verdicts_json(data).encode()))
     return written
+
+
+VERDICTS_FILE = "verdicts.json"
+
+
+def verdicts_json(data: Judgement) -> str:
+    """Every question's verdict (faster / equivalent / undecided / nothing to compare) with its numbers, as JSON."""
+    rows = [row for rec in data.recommendations for row in question_rows(rec)]
+    return json.dumps({"schema": 1, "equivalence": data.equivalence, "questions": rows}, indent=1) + "\n"
 
 
 def _write(path: Path, data: bytes) -> Path:

@@ -129,16 +129,39 @@ def clear_temp_files(root: Path, sweep: str) -> None:
 RUN_FILE = "sweep.toml"  # results/<sweep>/sweep.toml: when this run of the sweep began (the store's identity)
 
 
-def begin_run(root: Path, sweep: str, fresh: bool, now: str) -> str:
+def begin_run(root: Path, sweep: str, fresh: bool, now: str, judge: dict[str, Any] | None = None) -> str:
     """Record when this run of the sweep began, unless one is already under way in this folder (a resume, a tune
-    round, a follow-up collect keep it); --fresh begins a new run. Returns the run's start."""
+    round, a follow-up collect keep it); --fresh begins a new run. Returns the run's start. `judge`: the spec's
+    [judge] table (how the answer is judged), kept under [judge] and updated by every run."""
     folder = Path(root) / path_part(sweep, "sweep")
+    extra = {"judge": dict(judge)} if judge else {}
     if not fresh and (start := run_start(folder)):
-        if not (folder / RUN_FILE).is_file():  # an older tree: its start written down once; a resume writes nothing
-            atomic_write_toml(folder / RUN_FILE, {"schema": SCHEMA, "started_at": start})
+        if not (folder / RUN_FILE).is_file() or (extra and _judge_of(folder) != extra["judge"]):
+            atomic_write_toml(folder / RUN_FILE, {"schema": SCHEMA, "started_at": start, **extra})
         return start
-    atomic_write_toml(folder / RUN_FILE, {"schema": SCHEMA, "started_at": now})
+    atomic_write_toml(folder / RUN_FILE, {"schema": SCHEMA, "started_at": now, **extra})
     return now
+
+
+def _judge_of(folder: Path) -> dict[str, Any]:
+    try:
+        table = read_toml(Path(folder) / RUN_FILE).get("judge")
+    except (OSError, ValueError):
+        return {}
+    return table if isinstance(table, dict) else {}
+
+
+def equivalence_margins(results_dir: Path) -> list[float]:
+    """The [judge] equivalence of every sweep at or below `results_dir` (a sweep folder, or a root of them), as
+    their sweep.toml records it; malformed or out-of-range values are left out (the caller uses its default)."""
+    folder = Path(results_dir)
+    files = [folder / RUN_FILE] if (folder / RUN_FILE).is_file() else sorted(folder.glob(f"*/{RUN_FILE}"))
+    out = []
+    for f in files:
+        value = _judge_of(f.parent).get("equivalence")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 0.5:
+            out.append(float(value))
+    return out
 
 
 def run_start(folder: Path) -> str:

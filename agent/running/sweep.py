@@ -362,7 +362,8 @@ def prepare(
         say_notes(cells)
         collect.clear_incoming(results_root, spec.name)
         results.clear_temp_files(results_root, spec.name)
-        results.begin_run(results_root, spec.name, fresh, utc.iso(time.time()))  # the store's identity of this run
+        judge = {"equivalence": spec.equivalence}  # how the report judges it: kept with the run, not the cells
+        results.begin_run(results_root, spec.name, fresh, utc.iso(time.time()), judge)  # the store's run identity
         todo = {
             h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
             for h, cs in cells.items()

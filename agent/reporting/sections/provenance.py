@@ -5,7 +5,6 @@ from __future__ import annotations
 from agent.escape import md, md_code
 from agent.judging import stats, summary
 from agent.judging.judgement import Judgement
-from agent.judging.stats import CANNOT_RANK
 from agent.reporting.words import duration_text, starts_text
 
 
@@ -25,7 +24,9 @@ def provenance_lines(data: Judgement) -> list[str]:
         f"{p.measurements} measurements, {p.failed_runs} failed runs, {p.unstable_points} unstable points",
         f"- Method: median of the successful repeats; spread = (max − min) / median, unstable above "
         f"{data.threshold:.0%}; A beats B only if repeat ranges do not overlap or a bootstrap 95% CI on the "
-        f'ratio excludes 1 (seed {data.seed}); otherwise "{CANNOT_RANK}".',
+        f"ratio excludes 1 (seed {data.seed}), and with two or more server starts each on the start means; the "
+        f"two are equivalent when the start means' 95% interval lies inside ±{data.equivalence:.0%}; otherwise "
+        "the question is undecided, with the starts that would decide it.",
         f"- Ranked by: {md(stats.RANK_BY[data.rank_by][1])} (`--rank-by {md(data.rank_by)}`, window key "
         f"{md_code(stats.RANK_BY[data.rank_by][0])}); each axis is ranked within the other axes held equal.",
     ]

@@ -7,25 +7,20 @@ from __future__ import annotations
 import statistics
 
 from agent.escape import md, md_code, md_fence
-from agent.judging import stats
-from agent.judging.judgement import nothing_to_run, undecided_text
-from agent.judging.stats import CANNOT_RANK, Recommendation
+from agent.judging import stats, verdicts
+from agent.judging.judgement import headline
+from agent.judging.stats import Recommendation
 from agent.judging.summary import CellSummary
 from agent.reporting.words import death_text, dropped_env, gap_range_text, ratio_text, serve_command
 
 
 def verdict_lines(rec: Recommendation) -> list[str]:
-    """Markdown lines for one (hardware, quant): what to run (each axis the data separates) or cannot rank; then,
+    """Markdown lines for one (hardware, quant): what to run (each axis decided) or what deciding would cost; then,
     per question, who is slower and by how much, and which axes it held equal. Every value is escaped
     (escape.md): GPU names and log-derived text come from hosts."""
     lines = [f"### {md(rec.hardware)} · {md(rec.quant)}", ""]
-    undecided = undecided_text(rec)
-    if rec.winner and not undecided:
-        lines.append(f"**Run {md(rec.winner)}.** {md(rec.reason)}.")
-    elif rec.winner:
-        lines.append(f"**Run {md(rec.winner)}; {md(undecided)}.** {md(rec.reason)}.")
-    else:
-        lines.append(f"**{md(nothing_to_run(rec)).capitalize()}.** {md(rec.reason)}.")
+    verdict, reason = headline(rec)
+    lines.append(f"**{md(verdict[:1].upper() + verdict[1:])}.** {md(reason)}.")
     words, key = stats.RANK_BY_WORDS.get(rec.metric, rec.metric), rec.metric
     lines += ["", f"Ranked by {md(words)} ({md_code(key)}), each axis within the others held equal."]
     lines += ["", noise_floor_line(rec)]
@@ -104,10 +99,11 @@ def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
     held = ", ".join(q.held) if q.held else "every other setting"
     lines = [""]
     if heading:
-        verdict = f"**{md(q.winner)}**" if q.winner else f"**{stats.UNRESOLVED if q.unresolved else CANNOT_RANK}**"
-        lines += [f"#### {md(q.axis)}: {verdict}", "", f"{md(q.reason)}.", ""]
+        lines += [f"#### {md(q.axis)}: **{md(q.verdict.headline())}**", "", f"{md(q.reason)}.", ""]
     lines.append(f"Held equal: {md(held)} (and always the kind of machine, the load and the schedule).")
-    if q.winner and q.versus:
+    if q.verdict.kind == verdicts.EQUIVALENT:
+        lines += ["", f"Verdict: {md(q.verdict.words())}."]
+    if q.verdict.kind == verdicts.FASTER and q.versus:
         runner_up = min(q.versus, key=lambda v: v.ratio_median)
         lines += [
             "",
@@ -120,13 +116,14 @@ def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
         lines.append(
             f"- measured slower: **{md(v.backend)}**, {amount} "
             f"(median {md(q.winner)} / {md(v.backend)} = {v.ratio_median:.2f}×); beaten at {v.beaten_at}, "
-            f"cannot rank at {v.cannot_rank_at}, of {len(v.ratios)} points"
+            + (f"equivalent at {v.equivalent_at}, " if v.equivalent_at else "")
+            + f"undecided at {v.cannot_rank_at}, of {len(v.ratios)} points"
         )
     for alias, target in q.same.items():
         lines.append(f"- {md(alias)} loaded {md(target)}: the same choice, not ranked against it")
-    if q.per_concurrency:
-        per_c = ", ".join(f"c={c}: {md(w)}" for c, w in q.per_concurrency.items())
-        lines += ["", f"Per concurrency: {per_c}."]
+    if q.per_level:
+        lines += ["", "Per concurrency:", ""]
+        lines += [f"- c={c}: {md(v.words())}" for c, v in q.per_level.items()]
     return lines
 
 
