@@ -200,7 +200,11 @@ def _ratio(a: Sequence[float], b: Sequence[float]) -> float:
 # [config] keys that are never a question of "what to run", only held equal: the schedule, the load (the workload
 # itself; load-side axes vary inside a cell), what follows from the checkpoint (model) or groups the report (quant).
 HELD_KEYS = frozenset(SCHEDULE_FIELDS + ("duration_s", "model", "quant", "runtime") + tuple(flat_names(LoadSettings)))
-_AXIS_KEYS = {"backend": BACKEND_FIELDS, "checkpoint": ("checkpoint", "model")}
+_AXIS_KEYS = {
+    "backend": BACKEND_FIELDS,
+    "checkpoint": ("checkpoint", "model"),
+    "extra_args": ("extra_args", "extra_args_name"),
+}
 # the value a key has when [config] leaves it out (a setting added later, at its default)
 _DEFAULTS: dict[str, Any] = {k: d for k, (_, _, d) in toml_schema(ServerSettings).items()} | {"env_variant": ""}
 
@@ -212,7 +216,7 @@ def axis_keys(axis: str) -> tuple[str, ...]:
 
 def axes_of(config: dict[str, Any]) -> list[str]:
     """The axes a [config] can be ranked on: backend, checkpoint, then its other keys in table order."""
-    skip = HELD_KEYS | set(BACKEND_FIELDS) | {"checkpoint"}
+    skip = HELD_KEYS | set(BACKEND_FIELDS) | {"checkpoint", "extra_args_name"}
     return ["backend", "checkpoint"] + [k for k in config if k not in skip]
 
 
@@ -232,6 +236,8 @@ def value_label(config: dict[str, Any], axis: str) -> str:
     value = config.get(axis, _DEFAULTS.get(axis))
     if axis == "speculative":
         return str(json.loads(value).get("method", value)) if value else "off"
+    if axis == "extra_args" and config.get("extra_args_name"):
+        return str(config["extra_args_name"])  # [matrix.extra_args] named it, as [matrix.env] names a variant
     if isinstance(value, str) and "@sha256:" in value:
         return value.split("@", 1)[1][:19]
     if isinstance(value, bool):
@@ -411,9 +417,42 @@ def rank_hosts(x: CellSummary, y: CellSummary, c: int, effects: hosteffect.HostE
 
 
 def _labels(group: Sequence[CellSummary], axis: str) -> dict[str, str]:
-    """exact value → its words; the exact value itself wherever two values would read the same."""
+    """exact value → its words; the exact value itself wherever two values would read the same. Unnamed argument
+    lists read as what differs between them: the options every value shares are left out."""
     labels = {axis_value(s.config, axis): value_label(s.config, axis) for s in group}
+    if axis == "extra_args":
+        labels |= _differing_args({axis_value(s.config, axis): s.config for s in group})
     return labels if len(set(labels.values())) == len(labels) else {v: v for v in labels}
+
+
+def _differing_args(configs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """exact value → its unnamed extra_args without the options all values share ("--enforce-eager" against
+    "without --enforce-eager", not the whole argv twice). An option is a flag with the values that follow it."""
+    unnamed = {v: c for v, c in configs.items() if not c.get("extra_args_name")}
+    if len(configs) < 2 or not unnamed:
+        return {}
+    options = {v: _options(c.get("extra_args") or []) for v, c in configs.items()}
+    shared = set.intersection(*(set(o) for o in options.values()))
+    out = {}
+    for v in unnamed:
+        own = [o for o in options[v] if o not in shared]
+        if own:
+            out[v] = " ".join(own)
+        else:
+            others = sorted({o for w, opts in options.items() if w != v for o in opts if o not in shared})
+            out[v] = "without " + " ".join(others) if others else "none"
+    return out
+
+
+def _options(args: Sequence[Any]) -> list[str]:
+    """["--a", "1", "--b"] → ["--a 1", "--b"]: each flag with the values that follow it, as one option."""
+    out: list[str] = []
+    for a in map(str, args):
+        if a.startswith("-") or not out:
+            out.append(a)
+        else:
+            out[-1] += " " + a
+    return out
 
 
 def _score(ms: Iterable[Matchup]) -> dict[tuple[str, str], list[Ranking]]:
@@ -685,7 +724,7 @@ def _non_defaults(config: dict[str, Any], axis: str) -> int:
     """How many settings a value of `axis` changes from vLLM's defaults (an extra argument counts one each)."""
     count = 0
     for key in axis_keys(axis):
-        if key == "model":
+        if key in ("model", "extra_args_name"):  # follow from the checkpoint / only name the arguments
             continue
         value, default = config.get(key, _DEFAULTS.get(key)), _DEFAULTS.get(key)
         if isinstance(value, list):

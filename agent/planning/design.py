@@ -30,6 +30,7 @@ class Design:
     server: dict[str, list[Any]] = field(default_factory=dict)  # ServerSettings field -> its values
     include: list[dict[str, Any]] = field(default_factory=list)  # explicit combinations (axis -> value)
     exclude: list[dict[str, Any]] = field(default_factory=list)  # combinations left out (axis -> value)
+    arg_names: dict[str, str] = field(default_factory=dict)  # [matrix.extra_args] list (spec.arg_key) -> its name
 
 
 Axes = Sequence[tuple[str, Sequence[Any]]]

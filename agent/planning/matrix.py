@@ -28,7 +28,7 @@ from agent.planning.settings import (
     from_flat,
     meta,
 )
-from agent.planning.spec import VERSION, Spec
+from agent.planning.spec import VERSION, Spec, arg_key
 
 BACKEND_FIELDS = ("moe_backend", "linear_backend", "attention_backend")  # the axes a sweep compares
 EAGER = "--enforce-eager"  # CUDA graphs off
@@ -64,6 +64,8 @@ class CellConfig:
     server_start: int = field(default=1, metadata=meta(keep_default=False))
     # Added with [correctness] eager_start: a server start that only runs the correctness checks (no windows)
     probe_only: bool = field(default=False, metadata=meta(keep_default=False))
+    # Added with named extra_args variants ([matrix.extra_args] eager = [...]): what the report calls them
+    extra_args_name: str = field(default="", metadata=meta(keep_default=False))
 
     def to_dict(self) -> dict[str, Any]:
         return flat_dict(self)
@@ -356,6 +358,7 @@ def _cell(spec: Spec, host: str, facts: Facts, host_vars: Mapping[str, Any], com
         warmup=spec.warmup,
         repeats=spec.repeats,
         env_variant=combo["env"],
+        extra_args_name=spec.design.arg_names.get(arg_key(list(server.extra_args)), ""),
         warmup_max=spec.warmup_max,
         warmup_tolerance=spec.warmup_tolerance,
     )

@@ -158,6 +158,7 @@ _SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], bool, Any]]] = {
         "image": ((list,), False, None),
         "env": ((dict,), False, None),
         **{name: ((list,), False, None) for name in toml_schema(ServerSettings)},
+        "extra_args": ((list, dict), False, None),  # a list of argument lists, or named ones: {eager = [...]}
         "include": ((list,), False, None),
         "exclude": ((list,), False, None),
     },
@@ -709,13 +710,18 @@ def _design(
     table would check it. A server axis's first value stands in [server] for the checks that follow."""
     written = raw.get("server", {}) if isinstance(raw.get("server"), dict) else {}
     server_axes: dict[str, list[Any]] = {}
+    arg_names: dict[str, str] = {}
     for key in toml_schema(ServerSettings):  # field order: the order of the axes
         if matrix.get(key) is None:
             continue
         line = lines.of("matrix", key)
         if key in written:
             raise _err(path, line, f"'{key}' is set in [server] and is an axis in [matrix]; keep one of the two")
-        values = [_server_value(path, line, key, v, matrix, load) for v in _axis_list(path, line, key, matrix[key])]
+        raw_values = matrix[key]
+        if isinstance(raw_values, dict):  # named variants, as [matrix.env] names its own: {graphs = [], eager = [...]}
+            line = lines.of(f"matrix.{key}") if lines.of(f"matrix.{key}") > 1 else line
+            raw_values = _named_args(path, line, raw_values, arg_names)
+        values = [_server_value(path, line, key, v, matrix, load) for v in _axis_list(path, line, key, raw_values)]
         _distinct(path, line, key, values)
         server_axes[key] = values
         server[key] = values[0]
@@ -733,7 +739,26 @@ def _design(
     if matrix.get("checkpoint") is not None:
         checkpoints = _checkpoint_axis(path, lines.of("matrix", "checkpoint"), matrix["checkpoint"], checkpoints)
     env = _env_variants(path, lines, matrix["env"]) if matrix.get("env") is not None else {}
-    return Design(images=images, env=env, server=server_axes), checkpoints
+    return Design(images=images, env=env, server=server_axes, arg_names=arg_names), checkpoints
+
+
+def _named_args(path: Path, line: int, table: dict[str, Any], names: dict[str, str]) -> list[Any]:
+    """[matrix.extra_args] name = [args...]: the lists as the axis's values, each name kept in `names` (by the
+    list's canonical JSON) for [config] extra_args_name."""
+    if len(table) > _MAX_LIST:
+        raise _err(path, line, f"the 'extra_args' axis names {len(table)} variants; the limit is {_MAX_LIST}")
+    for name, args in table.items():
+        if not SWEEP_NAME.match(name):
+            raise _err(path, line, "extra_args variant names must be 1-64 letters, digits, . _ - (starting with one)")
+        if not isinstance(args, list):
+            raise _err(path, line, f"extra_args variant '{name}' must be a list of arguments, not {_kind(args)}")
+        names[arg_key(args)] = name
+    return list(table.values())
+
+
+def arg_key(args: list[Any]) -> str:
+    """An extra_args list as the key of its variant name (planning/matrix reads it back for [config])."""
+    return json.dumps([str(a) for a in args])
 
 
 def _axis_list(path: Path, line: int, key: str, values: list[Any]) -> list[Any]:
