@@ -67,7 +67,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    """Exit 0: settled (a recommendation or an honest "cannot rank" with nothing left open) and every cell it ran
+    """Exit 0: settled (a recommendation, equivalence, or a tie at the spec's schedule, with nothing left open) and every cell it ran
     valid; 1: something stayed undecided (budget, a lost cell), failed, was invalid or had wrong outputs (the
     sweep's rule); 2: bad input, nothing touched; 130: interrupted."""
     logs.configure(args.log_format)
@@ -90,6 +90,7 @@ def run(args) -> int:
         max_starts=args.max_starts if args.max_starts is not None else max(spec.server_starts, 2),
         sweep_repeats=spec.repeats,
         sweep_starts=spec.server_starts,
+        margin=spec.equivalence,
     )
     bad = seq.problems(settings)
     if bad:
@@ -131,7 +132,7 @@ def _print_decisions(o: TuneOutcome, short: list[str]) -> None:
     for p in o.open_points:
         print(f"  undecided {p}", file=out)
     for p in o.tied:
-        print(f"  tied {p} (measured as far as the spec's schedule: cannot rank)", file=out)
+        print(f"  tied {p} (measured as far as the spec's schedule: undecided, the report says its price)", file=out)
     for b in o.budget_left:
         print(f"  not run (budget): {b}", file=out)
     for what in short:

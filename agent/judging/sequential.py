@@ -18,7 +18,8 @@ on its own, in three steps per cell, each a fresh run of that cell that replaces
 
 A point still open when nothing is left to measure is a *tie* when tune's limits reach the spec's own schedule
 (`--max-starts` and `--max-repeats` at least its server_starts and repeats: the sweep would measure no more, and
-its report says "cannot rank"), and *undecided* when the limits were set below it.
+its report leaves it undecided too, with the starts that would decide it), and *undecided* when the limits were set
+below it. A point whose start means lie within the spec's equivalence margin (stats.EQUIVALENT) is settled.
 
 A group whose rivals were all skipped keeps its one cell: it is that group's answer on the other axes (checkpoint,
 speculative...), so it is measured once on the spec's schedule (every level, `max_repeats` windows), never skipped.
@@ -38,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.judging import nested, stats
+from agent.judging import nested, stats, verdicts
 from agent.judging.student import t_sf
 from agent.judging.summary import CellSummary, cell_verdict, merge_starts, starts_of, summarize_cell
 
@@ -57,8 +58,9 @@ class TuneSettings:
     carry_margin: float = 1.25  # a loss by at least this ratio at every screened level ends a backend
     max_starts: int = 2  # independent server starts tune may give one config (the report's rule needs 2)
     sweep_repeats: int = 1  # the spec's own schedule (repeats, server_starts): limits at or above it make a point
-    sweep_starts: int = 1  # still open at the end a tie (what the sweep would call cannot rank), not undecided
+    sweep_starts: int = 1  # still open at the end a tie (what the sweep leaves undecided too), not undecided
     seed: int = stats.DEFAULT_SEED
+    margin: float = verdicts.DEFAULT_MARGIN  # the spec's [judge] equivalence: a point inside it is settled
 
     @property
     def look_alpha(self) -> float:
@@ -133,8 +135,8 @@ def settle(
     """Does a beat b, settled for a sequential procedure? The report's rule must order them, and the t-test
     must agree at the per-look alpha; otherwise CANNOT_RANK (the point stays open). With two starts each the
     t-test takes the start means (the unit of replication), not the windows."""
-    r = stats.rank_pair(a, b, seed=s.seed, confidence=s.confidence, starts=starts)
-    if r.outcome == stats.CANNOT_RANK:
+    r = stats.rank_pair(a, b, seed=s.seed, confidence=s.confidence, starts=starts, margin=s.margin)
+    if r.outcome in (stats.CANNOT_RANK, stats.EQUIVALENT):  # equivalent: settled, nothing more to measure there
         return r
     if min(r.starts) >= nested.MIN_STARTS:
         a, b = ([math.exp(m) for m in nested.start_means(x)] for x in starts)
@@ -386,7 +388,7 @@ def _versus_leader(
             r = settle(lead_vals, pb.values, s, Noise(na.ss + nb.ss, na.df + nb.df), (pa.starts, pb.starts))
             if r.outcome == "a":
                 losses[c.cell_id].append((lvl, r.ratio, leader.label))
-            else:
+            elif r.outcome != stats.EQUIVALENT:
                 out[c.cell_id]["open"].append((lvl, f"vs {leader.label}: {r.rule}"))
                 out[leader.cell_id]["open"].append((lvl, f"vs {c.label}: {r.rule}"))
     for c in cells:
