@@ -172,7 +172,7 @@ class Verdict:
         cost = f" ({2 * more} starts × {minutes:.1f} min = {2 * more * minutes:.0f} min)" if minutes and more else ""
         return (
             f"{mde + '; ' if mde else ''}{_starts(more, 'more ')} each decide{'s' if more == 1 else ''} it{cost} "
-            f"(`tune`, or server_starts = {p.need})"
+            f"(spark-agent tune, or server_starts = {p.need} in [matrix])"
         )
 
 
