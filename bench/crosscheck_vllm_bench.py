@@ -45,7 +45,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.hostside import loadgen, metrics, telemetry
-from tests.engine.bench_serve import BenchServe
+from bench.bench_serve import BenchServe
 
 PROMPT_WORDS = 32
 OUTPUT_LEN = 64
