@@ -79,7 +79,7 @@ def test_short_windows_two_folders_and_a_rerun_elsewhere(three_sparks, user):
     # 1 s windows, 1024 output tokens: no request finishes; goodput is never ranked, and the report says why
     goodput = user("report", "one/rehearsal", "--rank-by", "goodput")
     assert goodput.returncode == 0, goodput.stderr
-    assert "cannot rank (goodput is not measured: no request finished inside any 1 s window" in goodput.stdout
+    assert "undecided (goodput is not measured: no request finished inside any 1 s window" in goodput.stdout
     text = (home / "one" / "rehearsal" / "report.md").read_text()
     assert "**Run " not in text and "Command (" not in text
     window = re.search(r"--duration (\d+)\) would measure", text)

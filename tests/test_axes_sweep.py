@@ -123,9 +123,9 @@ def test_axes_sweep_ranks_each_axis_shows_the_rule_and_resumes(tmp_path, sim_inv
     assert "#### checkpoint:" in what_to_run and "Held equal: speculative" in what_to_run
     assert "#### speculative:" in what_to_run and "Held equal: checkpoint" in what_to_run
     # the simulator's 7.9% gap between byte twins, on one server start each: under 25%, not named (docs/tuning.md)
-    assert "#### checkpoint: **unresolved**" in what_to_run, what_to_run
-    assert re.search(r"nv leads uns-fast by \d+% \(under 25%\)", what_to_run), what_to_run
-    assert "**Run " in what_to_run and "resolving costs" in what_to_run
+    assert "#### checkpoint: **undecided**" in what_to_run, what_to_run
+    assert re.search(r"nv leads uns-fast by \d+\.\d%, under 25% on \d of \d cells", what_to_run), what_to_run
+    assert "**Run " in what_to_run and "1 more start each measures it" in what_to_run
 
     # FP8: the default with and without the DeepGEMM rule; the report shows the rule's effect
     fp8 = {c["config"]["env_variant"]: c for c in correctness.judged_cells(out / "axes-fp8")}

@@ -176,4 +176,5 @@ def test_groups_by_hardware_and_quant(tmp_path):
     write_cell(tmp_path, checkpoint="fp8", quant="fp8", backend="triton", values={1: [100.0, 101.0, 99.0]})
     write_cell(tmp_path, checkpoint="fp8", quant="fp8", backend="marlin", values={1: [70.0, 71.0, 69.0]})
     recs = stats.recommend(summary.summarize_cells(judged_cells(tmp_path)))
-    assert [(r.quant, r.winner) for r in recs] == [("fp8", "triton"), ("nvfp4", "marlin")]
+    # and which checkpoint across the formats, on the backend both ran (marlin: 70 against 100)
+    assert [(r.quant, r.winner) for r in recs] == [("fp8", "triton"), ("nvfp4", "marlin"), ("fp8 vs nvfp4", "uns-fast")]

@@ -248,3 +248,45 @@ def test_no_question_ends_without_a_verdict(tmp_path_factory, cells, seed):
             assert q.reason
         line = data.what_to_run[data.recommendations.index(rec)]
         assert "cannot rank" not in line and "unresolved" not in line, line
+
+
+# ---------------------------------------------------------------- which checkpoint, across quant formats
+
+
+def _formats(root: Path, fp8: dict[int, float], nvfp4: dict[int, float]) -> None:
+    for k in (1, 2):
+        for name, quant, speeds in (("fp8", "fp8", fp8), ("nvfp4", "nvfp4", nvfp4)):
+            write_cell(
+                root,
+                backend="auto",
+                checkpoint=name,
+                quant=quant,
+                values={c: [v, v * 1.002, v * 0.998] for c, v in speeds.items()},
+                config={"server_start": k} if k > 1 else None,
+                started_at=f"2026-12-07T1{k}:{0 if quant == 'fp8' else 3}0:00Z",
+            )
+
+
+def test_which_checkpoint_is_asked_across_quant_formats_and_answered_per_level(tmp_path):
+    """The H100 run's shape (docs/runs/h100-fp8-vs-nvfp4): NVFP4 ahead at c=1, FP8 far ahead at c=32."""
+    _formats(tmp_path, {1: 176.0, 32: 3435.0}, {1: 192.0, 32: 1997.0})
+    data = report.build(judged_cells(tmp_path))
+    [across] = [r for r in data.recommendations if r.quant == "fp8 vs nvfp4"]
+    [q] = across.questions
+    assert q.axis == stats.CHECKPOINTS and q.candidates == ["fp8", "nvfp4"]
+    assert q.verdict.kind == verdicts.BY_LEVEL and q.winner is None
+    assert {c: (v.kind, v.choice) for c, v in q.per_level.items()} == {
+        1: (verdicts.FASTER, "nvfp4"),
+        32: (verdicts.FASTER, "fp8"),
+    }
+    assert q.quality == {"fp8": "not probed", "nvfp4": "not probed"}
+    line = next(t for t in data.what_to_run if "fp8 vs nvfp4" in t)
+    assert "depends on the level (c=1: nvfp4 (1.09× over fp8); c=32: fp8 (1.72× over nvfp4))" in line, line
+    assert "Quality beside the speed: fp8: not probed" in report.render_markdown(data)
+
+
+def test_one_format_ahead_everywhere_is_the_checkpoint_to_run(tmp_path):
+    _formats(tmp_path, {1: 176.0, 32: 3435.0}, {1: 120.0, 32: 1997.0})
+    [across] = [r for r in report.build(judged_cells(tmp_path)).recommendations if r.quant == "fp8 vs nvfp4"]
+    assert across.winner == "fp8" and across.questions[0].verdict.kind == verdicts.FASTER, across.reason
+    assert across.winner_cells and across.winner_cells[0].checkpoint == "fp8"

@@ -213,8 +213,11 @@ def undecided_text(rec: Recommendation) -> str:
 
 def undecided_word(rec: Recommendation) -> str:
     """The headline without a winner: "nothing to compare" (one configuration) or "undecided"."""
-    if rec.questions and all(q.verdict.kind == verdicts.NOTHING for q in rec.questions):
+    kinds = {q.verdict.kind for q in rec.questions}
+    if kinds and kinds <= {verdicts.NOTHING}:
         return verdicts.NOTHING
+    if verdicts.BY_LEVEL in kinds and verdicts.UNDECIDED not in kinds:
+        return verdicts.BY_LEVEL
     return verdicts.UNDECIDED
 
 

@@ -205,6 +205,10 @@ _AXIS_KEYS = {
     "checkpoint": ("checkpoint", "model"),
     "extra_args": ("extra_args", "extra_args_name"),
 }
+# Which checkpoint, across quant formats (FP8 or NVFP4 of one model): asked of a hardware's cells when they span
+# several formats, the checkpoint and its format one value, everything else held equal.
+CHECKPOINTS = "checkpoint (any quant)"
+_AXIS_KEYS[CHECKPOINTS] = ("checkpoint", "model", "quant")
 # the value a key has when [config] leaves it out (a setting added later, at its default)
 _DEFAULTS: dict[str, Any] = {k: d for k, (_, _, d) in toml_schema(ServerSettings).items()} | {"env_variant": ""}
 
@@ -231,7 +235,7 @@ def value_label(config: dict[str, Any], axis: str) -> str:
     """A cell's value on an axis in words: "marlin", "uns-fast", "mtp", "off", "sha256:3c0a6e4b9f1d"."""
     if axis == "backend":
         return backend_label(config)
-    if axis == "checkpoint":
+    if axis in ("checkpoint", CHECKPOINTS):
         return str(config.get("checkpoint") or config.get("model") or "unknown")
     value = config.get(axis, _DEFAULTS.get(axis))
     if axis == "speculative":
@@ -296,6 +300,7 @@ class Question:
     unresolved: str = ""  # the leader's margin is inside the start-to-start noise: what it would cost to resolve
     verdict: verdicts.Verdict = field(default_factory=lambda: verdicts.Verdict(verdicts.NOTHING))
     per_level: dict[int, verdicts.Verdict] = field(default_factory=dict)  # c → the same question at that level
+    quality: dict[str, str] = field(default_factory=dict)  # checkpoint questions: value → its quality verdict
 
 
 @dataclass
@@ -509,6 +514,53 @@ def recommend(
     versions: dict[tuple[str, str], int] = {}
     for hw, q, _ in groups:
         versions[(hw, q)] = versions.get((hw, q), 0) + 1
+    return _per_quant(groups, versions, seed, metric, calibration, margin) + _across_quants(
+        summaries, seed, metric, calibration, margin
+    )
+
+
+def _across_quants(
+    summaries: Sequence[CellSummary],
+    seed: int,
+    metric: str,
+    calibration: Sequence[CellSummary],
+    margin: float,
+) -> list[Recommendation]:
+    """Per hardware (and logged vLLM version) whose valid cells span several quant formats: which checkpoint to run,
+    the only question, all else held equal (the backend too: `auto` against `auto`)."""
+    groups: dict[tuple[str, str], list[CellSummary]] = {}
+    for s in summaries:
+        groups.setdefault((s.hardware, logged_version(s.cell)), []).append(s)
+    out = []
+    for (hw, v), group in sorted(groups.items()):
+        quants = sorted({s.quant for s in group if s.rankable})
+        if len(quants) < 2:
+            continue
+        several = len({ver for h, ver in groups if h == hw}) > 1
+        label = hw if not several else f"{hw} · vLLM {v or '?'}"
+        out.append(
+            _recommend_group(  # the valid cells only: each format's own answer lists its failures
+                label,
+                " vs ".join(quants),
+                [s for s in group if s.rankable],
+                seed,
+                metric,
+                calibration,
+                margin,
+                axes=[CHECKPOINTS],
+            )
+        )
+    return out
+
+
+def _per_quant(
+    groups: dict[tuple[str, str, str], list[CellSummary]],
+    versions: dict[tuple[str, str], int],
+    seed: int,
+    metric: str,
+    calibration: Sequence[CellSummary],
+    margin: float,
+) -> list[Recommendation]:
     return [
         _recommend_group(
             hw if versions[(hw, q)] == 1 else f"{hw} · vLLM {v or '?'}",
@@ -539,9 +591,10 @@ def _recommend_group(
     metric: str,
     calibration: Sequence[CellSummary],
     margin: float = verdicts.DEFAULT_MARGIN,
+    axes: list[str] | None = None,
 ) -> Recommendation:
     valid = [s for s in group if s.rankable]
-    axes = varying_axes(valid) or ["backend"]
+    axes = axes or varying_axes(valid) or ["backend"]
     machines = {comparable(s.cell) for s in valid}
     # A cell with wrong outputs still ran what it asked for at the speed it ran: a host's speed on it is as real as on a
     # valid one (a reference cell whose backend turns out wrong still links its hosts).
@@ -592,7 +645,7 @@ def noise_floor(valid: Sequence[CellSummary]) -> nested.Nested | None:
 
 def _choice_words(choice: dict[str, str]) -> list[str]:
     """ "uns-fast", "marlin", then "speculative=mtp": the checkpoint and backend read on their own."""
-    return [v if axis in ("checkpoint", "backend") else f"{axis}={v}" for axis, v in choice.items()]
+    return [v if axis in ("checkpoint", "backend", CHECKPOINTS) else f"{axis}={v}" for axis, v in choice.items()]
 
 
 def _question(
@@ -621,8 +674,9 @@ def _question(
     if verdict.kind == verdicts.EQUIVALENT and chosen:
         rivals = [o for o in candidates if o not in verdict.equivalents]
         versus = [_loser(o, table.get((chosen, o), [])) for o in rivals]
-    reason = _reason(axis, chosen, candidates, ms, versus) if verdict.kind == verdicts.FASTER else verdict.words()
     levels = _per_level(context, candidates, ms, same)
+    verdict = _by_level(verdict, levels)
+    reason = _reason(axis, chosen, candidates, ms, versus) if verdict.kind == verdicts.FASTER else verdict.words()
     return Question(
         axis=axis,
         held=held,
@@ -636,7 +690,25 @@ def _question(
         unresolved=verdict.words() if held_back is not None else "",
         verdict=verdict,
         per_level=levels,
+        quality=_quality(valid, axis) if axis in ("checkpoint", CHECKPOINTS) else {},
     )
+
+
+def _quality(valid: Sequence[CellSummary], axis: str) -> dict[str, str]:
+    """Each checkpoint's quality verdict beside its speed: from the correctness probe its cells answered (a cell
+    that failed it is WRONG OUTPUT and not among these), or why it was not judged."""
+    labels = _labels(valid, axis)
+    seen: dict[str, set[str]] = {}
+    for s in valid:
+        c = s.cell.get("correctness") or {}
+        if c.get("not_judged"):
+            words = f"not judged: {c['not_judged']}"
+        elif c.get("probed"):
+            words = f"probe passed (score {float(c.get('score', 0.0)):.2f})"
+        else:
+            words = "not probed"
+        seen.setdefault(labels[axis_value(s.config, axis)], set()).add(words)
+    return {v: "; ".join(sorted(w)) for v, w in sorted(seen.items())}
 
 
 @dataclass(frozen=True)
@@ -690,6 +762,23 @@ def _decide(
             shown = tuple([choice] + [e for e in equivalents if e != choice])
             return verdicts.Verdict(verdicts.EQUIVALENT, choice, shown, why, margin=ctx.margin)
     return _open(ctx, top or real, table)
+
+
+def _by_level(verdict: verdicts.Verdict, levels: dict[int, verdicts.Verdict]) -> verdicts.Verdict:
+    """A question undecided over all levels whose every level is decided, differently: a crossover, so the answer is
+    per level ("c=1: nvfp4 1.09×; c=32: fp8 1.72×"), which more starts would not change."""
+    if verdict.kind != verdicts.UNDECIDED or len(levels) < 2 or not all(v.decided for v in levels.values()):
+        return verdict
+    if len({(v.kind, v.choice) for v in levels.values()}) < 2:
+        return verdict
+    words = tuple((c, _level_words(v)) for c, v in levels.items())
+    return verdicts.Verdict(verdicts.BY_LEVEL, margin=verdict.margin, minutes=verdict.minutes, levels=words)
+
+
+def _level_words(v: verdicts.Verdict) -> str:
+    if v.kind == verdicts.FASTER:
+        return f"{v.choice} ({v.ratio:.2f}× over {v.pair[1]})" if v.ratio else str(v.choice)
+    return v.headline()
 
 
 def _equivalent_set(top: list[str], table: dict[tuple[str, str], list[Ranking]], same: dict[str, str]) -> list[str]:
@@ -752,8 +841,14 @@ def _open(ctx: _Context, top: list[str], table: dict[tuple[str, str], list[Ranki
         why = f"no {ctx.axis} beats every other outside the noise (the order changes with load)"
         return verdicts.Verdict(verdicts.UNDECIDED, margin=ctx.margin, why=why, minutes=ctx.minutes)
     _, x, y, r = worst
-    price = r.price or verdicts.price(r.ratio, min(r.starts), verdicts.start_sd(ctx.floor, 3.0), ctx.margin)
+    price: verdicts.Price | None = r.price
     why = f"across hosts ({r.across})" if r.across else ""
+    if r.rule.startswith("fewer than"):  # no noise to judge by: more windows, not more starts, are the next step
+        why, price = f"{r.rule}: repeats = {MIN_REPEATS} or more in [matrix] measure its noise", None
+    elif "refused" in r.rule:  # across hosts without a known host effect: the reason says what would link them
+        why, price = r.rule, None
+    elif price is None:
+        price = verdicts.price(r.ratio, min(r.starts), verdicts.start_sd(ctx.floor, 3.0), ctx.margin)
     return verdicts.Verdict(
         verdicts.UNDECIDED,
         pair=(x, y),

@@ -29,7 +29,8 @@ FASTER = "faster"
 EQUIVALENT = "equivalent"
 UNDECIDED = "undecided"
 NOTHING = "nothing to compare"
-KINDS = (FASTER, EQUIVALENT, UNDECIDED, NOTHING)
+BY_LEVEL = "depends on the level"  # every level decided, not alike: the answer is per level (a crossover)
+KINDS = (FASTER, EQUIVALENT, UNDECIDED, NOTHING, BY_LEVEL)
 
 DEFAULT_MARGIN = 0.05  # Δ: two values within ±5% of each other are one choice
 MAX_STARTS = 50  # the most starts per side a price is computed for: beyond, "not within 50 starts"
@@ -113,6 +114,7 @@ class Verdict:
     minutes: float | None = None  # one server start, median (None: the tree has no cell timings)
     margin: float = DEFAULT_MARGIN
     why: str = ""  # undecided: why the rule cannot name a winner yet, in words
+    levels: tuple[tuple[int, str], ...] = ()  # depends on the level: (concurrency, that level's verdict in words)
 
     @property
     def decided(self) -> bool:
@@ -128,6 +130,8 @@ class Verdict:
 
     def words(self) -> str:
         """The verdict in one line, with the numbers a person acts on."""
+        if self.kind == BY_LEVEL:
+            return f"{BY_LEVEL}: " + "; ".join(f"c={c}: {w}" for c, w in self.levels)
         if self.kind == NOTHING:
             only = f"{self.choice} is the only valid value measured" if self.choice else "no valid cell"
             return f"{NOTHING}: {only}"
@@ -140,6 +144,8 @@ class Verdict:
                 f"equivalent within ±{self.margin:.0%}: any of {', '.join(self.equivalents)}; "
                 f"run {self.choice} ({self.why_choice})"
             )
+        if self.price is None and self.why:  # the why is the next step (more windows, a host effect)
+            return f"undecided: {self.gap_words()}"
         return f"undecided: {self.gap_words()}; {self.price_words()}"
 
     def gap_words(self) -> str:

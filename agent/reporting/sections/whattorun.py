@@ -103,6 +103,8 @@ def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
     lines.append(f"Held equal: {md(held)} (and always the kind of machine, the load and the schedule).")
     if q.verdict.kind == verdicts.EQUIVALENT:
         lines += ["", f"Verdict: {md(q.verdict.words())}."]
+    if q.quality:
+        lines += ["", "Quality beside the speed: " + "; ".join(f"{md(v)}: {md(w)}" for v, w in q.quality.items()) + "."]
     if q.verdict.kind == verdicts.FASTER and q.versus:
         runner_up = min(q.versus, key=lambda v: v.ratio_median)
         lines += [
