@@ -75,6 +75,9 @@ class Shape:
     exact_lengths: bool = False  # count prompt tokens with the server's /tokenize
     reset_prefix_cache: bool = False  # empty the server's prefix cache before every window
     slos: tuple[tuple[str, float], ...] = ()  # (ttft|tpot|e2el, ms): request_goodput counts requests meeting all
+    # closed loop: client i starts i/c of a request lifetime (the level's last measured E2EL p50) after the first,
+    # the window opening once the last has started, so the clients' waves are out of phase (off: all at once)
+    stagger: bool = False
 
 
 class _Request:
@@ -415,6 +418,7 @@ class _Load:
         self.abort_reason = ""
         self.running = False
         self.watch = watch  # EngineWatch or None
+        self.lifetime_s = 0.0  # E2EL p50 of the level's last run that completed a request (clock units); 0: none yet
 
     @property
     def died(self) -> dict:
@@ -442,13 +446,15 @@ class _Load:
                 prepared = [(due, *await self._request()) for due in times]
             except (OSError, LoadError, TimeoutError, ValueError, asyncio.IncompleteReadError) as exc:
                 self.abort_reason = f"could not make the prompts: {type(exc).__name__}: {exc}"
-        t0 = self.clock()
+        gap = self.lifetime_s / self.concurrency if self.shape.stagger and self.concurrency > 1 else 0.0
+        launch = self.clock()
+        t0 = launch + gap * (self.concurrency - 1)  # staggered: the window opens once the last client has started
         t1 = t0 + duration_s
         self.running = True
         if self.shape.rate:
             tasks = [asyncio.ensure_future(self._dispatch(prepared, t0, t1))]
         else:
-            tasks = [asyncio.ensure_future(self._worker()) for _ in range(self.concurrency)]
+            tasks = [asyncio.ensure_future(self._worker(launch + i * gap)) for i in range(self.concurrency)]
         if self.watch:
             tasks.append(asyncio.ensure_future(self._watch()))
         try:
@@ -460,6 +466,9 @@ class _Load:
             for task in tasks:
                 task.cancel()  # the server sees the disconnect and aborts the request
             await asyncio.gather(*tasks, return_exceptions=True)
+        done = [r.end - r.start for r in self.requests if r.end is not None and not r.error and r.times]
+        if done:
+            self.lifetime_s = percentile(done, 50)
         return self.requests, t0, t1
 
     async def _watch(self) -> None:
@@ -476,7 +485,9 @@ class _Load:
             await asyncio.sleep(WATCH_S)
         return self.died
 
-    async def _worker(self) -> None:
+    async def _worker(self, first: float = 0.0) -> None:
+        if (wait := first - self.clock()) > 0:  # its phase; after that, each request the moment the last one ends
+            await asyncio.sleep(wait / getattr(self.clock, "time_scale", 1.0))  # clock units -> real s
         while self.running and not self.abort_reason:
             try:
                 request, prompt_len = await self._request()
@@ -1073,6 +1084,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--exact-lengths", action="store_true", help="count prompt tokens with the server's /tokenize")
     p.add_argument("--reset-prefix-cache", action="store_true", help="POST /reset_prefix_cache before each window")
     p.add_argument("--goodput", nargs="+", default=[], help="SLOs, e.g. --goodput ttft:500 tpot:50 (milliseconds)")
+    p.add_argument("--stagger", action="store_true", help="closed loop: start the clients a lifetime / c apart")
     p.add_argument("--json", action="store_true", help="also put every full result into the summary line")
     return p
 
@@ -1093,6 +1105,7 @@ def make_shape(
     exact_lengths: bool = False,
     reset_prefix_cache: bool = False,
     goodput: Sequence[str] = (),
+    stagger: bool = False,
 ) -> Shape:
     """The Shape of the [load] settings (the CLI's flags and spark_bench's options are the same names).
     Raises prompts.DatasetError (a missing or malformed dataset file) or slo.SloError before any load."""
@@ -1114,6 +1127,7 @@ def make_shape(
         exact_lengths=exact_lengths,
         reset_prefix_cache=reset_prefix_cache,
         slos=tuple(slo.parse(goodput).items()),
+        stagger=stagger,
     )
 
 
@@ -1136,6 +1150,7 @@ def main(argv: list[str] | None = None) -> int:
             exact_lengths=args.exact_lengths,
             reset_prefix_cache=args.reset_prefix_cache,
             goodput=args.goodput,
+            stagger=args.stagger,
         )
     except (prompts.DatasetError, slo.SloError) as exc:
         parser.error(str(exc))
