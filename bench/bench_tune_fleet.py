@@ -43,9 +43,12 @@ def answer(sweep_dir: Path) -> str:
     return "; ".join(r.winner or "cannot rank" for r in recs) or "nothing measured"
 
 
-def timed(args: list[str]) -> tuple[float, int, str]:
+def timed(args: list[str], log: Path | None = None) -> tuple[float, int, str]:
+    """Run the CLI; its whole output goes to `log` (kept with KEEP=1: where each step's wall went)."""
     start = time.monotonic()
     proc = subprocess.run([*CLI, *args], cwd=REPO, capture_output=True, text=True)
+    if log is not None:
+        log.write_text(proc.stdout + proc.stderr)
     return time.monotonic() - start, proc.returncode, (proc.stdout + proc.stderr)[-800:]
 
 
@@ -61,6 +64,7 @@ def main() -> int:
     args = ap.parse_args()
     counts = [int(n) for n in args.hosts.split(",")]
     root = Path(tempfile.mkdtemp(prefix="bench-tune-fleet-"))
+    print(f"work folder: {root} (kept with KEEP=1: each run's log and results)", flush=True)
     fleet = start_fleet(root / "fleet", count=max(counts))
     cleanup = None if args.root_only or max(counts) < 2 else login_as_user(fleet, [h.name for h in fleet.hosts[1:]])
     rows = []
@@ -75,9 +79,12 @@ def main() -> int:
                 common = ["-i", str(inventory), "--limit", limit, "--duration", str(args.duration), "--no-progress"]
                 name = Path(spec).stem
                 sweep_out, tune_out = root / f"sweep-{name}-{n}", root / f"tune-{name}-{n}"
-                s_wall, s_rc, s_tail = timed(["sweep", spec, *common, "--results", str(sweep_out)])
+                s_wall, s_rc, s_tail = timed(
+                    ["sweep", spec, *common, "--results", str(sweep_out)], root / f"sweep-{name}-{n}.log"
+                )
                 t_wall, t_rc, t_tail = timed(
-                    ["tune", spec, *common, "--results", str(tune_out), "--budget", args.budget]
+                    ["tune", spec, *common, "--results", str(tune_out), "--budget", args.budget],
+                    root / f"tune-{name}-{n}.log",
                 )
                 sweep_name = load_spec(spec).name  # the results root also holds hosts.json, .fleet/...
                 a_sweep, a_tune = answer(sweep_out / sweep_name), answer(tune_out / sweep_name)

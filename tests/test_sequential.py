@@ -110,22 +110,39 @@ def test_a_backend_beaten_beyond_the_margin_is_stopped_and_skipped_elsewhere():
     plan = seq.plan_next(NV + UNS, measured, S)
     assert [s.cell_id for s in plan.stopped] == ["nvb"]
     assert "lost to nv marlin at every measured level" in plan.stopped[0].reason
-    # the group's survivor is its answer (the command comes from it): every level, as the sweep measures it
-    assert [(s.cell_id, s.stage, s.concurrency, s.repeats) for s in plan.steps] == [("nvm", "full", (2, 4, 8), 2)]
+    # the group's survivor is its answer (the command comes from it): every level, as the sweep measures it; the
+    # screen has taught what it teaches, so the other groups start in the same step (uns b12x skipped: uns marlin
+    # is left alone, its group's answer, measured once at every level)
+    steps = [(s.cell_id, s.stage, s.concurrency, s.repeats) for s in plan.steps]
+    assert steps == [("nvm", "full", (2, 4, 8), 2), ("unm", "once", LEVELS, 2)]
+    assert [s.cell_id for s in plan.skipped] == ["unb"]
     measured["nvm"] = cell("nvm", "marlin", {1: [60.0, 61.0], 2: [110.0, 112.0], 4: [200.0, 204.0],
                                              8: [350.0, 355.0], 16: [560.0, 565.0]})  # fmt: skip
     fast = [cand("fam", "fast", "marlin"), cand("fab", "fast", "b12x")]
     plan = seq.plan_next(NV + UNS + fast, measured, S)
     skipped = {s.cell_id: s.reason for s in plan.skipped}
     assert list(skipped) == ["unb", "fab"] and "lost to" in skipped["unb"]
-    # uns marlin has no rival left, but it answers the checkpoint question: once, on the spec's schedule; such lone
-    # cells teach no other group anything, so they share one step
+    # such lone cells teach no other group anything, so they share one step
     steps = [(s.cell_id, s.stage, s.concurrency, s.repeats) for s in plan.steps]
-    assert steps == [("unm", "more", LEVELS, 3), ("fam", "more", LEVELS, 3)]
+    assert steps == [("unm", "once", LEVELS, 2), ("fam", "once", LEVELS, 2)]
     for cid in ("unm", "fam"):
         measured[cid] = cell(cid, "marlin", {lvl: [100.0, 101.0, 102.0] for lvl in LEVELS})
     plan = seq.plan_next(NV + UNS + fast, measured, S)
     assert plan.done and [s.cell_id for s in plan.skipped] == ["unb", "fab"]
+
+
+def test_a_group_of_one_config_never_waits_and_takes_one_step():
+    """A group with nothing to compare within it (one backend: speculative=mtp beside marlin's off) is measured in
+    the first step, every level at --min-repeats windows: a screen of it would decide nothing."""
+    mtp = [cand("nvx", "nv-mtp", "marlin")]
+    plan = seq.plan_next(NV + mtp + UNS, {}, S)
+    steps = [(s.cell_id, s.stage, s.concurrency, s.repeats) for s in plan.steps]
+    assert steps == [("nvm", "screen", (1, 16), 2), ("nvb", "screen", (1, 16), 2), ("nvx", "once", LEVELS, 2)]
+
+
+def test_few_levels_are_screened_at_once():
+    assert seq.screen_levels((1, 4)) == (1, 4) and seq.screen_levels((1, 4, 16)) == (1, 4, 16)
+    assert seq.screen_levels(LEVELS) == (1, 16)
 
 
 def test_close_rivals_get_every_level_then_more_windows_then_stay_open():
@@ -191,12 +208,13 @@ def test_a_step_the_budget_cannot_fit_is_listed_not_run(tmp_path):
 
     c = make_cell()
     outcome = tune.TuneOutcome(tmp_path / "none")
-    cost = tune.step_cost_s(c, seq.Step(c.id, seq.SCREEN, seq.screen_levels(c.config.concurrency), 2), 0.0)
+    # one config: nothing to compare, so its one step is every level
+    cost = tune.step_cost_s(c, seq.Step(c.id, seq.ONCE, tuple(c.config.concurrency), S.min_repeats), 0.0)
     placed = tune.place({"spark-a": [c]})
     chosen = tune._choose(placed, tmp_path / "none", S, cost - 1, 0.0, outcome)
     assert chosen == {"spark-a": []} and len(outcome.budget_left) == 1 and not outcome.settled
     chosen = tune._choose(placed, tmp_path / "none", S, cost + 1, 0.0, outcome)
-    assert [x.config.repeats for x in chosen["spark-a"]] == [2] and chosen["spark-a"][0].id == c.id
+    assert [x.config.repeats for x in chosen["spark-a"]] == [S.min_repeats] and chosen["spark-a"][0].id == c.id
 
 
 # ---------------------------------------------------------------- server starts (planned by tune up to --max-starts)
@@ -263,3 +281,27 @@ def test_a_close_pair_gets_its_second_starts_before_more_windows_and_they_merge_
     wide = seq.plan_next(NV_STARTS, both, replace(S, margin=0.001))  # no margin to speak of: a tie as before
     assert wide.done and wide.tied and not wide.open_points, wide
     assert not any("on 1 server start" in p for p in wide.tied), wide.tied  # each start counted: merged
+
+
+def starts_upto(n: int) -> list[seq.Candidate]:
+    return NV + [start_of(c, f"{c.cell_id}{k}", k) for k in range(2, n + 1) for c in NV]
+
+
+def test_an_open_pair_on_two_starts_gets_the_starts_its_price_names_or_says_what_it_would_need():
+    """Two starts each, a 3% gap inside 6% between-start noise: open. Within --max-starts and the budget, the starts
+    verdicts.price names run in one step (interleaved: A3 B3 A4 B4 ...); beyond them, tune stops and says which."""
+    two = {
+        "nvm": started(cell("nvm", "marlin", {c: [103.0, 104.0] for c in LEVELS}), 1, "t1"),
+        "nvb": started(cell("nvb", "b12x", {c: [104.0, 103.5] for c in LEVELS}), 1, "t2"),
+        "nvm2": started(cell("nvm2", "marlin", {c: [112.0, 111.0] for c in LEVELS}), 2, "t3"),
+        "nvb2": started(cell("nvb2", "b12x", {c: [101.0, 102.0] for c in LEVELS}), 2, "t4"),
+    }
+    capped = seq.plan_next(starts_upto(2), two, S)
+    assert capped.done and any("needs" in p and "--max-starts allows 2" in p for p in capped.tied), capped
+    wide = replace(S, max_starts=20)
+    plan = seq.plan_next(starts_upto(20), two, wide)
+    starts = [s for s in plan.steps if s.stage == seq.START]
+    assert starts and len(starts) % 2 == 0 and starts[0].cell_id in ("nvm3", "nvb3"), plan
+    assert {s.cell_id for s in starts[:2]} == {"nvm3", "nvb3"}  # start 3 of both before start 4 of either
+    poor = seq.plan_next(starts_upto(20), two, wide, afford=1)  # the budget fits one more start each
+    assert poor.done and any("the budget allows 3" in p for p in poor.tied), poor

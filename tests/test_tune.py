@@ -39,7 +39,7 @@ max_model_len = 8192
 max_num_seqs = 8
 [matrix]
 moe_backend = ["marlin", "flashinfer_b12x"]
-concurrency = [1, 2, 4]
+concurrency = [1, 2, 4, 8]
 duration_s = {duration}
 warmup = 1
 repeats = 3
@@ -76,21 +76,24 @@ def test_tune_screens_stops_the_loser_and_skips_what_cannot_matter(tmp_path, sim
     }
     assert sorted(cells) == [("nv", "flashinfer_b12x"), ("nv", "marlin"), ("uns", "marlin")], proc.stderr[-4000:]
     screened = cells[("nv", "flashinfer_b12x")]  # the screen: lowest and highest level, two windows each
-    assert screened["config"]["concurrency"] == [1, 4] and screened["config"]["repeats"] == 2, proc.stderr[-4000:]
-    assert sorted((r["concurrency"], r["repeat"]) for r in screened["runs"]) == [(1, 1), (1, 2), (4, 1), (4, 2)]
+    assert screened["config"]["concurrency"] == [1, 8] and screened["config"]["repeats"] == 2, proc.stderr[-4000:]
+    assert sorted((r["concurrency"], r["repeat"]) for r in screened["runs"]) == [(1, 1), (1, 2), (8, 1), (8, 2)]
     # the winner gets the levels the screen left out (its command is measured at every level)
-    assert sorted({r["concurrency"] for r in cells[("nv", "marlin")]["runs"]}) == [1, 2, 4]
-    # uns marlin has no rival left, but it is uns's answer on the checkpoint question: the spec's whole schedule
+    assert sorted({r["concurrency"] for r in cells[("nv", "marlin")]["runs"]}) == [1, 2, 4, 8]
+    # uns marlin has no rival left, but it is uns's answer on the checkpoint question: every level, in the same
+    # step as nv marlin's full one (the screen taught what it teaches), --min-repeats windows
     lone = cells[("uns", "marlin")]
     assert sorted((r["concurrency"], r["repeat"]) for r in lone["runs"]) == [
-        (lv, k) for lv in (1, 2, 4) for k in (1, 2, 3)
+        (lv, k) for lv in (1, 2, 4, 8) for k in (1, 2)
     ]
+    ats = {s["label"]: s["at"] for s in results.read_toml(out / "tuned" / "tune.toml")["steps"]}
+    assert len(set(ats.values())) == 2, ats  # two rounds: the screen, then the full step and the lone cell
     record = results.read_toml(out / "tuned" / "tune.toml")
     assert [s["label"] for s in record["stopped"]] == ["nv flashinfer_b12x"]
     skipped = {s["label"]: s["reason"] for s in record["skipped"]}
     assert set(skipped) == {"uns flashinfer_b12x"}
     assert "lost to nv marlin at every measured level" in skipped["uns flashinfer_b12x"]
-    assert record["open_points"] == [] and record["settings"]["looks"] == 3
+    assert record["open_points"] == [] and record["settings"]["looks"] == 4
     report = (out / "tuned" / "report.md").read_text()
     assert "**Run marlin" in report, report
     assert "stopped nv flashinfer_b12x" in proc.stderr and "skipped uns flashinfer_b12x" in proc.stderr

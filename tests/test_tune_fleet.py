@@ -100,7 +100,7 @@ def test_tune_on_three_hosts_answers_as_the_sweep_with_each_comparison_on_one_ho
     homes: dict[str, set[str]] = {}
     refs = []
     for c in cells:
-        if c["config"]["concurrency"] == [4]:  # the reference cell: the base's configuration at the top level
+        if c["config"]["concurrency"] == [8]:  # the reference cell: the base's configuration at the top level
             refs.append(c["host"])
         else:
             homes.setdefault(c["config"]["checkpoint"], set()).add(c["host"])

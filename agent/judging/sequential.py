@@ -2,31 +2,36 @@
 Pure functions over cell dicts (agent.results.tree.load_cells), like stats.py: no I/O, no host.
 
 A *point* is one (cell, concurrency). Each group of cells that differ only in backend (stats.pairing_key) is tuned
-on its own, in three steps per cell, each a fresh run of that cell that replaces the previous one:
+on its own, in these steps per cell, each a fresh run of that cell that replaces the previous one:
 
-1. **screen**: the lowest and highest concurrency, `min_repeats` windows. A cell dominated by the group's leader at
-   every screened level, settled and by at least `carry_margin`, cannot matter and stops here. A backend that lost
-   that way in one group is skipped in the groups not yet started ("cannot change the recommendation").
-2. **full**: the concurrency levels the screen left out, `min_repeats` windows, for the cells still in the
-   running (the screen's windows are kept: together they cover every level of the spec).
-3. **start**: another independent server start of the leader and of each rival still within RESOLVE_MARGIN of it
-   or still open (planning/matrix.nth_start: its own cell, run in the same round, so the starts interleave), while
-   either has fewer than two starts (the report's winner rule), or while a point is open and the between-start
-   variance outweighs what more windows could remove; at most `max_starts` starts a config. It comes before more
-   windows: under the margin the report needs two starts whatever the windows say.
-4. **more**: the cells with a point still open against the leader get `max_repeats` windows, once.
+1. **screen**: the lowest and highest concurrency (every level when there are SCREEN_ALL or fewer), `min_repeats`
+   windows. A cell dominated by the group's leader at every screened level, settled and by at least
+   `carry_margin`, cannot matter and stops here. A backend that lost that way in one group is skipped in the groups
+   not yet started ("cannot change the recommendation").
+2. **full**: the concurrency levels the screen left out, `min_repeats` windows, for the cells still in the running
+   (the screen's windows are kept: together they cover every level of the spec); in the same step, a **start**
+   (another independent server start, planning/matrix.nth_start: its own cell, so the starts interleave) of the
+   leader and of each rival within RESOLVE_MARGIN of it or still open, on fewer than two starts (the report's
+   winner rule). A pair that is close only once every level is in gets its second start in the next step.
+3. **priced starts**: a pair still open on two starts each gets the starts per side verdicts.price names, all in one
+   step and once, when `max_starts` and the budget (`afford`) allow them; otherwise it stops and says what it would
+   need ("undecided: needs N starts each, the budget allows M").
+4. **more**: with one start only (`max_starts` 1), a cell with a point still open gets `max_repeats` windows, once.
+
+The first group that compares backends is screened alone (what it stops is skipped elsewhere); once its screen is
+measured every other group is planned in the same step. A group of one config never waits.
 
 A point still open when nothing is left to measure is a *tie* when tune's limits reach the spec's own schedule
 (`--max-starts` and `--max-repeats` at least its server_starts and repeats: the sweep would measure no more, and
 its report leaves it undecided too, with the starts that would decide it), and *undecided* when the limits were set
 below it. A point whose start means lie within the spec's equivalence margin (stats.EQUIVALENT) is settled.
 
-A group whose rivals were all skipped keeps its one cell: it is that group's answer on the other axes (checkpoint,
-speculative...), so it is measured once on the spec's schedule (every level, `max_repeats` windows), never skipped.
+A group whose rivals were all skipped, or of one config, is that group's answer on the other axes (checkpoint,
+speculative...): measured once at every level, `min_repeats` windows, never skipped.
 
 Sequential testing: a point is *settled* only when the report's own rule (stats.rank_pair: ranges that don't
 overlap, or a bootstrap CI on the ratio) orders it AND a one-sided two-sample t-test on log throughput rejects equality
-at alpha / (2 * LOOKS), its variance pooled over both cells' measured levels. Every point is tested at most LOOKS = 3 times (one per step), so by Bonferroni the chance of
+at alpha / (2 * LOOKS), its variance pooled over both cells' measured levels. Every point is tested at most LOOKS = 4 times (screen; full with its second start; a late second start or more windows; the priced starts, once), so by Bonferroni the chance of
 settling any given pair of equal backends wrongly is at most alpha = 1 - confidence over all looks, whatever the
 looks' dependence (the guarantee assumes roughly log-normal window noise; the t-test, not the ranges rule, carries it).
 """
@@ -43,11 +48,13 @@ from agent.judging import nested, stats, verdicts
 from agent.judging.student import t_sf
 from agent.judging.summary import CellSummary, cell_verdict, merge_starts, starts_of, summarize_cell
 
-LOOKS = 3  # screen, full, more: the most tests a point ever gets (Bonferroni divides alpha by this)
+LOOKS = 4  # screen, full (+ a second start), a late second start or more windows, the priced starts: the most
+# tests a point ever gets (Bonferroni divides alpha by this)
 SCREEN = "screen"
 FULL = "full"
 MORE = "more"
 START = "start"
+ONCE = "once"  # a group of one config: every level, once
 
 
 @dataclass(frozen=True)
@@ -156,7 +163,7 @@ class Step:
     """Run cell `cell_id` now at these levels with this many measured windows."""
 
     cell_id: str
-    stage: str  # screen | full | more
+    stage: str  # screen | full | start | more | once
     concurrency: tuple[int, ...]
     repeats: int
 
@@ -198,30 +205,53 @@ class Candidate:
     start: int = 1  # its server start (planning/matrix.nth_start); starts above 1 run only as START steps
 
 
+SCREEN_ALL = 3  # at this many levels or fewer the screen is every level: a full step would add one level a round
+
+
 def screen_levels(levels: Sequence[int]) -> tuple[int, ...]:
+    """The lowest and highest level; every level when there are few (screen and full merged: one round less)."""
+    if len(set(levels)) <= SCREEN_ALL:
+        return tuple(sorted(set(levels)))
     return tuple(sorted({min(levels), max(levels)}))
 
 
-def plan_next(candidates: Sequence[Candidate], measured: dict[str, dict[str, Any]], s: TuneSettings) -> Plan:
-    """The steps to take now, from what is measured (cell id -> cell dict of load_cells). Groups are taken in
-    order (the first group teaches which backends are out); within a group every cell of one stage runs before
-    the next stage. Invalid and failed cells are measured once and never again (they cannot rank)."""
+def plan_next(
+    candidates: Sequence[Candidate],
+    measured: dict[str, dict[str, Any]],
+    s: TuneSettings,
+    afford: int | None = None,
+) -> Plan:
+    """The steps to take now, from what is measured (cell id -> cell dict of load_cells). `afford`: how many more
+    server starts per config the budget fits (None: no budget). The first group that compares backends is
+    screened alone (it teaches which backends are out); once its screen is measured, every other group is planned
+    in the same step, skipping what the groups screened so far stopped. A group of one config (nothing to compare
+    within it) never waits. Invalid and failed cells are measured once and never again (they cannot rank)."""
     plan = Plan()
     out: dict[str, str] = {}  # backend -> why it is out (lost beyond the margin in an earlier group)
     groups: dict[str, list[Candidate]] = {}
     for c in candidates:
         groups.setdefault(c.group, []).append(c)
+    teacher: bool | None = None  # the first comparing group: None before it, then whether its screen is measured
     for members in groups.values():
-        if not _plan_group(members, measured, s, out, plan):
-            break  # one group at a time: what this group teaches decides the next one
+        firsts = [c for c in members if c.start == 1]
+        comparing = len({c.backend for c in firsts}) >= 2
+        if comparing and teacher is False and not any(c.cell_id in measured for c in firsts):
+            continue  # waits for the first comparing group's screen: what it stops is skipped here
+        screened = _plan_group(members, measured, s, out, plan, afford)
+        if comparing and teacher is None:
+            teacher = screened
     return plan
 
 
 def _plan_group(
-    members: list[Candidate], measured: dict[str, dict[str, Any]], s: TuneSettings, out: dict[str, str], plan: Plan
+    members: list[Candidate],
+    measured: dict[str, dict[str, Any]],
+    s: TuneSettings,
+    out: dict[str, str],
+    plan: Plan,
+    afford: int | None = None,
 ) -> bool:
-    """Plan one group's next steps; True when the next group may be planned in the same step: this one is done, or
-    its only step is a lone cell's (which teaches no other group anything), so such cells share one step."""
+    """Plan one group's next steps; True once its screen is measured (what it teaches other groups is known)."""
     later = {(c.backend, c.start): c for c in members if c.start > 1}
     members = [c for c in members if c.start == 1]
     started = any(c.cell_id in measured for c in members)
@@ -232,10 +262,12 @@ def _plan_group(
         else:
             live.append(c)
     rivals = {c.backend for c in live}
-    if len(rivals) < 2 and not started and len(live) < len(members):
-        # Its rivals are out: nothing to screen, but the cell is its group's answer on the other axes (checkpoint,
-        # speculative...), compared with the other groups' survivors: measured once on the spec's schedule.
-        plan.steps += [Step(c.cell_id, MORE, c.concurrency, s.max_repeats) for c in live]
+    if len(rivals) < 2 and not started:
+        # Nothing to compare within the group (one config, or its rivals are out): the cell is its group's answer
+        # on the other axes (checkpoint, speculative...), compared with the other groups' survivors: measured once
+        # at every level, --min-repeats windows, in one step (a screen would decide nothing; the report judges the
+        # other axes on these windows, as on any first look).
+        plan.steps += [Step(c.cell_id, ONCE, c.concurrency, s.min_repeats) for c in live]
         return True
     todo = [c for c in live if c.cell_id not in measured]
     if todo:
@@ -254,37 +286,46 @@ def _plan_group(
             survivors.append(c)
     if not survivors:
         return True
+    # Another start where one is due: under the margin the report needs two starts whatever the windows say. It
+    # runs in the same step as the full one (the screen's levels already show a close pair), at every level.
     need_full = [c for c in survivors if set(c.concurrency) - set(summaries[c.cell_id].points)]
-    if need_full:  # only the levels not measured yet: the screen's windows stay (Step.keep)
-        plan.steps += [
-            Step(c.cell_id, FULL, tuple(sorted(set(c.concurrency) - set(summaries[c.cell_id].points))), s.min_repeats)
-            for c in need_full
-        ]
-        return False
-    if len(survivors) < 2:
-        return True
-    opened = [c for c in survivors if verdicts[c.cell_id]["open"]]
-    # Another start first where one is due: under the margin the report needs two starts whatever the windows
-    # say, and a new start's windows count where more windows of the first would replace it (a step restarts).
-    restart = _needs_start(survivors, summaries, verdicts) if later else []  # none planned: windows only
-    steps = [
+    restart = _needs_start(survivors, summaries, verdicts, bool(need_full)) if later and len(survivors) > 1 else []
+    starts = [
         Step(nxt.cell_id, START, c.concurrency, s.min_repeats)
         for c in restart
         if (nxt := later.get((c.backend, _starts(summaries[c.cell_id]) + 1))) is not None
         and nxt.cell_id not in measured
     ]
-    if steps:
-        plan.steps += steps
-        return False
+    if need_full:  # only the levels not measured yet: the screen's windows stay (Step.keep)
+        plan.steps += [
+            Step(c.cell_id, FULL, tuple(sorted(set(c.concurrency) - set(summaries[c.cell_id].points))), s.min_repeats)
+            for c in need_full
+        ]
+        plan.steps += starts
+        return True
+    if len(survivors) < 2:
+        return True
+    if starts:
+        plan.steps += starts
+        return True
+    opened = [c for c in survivors if verdicts[c.cell_id]["open"]]
+    # With two starts each the answer is more starts or none: the price (verdicts.price) says how many would
+    # decide the pair; they run in one step, once, when --max-starts and the budget allow them, else it stops.
+    left = plan.tied if s.max_starts >= s.sweep_starts and s.max_repeats >= s.sweep_repeats else plan.open_points
+    priced = _priced_starts(survivors, summaries, verdicts, later, measured, s, afford, left)
+    if priced:
+        plan.steps += priced
+        return True
     more = [
-        c for c in opened if _repeats(summaries[c.cell_id]) < s.max_repeats and not _start_bound(summaries[c.cell_id])
+        c
+        for c in opened
+        if _repeats(summaries[c.cell_id]) < s.max_repeats and _starts(summaries[c.cell_id]) < nested.MIN_STARTS
     ]
     if more:
         plan.steps += [Step(c.cell_id, MORE, c.concurrency, s.max_repeats) for c in more]
-        return False
+        return True
     # Nothing left to measure within the limits: a tie when the limits reach the spec's own schedule (the sweep
     # would measure no more, and its report says cannot rank), else undecided (the limits were set below it).
-    left = plan.tied if s.max_starts >= s.sweep_starts and s.max_repeats >= s.sweep_repeats else plan.open_points
     for c in restart:
         left.append(
             f"{c.label}: within {stats.RESOLVE_MARGIN:.0%} of the leader or open, on "
@@ -293,6 +334,77 @@ def _plan_group(
     for c in opened:
         left += [f"{c.label} @ c={lvl}: {why}" for lvl, why in verdicts[c.cell_id]["open"]]
     return True
+
+
+def _priced_starts(
+    survivors: list[Candidate],
+    summaries: dict[str, CellSummary],
+    verdicts_: dict[str, dict[str, Any]],
+    later: dict[tuple[str, int], Candidate],
+    measured: dict[str, dict[str, Any]],
+    s: TuneSettings,
+    afford: int | None,
+    left: list[str],
+) -> list[Step]:
+    """Open pairs on two starts or more each: the starts per side that would decide them (verdicts.price at the
+    pair's between-start noise). Planned, all in one step, when the pair is on exactly MIN_STARTS starts (once:
+    the looks stay capped) and --max-starts and the budget allow them; otherwise the pair stops here and `left`
+    says why: "undecided: needs N starts each, the budget allows M"."""
+    leader = _leader(survivors, summaries)
+    if leader is None:
+        return []
+    steps: list[Step] = []
+    seen: set[str] = set()
+    for c in survivors:
+        if c is leader or not verdicts_[c.cell_id]["open"]:
+            continue
+        pair = (leader, c)
+        have = min(_starts(summaries[x.cell_id]) for x in pair)
+        if have < nested.MIN_STARTS:
+            continue
+        price = pair_price(summaries[leader.cell_id], summaries[c.cell_id], s)
+        if price is None:
+            continue
+        allows = s.max_starts if afford is None else min(s.max_starts, have + max(afford, 0))
+        why = "--max-starts" if afford is None or s.max_starts <= have + afford else "the budget"
+        if price.need is None:
+            left.append(
+                f"{leader.label} vs {c.label}: undecided: not decidable within {verdicts.MAX_STARTS} starts each "
+                f"(between-start noise {price.noise or 0.0:.1%}, detectable at {have} starts: {price.mde:.0%})"
+            )
+            continue
+        if price.need <= have:
+            continue  # the price says these starts decide it: the report's rule on the start means answers
+        if price.need > allows or have > nested.MIN_STARTS:
+            left.append(
+                f"{leader.label} vs {c.label}: undecided: needs {price.need} starts each, {why} allows {allows} "
+                f"(detectable at {have} starts: {price.mde:.0%})"
+            )
+            continue
+        for k in range(have + 1, price.need + 1):
+            for x in pair:
+                nxt = later.get((x.backend, k))
+                if nxt is not None and nxt.cell_id not in measured and nxt.cell_id not in seen:
+                    seen.add(nxt.cell_id)
+                    steps.append(Step(nxt.cell_id, START, x.concurrency, s.min_repeats))
+    start_of = {c.cell_id: c.start for c in later.values()}
+    return sorted(steps, key=lambda st: start_of[st.cell_id])  # A3 B3 A4 B4: the starts interleave in time
+
+
+def pair_price(a: CellSummary, b: CellSummary, s: TuneSettings) -> verdicts.Price | None:
+    """The price of deciding a against b (verdicts.price): their median ratio over the shared levels, on the
+    between-start noise pooled over both cells' points started twice; None when no level is shared."""
+    levels = [lvl for lvl in a.points if lvl in b.points and a.points[lvl].values and b.points[lvl].values]
+    if not levels:
+        return None
+    ratio = statistics.median(
+        statistics.median(a.points[lvl].values) / statistics.median(b.points[lvl].values) for lvl in levels
+    )
+    points = [p.noise for sm in (a, b) for p in sm.points.values() if len(p.starts) >= nested.MIN_STARTS]
+    floor = nested.pooled(points) if points else None
+    per_start = floor.windows / max(floor.starts, 1) if floor else 1.0
+    starts = min(len(starts_of(a.cell)), len(starts_of(b.cell)))
+    return verdicts.price(ratio, starts, verdicts.start_sd(floor, per_start), s.margin)
 
 
 def open_against_leader(
@@ -319,44 +431,48 @@ def _starts(summary: CellSummary) -> int:
     return len(starts_of(summary.cell))
 
 
-def _start_bound(summary: CellSummary) -> bool:
-    """Does the between-start variance outweigh what more windows could remove (its known estimate above the
-    windows' share of a start mean)? Then the answer is another start, not more windows."""
-    points = [p.noise for p in summary.points.values() if len(p.starts) >= nested.MIN_STARTS]
-    if not points:
-        return False
-    floor = nested.pooled(points)
-    per_start = floor.windows / max(floor.starts, 1)
-    return floor.between is not None and floor.between > (floor.within or 0.0) / per_start
+def _leader(survivors: list[Candidate], summaries: dict[str, CellSummary]) -> Candidate | None:
+    """The highest geometric mean of the medians over the levels every survivor measured (None: no such level)."""
+    levels = sorted(set.intersection(*(set(summaries[c.cell_id].points) for c in survivors))) if survivors else []
+    ranked = [c for c in survivors if levels and all(summaries[c.cell_id].points[lvl].values for lvl in levels)]
+    if len(ranked) < 2:
+        return None
+    return max(
+        ranked,
+        key=lambda c: sum(
+            math.log(v) for lvl in levels if (v := statistics.median(summaries[c.cell_id].points[lvl].values)) > 0
+        ),
+    )
 
 
 def _needs_start(
-    survivors: list[Candidate], summaries: dict[str, CellSummary], verdicts: dict[str, dict[str, Any]]
+    survivors: list[Candidate],
+    summaries: dict[str, CellSummary],
+    verdicts_: dict[str, dict[str, Any]],
+    close_only: bool = False,
 ) -> list[Candidate]:
-    """The leader and the rivals that need another server start: within RESOLVE_MARGIN of the leader (the median
-    of the per-level ratios, as the report's margin) on fewer than two starts, or still open where the
-    between-start variance dominates. The leader: the highest geometric mean over the levels all measured."""
+    """The leader and the rivals that need a second server start: within RESOLVE_MARGIN of the leader (the median
+    of the per-level ratios, as the report's margin) or (unless `close_only`: at the screen, where the full step's
+    levels may still settle a wide gap) still open, on fewer than two starts. Starts beyond the second are the
+    price's (_priced_starts)."""
+    leader = _leader(survivors, summaries)
+    if leader is None:
+        return []
     levels = sorted(set.intersection(*(set(summaries[c.cell_id].points) for c in survivors)))
     med = {
         c.cell_id: {lvl: statistics.median(summaries[c.cell_id].points[lvl].values) for lvl in levels}
         for c in survivors
         if all(summaries[c.cell_id].points[lvl].values for lvl in levels)
     }
-    if not levels or len(med) < 2:
-        return []
-    ranked = [c for c in survivors if c.cell_id in med]
-    leader = max(ranked, key=lambda c: sum(math.log(v) for v in med[c.cell_id].values() if v > 0))
     out = []
-    for c in ranked:
-        if c is leader:
+    for c in survivors:
+        if c is leader or c.cell_id not in med:
             continue
         ratio = statistics.median(
             med[leader.cell_id][lvl] / med[c.cell_id][lvl] for lvl in levels if med[c.cell_id][lvl]
         )
         few = min(_starts(summaries[x.cell_id]) for x in (leader, c)) < nested.MIN_STARTS
-        close = ratio < 1 + stats.RESOLVE_MARGIN and few
-        noisy = verdicts[c.cell_id]["open"] and (few or _start_bound(summaries[c.cell_id]))
-        if close or noisy:
+        if few and (ratio < 1 + stats.RESOLVE_MARGIN or (verdicts_[c.cell_id]["open"] and not close_only)):
             out.append(c)
     return [leader, *out] if out else []
 

@@ -222,7 +222,8 @@ def _choose(
                 chosen[host].append(check)
                 costs[host] = costs.get(host, 0.0) + startup
         by_id = {c.id: c for c in share.cells}
-        plan = seq.plan_next([candidate(c) for c in share.cells], mine, settings)
+        afford = _afford(share.cells, settings, budget_s, elapsed_s, startup, outcome.slowdown)
+        plan = seq.plan_next([candidate(c) for c in share.cells], mine, settings, afford)
         outcome.skipped += plan.skipped
         outcome.stopped += plan.stopped
         outcome.open_points += [f"{host}: {p}" for p in plan.open_points]
@@ -248,6 +249,23 @@ def _choose(
         log.warning("budget_exhausted", elapsed_s=round(elapsed_s), next_step_s=round(need), budget_s=budget_s)
         return {h: [] for h in placed}
     return chosen
+
+
+def _afford(
+    cells: list[Cell],
+    settings: seq.TuneSettings,
+    budget_s: float | None,
+    elapsed_s: float,
+    startup: float,
+    slowdown: float,
+) -> int | None:
+    """How many more server starts per config of a pair the budget left fits (a start of each side: every level,
+    --min-repeats windows, as a START step runs), or None without a budget."""
+    if budget_s is None or not cells:
+        return None
+    c = cells[0]
+    one = step_cost_s(c, seq.Step(c.id, seq.START, tuple(c.config.concurrency), settings.min_repeats), startup)
+    return int(max(budget_s - elapsed_s, 0.0) // (2 * one * max(slowdown, 1.0))) if one > 0 else None
 
 
 def _why_open(
