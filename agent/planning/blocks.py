@@ -13,6 +13,14 @@ split), the planner takes the one with the least estimated wall time (windows, l
 start per cell), reference cells included, preferring the coarser split unless a finer one uses more hosts and saves
 more than TIE (fewer comparisons cross hosts). Pure: plans from the cells and the hosts, nothing else, so a re-run
 with the same hosts plans the same.
+
+Hosts that a split plan leaves idle (fewer comparison sets than hosts) measure whole blocks again instead: a replicate
+host runs every cell of one block, with the same cell ids in its own host folder (as `--replicas` does), so it
+compares that block's configs side by side on one machine too (independent server starts of every config), and it
+shares every point of the block with the block's first host (its host effect is measured there: no reference cell).
+Replicates come in whole rounds, one per block, longest block first, so that every comparison set is measured on as
+many hosts as every other. They never lengthen the plan: a replicate host measures one block, and that block's first
+host measures the same block (and perhaps a reference) while it does.
 """
 
 from __future__ import annotations
@@ -20,9 +28,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from agent.judging.stats import axes_of, axis_value
+from agent.judging.stats import axes_of, axis_value, value_label
 from agent.planning.matrix import Cell, cell_id
 
 TIE = 0.10  # a finer split must save more than 10% to be worth its extra hosts and comparisons across them
@@ -45,10 +53,13 @@ class Plan:
     wall_s: float  # the busiest host's estimated seconds
     one_host_s: float  # every cell on one host
     calibration_age: float | None = None  # days: the host effects come from `spark-agent calibrate`, this old
+    # hosts idle otherwise: host -> (the block's first host, the block's full cell ids, in order): it measures them too
+    replicates: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    idle: tuple[str, ...] = ()  # hosts the plan leaves without work (too few for one replicate of every block)
 
     def words(self, cells: Mapping[str, Cell]) -> list[str]:
         """The plan in lines a person reads before the sweep starts."""
-        used = [h for h in self.hosts if self.assignment.get(h)]
+        used = [h for h in self.hosts if self.assignment.get(h) and h not in self.replicates]
         if len(self.hosts) == 1:
             return []
         if not self.spread:
@@ -70,14 +81,45 @@ class Plan:
                 f"(and in full on {self.home}): each host's effect is measured and divided out of every comparison "
                 "that crosses hosts"
             )
+        return lines + self._replicate_words(cells)
+
+    def _replicate_words(self, cells: Mapping[str, Cell]) -> list[str]:
+        """What the hosts a split would leave idle measure instead, and any left idle all the same."""
+        lines = []
+        if self.replicates:
+            parts = []
+            copies: dict[str, int] = {}
+            for host, (first, ids) in self.replicates.items():
+                copies[first] = copies.get(first, 1) + 1  # the first host's is copy 1
+                config = cells[ids[0]].config.to_dict()
+                values = [(a, value_label(config, a)) for a in self.spread]
+                name = values[0][1] if len(values) == 1 else " ".join(f"{a}={v}" for a, v in values)
+                starts = max(cells[cid].config.server_start for cid in ids)
+                again = f"a {_ordinal(copies[first])} start" if starts == 1 else f"{starts} more starts"
+                parts.append(f"{host}: {again} of block {name} ({len(ids)} cells, as on {first})")
+            lines.append(
+                f"plan: {', '.join(self.replicates)}: idle otherwise: {'; '.join(parts)}; each compares its block's "
+                "configs side by side on its own host (independent replicates, its host effect measured on the "
+                f"block's shared points); the wall stays about {self.wall_s / max(self.one_host_s, 1e-9):.2f}x "
+                "the time of one host"
+            )
+        if self.idle:
+            lines.append(
+                f"plan: {', '.join(self.idle)}: idle: too few for one more start of every block (a replicate of "
+                "some blocks only would measure some comparison sets on more hosts than others)"
+            )
         return lines
 
     @property
     def home(self) -> str:
-        """The host that measures the reference configuration in full."""
-        return next((h for h, ids in self.assignment.items() if self.base in ids), "") or next(
-            (h for h, cid in self.references.items() if cid == self.base), ""
-        )
+        """The host that measures the reference configuration in full (never a replicate host: it measures none)."""
+        return next(
+            (h for h, ids in self.assignment.items() if self.base in ids and h not in self.replicates), ""
+        ) or next((h for h, cid in self.references.items() if cid == self.base), "")
+
+
+def _ordinal(n: int) -> str:
+    return {2: "second", 3: "third", 4: "fourth", 5: "fifth"}.get(n, f"{n}th")
 
 
 def reference_cell(cells: Sequence[Cell], minimum: int = 2) -> Cell | None:
@@ -115,10 +157,12 @@ def plan_group(
     done: Mapping[str, set[str]],
     estimate: Mapping[str, float],
     calibrated: Mapping[str, float] | None = None,
+    replicate: bool = True,
 ) -> Plan:
     """The plan of one group: `cells` its planned cells (the same on every host, reference included), `done` cell id
     -> hosts that finished it (resume), `estimate` cell id -> seconds, `calibrated` host -> age in days of its
-    recent calibration (running/calibration.py): when it covers every host, no reference cell is needed."""
+    recent calibration (running/calibration.py): when it covers every host, no reference cell is needed.
+    `replicate`: hosts a split leaves idle measure whole blocks again (False: they stay idle, as before)."""
     full = [c for c in cells if not c.reference_of]
     ref = next((c for c in cells if c.reference_of), None) or reference_cell(full)
     estimate = {cid: s + START_S for cid, s in estimate.items()}  # every cell, a reference too, starts a server
@@ -137,6 +181,12 @@ def plan_group(
     assert best is not None
     wall, _, spread, load = best
     used = [h for h in hosts if load[h]]
+    spare = [h for h in hosts if not load[h]] if len(used) > 1 else []
+    # _place fills every host before any gets a second block: with a host to spare, each used host has one block,
+    # and the used hosts come in placement order (longest block first)
+    rounds = len(spare) // len(used) if replicate and spare else 0
+    replicates = {h: used[i % len(used)] for i, h in enumerate(spare[: rounds * len(used)])}
+    idle = tuple(h for h in spare if h not in replicates)
     base = ""
     references: dict[str, str] = {}
     home = ""
@@ -144,23 +194,48 @@ def plan_group(
         base = ref.reference_of or ref.id
         home = next((h for h in used if any(c.id == base for c in load[h])), used[0])
         references = {h: (base if h == home else ref.id) for h in used}
+    # start k of every cell before any start k+1 (A1 B1 A2 B2); within a start, the base first, longest first
+    order = {
+        h: [c.id for c in sorted(load[h], key=lambda c: (c.config.server_start, c.id != base, -estimate[c.id]))]
+        for h in used
+    }
+    order.update({h: list(order[first]) for h, first in replicates.items()})  # a replicate: its first host's order
+    copies: dict[str, list[str]] = {}  # cell id -> the hosts that measure it, its first host first
+    for h in hosts:
+        for cid in order.get(h, []):
+            copies.setdefault(cid, []).append(h)
     assignment: dict[str, list[str]] = {}
     for h in hosts:
-        # start k of every cell before any start k+1 (A1 B1 A2 B2); within a start, the base first, longest first
-        order = [c.id for c in sorted(load[h], key=lambda c: (c.config.server_start, c.id != base, -estimate[c.id]))]
         mine = references.get(h, "")
-        if mine and h != home:  # the reference first; a one-level base is itself measured again there
-            order.insert(0, mine)
-        assignment[h] = [
-            cid for cid in order if h not in done.get(cid, set()) and (cid == mine or not _elsewhere(cid, h, done))
+        ids = ([mine] if mine and h != home else []) + order.get(h, [])  # the reference first (a one-level base:
+        assignment[h] = [  # the base measured again there)
+            cid for cid in ids if h not in done.get(cid, set()) and (cid == mine or _owed(cid, h, copies, done))
         ]
+    wall = max([wall] + [sum(estimate[cid] for cid in order[h]) for h in replicates])  # (never more: one block)
     age = max((calibrated[h] for h in used), default=0.0) if ref is None and len(used) > 1 and calibrated else None
-    return Plan(tuple(hosts), assignment, spread if len(used) > 1 else (), base, references, wall, one_host, age)
+    return Plan(
+        tuple(hosts),
+        assignment,
+        spread if len(used) > 1 else (),
+        base,
+        references,
+        wall,
+        one_host,
+        age,
+        {h: (first, tuple(order[first])) for h, first in replicates.items()},
+        idle,
+    )
 
 
-def _elsewhere(cid: str, host: str, done: Mapping[str, set[str]]) -> bool:
-    """A full cell finished on another host of the group is measured (once per group)."""
-    return bool(done.get(cid, set()) - {host})
+def _owed(cid: str, host: str, copies: Mapping[str, list[str]], done: Mapping[str, set[str]]) -> bool:
+    """Whether `host` still measures a full cell the plan gives to `copies[cid]` (its first host and its replicates):
+    the cell owes as many copies as the plan gives it less those finished on any host of the group (resume, a lost
+    host's cells measured by another), and they go to the plan's hosts that have not finished it, in order. One
+    copy (no replicate): a cell finished on another host is measured (once per group)."""
+    finished = done.get(cid, set())
+    planned = copies.get(cid, [host])
+    owed = len(planned) - len(finished)
+    return host in [h for h in planned if h not in finished][: max(owed, 0)]
 
 
 def _splits(cells: Sequence[Cell]) -> list[tuple[tuple[str, ...], list[list[Cell]]]]:
