@@ -146,9 +146,9 @@ def write_judgement(data: Judgement, out: Path) -> list[Path]:
     written = []
     for name, png in images.items():
         written.append(_write(out / name, png))
+    written.append(_write(out / VERDICTS_FILE, verdicts_json(data).encode()))
     written.append(_write(out / "report.md", render_markdown(data, images).encode()))
     written.append(_write(out / "report.html", htmlpage.render(data, images).encode()))
-    written.append(_write(out / VERDICTS_FILE, verdicts_json(data).encode()))
     return written
 
 
