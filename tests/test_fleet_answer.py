@@ -57,7 +57,7 @@ def sweep_and_report(fleet, out: Path, limit: str, spec: Path = QUICK, duration:
 
 
 def answer(report: str) -> str:
-    found = re.search(r"\*\*(Run .+?|Cannot rank)\.?\*\*", report)
+    found = re.search(r"\*\*(Run .+?|Undecided|Nothing to compare|Depends on the level)\.?\*\*", report)
     assert found, report[:2000]
     return found.group(1)
 
