@@ -114,7 +114,7 @@ def tune_lines(records: Sequence[dict[str, Any]]) -> list[str]:
         for p in r.get("open_points", []):
             out.append(f"- Undecided: {md(str(p))}")
         for p in r.get("tied", []):
-            out.append(f"- Tied at the spec's schedule (cannot rank): {md(str(p))}")
+            out.append(f"- Tied at the spec's schedule (undecided: the verdict above says its price): {md(str(p))}")
         for b in r.get("budget_left", []):
             out.append(f"- Not run, budget spent: {md(str(b))}")
         if r.get("interrupted"):
