@@ -373,15 +373,16 @@ def _priced_starts(
                 f"(between-start noise {price.noise or 0.0:.1%}, detectable at {have} starts: {price.mde:.0%})"
             )
             continue
-        if price.need <= have:
-            continue  # the price says these starts decide it: the report's rule on the start means answers
-        if price.need > allows or have > nested.MIN_STARTS:
+        # The price pools the noise over every level; a point still open at `have` starts needs one more at least.
+        need = max(price.need, have + 1)
+        least = "at least " if price.need <= have else ""
+        if need > allows or have > nested.MIN_STARTS:
             left.append(
-                f"{leader.label} vs {c.label}: undecided: needs {price.need} starts each, {why} allows {allows} "
+                f"{leader.label} vs {c.label}: undecided: needs {least}{need} starts each, {why} allows {allows} "
                 f"(detectable at {have} starts: {price.mde:.0%})"
             )
             continue
-        for k in range(have + 1, price.need + 1):
+        for k in range(have + 1, need + 1):
             for x in pair:
                 nxt = later.get((x.backend, k))
                 if nxt is not None and nxt.cell_id not in measured and nxt.cell_id not in seen:
