@@ -113,7 +113,7 @@ def test_watch_measures_the_new_digest_and_says_what_changed(tmp_path, docker_in
     assert "CUDA error: unspecified launch failure" in text  # the root cause, from the log
     assert re.search(r"marlin: 0\.[89]\d\dx \\\[0\.\d+, 0\.\d+\\\] over 2 points: \*\*slower\*\*", text), text
     assert "Startup, cold and warm" in text and "Correctness verdicts" in text
-    assert "**Changed.** Now: gb10 (simulated) · nvfp4: nothing to compare" in text  # only marlin is left valid
+    assert "**Changed.** Now: gb10 (simulated) · nvfp4: nothing to compare" in text, text  # only marlin is left valid
     assert "```" in text  # the log lines as evidence
 
     told = webhook[1][-1]

@@ -670,7 +670,7 @@ def _question(
         verdict = _held_back(context, winner or "", versus, held_back)
     else:
         verdict = _decide(context, candidates, ms, same, versus)
-    chosen = verdict.choice if verdict.decided else None
+    chosen = verdict.choice if verdict.decided or verdict.equivalents else None
     if verdict.kind == verdicts.EQUIVALENT and chosen:
         rivals = [o for o in candidates if o not in verdict.equivalents]
         versus = [_loser(o, table.get((chosen, o), [])) for o in rivals]
@@ -736,6 +736,11 @@ def _decide(
     price of deciding it, or nothing to compare."""
     real = [c for c in candidates if c not in same]
     if len(real) < 2:
+        aliases = tuple(a for a, t in same.items() if real and t == real[0])
+        if aliases:  # "auto" loaded the only other value: one choice under two names, the default named
+            return verdicts.Verdict(
+                verdicts.NOTHING, aliases[0], (aliases[0], real[0]), "the default", margin=ctx.margin
+            )
         return verdicts.Verdict(verdicts.NOTHING, real[0] if real else None, margin=ctx.margin)
     table = _score(ms)
     winner = dominant(candidates, ms, same)

@@ -132,6 +132,9 @@ class Verdict:
         """The verdict in one line, with the numbers a person acts on."""
         if self.kind == BY_LEVEL:
             return f"{BY_LEVEL}: " + "; ".join(f"c={c}: {w}" for c, w in self.levels)
+        if self.kind == NOTHING and len(self.equivalents) == 2:
+            alias, target = self.equivalents
+            return f"{NOTHING}: {alias} loads {target}, the same choice; run {alias} ({self.why_choice})"
         if self.kind == NOTHING:
             only = f"{self.choice} is the only valid value measured" if self.choice else "no valid cell"
             return f"{NOTHING}: {only}"
