@@ -24,8 +24,8 @@ from agent.judging import correctness
 from agent.planning.settings import CorrectnessSettings
 from agent.results import tree
 from agent.running import hostdata
-from tests import quiet
 from bench.bench_serve import BenchServe
+from tests import quiet
 from tests.engine.fixtures import BASE_ENV, NGRAM, running_server
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(1200)]  # the shared real sweep is set up inside one test
