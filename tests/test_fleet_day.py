@@ -200,9 +200,7 @@ def test_output_a_person_reads(tmp_path, three, user):
     report = user("report", str(out / "day-output"))
     assert report.returncode == 0, report.stderr[-3000:]
     first = report.stdout.splitlines()[0]
-    assert "nvfp4: " in first and ("run uns-fast" in first or "undecided" in first), (
-        report.stdout
-    )
+    assert "nvfp4: " in first and ("run uns-fast" in first or "undecided" in first), report.stdout
     assert report.stdout.rstrip().endswith("report.html")
 
     docker = yaml.safe_load(Path(inv).read_text())
