@@ -7,6 +7,7 @@ One Python (the one running pytest) keeps CI short; bench/bench_install.py --pyt
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import subprocess
 from pathlib import Path
@@ -86,17 +87,17 @@ def test_a_missing_extra_is_one_line_from_the_wheel(installed, tmp_path):
 
 
 def test_a_sweep_over_ssh_hosts_from_the_wheel(installed, sim_inventory, tmp_path):
-    """The installed controller pushes its packaged playbooks over real SSH (the test hosts, simulated Sparks)."""
+    """The installed controller pushes its packaged playbooks over real SSH (the test hosts, simulated Sparks). A
+    packaged example typed as the README writes it (`examples/quick.toml`, from a folder without one), handed out
+    with --detach: the collect command it prints is pasted as it is and brings the cells back (the record keeps the
+    file that was used, not the path as typed)."""
     bin_dir = installed
-    quick = subprocess.run(
-        [str(bin_dir / "python"), "-c", "from agent.paths import EXAMPLES; print(EXAMPLES / 'quick.toml')"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    args = ["sweep", quick, "-i", str(sim_inventory), "--duration", "1", "--results", "out", "--no-progress"]
-    sweep = spark_agent(bin_dir, tmp_path, *args, "--limit", "spark-a")
-    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    args = ["sweep", "examples/quick.toml", "-i", str(sim_inventory), "--duration", "1", "--results", "out"]
+    handed = spark_agent(bin_dir, tmp_path, *args, "--limit", "spark-a", "--detach")
+    assert handed.returncode == 0, handed.stderr[-3000:]
+    [collect] = [line.split(":", 1)[1] for line in handed.stderr.splitlines() if line.strip().startswith("results:")]
+    collected = spark_agent(bin_dir, tmp_path, *shlex.split(collect)[1:])
+    assert collected.returncode == 0, collected.stderr[-3000:]
     cells = list((tmp_path / "out" / "quick" / "spark-a").glob("*/cell.toml"))
     assert len(cells) == 2
 

@@ -83,7 +83,7 @@ def run(args) -> int:
     if args.duration is not None:
         spec = spec.with_duration(args.duration)
     elif not args.fresh:
-        spec = _same_window(spec, Path(args.spec), Path(args.results))
+        spec = _same_window(spec, spec.path, Path(args.results))
     hosts = load_inventory(args.inventory, args.limit)
     multinode.require_ray(spec, hosts)
     if args.detach:
@@ -99,7 +99,7 @@ def run(args) -> int:
             evict=args.evict,
             progress=Progress(enabled=show),
             replicas=args.replicas,
-            spec_path=Path(args.spec),
+            spec_path=spec.path,  # the file used: a packaged example, not the path as typed
             lost_after=args.lost_after,
         )
     cells = correctness.judged_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
@@ -120,7 +120,7 @@ def _detach(args, spec, hosts) -> int:
     """Hand out and return: each host runs its share under its own runner, whatever happens to this process."""
     state = detach.hand_out(
         spec,
-        Path(args.spec),
+        spec.path,
         Path(args.inventory),
         hosts,
         Path(args.results),
