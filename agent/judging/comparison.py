@@ -69,6 +69,7 @@ class Comparison:
     rank_by: str = "throughput"  # a key of stats.RANK_BY: the metric B/A is judged on
     configs: list[ConfigDiff] = field(default_factory=list)
     same_failure: list[str] = field(default_factory=list)  # INVALID, failed or WRONG OUTPUT alike on both sides
+    slos: list[str] = field(default_factory=list)  # every SLO goodput was counted under, either side; [] = none
 
     @property
     def regressions(self) -> list[ConfigDiff]:
@@ -153,6 +154,7 @@ def compare(
     groups_a, groups_b = _groups(side_a, with_image), _groups(side_b, with_image)
     effects = [_host_effects(side_a, side_b, summary.summarize_cells(calibration, threshold, metric))]
     result = Comparison([], [], [], [], warnings(side_a, side_b), rank_by=rank_by)
+    result.slos = sorted({x for s in side_a + side_b for x in summary.slos(s)})
     matched: list[tuple[str, CellSummary, CellSummary]] = []
     for key in sorted(groups_a.keys() | groups_b.keys(), key=lambda k: _label((groups_a.get(k) or groups_b[k])[0])):
         xs, ys = groups_a.get(key, []), groups_b.get(key, [])

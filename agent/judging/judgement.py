@@ -90,6 +90,7 @@ class Judgement:
     calibration: str = ""  # the calibration whose host effects were used too, in words ("" = none)
     checks_only: tuple[dict[str, Any], ...] = ()  # eager starts that only ran the correctness checks: never ranked
     equivalence: float = verdicts.DEFAULT_MARGIN  # Δ: values within ±Δ of each other are one choice
+    slos: tuple[str, ...] = ()  # every SLO goodput was counted under, in any cell ([load] goodput); () = none set
 
     @property
     def once(self) -> list[CellSummary]:
@@ -138,6 +139,7 @@ def judge(
         jit_dropped=sum(len(p.jit_dropped) for s in summaries for p in s.points.values()),
         lost=tuple(lost),
         tune=tuple(tune),
+        slos=tuple(sorted({x for s in summaries for x in summary.slos(s)})),
         calibration=calibration_words,
         checks_only=tuple(sorted((c for c in cells if is_checks_only(c)), key=_check_order)),
         equivalence=equivalence,
@@ -309,21 +311,21 @@ def unmeasured(summaries: Sequence[CellSummary]) -> list[str]:
     """Plain sentences: each metric left empty (zero or missing in every window, or at some points), why, and the
     window length or SLO that would measure it (judging/measurable.py). [] when everything was measured."""
     cells = [whole_cell(s) for s in distinct_cells(summaries) if s.points]
-    found: dict[tuple[str, str, str], list[str]] = {}  # (where, why, fix) -> the metrics it leaves empty
+    found: dict[tuple[str, str, str, bool], list[str]] = {}  # (where, why, fix, zero) -> the metrics it leaves empty
     for key, words in UNMEASURED:
         if not any(key in r for c in cells for r in c.get("runs", [])):
             continue  # a tree from before the key was recorded: nothing to say about it
         everywhere = measurable.gap(cells, key)
         if everywhere is not None:
-            found.setdefault(("", everywhere.why, everywhere.fix), []).append(words)
+            found.setdefault(("", everywhere.why, everywhere.fix, everywhere.zero), []).append(words)
             continue
         for cell, level, g in measurable.gaps_by_point(cells, key):
             config = cell.get("config", {})
             where = f"{cell.get('host', '?')}/{stats.value_label(config, 'checkpoint')}/{stats.value_label(config, 'backend')} c={level}"
-            found.setdefault((where, g.why, g.fix), []).append(words)
+            found.setdefault((where, g.why, g.fix, g.zero), []).append(words)
     return [
-        f"Not measured{' at ' + where if where else ''}: {_and(metrics)} ({why}); {fix}."
-        for (where, why, fix), metrics in found.items()
+        f"{'Measured 0' if zero else 'Not measured'}{' at ' + where if where else ''}: {_and(metrics)} ({why}); {fix}."
+        for (where, why, fix, zero), metrics in found.items()
     ]
 
 

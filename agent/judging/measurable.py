@@ -30,6 +30,7 @@ class Gap:
     why: str  # "no request finished inside any 3 s window"
     fix: str  # "a request takes about 7.4 s here (...): windows of 15 s or more (--duration 15) would measure it"
     window_s: float = 0.0  # the suggested window length, seconds (0: none to suggest)
+    zero: bool = False  # measured, as 0: requests finished and none met the SLOs (a value, not a gap in the data)
 
     def words(self) -> str:
         what = WORDS.get(self.metric, self.metric)
@@ -109,7 +110,7 @@ def _slos_unmet(cells: Sequence[dict[str, Any]], metric: str) -> Gap:
         if reached
         else "looser SLOs would count requests"
     )
-    return Gap(metric, why, fix)
+    return Gap(metric, why, fix, zero=bool(given))
 
 
 def gaps_by_point(cells: Sequence[dict[str, Any]], metric: str) -> list[tuple[dict[str, Any], int, Gap]]:

@@ -44,6 +44,18 @@ RANK_BY = {
     "goodput": ("request_goodput", "goodput, requests/s that met every SLO"),
 }
 RANK_BY_WORDS = {key: words for key, words in RANK_BY.values()}
+NO_SLO_GOODPUT = "goodput with no SLOs set: finished requests/s, every one counted ([load] goodput sets SLOs)"
+
+
+def rank_words(rank_by: str, slos: Sequence[str]) -> str:
+    """How the report says the metric it ranks on (a --rank-by name or its window key): goodput under no SLO is
+    plain request throughput, and said so."""
+    key = RANK_BY[rank_by][0] if rank_by in RANK_BY else rank_by
+    if key == RANK_BY["goodput"][0] and not slos:
+        return NO_SLO_GOODPUT
+    return RANK_BY_WORDS.get(key, key)
+
+
 LATENCY_METRICS = ("median_ttft_ms", "median_tpot_ms")
 # Config keys that describe the sweep's schedule, not the configuration being measured.
 SCHEDULE_FIELDS = ("concurrency", "warmup", "repeats", "server_start")
@@ -782,7 +794,9 @@ def _by_level(verdict: verdicts.Verdict, levels: dict[int, verdicts.Verdict]) ->
 
 def _level_words(v: verdicts.Verdict) -> str:
     if v.kind == verdicts.FASTER:
-        return f"{v.choice} ({v.ratio:.2f}× over {v.pair[1]})" if v.ratio else str(v.choice)
+        if v.ratio and math.isinf(v.ratio):
+            return f"{v.choice} ({v.pair[1]} measured 0)"
+        return f"{v.choice} ({verdicts.times(v.ratio)} over {v.pair[1]})" if v.ratio else str(v.choice)
     return v.headline()
 
 

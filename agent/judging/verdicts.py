@@ -53,6 +53,24 @@ def inside(ci: tuple[float, float] | None, margin: float) -> bool:
     return abs(math.log(ci[0])) <= limit and abs(math.log(ci[1])) <= limit
 
 
+ZERO = "the other side measured 0"  # a ratio over a zero says nothing: never printed as "inf"
+
+
+def times(r: float | None) -> str:
+    """A ratio as printed: "1.72×"; one over a side that measured 0 (goodput under SLOs nothing met) has no value,
+    and says so."""
+    if r is None or math.isnan(r):
+        return "no ratio"
+    return f"no ratio: {ZERO}" if math.isinf(r) else f"{r:.2f}×"
+
+
+def interval(ci: tuple[float, float] | None) -> str:
+    """ " (1.10–1.30×)", or "" where there is none or a bound is not a number."""
+    if not ci or not all(math.isfinite(x) for x in ci):
+        return ""
+    return f" ({ci[0]:.2f}–{ci[1]:.2f}×)"
+
+
 @dataclass(frozen=True)
 class Price:
     """What deciding a question costs: the detectable effect now and the starts per side that would decide it."""
@@ -139,9 +157,10 @@ class Verdict:
             only = f"{self.choice} is the only valid value measured" if self.choice else "no valid cell"
             return f"{NOTHING}: {only}"
         if self.kind == FASTER:
-            ratio = f", {self.ratio:.2f}× over {self.pair[1]}" if self.ratio and self.pair[1] else ""
-            ci = f" ({self.ci[0]:.2f}–{self.ci[1]:.2f}×)" if self.ci else ""
-            return f"faster: {self.choice}{ratio}{ci}"
+            if self.ratio and self.pair[1] and math.isinf(self.ratio):
+                return f"faster: {self.choice}, where {self.pair[1]} measured 0 (no ratio)"
+            ratio = f", {times(self.ratio)} over {self.pair[1]}" if self.ratio and self.pair[1] else ""
+            return f"faster: {self.choice}{ratio}{interval(self.ci)}"
         if self.kind == EQUIVALENT:
             return (
                 f"equivalent within ±{self.margin:.0%}: any of {', '.join(self.equivalents)}; "
@@ -155,7 +174,9 @@ class Verdict:
         a, b = self.pair
         if self.ratio is None or not a:
             return self.why or "no two values were measured on otherwise identical cells"
-        ci = f" ({self.ci[0]:.2f}–{self.ci[1]:.2f}×)" if self.ci else ""
+        ci = interval(self.ci)
+        if math.isinf(self.ratio):
+            return f"{b} measured 0 where {a} did not" + (f", {self.why}" if self.why else "")
         lead = f"{a} leads {b} by {self.ratio - 1:.1%}" if self.ratio >= 1.0005 else f"{a} and {b} measured alike"
         return f"{lead}{ci}, {self.why}" if self.why else f"{lead}{ci}"
 

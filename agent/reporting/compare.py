@@ -40,7 +40,7 @@ def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> st
             for c in cmp.configs
         ],
         "",
-        f"Ranked by: {md(stats.RANK_BY[cmp.rank_by][1])} (`--rank-by {md(cmp.rank_by)}`).",
+        f"Ranked by: {md(stats.rank_words(cmp.rank_by, cmp.slos))} (`--rank-by {md(cmp.rank_by)}`).",
         "",
     ]
     unit = _unit(cmp.rank_by)
@@ -89,7 +89,7 @@ def _spr(p: Point) -> str:
 def comparison_table(cmp: Comparison) -> Any:
     from rich.table import Table
 
-    title = f"B / A, median {stats.RANK_BY[cmp.rank_by][1]}"
+    title = f"B / A, median {stats.rank_words(cmp.rank_by, cmp.slos)}"
     table = Table(title=rich(title), caption=rich("; ".join(cmp.warnings)) or None)
     for col in ("cell", "c", "A", "B", "B/A", "verdict"):
         table.add_column(col, justify="left" if col in ("cell", "verdict") else "right")

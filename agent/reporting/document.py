@@ -32,7 +32,7 @@ def render_markdown(data: Judgement, plots: Iterable[str] = PLOTS) -> str:
     if data.calibration:
         out += [f"Host effects also measured by {md(data.calibration)}.", ""]
     for rec in data.recommendations:
-        out += verdict_lines(rec) + telemetry_report.recommendation_caveat(rec)
+        out += verdict_lines(rec, data.slos) + telemetry_report.recommendation_caveat(rec)
     out += ["## Problems", ""] + problem_lines(data) + [""]
     out += ["## Provenance", ""] + provenance_lines(data) + [""]
     out += ["## Plots", ""] + [f"![{name}]({name})" for name in plots] + [""]

@@ -247,11 +247,18 @@ def _correctness(a: dict[str, list[dict[str, Any]]], b: dict[str, list[dict[str,
     return items
 
 
+def decisions(j: judgement.Judgement) -> dict[tuple[str, str], str]:
+    """Per (hardware, quant), what to run ("run marlin", "undecided", ...): a change of image changed the answer
+    only where one of these differs."""
+    return {(rec.hardware, rec.quant): judgement.headline(rec)[0] for rec in j.recommendations}
+
+
 def _to_run(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> list[Item]:
     new = judgement.judge(after)
+    old = judgement.judge(before) if before else None
     now = list(new.what_to_run)
-    was = list(judgement.judge(before).what_to_run) if before else []
-    changed = bool(before) and now != was
+    was = list(old.what_to_run) if old else []
+    changed = old is not None and decisions(new) != decisions(old)  # the answers, not their numbers or footnotes
     items = [Item(("**Changed.** " if changed else "") + "Now: " + md("; ".join(now) or "nothing ranked"))]
     if before:
         items.append(Item("Before: " + md("; ".join(was) or "nothing ranked")))

@@ -11,6 +11,7 @@ from agent.hostside.serving import launch_command
 from agent.judging import summary
 from agent.judging.judgement import Provenance
 from agent.judging.summary import CellSummary, Stat
+from agent.judging.verdicts import times
 from agent.planning.matrix import serve_argv
 
 
@@ -45,12 +46,14 @@ def spread_text(st: Stat | None) -> str:
 def ratio_text(r: float) -> str:
     """How much faster the winner is: "2.4×" for big gaps, "+9%" for small ones."""
     if math.isinf(r) or math.isnan(r):
-        return str(r)
+        return times(r)
     return f"{r:.2f}×" if r >= 1.5 else f"{(r - 1) * 100:+.0f}%"
 
 
 def slower_text(r: float) -> str:
     """The loser's side of a winner/loser ratio r: "2.4× slower" or "9% slower" (throughput lost)."""
+    if math.isinf(r):
+        return "measured 0 (no ratio)"
     if r >= 1.5:
         return f"{r:.1f}× slower"
     return f"{(1 - 1 / r) * 100:.0f}% slower" if r > 0 else "n/a"

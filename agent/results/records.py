@@ -66,6 +66,7 @@ class CellRecord:
     startup: StartupBreakdown | dict[str, Any] = field(default_factory=dict)  # [startup]: hostside/startuplog
     nodes: list[RayNodeReport] = field(default_factory=list)  # [[nodes]]: a multi-node cell's nodes (none: 1 node)
     correctness: Correctness | dict[str, Any] = field(default_factory=dict)  # [correctness]: the probe, scored
+    run_started: str = ""  # the start of the sweep run it was measured in (sweep.toml as it landed): the store's key
 
     # the order of cell.toml's keys (TOML writes the tables after the plain keys in any case)
     _ORDER = (
@@ -85,6 +86,7 @@ class CellRecord:
         "runs_collected",
         "started_at",
         "finished_at",
+        "run_started",
         "elapsed_s",
         "notes",
         "config",

@@ -42,6 +42,7 @@ _CONFIG = {
 _CELL: dict[str, Any] = {
     **dict.fromkeys(("cell_id", "sweep", "host", "status", "verdict", "failure_class", "started_at"), str),
     "finished_at": str,
+    "run_started": str,
     "elapsed_s": _NUMBER,
     "verdict_reasons": (list, str),
     "failure_evidence": (list, str),

@@ -64,6 +64,7 @@ def finalize_cell(
             notes, record.nodes = _node_logs(root, cell, dest, staging)
             record.notes += notes
         record = _redacted(record)
+        record.run_started = results.run_start(dest.parent.parent)
         record.notes += hostmemory.learn_version(root, record)  # the next sweep's fingerprint; differing hosts said
         results.atomic_write_toml(dest / results.CELL_FILE, record.to_toml())
     finally:
@@ -81,6 +82,7 @@ def record_bad_host_data(
     dest.mkdir(parents=True, exist_ok=True)
     _clear_previous(dest)
     record = _redacted(_bad_host_data_record(cell, facts, reason, started, finished))
+    record.run_started = results.run_start(dest.parent.parent)
     results.atomic_write_toml(dest / results.CELL_FILE, record.to_toml())
     _index(root, dest)
     return record

@@ -363,7 +363,8 @@ def prepare(
         collect.clear_incoming(results_root, spec.name)
         results.clear_temp_files(results_root, spec.name)
         judge = {"equivalence": spec.equivalence}  # how the report judges it: kept with the run, not the cells
-        results.begin_run(results_root, spec.name, fresh, utc.iso(time.time()), judge)  # the store's run identity
+        # the store's run identity; tune's steps (select) are one run, which tune begins at its first step
+        results.begin_run(results_root, spec.name, fresh and select is None, utc.iso(time.time()), judge)
         todo = {
             h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
             for h, cs in cells.items()

@@ -112,7 +112,8 @@ def run_tune(
                 break  # the plan is done, or the budget cannot fit the next step
 
         def select(cells: dict[str, list[Cell]], chosen: dict[str, list[Cell]] = chosen) -> dict[str, list[Cell]]:
-            if not placed:
+            if not placed:  # the first step, past every check: the tune begins its run of the sweep (the store's key)
+                results.begin_run(results_root, spec.name, True, iso(), None)
                 placed.update(place(cells, calibrated))
                 chosen.update(_choose(placed, sweep_dir, settings, budget_s, time.monotonic() - t0, outcome))
             return {h: chosen.get(h, []) for h in cells}

@@ -63,6 +63,12 @@ class Run:
         sweep_folder = Path(cell_folder).resolve().parent.parent
         return Run(str(sweep_folder.parent), tree.run_start(sweep_folder))
 
+    def of_cell(self, cell: dict[str, Any]) -> Run:
+        """The run the cell was measured in, as it landed (a cell kept from an earlier run of the folder stays
+        that run's); a cell from before the record kept it: the folder's run."""
+        started = cell.get("run_started")
+        return Run(self.root, started) if isinstance(started, str) and started else self
+
 
 def config_key(cell: dict[str, Any]) -> str:
     """The configuration without image and schedule (compare's match key), hashed: history groups on it."""
@@ -85,7 +91,7 @@ def _text(value: Any, limit: int) -> str:
 def ingest_cell(engine: sa.Engine, cell: dict[str, Any], run: Run | None = None) -> str:
     """One cell table as results/tree.load_cell returns it (validated and redacted) → rows, in the sweep run its
     folder belongs to (`run`, else read from the tree). Returns "new", "updated" or "unchanged"."""
-    run = run or (Run.of(Path(str(cell["dir"]))) if cell.get("dir") else Run("", ""))
+    run = (run or (Run.of(Path(str(cell["dir"]))) if cell.get("dir") else Run("", ""))).of_cell(cell)
     for attempt in range(RETRIES):
         try:
             with engine.begin() as conn:

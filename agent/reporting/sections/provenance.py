@@ -27,6 +27,6 @@ def provenance_lines(data: Judgement) -> list[str]:
         f"ratio excludes 1 (seed {data.seed}), and with two or more server starts each on the start means; the "
         f"two are equivalent when the start means' 95% interval lies inside ±{data.equivalence:.0%}; otherwise "
         "the question is undecided, with the starts that would decide it.",
-        f"- Ranked by: {md(stats.RANK_BY[data.rank_by][1])} (`--rank-by {md(data.rank_by)}`, window key "
+        f"- Ranked by: {md(stats.rank_words(data.rank_by, data.slos))} (`--rank-by {md(data.rank_by)}`, window key "
         f"{md_code(stats.RANK_BY[data.rank_by][0])}); each axis is ranked within the other axes held equal.",
     ]

@@ -4,7 +4,9 @@ escaped (escape.md): GPU names and log-derived text come from hosts."""
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Sequence
 
 from agent.escape import md, md_code, md_fence
 from agent.judging import stats, verdicts
@@ -14,14 +16,14 @@ from agent.judging.summary import CellSummary
 from agent.reporting.words import death_text, dropped_env, gap_range_text, ratio_text, serve_command
 
 
-def verdict_lines(rec: Recommendation) -> list[str]:
+def verdict_lines(rec: Recommendation, slos: Sequence[str] = ()) -> list[str]:
     """Markdown lines for one (hardware, quant): what to run (each axis decided) or what deciding would cost; then,
     per question, who is slower and by how much, and which axes it held equal. Every value is escaped
     (escape.md): GPU names and log-derived text come from hosts."""
     lines = [f"### {md(rec.hardware)} · {md(rec.quant)}", ""]
     verdict, reason = headline(rec)
     lines.append(f"**{md(verdict[:1].upper() + verdict[1:])}.** {md(reason)}.")
-    words, key = stats.RANK_BY_WORDS.get(rec.metric, rec.metric), rec.metric
+    words, key = stats.rank_words(rec.metric, slos), rec.metric
     lines += ["", f"Ranked by {md(words)} ({md_code(key)}), each axis within the others held equal."]
     lines += ["", noise_floor_line(rec)]
     if len(rec.questions) == 1:
@@ -107,17 +109,21 @@ def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
         lines += ["", "Quality beside the speed: " + "; ".join(f"{md(v)}: {md(w)}" for v, w in q.quality.items()) + "."]
     if q.verdict.kind == verdicts.FASTER and q.versus:
         runner_up = min(q.versus, key=lambda v: v.ratio_median)
-        lines += [
-            "",
-            f"Margin: {ratio_text(runner_up.ratio_median)} over the runner-up, {md(runner_up.backend)} "
-            f"(median of the per-point ratios; {runner_up.ratio_lo:.2f}× to {runner_up.ratio_hi:.2f}×).",
-        ]
+        if math.isinf(runner_up.ratio_median):
+            lines += ["", f"Margin: none to give: the runner-up, {md(runner_up.backend)}, measured 0 (no ratio)."]
+        else:
+            lines += [
+                "",
+                f"Margin: {ratio_text(runner_up.ratio_median)} over the runner-up, {md(runner_up.backend)} "
+                f"(median of the per-point ratios; {_span(runner_up.ratio_lo, runner_up.ratio_hi)}).",
+            ]
     lines.append("")
     for v in q.versus:
         amount = gap_range_text(v.ratio_lo, v.ratio_hi)
+        if not math.isinf(v.ratio_median):
+            amount += f" (median {md(q.winner)} / {md(v.backend)} = {verdicts.times(v.ratio_median)})"
         lines.append(
-            f"- measured slower: **{md(v.backend)}**, {amount} "
-            f"(median {md(q.winner)} / {md(v.backend)} = {v.ratio_median:.2f}×); beaten at {v.beaten_at}, "
+            f"- measured slower: **{md(v.backend)}**, {amount}; beaten at {v.beaten_at}, "
             + (f"equivalent at {v.equivalent_at}, " if v.equivalent_at else "")
             + f"undecided at {v.cannot_rank_at}, of {len(v.ratios)} points"
         )
@@ -127,6 +133,11 @@ def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
         lines += ["", "Per concurrency:", ""]
         lines += [f"- c={c}: {md(v.words())}" for c, v in q.per_level.items()]
     return lines
+
+
+def _span(lo: float, hi: float) -> str:
+    """ "1.10× to 1.30×", with a bound over a zero said as such."""
+    return f"{verdicts.times(lo)} to {verdicts.times(hi)}"
 
 
 def _not_ranked_failed(s: CellSummary) -> str:
