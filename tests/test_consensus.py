@@ -241,3 +241,70 @@ def test_the_task_gate_holds_each_cell_to_97_percent_of_the_references_accuracy_
     assert summary.cell_verdict(one_off) == "valid"  # 47/48 = 97.9%
     assert summary.cell_verdict(two_off) == summary.WRONG_OUTPUT  # 46/48 = 95.8%
     assert any("task accuracy at c=8 95.8% (46/48)" in r for r in two_off["correctness"]["wrong"])
+
+
+def test_a_twin_is_found_on_the_cells_own_host_only_and_a_replica_of_the_reference_is_not_labelled_it():
+    """Issue 47.3: spark-b's kernel is broken in eager mode too; spark-a's eager copy is clean. The blame must not
+    say "only with CUDA graphs" on the strength of another host's twin, and the side-by-side table labels
+    "reference" the reference's own host only (replicas share the cell id)."""
+    from agent.reporting.correctness import table_lines
+
+    clean = list(range(2000))
+    broken = clean[:1500] + [9] * 500
+    cells = [
+        _long_cell("aaaaaaaaaaaa", "spark-a", [], clean),
+        _long_cell("bbbbbbbbbbbb", "spark-a", ["--enforce-eager"], clean),
+        _long_cell("aaaaaaaaaaaa", "spark-b", [], broken),
+        _long_cell("bbbbbbbbbbbb", "spark-b", ["--enforce-eager"], broken),
+        _long_cell("aaaaaaaaaaaa", "spark-c", [], clean),
+    ]
+    correctness.annotate(cells)
+    for wrong in cells[2:4]:
+        c = wrong["correctness"]
+        assert summary.cell_verdict(wrong) == summary.WRONG_OUTPUT, c
+        assert not any("only with CUDA graphs" in r for r in c["wrong"]), c["wrong"]
+    rows = table_lines(summary.summarize_cells(cells))
+    labelled = [r for r in rows if "| reference |" in r]
+    assert len(labelled) == 1 and "WRONG" not in labelled[0], rows
+
+
+def _probed(cell_id: str, host: str, backend: str, say=None) -> dict:
+    from tests.test_correctness import _cell
+
+    cell = _cell(cell_id, backend, _run(say))
+    cell["host"] = host
+    return cell
+
+
+def _forger(p: dict) -> str:
+    """Every shipped answer right, its own continuations: sane on its own, shared with no honest host."""
+    return p["answer"] if p.get("answer") else " ".join(["the", "forged", "tale", "goes", "on"] * 4)
+
+
+@pytest.mark.attack("correctness: one host, the only one its outputs agree with, is everyone's yardstick")
+def test_one_hosts_word_marks_nothing_wrong_on_another_host():
+    """Issue 48.2: two hosts that disagree (the hostile one with more, self-agreeing cells), and a named reference
+    configuration that runs on the hostile host only: the honest hosts' cells are never WRONG OUTPUT on that one
+    host's word; the judgement says the reference is not independent and keeps the disagreement as advisory."""
+    honest = _probed("a" * 12, "spark-a", "marlin")
+    forged = [_probed(c * 12, "evil", b, _forger) for c, b in (("b", "marlin"), ("c", "triton"), ("d", "cutlass"))]
+    correctness.annotate([honest, *forged])
+    assert summary.cell_verdict(honest) == "valid", honest["correctness"]["wrong"]
+    assert correctness.NOT_INDEPENDENT in honest["correctness"]["consensus"]
+    assert honest["correctness"]["advisory"], honest["correctness"]
+
+    # the spec names the reference; only the hostile host ran that configuration; two honest hosts agree
+    named = {"moe_backend": "triton"}
+    cells = [_probed("e" * 12, "spark-a", "marlin"), _probed("e" * 12, "spark-b", "marlin")]
+    cells.append(_probed("f" * 12, "evil", "triton", _forger))
+    for c in cells:
+        c["correctness"]["reference"] = named
+    correctness.annotate(cells)
+    assert [summary.cell_verdict(c) for c in cells[:2]] == ["valid", "valid"], [c["correctness"] for c in cells]
+    assert "named by the spec" in cells[0]["correctness"]["consensus"]
+    assert correctness.NOT_INDEPENDENT in cells[0]["correctness"]["consensus"]
+    # with three hosts agreeing across two, a forger is still caught (the consensus is independent)
+    third = [_probed("g" * 12, "spark-a", "marlin"), _probed("h" * 12, "spark-b", "triton")]
+    third.append(_probed("i" * 12, "evil", "cutlass", _forger))
+    correctness.annotate(third)
+    assert summary.cell_verdict(third[2]) == summary.WRONG_OUTPUT and not third[2]["correctness"]["advisory"]

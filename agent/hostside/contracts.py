@@ -540,5 +540,6 @@ class Correctness(TypedDict, total=False):
     not_judged: str  # why its outputs are not judged ("dummy weights"; "" = they are): ranked on speed only
     consensus: str  # how the reference was chosen (named, consensus across N hosts, one host, none)
     suspicious: str  # "" | why this cell's outputs are not trusted (a perfect score that agrees with nobody)
+    advisory: list[str]  # disagreements with a reference no other host vouches for: said, never WRONG OUTPUT
     long_paths: list[LongPath]  # the long outputs along each path
     broke_first: str  # the path whose long output degenerated earliest ("" = none did)

@@ -25,6 +25,7 @@ from agent.results import tree
 
 THRESHOLDS = ("min_score", "max_score_drop", "min_agreement", "max_degenerate", "long_min_tokens", "min_task_accuracy")
 PATH_ORDER = ("speculative", "graphs", "batch", "reference")  # a tie in where paths broke: the most specific one
+NOT_INDEPENDENT = "reference not independent"  # its outputs agree with no other host's: advisory elsewhere
 # CUDA graphs off: [correctness] eager_start (a probe-only start) or an extra_args axis gives a cell its eager twin
 DUMMY = "dummy weights"
 
@@ -230,6 +231,10 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
     for group in groups.values():
         ref, choice, pool = reference(group)
         loners = {id(pool[i]) for i in choice.suspicious}
+        vouched = {str(ref.get("host", ""))} | {str(pool[j].get("host", "")) for j in choice.supporters} if ref else set()
+        independent = len(vouched) >= 2  # the reference's outputs are confirmed by another host
+        if ref is not None and not independent and len({str(c.get("host", "")) for c in group}) > 1:
+            choice.how += f"; {NOT_INDEPENDENT} (only {', '.join(sorted(vouched))} vouches for it)"
         for cell in group:
             c = cell["correctness"]
             reasons = own_reasons(c)
@@ -238,26 +243,29 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
             c["reference_host"] = str(ref.get("host", "")) if ref else ""  # replicas share the cell id
             c["consensus"] = choice.how
             c["suspicious"] = ""
+            c["advisory"] = []
             if ref is None or ref is cell:
                 c["agreement"], c["first_divergence"] = (1.0, -1) if ref is cell else (0.0, -1)
             else:
+                # one host's word decides nothing on another host's cells: there, disagreeing is only advisory
+                judged_by = reasons if independent or cell.get("host") == ref.get("host") else c["advisory"]
                 r = ref["correctness"]
                 c["agreement"], c["first_divergence"] = compare(c, r)
                 t = c.get("thresholds", {})
                 if c["agreement"] < float(t.get("min_agreement", 0.6)):
-                    reasons.append(
+                    judged_by.append(
                         f"agreement with the reference ({ref['cell_id']}) {c['agreement']:.0%} below "
                         f"{float(t.get('min_agreement', 0.6)):.0%} (first divergence at word {c['first_divergence']})"
                     )
                 drop = float(r.get("score", 0.0)) - float(c.get("score", 0.0))
                 if drop > float(t.get("max_score_drop", 0.25)) + 1e-9:
-                    reasons.append(
+                    judged_by.append(
                         f"task score {c.get('score', 0.0):.0%}, {drop:.0%} below the reference's "
                         f"{r.get('score', 0.0):.0%} (allowed: {float(t.get('max_score_drop', 0.25)):.0%})"
                     )
                 floor = float(t.get("min_task_accuracy", 0.97)) * float(r.get("batch_score", 0.0))
                 if "batch_score" in c and "batch_score" in r and c["batch_score"] < floor - 1e-9:
-                    reasons.append(
+                    judged_by.append(
                         f"task accuracy at c={c.get('batch_concurrency')} {c['batch_score']:.1%} "
                         f"({c.get('batch_exact')}/{c.get('batch_answered')}), below "
                         f"{float(t.get('min_task_accuracy', 0.97)):.0%} of the reference's {r['batch_score']:.1%}"
@@ -267,7 +275,7 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
                         f"its task score is {c.get('score', 0.0):.0%}, yet it shares none of its open-ended outputs "
                         "with the consensus: not a yardstick"
                     )
-                    reasons.append("agrees with no other cell: " + c["suspicious"])
+                    judged_by.append("agrees with no other cell: " + c["suspicious"])
             c["long_paths"] = _long_paths(cell, ref, group)
             c["broke_first"] = _broke_first(c["long_paths"])
             if reasons:
@@ -317,9 +325,10 @@ def _long_paths(cell: dict[str, Any], ref: dict[str, Any] | None, group: Sequenc
 
 
 def _twin(cell: Mapping[str, Any], group: Sequence[dict[str, Any]], path: str) -> dict[str, Any] | None:
-    """The cell's twin along a path, sane on its own, its own host's first: for a cell with speculative decoding on,
-    the same configuration with it off ("speculative"); for a cell with CUDA graphs (no --enforce-eager), the same
-    configuration eager ("graphs"). None when the cell is not on that path or has no such twin."""
+    """The cell's twin along a path, sane on its own, on the same host: for a cell with speculative decoding on, the
+    same configuration with it off ("speculative"); for a cell with CUDA graphs (no --enforce-eager), the same
+    configuration eager ("graphs"). None when the cell is not on that path or its host has no such twin: another
+    host's clean twin says nothing of this host's kernels (its build, driver or GPU may differ)."""
 
     def switched_on(cfg: Mapping[str, Any]) -> bool:
         return bool(cfg.get("speculative")) if path == "speculative" else EAGER not in (cfg.get("extra_args") or [])
@@ -335,9 +344,9 @@ def _twin(cell: Mapping[str, Any], group: Sequence[dict[str, Any]], path: str) -
     if not switched_on(cfg):
         return None
     same = rest(cfg)
-    for other in sorted(group, key=lambda o: o.get("host") != cell.get("host")):  # its own host's first
+    for other in group:
         ocfg = other.get("config", {})
-        if not switched_on(ocfg) and rest(ocfg) == same and not own_reasons(other["correctness"]):
+        if other.get("host") == cell.get("host") and not switched_on(ocfg) and rest(ocfg) == same and not own_reasons(other["correctness"]):
             return other
     return None
 

@@ -40,8 +40,11 @@ def table_lines(summaries: Sequence[CellSummary]) -> list[str]:
         if not c.get("probed"):
             continue
         ref = c.get("reference_cell", "")
-        agreement = "reference" if ref == s.cell.get("cell_id") else (f"{c['agreement']:.0%}" if ref else "–")
+        is_ref = ref == s.cell.get("cell_id") and c.get("reference_host", "") == s.cell.get("host", "")  # replicas
+        agreement = "reference" if is_ref else (f"{c['agreement']:.0%}" if ref else "–")  # share the cell id
         judged = s.verdict.upper() if s.verdict != "valid" else "valid"
+        if c.get("advisory"):
+            judged += f" (advisory: {'; '.join(c['advisory'])})"
         if correctness.not_judged(s.cell):
             agreement, judged = "–", f"{judged}; {QUALITY_NOT_JUDGED}{correctness.not_judged(s.cell)}"
         first = c.get("first_divergence", -1)
