@@ -18,6 +18,7 @@ DATA = _PACKAGED if (_PACKAGED / "ansible.cfg").is_file() else AGENT.parent
 RULES = AGENT / "rules"  # gpus.toml is hostside/facts.py's DEFAULT_GPU_RULES: hosts read it too
 ENV_RULES = RULES / "env.toml"
 VLLM_ENV_RULES = RULES / "vllm_env.toml"  # the VLLM_* variables each vLLM release reads (lint's unknown-env)
+BACKEND_RULES = RULES / "backends.toml"  # the --moe-backend values vLLM accepts per quant (envrules.moe_backends)
 MULTINODE_RULES = RULES / "multinode.toml"  # each node's env of a multi-node cell (envrules.node_env)
 PLAYBOOKS = DATA / "playbooks"
 ANSIBLE_CFG = DATA / "ansible.cfg"

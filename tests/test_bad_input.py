@@ -242,6 +242,12 @@ SPEC_CASES = [
         "moe_backend = [" + ", ".join(f'"b{i}"' for i in range(65)) + "]",
     ),
     spec_case("backend-space", 'attention_backend = ["auto"]', 'attention_backend = ["flash attn"]'),
+    spec_case(
+        "backend-unknown-to-vllm",
+        'moe_backend = ["marlin", "flashinfer_b12x"]',
+        'moe_backend = ["marlin", "flashinfer_b13x"]',
+        names="did you mean flashinfer_b12x?",
+    ),
     # speculative and extra args
     spec_case("speculative-bad-json", 'speculative = "off"', "speculative = '{not json'"),
     spec_case("speculative-not-object", 'speculative = "off"', "speculative = '[1]'"),
@@ -366,6 +372,7 @@ INVENTORY_CASES = [
     Case("host-name-unicode", lambda w: (w.hosts({"spärk": GOOD_HOST}), w.sweep())[1], "host spärk:"),
     Case("host-name-huge", lambda w: (w.hosts({"h" * 200: GOOD_HOST}), w.sweep())[1], "h" * 80),
     host_case("ansible-port-zero", ansible_port=0),
+    host_case("host-var-typo", names="did you mean spark_runtime?", spark_runtme="process"),
     host_case("ansible-port-too-big", ansible_port=70000),
     host_case("ansible-port-negative", ansible_port=-1),
     host_case("ansible-port-shell", ansible_port="22; rm -rf /"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +38,14 @@ class PointDiff:
 
     @property
     def ratio(self) -> float:
+        """B/A as judged: the medians' ratio on one host; across hosts, with the host effect divided out."""
         return self.ranking.ratio
+
+    @property
+    def medians_ratio(self) -> float:
+        """B/A of the two medians shown (before any host effect); nan where a side has none."""
+        a, b = self.a.ranked, self.b.ranked
+        return b.median / a.median if a and b and a.median else math.nan
 
     @property
     def status(self) -> str:

@@ -231,7 +231,9 @@ def annotate(cells: Iterable[dict[str, Any]]) -> None:
     for group in groups.values():
         ref, choice, pool = reference(group)
         loners = {id(pool[i]) for i in choice.suspicious}
-        vouched = {str(ref.get("host", ""))} | {str(pool[j].get("host", "")) for j in choice.supporters} if ref else set()
+        vouched = (
+            {str(ref.get("host", ""))} | {str(pool[j].get("host", "")) for j in choice.supporters} if ref else set()
+        )
         independent = len(vouched) >= 2  # the reference's outputs are confirmed by another host
         if ref is not None and not independent and len({str(c.get("host", "")) for c in group}) > 1:
             choice.how += f"; {NOT_INDEPENDENT} (only {', '.join(sorted(vouched))} vouches for it)"
@@ -346,7 +348,12 @@ def _twin(cell: Mapping[str, Any], group: Sequence[dict[str, Any]], path: str) -
     same = rest(cfg)
     for other in group:
         ocfg = other.get("config", {})
-        if other.get("host") == cell.get("host") and not switched_on(ocfg) and rest(ocfg) == same and not own_reasons(other["correctness"]):
+        if (
+            other.get("host") == cell.get("host")
+            and not switched_on(ocfg)
+            and rest(ocfg) == same
+            and not own_reasons(other["correctness"])
+        ):
             return other
     return None
 

@@ -7,10 +7,12 @@ set, overridden by the spec, or dropped is recorded with the rule and reason beh
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -18,7 +20,7 @@ from typing import Any, TypedDict
 from agent.errors import UserError
 from agent.hostside import facts as hostfacts
 from agent.hostside.contracts import Facts
-from agent.paths import ENV_RULES, MULTINODE_RULES, VLLM_ENV_RULES
+from agent.paths import BACKEND_RULES, ENV_RULES, MULTINODE_RULES, VLLM_ENV_RULES
 
 
 class EnvProvenance(TypedDict):
@@ -314,3 +316,34 @@ def node_env(values: dict[str, str], transport: str, where: str) -> EnvResult:
             result.env[name] = value
             _record(result, name, value, "set", rule["name"], f"{rule['reason']} (node {where})")
     return result
+
+
+@functools.cache
+def moe_backends(path: Path = BACKEND_RULES) -> dict[str, tuple[str, ...]]:
+    """quant ("fp8", "nvfp4", "unquantized") -> the --moe-backend values vLLM accepts for it (rules/backends.toml)."""
+    with open(path, "rb") as handle:
+        table = tomllib.load(handle)["moe"]
+    return {quant: tuple(values) for quant, values in table.items()}
+
+
+def moe_backend_problem(value: str, quants: Sequence[str], version: Version | None) -> str:
+    """Why vLLM would refuse `--moe-backend value` for every one of these checkpoint quants (a spec's bf16 is
+    "unquantized"), or at the stated version; "" when some quant takes it. Says the nearest known name."""
+    if value == "auto":
+        return ""
+    accepted = moe_backends()
+    asked = [("unquantized" if q == "bf16" else q) for q in quants]
+    known = sorted({v for q in asked for v in accepted.get(q, ())})
+    if not known or value in known:
+        too_new = [
+            e for e in env_rules().get("flag", [])
+            if e.get("name") == "--moe-backend" and e.get("value") == value and version is not None
+            and not in_range(version, e["vllm"])
+        ]  # fmt: skip
+        return f"{too_new[0]['reason']}, and the spec's vllm_version is older" if too_new else ""
+    near = difflib.get_close_matches(value, known, n=1)
+    hint = f"did you mean {near[0]}? " if near else ""
+    return (
+        f"moe_backend {value!r} is not a --moe-backend value vLLM accepts for {'/'.join(sorted(set(quants)))} "
+        f"checkpoints; {hint}known: {', '.join(known)} (or auto)"
+    )

@@ -10,6 +10,7 @@ path on the host are checked here, before any host is touched.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 import math
 import re
@@ -25,7 +26,7 @@ from agent.errors import UserError
 from agent.hostside import raynode, redact
 from agent.hostside.docker import MIRROR_RE
 from agent.paths import AGENT, DEFAULT_INVENTORY, PLAYBOOKS
-from agent.planning import vault
+from agent.planning import roledefaults, vault
 from agent.planning.roledefaults import default_int
 
 RUNTIMES = ("docker", "process")
@@ -196,6 +197,34 @@ def _check_yaml(path: Path, text: str) -> None:
         raise UserError(f"{path}:{line}: not valid YAML: {problem}") from None
 
 
+# Our host variables beyond the role's defaults (playbooks/roles/spark/defaults/main.yml): a name one typo away
+# from one of these is refused with "did you mean" (a misspelled spark_runtime would otherwise surface much later,
+# as a Docker error that never names it).
+EXTRA_HOST_VARS = (
+    "spark_fleet_address", "spark_watch_webhook", "spark_owner", "spark_file_limit", "spark_hub", "spark_hub_endpoint",
+    "spark_hub_token", "spark_hub_download_once", "spark_sim_speed", "spark_sim_startup", "spark_sim_time_scale",
+    "spark_sim_vllm_version", "spark_sim_gpu", "spark_ray_token", "spark_mirror_seeder",
+)  # fmt: skip
+
+
+def known_host_vars() -> frozenset[str]:
+    """Every host variable spark-agent reads: the role's defaults and EXTRA_HOST_VARS."""
+    return roledefaults.names() | frozenset(EXTRA_HOST_VARS)
+
+
+def _check_names(path: Path, host: Host) -> None:
+    known = known_host_vars()
+    for name in host.vars:
+        if not isinstance(name, str) or not name.startswith("spark_") or name in known:
+            continue
+        near = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.85)
+        if near:
+            raise UserError(
+                f"{path}: host {host.name}: unknown variable {_shown(name)}: did you mean {near[0]}? "
+                "(spark-agent reads only the names docs/fleet.md lists)"
+            )
+
+
 def check_host(path: Path, host: Host) -> None:
     """The variables that reach a command line, a path or a port on the host: plain values only."""
     v = host.vars
@@ -224,6 +253,7 @@ def check_host(path: Path, host: Host) -> None:
             raynode.parse_user(str(v["spark_ray_container_user"]))
         except raynode.RayError as exc:
             raise UserError(f"{path}: host {host.name}: {exc}") from None
+    _check_names(path, host)
     runtime = v.get("spark_runtime", "docker")
     if runtime not in RUNTIMES:
         raise bad("spark_runtime", f"must be one of {', '.join(RUNTIMES)}")

@@ -33,3 +33,8 @@ def default_str(name: str) -> str:
     if not isinstance(value, str) or "{{" in value:
         raise ValueError(f"{DEFAULTS_FILE}: {name} is {value!r}, not a plain string")
     return value
+
+
+def names() -> frozenset[str]:
+    """Every variable the role defines a default for."""
+    return frozenset(k for k in _defaults() if isinstance(k, str))

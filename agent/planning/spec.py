@@ -394,7 +394,21 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
         design=design,
         equivalence=float(judge["equivalence"]),
     )
+    _check_moe_backends(path, lines, spec)
     return _with_combinations(path, lines, spec, matrix)
+
+
+def _check_moe_backends(path: Path, lines: _Lines, spec: Spec) -> None:
+    """A backend no checkpoint's quant accepts (a typo: flashinfer_b13x), or one newer than the stated vLLM, is
+    refused here: otherwise it provisions a host and starts a server to fail (rules/backends.toml)."""
+    from agent.planning import envrules
+
+    version = envrules.parse_version(spec.vllm_version) if spec.vllm_version else None
+    quants = sorted({c.quant for c in spec.checkpoints})
+    for value in spec.moe_backends:
+        problem = envrules.moe_backend_problem(value, quants, version)
+        if problem:
+            raise _err(path, lines.of("matrix", "moe_backend"), problem)
 
 
 def _telemetry(path: Path, lines: _Lines, raw: Any) -> TelemetrySettings:

@@ -5,11 +5,12 @@ rich table. Every value from a host or a spec is escaped.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from agent.escape import md, rich
 from agent.judging import regression, stats
-from agent.judging.comparison import IMPROVEMENT, REGRESSION, WITHIN_NOISE, Comparison, compare, match_key
+from agent.judging.comparison import IMPROVEMENT, REGRESSION, WITHIN_NOISE, Comparison, PointDiff, compare, match_key
 from agent.judging.stats import CANNOT_RANK
 from agent.judging.summary import Point
 from agent.reporting.words import num, spread_text
@@ -51,7 +52,7 @@ def render_markdown(cmp: Comparison, name_a: str = "A", name_b: str = "B") -> st
     for d in cmp.diffs:
         lines.append(
             f"| {md(d.label)} | {d.concurrency} | {_med(d.a)} | {_spr(d.a)} | {_med(d.b)} | {_spr(d.b)} "
-            f"| {d.ratio:.3f} | {POINT_WORDS[d.status]} "
+            f"| {_ratio(d)} | {POINT_WORDS[d.status]} "
             f"| {d.ranking.rule} |"
         )
     if cmp.uncompared:
@@ -77,6 +78,14 @@ def _unit(rank_by: str) -> str:
     return "tok/s" if rank_by == "throughput" else f"{rank_by} req/s"
 
 
+def _ratio(d: PointDiff) -> str:
+    """B/A of the medians shown; across hosts, also the judged ratio with the host effect divided out."""
+    shown = f"{d.medians_ratio:.3f}" if math.isfinite(d.medians_ratio) else "–"
+    if d.ranking.across and math.isfinite(d.ratio):
+        return f"{shown} ({d.ratio:.3f} with the host effect divided out)"
+    return shown
+
+
 def _med(p: Point) -> str:
     """The median of the ranked metric (throughput, or goodput with --rank-by goodput)."""
     return num(p.ranked.median, 1 if p.ranked is p.throughput else 2) if p.ranked else "–"
@@ -100,7 +109,7 @@ def comparison_table(cmp: Comparison) -> Any:
             str(d.concurrency),
             f"{_med(d.a)} ({_spr(d.a)})",
             f"{_med(d.b)} ({_spr(d.b)})",
-            f"{d.ratio:.3f}",
+            _ratio(d),
             f"[{colour[d.status]}]{d.status}[/]",
         )
     return table

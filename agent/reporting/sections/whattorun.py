@@ -38,7 +38,7 @@ def verdict_lines(rec: Recommendation, slos: Sequence[str] = ()) -> list[str]:
         what = md(s.checkpoint) + (f", {md(s.variant)}" if s.variant else "")
         lines += [
             "",
-            f"Command ({what}, as measured on {md(s.cell.get('host', '?'))}):",
+            f"Command ({what}, as measured on {md(s.cell.get('host', '?'))}{_excluded(rec, s)}):",
             "",
             *md_fence(serve_command(s.cell), "sh"),
         ]
@@ -133,6 +133,15 @@ def _question_lines(q: stats.Question, *, heading: bool) -> list[str]:
         lines += ["", "Per concurrency:", ""]
         lines += [f"- c={c}: {md(v.words())}" for c, v in q.per_level.items()]
     return lines
+
+
+def _excluded(rec: Recommendation, s: CellSummary) -> str:
+    """Where the only cell of the winning configuration is on a host no ranking crosses to: said, with why (its
+    comparisons were made on that host alone; its speeds are not the fleet's)."""
+    effect = rec.hosts.effects.get(str(s.cell.get("host", "")))
+    if effect is None or not effect.outlier:
+        return ""
+    return f", the only host that measured it, excluded from every cross-host comparison: {md(effect.outlier)}"
 
 
 def _span(lo: float, hi: float) -> str:
