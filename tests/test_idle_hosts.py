@@ -5,6 +5,7 @@ the judging already makes of a replicate block (its host effect, without a refer
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -215,3 +216,11 @@ def test_the_judging_links_a_replicate_host_by_its_block_and_keeps_its_starts_ap
     assert len(backend.matchups) == 12 and all(not m.ranking.across for m in backend.matchups)  # 4 hosts x 3 levels
     assert {p.hosts for p in replicas.replica_points(summaries)} == {("h1", "h3"), ("h2", "h4")}
     assert rec.noise is None  # one start per config per host: the copies are not A/A pairs of one host
+
+
+def test_a_resume_with_nothing_left_says_so_not_spread_over_0_hosts(tmp_path):
+    """Issue 47.7: a resume after `calibrate`, every cell measured: the plan's words name no count of hosts."""
+    cells = _cells(tmp_path)
+    plan = dataclasses.replace(_plan(cells, HOSTS), assignment={h: [] for h in HOSTS}, replicates={})
+    words = plan.words({c.id: c for c in cells})
+    assert words == ["plan: nothing left to measure: every planned cell is in the results tree"], words

@@ -10,7 +10,6 @@ from agent import logs
 from agent.errors import UserError
 from agent.escape import plain as line
 from agent.planning.inventory import load_inventory
-from agent.planning.matrix import Cell
 from agent.running import detach, fleetindex
 
 DEFAULT_RESULTS = Path("results")
@@ -98,14 +97,15 @@ def load(args) -> tuple[Path, detach.FleetState]:
     return root, state
 
 
-def planned_cells(state: detach.FleetState) -> dict[str, Cell]:
-    """cell id -> cell, as handed out (for labels); empty when the spec or inventory cannot be read now."""
+def planned_labels(state: detach.FleetState) -> dict[str, str]:
+    """cell id -> label, as handed out: the record's own (a tune step has no spec file to re-plan from), else the
+    cells re-planned from the spec; empty when neither can be read now (then ids are shown)."""
     try:
         spec = detach.spec_of(state)
         cells = detach.replan(state, spec, load_inventory(state.inventory, ",".join(state.hosts())))
     except UserError:
-        return {}
-    return {c.id: c for cs in cells.values() for c in cs}
+        cells = {}
+    return {c.id: c.label for cs in cells.values() for c in cs} | state.labels
 
 
 def run(args) -> int:
@@ -113,7 +113,7 @@ def run(args) -> int:
     root, state = load(args)
     progress, _ = detach.poll(state, Path(state.inventory))
     detach.save_state(root, state)
-    by_id = planned_cells(state)
+    by_id = planned_labels(state)
     out = sys.stdout
     replicas = state.replicas or "every host (calibrate)"
     print(f"sweep {state.sweep} ({root}): started {state.started}, replicas {replicas}", file=out)
@@ -122,12 +122,12 @@ def run(args) -> int:
     return 0
 
 
-def cell_name(cid: str, by_id: dict[str, Cell]) -> str:
+def cell_name(cid: str, labels: dict[str, str]) -> str:
     """A cell as the progress bar shows it: its label, then its id."""
-    return f"{by_id[cid].label} {cid}" if cid in by_id else cid
+    return f"{labels[cid]} {cid}" if cid in labels else cid
 
 
-def host_line(state: detach.FleetState, root: Path, p: detach.HostProgress, by_id: dict[str, Cell]) -> str:
+def host_line(state: detach.FleetState, root: Path, p: detach.HostProgress, by_id: dict[str, str]) -> str:
     """One line per host: answered or not, runner state, done of assigned, sealed, collected, now, failed, lost."""
     assigned = state.assignment[p.host]
     collected = sum(detach.stored(state, root, p.host, c) for c in assigned)

@@ -62,8 +62,10 @@ class Plan:
         used = [h for h in self.hosts if self.assignment.get(h) and h not in self.replicates]
         if len(self.hosts) == 1:
             return []
+        if not used:  # a resume: every planned cell is measured already (or its host calibrated)
+            return ["plan: nothing left to measure: every planned cell is in the results tree"]
         if not self.spread:
-            return [f"plan: every cell on {used[0] if used else self.hosts[0]}: no split saves time here"]
+            return [f"plan: every cell on {used[0]}: no split saves time here"]
         lines = [
             f"plan: {', '.join(self.spread)} spread over {len(used)} hosts, the other axes compared on one host; "
             f"about {self.wall_s / max(self.one_host_s, 1e-9):.2f}x the time of one host"

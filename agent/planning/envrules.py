@@ -12,7 +12,6 @@ import functools
 import json
 import re
 import tomllib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -326,15 +325,14 @@ def moe_backends(path: Path = BACKEND_RULES) -> dict[str, tuple[str, ...]]:
     return {quant: tuple(values) for quant, values in table.items()}
 
 
-def moe_backend_problem(value: str, quants: Sequence[str], version: Version | None) -> str:
-    """Why vLLM would refuse `--moe-backend value` for every one of these checkpoint quants (a spec's bf16 is
-    "unquantized"), or at the stated version; "" when some quant takes it. Says the nearest known name."""
+def moe_backend_problem(value: str, version: Version | None) -> str:
+    """Why vLLM would refuse `--moe-backend value` whatever the checkpoint (a name it has for no quant: a typo), or
+    at the stated version; "" otherwise. A known name that one quant refuses is a start that fails with its
+    reason (attested), not bad input. Says the nearest known name."""
     if value == "auto":
         return ""
-    accepted = moe_backends()
-    asked = [("unquantized" if q == "bf16" else q) for q in quants]
-    known = sorted({v for q in asked for v in accepted.get(q, ())})
-    if not known or value in known:
+    known = sorted({v for values in moe_backends().values() for v in values})
+    if value in known:
         too_new = [
             e for e in env_rules().get("flag", [])
             if e.get("name") == "--moe-backend" and e.get("value") == value and version is not None
@@ -343,7 +341,4 @@ def moe_backend_problem(value: str, quants: Sequence[str], version: Version | No
         return f"{too_new[0]['reason']}, and the spec's vllm_version is older" if too_new else ""
     near = difflib.get_close_matches(value, known, n=1)
     hint = f"did you mean {near[0]}? " if near else ""
-    return (
-        f"moe_backend {value!r} is not a --moe-backend value vLLM accepts for {'/'.join(sorted(set(quants)))} "
-        f"checkpoints; {hint}known: {', '.join(known)} (or auto)"
-    )
+    return f"moe_backend {value!r} is not a --moe-backend value vLLM knows; {hint}known: {', '.join(known)} (or auto)"

@@ -399,14 +399,12 @@ def _build(path: Path, raw: dict[str, Any], lines: _Lines) -> Spec:
 
 
 def _check_moe_backends(path: Path, lines: _Lines, spec: Spec) -> None:
-    """A backend no checkpoint's quant accepts (a typo: flashinfer_b13x), or one newer than the stated vLLM, is
-    refused here: otherwise it provisions a host and starts a server to fail (rules/backends.toml)."""
+    """A backend vLLM has for no quant (a typo: flashinfer_b13x), or one newer than the stated vLLM, is refused here: otherwise it provisions a host and starts a server to fail (rules/backends.toml)."""
     from agent.planning import envrules
 
     version = envrules.parse_version(spec.vllm_version) if spec.vllm_version else None
-    quants = sorted({c.quant for c in spec.checkpoints})
     for value in spec.moe_backends:
-        problem = envrules.moe_backend_problem(value, quants, version)
+        problem = envrules.moe_backend_problem(value, version)
         if problem:
             raise _err(path, lines.of("matrix", "moe_backend"), problem)
 

@@ -70,6 +70,7 @@ class FleetState:
     # "host/cell" finished before this hand-out and measured again (--fresh, tune's next step): the tree's older
     # result is not this hand-out's, so it is fetched all the same; dropped from here once the new one is stored
     remeasure: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)  # cell id -> its label at hand-out (status shows it)
 
     def hosts(self) -> list[str]:
         return sorted(self.assignment)
@@ -246,6 +247,7 @@ def record_hand_out(
         last_seen=dict.fromkeys(assignment, time.time()),
         handout=secrets.token_hex(6),
         duration_s=spec.duration_s,
+        labels={c.id: c.label for cs in prepared.cells.values() for c in cs},
         remeasure=[
             f"{h}/{cid}"
             for h, ids in assignment.items()
