@@ -263,6 +263,9 @@ def test_a_twin_is_found_on_the_cells_own_host_only_and_a_replica_of_the_referen
         c = wrong["correctness"]
         assert summary.cell_verdict(wrong) == summary.WRONG_OUTPUT, c
         assert not any("only with CUDA graphs" in r for r in c["wrong"]), c["wrong"]
+    from tests import answers_audit
+
+    assert not answers_audit.correctness_blame(cells)
     rows = table_lines(summary.summarize_cells(cells))
     labelled = [r for r in rows if "| reference |" in r]
     assert len(labelled) == 1 and "WRONG" not in labelled[0], rows

@@ -39,6 +39,15 @@ def site(tmp_path_factory) -> Path:
     return tmp / "site"
 
 
+def test_the_index_counts_what_the_store_and_the_tree_hold(site):
+    """answers_audit: "Sweeps (N)" is the store's count of sweep runs, the store holds the tree once, no "inf"."""
+    from tests import answers_audit
+
+    store, root = site.parent / "store.sqlite", site.parent / "results"
+    problems = answers_audit.site_matches_store((site / "index.html").read_text(), store)
+    assert not problems + answers_audit.store_matches_tree(store, root)
+
+
 def test_index_links_watch_pages(site):
     index = (site / "index.html").read_text()
     assert f'href="watch/nv/{WATCH_PAGE}"' in index and (site / "watch" / "nv" / WATCH_PAGE).is_file()

@@ -111,6 +111,17 @@ def test_tune_on_three_hosts_answers_as_the_sweep_with_each_comparison_on_one_ho
     ran = [(s["host"], s["cell_id"], s["repeats"], tuple(s["concurrency"])) for s in record["steps"]]
     assert len(ran) == len(set(ran)), ran  # never the same run twice
     assert "fleet_plan" not in tuned.stderr and tuned.stderr.count("plan_note") <= 1
+    # issue 47: the store holds the tune's tree once (one run, not one per step: the live hook and a later ingest
+    # agree), the summary counts every step's cells, and --no-progress says each step
+    from tests import answers_audit
+
+    store = tmp_path / "t" / "store.sqlite"
+    assert cli("store", "ingest", str(tmp_path / "t"), "--store", f"sqlite:///{store}").returncode == 0
+    assert not answers_audit.store_matches_tree(store, tmp_path / "t")
+    assert answers_audit.tree_counts(tmp_path / "t")["runs"] == 1
+    [total] = [line.split()[1:] for line in tuned.stderr.splitlines() if line.strip().startswith("total ")]
+    assert int(total[0]) == len(cells), tuned.stderr[-3000:]  # planned: every cell of every step, each once
+    assert "tune: step 2:" in tuned.stderr, tuned.stderr[-3000:]
 
 
 def test_sweep_fresh_over_a_finished_sweep_stores_the_new_measurement(tmp_path, three):

@@ -23,7 +23,7 @@ from agent.planning.inventory import load_inventory
 from agent.planning.spec import load_spec
 from agent.reporting.markdown import write_report
 from agent.running.progress import Progress
-from agent.running.tune import TuneOutcome, check_budget, run_tune
+from agent.running.tune import TuneOutcome, all_steps, check_budget, run_tune
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
@@ -104,9 +104,10 @@ def run(args) -> int:
             Progress(enabled=show),
         )  # fmt: skip
     cells = correctness.judged_cells(outcome.sweep_dir) if outcome.sweep_dir.is_dir() else []
-    for rnd in outcome.rounds[-1:]:
-        rnd.judge_outputs(cells)
-        _print_summary(rnd, args.log_format, cells)
+    whole = all_steps(outcome.rounds)  # every step's cells, each once: the tune's summary, not its last step's
+    if whole is not None:
+        whole.judge_outputs(cells)
+        _print_summary(whole, args.log_format, cells)
     short = summary.not_valid(cells)  # the sweep's rule: a failed, invalid or WRONG OUTPUT cell is exit 1
     _print_decisions(outcome, short)
     if outcome.sweep_dir.exists() and not outcome.interrupted:

@@ -421,6 +421,13 @@ def rank_hosts(x: CellSummary, y: CellSummary, c: int, effects: hosteffect.HostE
     ratio = _ratio(a, b)
     if len(a) < MIN_REPEATS or len(b) < MIN_REPEATS:
         return Ranking(CANNOT_RANK, ratio, f"fewer than {MIN_REPEATS} successful repeats", None, across)
+    if min(a) <= 0 or min(b) <= 0:  # a ratio of logs needs values above 0 (goodput under SLOs can be 0)
+        if (min(a) > 0 and max(b) <= 0) or (min(b) > 0 and max(a) <= 0):
+            side = "a" if min(a) > 0 else "b"
+            zero = _host(y) if side == "a" else _host(x)
+            return Ranking(side, ratio, f"across hosts: the side on {zero} measured 0 in every window", None, across)
+        return Ranking(CANNOT_RANK, ratio, "across hosts: a window measured 0, so there is no ratio to adjust", None,
+                       across)  # fmt: skip
     effect, why = effects.across(_host(x), _host(y))
     if effect is None:
         return Ranking(CANNOT_RANK, ratio, f"across hosts, refused: {why}", None, across)

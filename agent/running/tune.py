@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from agent import logs
 from agent.errors import UserError
 from agent.hostside.utc import iso
 from agent.judging import correctness, stats
@@ -32,11 +33,44 @@ from agent.running import calibration
 from agent.running.follow import run_sweep
 from agent.running.progress import Progress
 from agent.running.queue import estimated_seconds
-from agent.running.sweep import SweepOutcome
+from agent.running.sweep import HostOutcome, SweepOutcome
 
 log = structlog.get_logger("spark_agent.tune")
 
 TUNE_FILE = "tune.toml"  # results/<sweep>/tune.toml: what tune decided, written atomically after every step
+
+
+def _say_step(n: int, chosen: dict[str, list[Cell]]) -> None:
+    """One line per step, so a tune without a progress bar is never silent for minutes."""
+    runs = sum(len(cs) for cs in chosen.values())
+    where = ", ".join(f"{h} {len(cs)}" for h, cs in sorted(chosen.items()) if cs)
+    logs.say("tune_step", f"tune: step {n}: {runs} cell run(s) ({where})")
+
+
+def all_steps(rounds: list[SweepOutcome]) -> SweepOutcome | None:
+    """The steps' outcomes as one: each cell once, in the bucket of the last step that ran it (a cell a later step
+    did not run keeps its earlier bucket), so the summary counts the whole tune, not its last step."""
+    if not rounds:
+        return None
+    last = rounds[-1]
+    hosts: dict[str, HostOutcome] = {}
+    for rnd in rounds:
+        for name, o in rnd.hosts.items():
+            merged = hosts.setdefault(name, HostOutcome(host=name))
+            ran = set(o.done) | set(o.lost) | set(o.requeued)
+            for bucket in ("measured", "wrong", "invalid", "failed"):
+                kept = [c for c in getattr(merged, bucket) if c not in ran]
+                setattr(merged, bucket, kept + [c for c in getattr(o, bucket) if c not in kept])
+            for bucket in ("lost", "requeued"):
+                table = {c: w for c, w in getattr(merged, bucket).items() if c not in ran}
+                setattr(merged, bucket, table | getattr(o, bucket))
+            merged.skipped = {c: v for c, v in merged.skipped.items() if c not in ran}
+            for cid, verdict in o.skipped.items():
+                if not merged.accounted(cid):
+                    merged.skipped[cid] = verdict
+            merged.planned = sorted(set(merged.planned) | set(o.planned))
+            merged.error, merged.host_lost = o.error or merged.error, o.host_lost or merged.host_lost
+    return dataclasses.replace(last, hosts=hosts)
 
 
 @dataclass
@@ -119,6 +153,8 @@ def run_tune(
             return {h: chosen.get(h, []) for h in cells}
 
         busy = [h for h in hosts if chosen.get(h.name)] if chosen else hosts
+        if placed:  # the first step says its plan as the sweep does; each later one says what it runs now
+            _say_step(len(outcome.rounds) + 1, chosen)
         began = time.monotonic()
         try:
             rnd = run_sweep(
