@@ -1,6 +1,7 @@
 """spark-agent watch SPEC -i INV --track IMAGE:TAG [--track ...] [--budget 30m]
 
-Each tracked tag is resolved to its digest on the first host of the fleet (as `pin` does). A digest the store has
+Each tracked tag is resolved to its digest on the first host of the fleet (as `pin` does), checked on the controller
+and confirmed by the registry asked from here or by a second host; a disagreement is exit 2, nothing measured. A digest the store has
 not measured for this spec is measured as `tune` measures the spec (within --budget), ingested, compared with the
 last image measured for the spec, and said on one "what changed" page (Markdown and HTML, under
 <results>/watch/<spec>/; `site` links it). No new digest: one line, nothing run.
@@ -18,7 +19,6 @@ import sys
 from pathlib import Path
 
 from agent.commands import flags
-from agent.commands.pin import resolve_on_host
 from agent.commands.sweep import _sigterm_as_interrupt
 from agent.commands.tune import duration
 from agent.errors import UserError
@@ -29,7 +29,7 @@ from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import Spec, load_spec
 from agent.reporting import whatchanged
-from agent.running import timer
+from agent.running import imageref, timer
 from agent.running import watch as watching
 from agent.running.progress import Progress
 from agent.running.tune import check_budget, run_tune
@@ -98,8 +98,9 @@ def run(args) -> int:
 
 
 def _watch(args, spec: Spec, hosts, results: Path, engine, settings: seq.TuneSettings, url: str) -> int:
-    host = hosts[0].name  # every tag is resolved before anything is measured: a bad one is exit 2, nothing swept
-    tracked = [watching.Tracked(tag, resolve_on_host(tag, host, args.inventory)) for tag in args.track]
+    # every tag is resolved, checked and confirmed before anything is measured: a bad one is exit 2, nothing swept
+    names = [h.name for h in hosts]
+    tracked = [watching.Tracked(tag, imageref.resolve(tag, names[0], names[1:], args.inventory)) for tag in args.track]
     known = {digest for digest, _, _ in watching.measured_images(engine, spec)}
     new = list({t.digest: t for t in tracked if t.digest not in known}.values())
     if not new:

@@ -1,9 +1,9 @@
 """`spark-agent watch`: each tracked tag resolved on a host of the fleet; a digest new to the store measured as `tune`
 measures a spec, ingested, compared with the last image measured for the spec, and said on one page.
 
-Nothing here measures, compares or writes a report of its own: the tag is resolved by `pin`'s playbook
-(commands/pin.resolve_on_host), the measurement is running/tune.run_tune, the store is agent/store, the comparison is
-reporting/whatchanged.py (compare's regression rule inside). What this module adds is the order, the names and the
+Nothing here measures, compares or writes a report of its own: the tag is resolved by `pin`'s playbook, checked and
+confirmed by a second source (running/imageref.resolve), the measurement is running/tune.run_tune, the store is
+agent/store, the comparison is reporting/whatchanged.py (compare's regression rule inside). What this module adds is the order, the names and the
 state: a watched digest's sweep is `<spec name>-<digest, 12 hex>`, so its cells never mix with another image's, and
 "the last image measured for this spec" is the newest digest among the store's sweeps of that spec.
 """
