@@ -15,6 +15,7 @@ serves a model the agent did not start (never evicted): the next tick tries agai
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -53,18 +54,20 @@ def register(sub) -> None:
     p.add_argument("--max-repeats", type=int, help="windows per point at most (default: the spec's repeats)")
     p.add_argument("--store", default=None, metavar="URL", help="the results store (default: as `store`)")
     p.add_argument("--install-timer", type=duration, metavar="EVERY", help="schedule this watch, e.g. 6h, and exit")
-    p.add_argument("--remove-timer", action="store_true", help="remove this spec's scheduled watch and exit")
+    p.add_argument("--remove-timer", action="store_true",
+                   help="remove this spec's scheduled watch (either kind) and exit")  # fmt: skip
     p.add_argument("--timer-kind", choices=["auto", "systemd", "cron"], default="auto",
-                   help="systemd user timer or crontab line (default: systemd where it runs)")  # fmt: skip
+                   help="--install-timer writes a systemd user timer or a crontab line (default: systemd where it runs)")  # fmt: skip
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.install_timer:  # before anything reads them: a newline in one would be a crontab job or a unit directive
+        timer.check_argv([*_scheduled_argv(args), *(["--store", args.store] if args.store else [])], Path.cwd())
     spec = load_spec(args.spec)
     watching.check_spec(spec)
-    kind = args.timer_kind if args.timer_kind != "auto" else ("systemd" if timer.has_systemd() else "cron")
-    if args.remove_timer:
-        for line in timer.remove(spec.name, kind):
+    if args.remove_timer:  # whichever kind was installed: the unit files, the crontab line, the store's file
+        for line in timer.remove(spec.name):
             print(line)
         return 0
     if not args.track:
@@ -79,9 +82,11 @@ def run(args) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     url = watching.webhook_url(hosts[0].vars)
     if args.install_timer:
-        if args.store:
-            db.resolve_url(args.store)  # remembers its password: the crontab line is printed without it
-        for line in timer.install(spec.name, _scheduled_argv(args), Path.cwd(), args.install_timer, kind):
+        kind = args.timer_kind if args.timer_kind != "auto" else ("systemd" if timer.has_systemd() else "cron")
+        store = args.store or os.environ.get(db.ENV_URL, "")
+        if store:
+            db.resolve_url(store)  # remembers its password: nothing printed shows it
+        for line in timer.install(spec.name, _scheduled_argv(args), Path.cwd(), args.install_timer, kind, store):
             print(redact.redact_text(line))
         return 0
     results = Path(args.results)
@@ -151,7 +156,7 @@ def _watch(args, spec: Spec, hosts, results: Path, engine, settings: seq.TuneSet
 
 
 def _scheduled_argv(args) -> list[str]:
-    """The same watch, with absolute paths, as the timer runs it."""
+    """The same watch, with absolute paths, as the timer runs it: never the store URL (timer.write_credentials)."""
     import shutil
 
     exe = shutil.which("spark-agent")
@@ -167,8 +172,6 @@ def _scheduled_argv(args) -> list[str]:
     argv += ["--min-repeats", str(args.min_repeats)]
     if args.max_repeats is not None:
         argv += ["--max-repeats", str(args.max_repeats)]
-    if args.store:
-        argv += ["--store", args.store]
     from agent.planning import vault
 
     if vault.password_file():

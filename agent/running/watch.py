@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -93,8 +94,14 @@ def check_spec(spec: Spec) -> None:
 def lock(results_root: Path) -> Iterator[None]:
     """flock on <results>/.watch.lock: a second watch (a timer tick while one still runs) is refused, not queued."""
     results_root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(results_root / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    path = results_root / LOCK
+    try:  # never through a link: its target would be truncated
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be the watch's lock ({exc.strerror}); remove it and run again") from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserError(f"{path}: not a plain file, so not the watch's lock; remove it and run again")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
