@@ -119,7 +119,7 @@ def crontab(tmp_path, monkeypatch) -> Path:
 
 
 def test_without_systemd_a_crontab_line_is_added_and_removed_its_password_in_a_0600_file(setup, crontab, capsys):
-    argv, tmp_path = setup
+    argv, _ = setup
     cron = [*argv, "--install-timer", "6h", "--timer-kind", "cron", "--store", STORE]
     assert main(cron) == 0
     assert main(cron) == 0  # again: replaced, not doubled
