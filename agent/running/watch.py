@@ -33,12 +33,13 @@ from agent.hostside.utc import iso
 from agent.planning.spec import Spec
 from agent.reporting import whatchanged
 from agent.reporting.htmlpage import markdown_to_html, page
-from agent.store import select
+from agent.store import readback, select
 from agent.store.schema import cells, sweeps
 
 PAGES = "watch"  # <results>/watch/<spec>/<stamp>-<digest12>.md|.html: the "what changed" pages (site links them)
 LOCK = ".watch.lock"  # <results>/.watch.lock: one watch at a time per results folder
 WEBHOOK_VAR = "spark_watch_webhook"  # an inventory variable (ansible-vault welcome): where the summary goes
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 BUSY_WORDS = ("we did not start it", "host is in use by")  # a host's refusal (hostside/supervise.HostBusy)
 
 
@@ -132,12 +133,19 @@ def measured_images(engine: sa.Engine, spec: Spec) -> list[tuple[str, str, list[
     )
     pattern = _sweeps_of(spec)
     found: dict[str, tuple[str, str, list[str]]] = {}
-    with engine.connect() as conn:
-        rows = sorted((r for r in conn.execute(q) if pattern.fullmatch(r[2]) and r[0]), key=lambda r: str(r[3]))
+    with engine.connect() as conn, readback.reading("cells"):
+        rows = sorted((r for r in conn.execute(q) if _named(r[2], pattern) and r[0]), key=lambda r: str(r[3]))
     for digest, image, sweep, _ in rows:
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):  # it selects cells and names pages
+            raise readback.bad("cells", "?", f"image_digest {plain(repr(digest))[:40]} is not sha256:<64 hex>")
+        readback.text("cells", digest, "image", image)  # shown on the page
         old = found.pop(digest, (digest, image, []))
         found[digest] = (digest, image, [*old[2], sweep])  # re-inserted: ordered by its newest start
     return list(found.values())
+
+
+def _named(name: Any, pattern: re.Pattern[str]) -> bool:
+    return isinstance(name, str) and len(name) <= 256 and pattern.fullmatch(name) is not None
 
 
 def cells_of(engine: sa.Engine, digest: str, sweep_names: Sequence[str]) -> list[dict[str, Any]]:
