@@ -34,7 +34,7 @@ def setup(tmp_path, monkeypatch) -> tuple[list[str], Path]:
     return argv + ["--results", str(tmp_path / "results")], tmp_path
 
 
-def test_install_timer_writes_a_systemd_user_timer_and_remove_takes_it_away(setup, capsys):
+def test_install_timer_writes_a_systemd_user_timer_and_remove_takes_it_away(setup, crontab, capsys):
     argv, tmp_path = setup
     assert main([*argv, "--install-timer", "6h", "--timer-kind", "systemd", "--budget", "2h"]) == 0
     units = tmp_path / "config" / "systemd" / "user"
