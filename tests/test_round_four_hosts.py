@@ -1,7 +1,7 @@
 """Issue 48, the attacks that need hosts (real sshd test hosts, real Ansible, a real docker-registry): a host that
 answers an older digest of the tracked repository, one that answers something that is no digest (terminal escapes
 and all), and two hosts that disagree where the controller cannot ask the registry. Each is exit 2 before any host
-pulls the image; an honest host confirmed by the registry pins as before.
+pulls the image.
 
 The hosts' docker is a shell script on their PATH (spark_environment) that answers `pull` and `image inspect` as a
 compromised host's docker would: the spark_image module on the host runs unchanged and reports what it was told."""
@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tomllib
 import urllib.request
 from pathlib import Path
 
@@ -131,10 +130,7 @@ def test_a_host_never_chooses_the_fleets_image(ssh_fleet, registry, tmp_path, ca
     assert "not name@sha256:<64 hex>" in _one_error(capsys.readouterr().err)
     assert spec.read_text() == SPEC
 
-    answers["spark-a"].write_text(json.dumps([f"{repo}@{new}"]))  # honest: confirmed by the registry
-    assert main(pin) == 0
-    assert tomllib.loads(spec.read_text())["image"]["ref"] == f"{repo}@{new}"
-    capsys.readouterr()
+    # (an honest host confirmed by the registry: test_pin_docker.py, on a real dockerd)
 
     # The controller cannot ask this registry (nothing listens there): the second host is the second source.
     elsewhere = f"127.0.0.1:{free_port()}/vllm-sim"
