@@ -31,6 +31,11 @@ def plain(value: object) -> str:
     return _CONTROL.sub(" ", str(value))
 
 
+def has_control(text: str) -> bool:
+    """Does the text hold a character plain() would replace (a newline, an escape, an invisible one)?"""
+    return _CONTROL.search(text) is not None
+
+
 def md(value: object) -> str:
     """Text inside a Markdown line (a paragraph, list item, table cell or heading): shows as itself."""
     text = _MD_UNDERSCORE.sub(r"\\_", _MD_PUNCT.sub(r"\\\1", plain(value)))

@@ -308,14 +308,16 @@ _SECRET_PRODUCTIONS = {  # production -> heads (the words the name ends in), eac
     "a credential plural": [
         [q, plural] for q in ("API", "ACCESS", "SESSION", "PERSONAL") for plural in ("TOKENS", "KEYS")
     ],
+    "a webhook": [["WEBHOOK"], ["WEBHOOKS"], ["WEBHOOK", "URL"], ["HOOK", "URL"], ["SLACK", "WEBHOOK", "URI"]],
 }
 _SHOWN_PRODUCTIONS = {
     "a model token or lookup key": [[q, "TOKEN"] for q in ("PER", "FIRST", "EOS", "PROMPT")]
     + [[q, "KEY"] for q in ("SORT", "CACHE", "HOST")],
     "a count of tokens": [[q, "TOKENS"] for q in ("MAX", "PROMPT", "NUM", "SPEC", "CLIENT", "TOTAL", "OUTPUT")]
     + [["SORT", "KEYS"], ["MAX", "NUM", "BATCHED", "TOKENS"]],
-    "a location": [["TOKEN", "PATH"], ["PASSWORD", "FILE"], ["CREDS", "DIR"]],
-    "no secret word": [["KEY", "SIZE"], ["PATH"], ["AUTHOR"], ["CREDIT", "LIMIT"], ["BYPASS"], ["TOKENS"]],
+    "a location": [["TOKEN", "PATH"], ["PASSWORD", "FILE"], ["CREDS", "DIR"], ["WEBHOOK", "FILE"]],
+    "no secret word": [["KEY", "SIZE"], ["PATH"], ["AUTHOR"], ["CREDIT", "LIMIT"], ["BYPASS"], ["TOKENS"]]
+    + [["WEBHOOK", "TIMEOUT"], ["BASE", "URL"], ["HOOKS"]],
 }
 
 
@@ -323,7 +325,10 @@ _SHOWN_PRODUCTIONS = {
 @pytest.mark.parametrize("production", sorted(_SECRET_PRODUCTIONS))
 def test_the_grammar_makes_every_secret_production_secret(production):
     names = _names(_SECRET_PRODUCTIONS[production])
-    assert {"AWS_CREDS", "HF_TOKEN_2", "GITHUB_PAT", "API_TOKENS"} & set(names) or production == "a secret part"
+    assert {"AWS_CREDS", "HF_TOKEN_2", "GITHUB_PAT", "API_TOKENS"} & set(names) or production in (
+        "a secret part",
+        "a webhook",
+    )
     missed = [n for n in names if not redact.is_secret_name(n)]
     assert not missed, missed[:10]
     for name in names:
@@ -336,3 +341,28 @@ def test_the_grammar_leaves_names_that_hold_no_secret(production):
     names = _names(_SHOWN_PRODUCTIONS[production])
     shown = [n for n in names if redact.is_secret_name(n)]
     assert not shown, shown[:10]
+
+
+# Webhook URLs whose path is the token (issue 48): the providers' documented shapes, tokens made up here.
+WEBHOOKS = [
+    ("https://hooks.slack.com/services/", "T0123ABCD/B0456EFGH/abcdefghijklmnopqrstuvwx"),
+    ("https://hooks.slack.com/workflows/", "T0123ABCD/A0456/789/abcdefghijklmnop"),
+    ("https://discord.com/api/webhooks/", "123456789012345678/AbCdEf-GhIjKlMnOp_qrstuv"),
+    ("https://discordapp.com/api/webhooks/", "123456789012345678/AbCdEf-GhIjKlMnOp_qrstuv"),
+    ("https://contoso.webhook.office.com/webhookb2/", "1111-2222@3333-4444/IncomingWebhook/abcd1234/5678"),
+    ("https://hooks.zapier.com/hooks/catch/", "123456/abcdef/"),
+    ("https://chat.example.org/hooks/", "xq3n8kzrpb8f7m1dmgd4oyie1e"),
+]
+
+
+@pytest.mark.attack("redaction: a Slack/Discord/Teams/Zapier/Mattermost webhook URL in a log or a message")
+@pytest.mark.parametrize(("root", "token"), WEBHOOKS)
+def test_a_webhook_urls_token_path_is_masked_and_its_host_kept(root, token):
+    shown = redact.redact_text(f"webhook said 404 for {root}{token} (retrying)")
+    assert token not in shown and token.strip("/").split("/")[-1] not in shown.replace(redact.MARKER, "")
+    assert f"{root}{redact.MARKER} (retrying)" in shown
+
+
+def test_hooks_that_are_no_webhook_stay():
+    for text in ("the /hooks/ folder", "git hooks/pre-commit", ".git/hooks/post-merge is a script"):
+        assert redact.redact_text(text) == text

@@ -1,7 +1,9 @@
 """`spark-agent pin IMAGE:TAG --host H`: resolve a tag to its digest on a host and print (or write) it.
 
 The host itself pulls the tag (the spark_image module, state=resolved), so the digest is the one that
-host's registry access really yields, multi-arch manifests included.
+host's registry access really yields, multi-arch manifests included. Its answer is checked on the controller and
+confirmed by the registry asked from here, or by another host of the inventory (running/imageref.py): a host
+that answers another repository's digest, an older one, or something that is no digest is exit 2, nothing written.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from pathlib import Path
 from agent.errors import UserError
 from agent.hostside import atomic
 from agent.paths import DEFAULT_INVENTORY
-from agent.running import playbooks as fleet
-from agent.running import tasks
+from agent.planning.inventory import load_inventory
+from agent.running import imageref
 
 
 def register(subparsers) -> None:
@@ -32,7 +34,8 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     check_input(args.tag, args.host, args.inventory, args.write)
-    pinned = resolve_on_host(args.tag, args.host, args.inventory)
+    others = [h.name for h in load_inventory(args.inventory) if h.name != args.host]
+    pinned = imageref.resolve(args.tag, args.host, others, args.inventory)
     if args.write:
         write_image_ref(Path(args.write), pinned)
         print(f'{args.write}: [image] ref = "{pinned}"')
@@ -44,7 +47,6 @@ def run(args) -> int:
 def check_input(tag: str, host: str, inventory: str, write: str | None) -> None:
     """Everything but the pull, before any host is touched: the tag's form, the host, the spec to write."""
     from agent.hostside.docker import is_tag
-    from agent.planning.inventory import load_inventory
     from agent.planning.spec import SPEC_MAX_BYTES, read_text_file
 
     if not is_tag(tag):
@@ -58,24 +60,6 @@ def check_input(tag: str, host: str, inventory: str, write: str | None) -> None:
         except RecursionError:
             raise UserError(f"{write}: nested too deeply to be a sweep spec") from None
     load_inventory(inventory, limit=host, flag="--host")
-
-
-def resolve_on_host(tag: str, host: str, inventory: str) -> str:
-    """Pull `tag` on `host` (through Ansible) and return the pinned `name@sha256:…` it resolves to."""
-    if not Path(inventory).is_file():
-        raise UserError(f"inventory {inventory} not found; pass one with -i")
-    result = fleet.run_playbook(tasks.RESOLVE.playbook, inventory, extravars={"spark_pin_tag": tag}, limit=host)
-    if host in result.unreachable:
-        raise UserError(f"{host}: unreachable ({result.unreachable[host]}); check {inventory}")
-    if host in result.failures:
-        raise UserError(
-            f"{host}: cannot resolve {tag}: {result.failures[host].removeprefix(tasks.RESOLVE.name + ': ')}"
-        )
-    pinned = result.results.get(host, {}).get(tasks.RESOLVE.name, {}).get("pinned")
-    if not pinned:
-        reason = next(iter(result.failures.values()), "no result")
-        raise UserError(f"host {host} did not resolve {tag} ({reason}); is {host} in {inventory}?")
-    return pinned
 
 
 _TABLE = re.compile(r"^\s*\[")

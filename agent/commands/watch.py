@@ -1,6 +1,7 @@
 """spark-agent watch SPEC -i INV --track IMAGE:TAG [--track ...] [--budget 30m]
 
-Each tracked tag is resolved to its digest on the first host of the fleet (as `pin` does). A digest the store has
+Each tracked tag is resolved to its digest on the first host of the fleet (as `pin` does), checked on the controller
+and confirmed by the registry asked from here or by a second host; a disagreement is exit 2, nothing measured. A digest the store has
 not measured for this spec is measured as `tune` measures the spec (within --budget), ingested, compared with the
 last image measured for the spec, and said on one "what changed" page (Markdown and HTML, under
 <results>/watch/<spec>/; `site` links it). No new digest: one line, nothing run.
@@ -14,11 +15,11 @@ serves a model the agent did not start (never evicted): the next tick tries agai
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from agent.commands import flags
-from agent.commands.pin import resolve_on_host
 from agent.commands.sweep import _sigterm_as_interrupt
 from agent.commands.tune import duration
 from agent.errors import UserError
@@ -29,7 +30,7 @@ from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
 from agent.planning.spec import Spec, load_spec
 from agent.reporting import whatchanged
-from agent.running import timer
+from agent.running import imageref, timer
 from agent.running import watch as watching
 from agent.running.progress import Progress
 from agent.running.tune import check_budget, run_tune
@@ -53,18 +54,20 @@ def register(sub) -> None:
     p.add_argument("--max-repeats", type=int, help="windows per point at most (default: the spec's repeats)")
     p.add_argument("--store", default=None, metavar="URL", help="the results store (default: as `store`)")
     p.add_argument("--install-timer", type=duration, metavar="EVERY", help="schedule this watch, e.g. 6h, and exit")
-    p.add_argument("--remove-timer", action="store_true", help="remove this spec's scheduled watch and exit")
+    p.add_argument("--remove-timer", action="store_true",
+                   help="remove this spec's scheduled watch (either kind) and exit")  # fmt: skip
     p.add_argument("--timer-kind", choices=["auto", "systemd", "cron"], default="auto",
-                   help="systemd user timer or crontab line (default: systemd where it runs)")  # fmt: skip
+                   help="--install-timer writes a systemd user timer or a crontab line (default: systemd where it runs)")  # fmt: skip
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.install_timer:  # before anything reads them: a newline in one would be a crontab job or a unit directive
+        timer.check_argv([*_scheduled_argv(args), *(["--store", args.store] if args.store else [])], Path.cwd())
     spec = load_spec(args.spec)
     watching.check_spec(spec)
-    kind = args.timer_kind if args.timer_kind != "auto" else ("systemd" if timer.has_systemd() else "cron")
-    if args.remove_timer:
-        for line in timer.remove(spec.name, kind):
+    if args.remove_timer:  # whichever kind was installed: the unit files, the crontab line, the store's file
+        for line in timer.remove(spec.name):
             print(line)
         return 0
     if not args.track:
@@ -79,9 +82,11 @@ def run(args) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     url = watching.webhook_url(hosts[0].vars)
     if args.install_timer:
-        if args.store:
-            db.resolve_url(args.store)  # remembers its password: the crontab line is printed without it
-        for line in timer.install(spec.name, _scheduled_argv(args), Path.cwd(), args.install_timer, kind):
+        kind = args.timer_kind if args.timer_kind != "auto" else ("systemd" if timer.has_systemd() else "cron")
+        store = args.store or os.environ.get(db.ENV_URL, "")
+        if store:
+            db.resolve_url(store)  # remembers its password: nothing printed shows it
+        for line in timer.install(spec.name, _scheduled_argv(args), Path.cwd(), args.install_timer, kind, store):
             print(redact.redact_text(line))
         return 0
     results = Path(args.results)
@@ -98,8 +103,9 @@ def run(args) -> int:
 
 
 def _watch(args, spec: Spec, hosts, results: Path, engine, settings: seq.TuneSettings, url: str) -> int:
-    host = hosts[0].name  # every tag is resolved before anything is measured: a bad one is exit 2, nothing swept
-    tracked = [watching.Tracked(tag, resolve_on_host(tag, host, args.inventory)) for tag in args.track]
+    # every tag is resolved, checked and confirmed before anything is measured: a bad one is exit 2, nothing swept
+    names = [h.name for h in hosts]
+    tracked = [watching.Tracked(tag, imageref.resolve(tag, names[0], names[1:], args.inventory)) for tag in args.track]
     known = {digest for digest, _, _ in watching.measured_images(engine, spec)}
     new = list({t.digest: t for t in tracked if t.digest not in known}.values())
     if not new:
@@ -150,7 +156,7 @@ def _watch(args, spec: Spec, hosts, results: Path, engine, settings: seq.TuneSet
 
 
 def _scheduled_argv(args) -> list[str]:
-    """The same watch, with absolute paths, as the timer runs it."""
+    """The same watch, with absolute paths, as the timer runs it: never the store URL (timer.write_credentials)."""
     import shutil
 
     exe = shutil.which("spark-agent")
@@ -166,8 +172,6 @@ def _scheduled_argv(args) -> list[str]:
     argv += ["--min-repeats", str(args.min_repeats)]
     if args.max_repeats is not None:
         argv += ["--max-repeats", str(args.max_repeats)]
-    if args.store:
-        argv += ["--store", args.store]
     from agent.planning import vault
 
     if vault.password_file():

@@ -79,6 +79,17 @@ def is_tag(ref: str) -> bool:
     return bool(_TAG_RE.match(ref) or _NAME_RE.match(ref))
 
 
+def is_pinned(ref: str) -> bool:
+    """Exactly `name@sha256:<64 hex>`: nothing around it, no tag, no newline."""
+    name, at, digest = ref.partition("@")
+    return bool(at) and _NAME_RE.fullmatch(name) is not None and _DIGEST_RE.fullmatch(digest) is not None
+
+
+def same_repository(a: str, b: str) -> bool:
+    """Do two references (tag, digest or bare name) name one repository (Docker Hub's short names included)?"""
+    return _repo_name(a) == _repo_name(b)
+
+
 def _repo_name(ref: str) -> str:
     """`name[:tag][@digest]` -> name, normalised the way docker shortens Docker Hub names."""
     name = ref.split("@", 1)[0]

@@ -13,17 +13,19 @@ Three ways a value is recognised as secret:
       secret  := not shown, and one of
                  a word holding a SECRET part (SECRET PASSWORD PASSWD PASSPHRASE CREDENTIAL APIKEY), anywhere
                | a SECRET word (AUTH COOKIE CRED CREDS), anywhere, whole
+               | core ends in WEBHOOK(S), or in URL URLS URI after WEBHOOK(S) or HOOK: a webhook's URL
                | core ends in TOKEN KEY PASS PAT, not after a word that makes it a model token or a lookup key
                  (bytes_per_token, eos_token, sort_key, host_key)
                | core ends in PW PWD after another word: MYSQL_PWD, REDIS_PW (PWD alone is the working directory)
                | core ends in TOKENS KEYS PATS after a word that makes them credentials (API ACCESS BEARER
                  REFRESH SESSION PERSONAL SERVICE DEPLOY): API_TOKENS; plain plurals count model tokens
                  (max_tokens, prompt_tokens) or name lookup keys (sort_keys)
-  so HF_TOKEN, GITHUB_PAT, AWS_CREDS, API_TOKENS, HF_TOKEN_2, PGPASSWORD, MYSQL_PWD and apiKey are secrets;
+  so HF_TOKEN, GITHUB_PAT, AWS_CREDS, API_TOKENS, HF_TOKEN_2, PGPASSWORD, MYSQL_PWD, SLACK_WEBHOOK_URL and apiKey
+  are secrets;
   max_tokens, eos_token_id, KEY_SIZE, PWD and HF_TOKEN_PATH are not. Invisible characters are removed first;
 - by its shape: Hugging Face, GitHub, OpenAI-style, NVIDIA (nvapi-), AWS and JWT tokens, bearer headers,
-  user:password@ in URLs, a signed URL's signature and credentials (S3, GCS, CloudFront, Azure SAS), private key
-  blocks;
+  user:password@ in URLs, a signed URL's signature and credentials (S3, GCS, CloudFront, Azure SAS), a webhook
+  URL's token path (Slack, Discord, Teams, Zapier, /hooks/<token>), private key blocks;
 - by being a value we were told is secret (remember()): a vaulted inventory value, or the value of a secret-named
   variable, is then replaced wherever it shows up, whatever its shape (values of 8 characters or more: a short
   value such as "1" would blank out every digit of a log).
@@ -58,6 +60,10 @@ _INVISIBLE = re.compile(f"[{INVISIBLE}]")
 _SECRET_PARTS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY")
 # ...and words that do only as whole words (PROXY_AUTH, SESSION_COOKIE, AWS_CREDS; not AUTHOR, CREDIT).
 _SECRET_WORDS = frozenset({"AUTH", "COOKIE", "CRED", "CREDS"})
+# A webhook's URL is its credential (anyone holding it may post): secret as the last word, or before URL as the last:
+# SLACK_WEBHOOK, spark_watch_webhook, TEAMS_WEBHOOK_URL, HOOK_URL (webhook_timeout is not).
+_HOOK_WORDS = frozenset({"WEBHOOK", "WEBHOOKS"})
+_HOOK_URL_WORDS = frozenset({"URL", "URLS", "URI"})
 # Words that make a name secret only as its last word: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, OPENAI_API_KEY, SSH_KEY,
 # ansible_become_pass, GITHUB_PAT. Elsewhere they name something else: token_text, eos_token_id, KEY_SIZE, pass_config.
 _LAST_WORDS = frozenset({"TOKEN", "KEY", "PASS", "PAT"})
@@ -99,6 +105,8 @@ def is_secret_name(name: str) -> bool:
     if any(part in w for w in words for part in _SECRET_PARTS) or any(w in _SECRET_WORDS for w in words):
         return True
     before = words[-2] if len(words) > 1 else ""
+    if words[-1] in _HOOK_WORDS or (words[-1] in _HOOK_URL_WORDS and before in {*_HOOK_WORDS, "HOOK"}):
+        return True
     if words[-1] in _SHORT_LAST_WORDS:  # MYSQL_PWD, DB_PW; never PWD alone (the working directory)
         return bool(before)
     if words[-1] in _LAST_WORDS:
@@ -175,6 +183,14 @@ _CONTEXT = [
         + r"(?!%REDACTED%|(?:basic|bearer|token|digest)\s)([A-Za-z0-9._~+/=-]{6,})"
     ),
     re.compile(r"(://[^/\s:@'\"]+:)" + _NOT_MARKED + r"([^/\s@'\"]+)(@)"),  # scheme://user:password@host
+    # a webhook's path is its token: Slack, Discord, Microsoft Teams (Office 365 connectors), Zapier, and the
+    # /hooks/<token> of Mattermost, Rocket.Chat and the like (the host stays: it says where it went)
+    re.compile(
+        r"(hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/"
+        r"|\.webhook\.office\.com/webhookb2/|hooks\.zapier\.com/hooks/catch/|/hooks/(?=[A-Za-z0-9_-]{16}))"
+        + _NOT_MARKED
+        + r"([A-Za-z0-9@._/-]+)"
+    ),
     # a signed URL's signature and credentials in its query: S3 and GCS (X-Amz-/X-Goog-), CloudFront, Azure SAS
     re.compile(
         r"(?i)([?&](?:x-(?:amz|goog)-(?:signature|credential|security-token)|signature|sig|key-pair-id|policy"

@@ -93,6 +93,27 @@ def copy(name: str, digest: str, mirror: str, docker_config: str = "") -> bool:
     return True
 
 
+def tag_digest(name: str, tag: str, docker_config: str = "") -> str:
+    """The digest `name:tag` has on its registry now, asked from here: the registry's Docker-Content-Digest for a
+    HEAD (Docker Hub counts no pull for it), else the sha256 of the manifest bytes it sends for the tag (what
+    `docker pull` records as the repository digest). RegistryError when it cannot be asked."""
+    repo = Repo.of(name)
+    creds = _credentials(docker_config)
+    accept = {"Accept": ", ".join(MANIFEST_TYPES)}
+    try:
+        with _request(repo, "HEAD", f"manifests/{tag}", creds, headers=accept) as resp:
+            said = (resp.headers.get("Docker-Content-Digest") or "").strip()
+    except urllib.error.HTTPError as exc:
+        raise RegistryError(f"{repo.registry}/{repo.path}:{tag}: HTTP {exc.code}") from None
+    if _DIGEST.fullmatch(said):
+        return said
+    with _request(repo, "GET", f"manifests/{tag}", creds, headers=accept) as resp:
+        body = resp.read(MAX_MANIFEST + 1)
+    if len(body) > MAX_MANIFEST:
+        raise RegistryError(f"{repo.registry}/{repo.path}:{tag}: manifest over {MAX_MANIFEST} bytes")
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
 def _copy_manifest(source: Repo, target: Repo, digest: str, creds: dict[str, str], depth: int) -> None:
     body, media_type = _get_manifest(source, digest, creds)
     doc = json.loads(body)

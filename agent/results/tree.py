@@ -19,6 +19,7 @@ import tomli_w
 
 from agent.escape import plain
 from agent.hostside import atomic, loadpoints, redact
+from agent.results import longrows
 
 CELL_FILE = "cell.toml"
 LOST_FILE = "lost.toml"
@@ -234,10 +235,35 @@ def record_problem(data: Any, kind: str) -> str:
     for key in _REQUIRED[kind]:
         if key not in data:
             return f"has no '{key}'"
-    problem = _shape_problem(data, _CELL if kind == "cell" else _RUN, "")
+    problem = size_problem(data) or _shape_problem(data, _CELL if kind == "cell" else _RUN, "")
     if problem or kind != "cell" or "correctness" not in data:
         return problem
     return _correctness_problem(data["correctness"])
+
+
+MAX_RECORD = 4 * 1024 * 1024  # characters in all of a record's keys and texts: an honest cell's are under 2 MB
+MAX_STRING = longrows.MAX_PACKED  # the longest text an honest record holds: a packed long-decode sequence
+
+
+def size_problem(value: Any, most: int = MAX_RECORD) -> str:
+    """A record too big to be ours, "" otherwise: any text over MAX_STRING characters, or more than `most` in all
+    (each value counts a few). Walked without recursion, stopping at the bound: a huge store row costs no more."""
+    left, todo = most, [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+        if isinstance(item, str):
+            if len(item) > MAX_STRING:
+                return f"holds a text of {len(item)} characters (at most {MAX_STRING})"
+            left -= len(item)
+        left -= 8
+        if left < 0:
+            return f"is larger than {most} characters in all"
+    return ""
 
 
 def _correctness_problem(c: dict[str, Any]) -> str:
@@ -246,6 +272,10 @@ def _correctness_problem(c: dict[str, Any]) -> str:
             return f"'correctness.{key}' = {c[key]!r} is outside {low}..{high}"
     for i, row in enumerate(c.get("outputs", [])):
         problem = _shape_problem(row, _PROBE_ROW, f"correctness.outputs[{i}].")
+        if problem:
+            return problem
+    for i, row in enumerate(c.get("long", [])):
+        problem = longrows.problem(row, f"correctness.long[{i}]")
         if problem:
             return problem
     for key, value in c.get("thresholds", {}).items():

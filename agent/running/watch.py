@@ -1,9 +1,9 @@
 """`spark-agent watch`: each tracked tag resolved on a host of the fleet; a digest new to the store measured as `tune`
 measures a spec, ingested, compared with the last image measured for the spec, and said on one page.
 
-Nothing here measures, compares or writes a report of its own: the tag is resolved by `pin`'s playbook
-(commands/pin.resolve_on_host), the measurement is running/tune.run_tune, the store is agent/store, the comparison is
-reporting/whatchanged.py (compare's regression rule inside). What this module adds is the order, the names and the
+Nothing here measures, compares or writes a report of its own: the tag is resolved by `pin`'s playbook, checked and
+confirmed by a second source (running/imageref.resolve), the measurement is running/tune.run_tune, the store is
+agent/store, the comparison is reporting/whatchanged.py (compare's regression rule inside). What this module adds is the order, the names and the
 state: a watched digest's sweep is `<spec name>-<digest, 12 hex>`, so its cells never mix with another image's, and
 "the last image measured for this spec" is the newest digest among the store's sweeps of that spec.
 """
@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import re
+import stat
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,12 +33,13 @@ from agent.hostside.utc import iso
 from agent.planning.spec import Spec
 from agent.reporting import whatchanged
 from agent.reporting.htmlpage import markdown_to_html, page
-from agent.store import select
+from agent.store import readback, select
 from agent.store.schema import cells, sweeps
 
 PAGES = "watch"  # <results>/watch/<spec>/<stamp>-<digest12>.md|.html: the "what changed" pages (site links them)
 LOCK = ".watch.lock"  # <results>/.watch.lock: one watch at a time per results folder
 WEBHOOK_VAR = "spark_watch_webhook"  # an inventory variable (ansible-vault welcome): where the summary goes
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 BUSY_WORDS = ("we did not start it", "host is in use by")  # a host's refusal (hostside/supervise.HostBusy)
 
 
@@ -93,8 +95,14 @@ def check_spec(spec: Spec) -> None:
 def lock(results_root: Path) -> Iterator[None]:
     """flock on <results>/.watch.lock: a second watch (a timer tick while one still runs) is refused, not queued."""
     results_root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(results_root / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    path = results_root / LOCK
+    try:  # never through a link: its target would be truncated
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be the watch's lock ({exc.strerror}); remove it and run again") from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserError(f"{path}: not a plain file, so not the watch's lock; remove it and run again")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -125,12 +133,19 @@ def measured_images(engine: sa.Engine, spec: Spec) -> list[tuple[str, str, list[
     )
     pattern = _sweeps_of(spec)
     found: dict[str, tuple[str, str, list[str]]] = {}
-    with engine.connect() as conn:
-        rows = sorted((r for r in conn.execute(q) if pattern.fullmatch(r[2]) and r[0]), key=lambda r: str(r[3]))
+    with engine.connect() as conn, readback.reading("cells"):
+        rows = sorted((r for r in conn.execute(q) if _named(r[2], pattern) and r[0]), key=lambda r: str(r[3]))
     for digest, image, sweep, _ in rows:
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):  # it selects cells and names pages
+            raise readback.bad("cells", "?", f"image_digest {plain(repr(digest))[:40]} is not sha256:<64 hex>")
+        readback.text("cells", digest, "image", image)  # shown on the page
         old = found.pop(digest, (digest, image, []))
         found[digest] = (digest, image, [*old[2], sweep])  # re-inserted: ordered by its newest start
     return list(found.values())
+
+
+def _named(name: Any, pattern: re.Pattern[str]) -> bool:
+    return isinstance(name, str) and len(name) <= 256 and pattern.fullmatch(name) is not None
 
 
 def cells_of(engine: sa.Engine, digest: str, sweep_names: Sequence[str]) -> list[dict[str, Any]]:

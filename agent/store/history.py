@@ -172,9 +172,7 @@ def _with_settings(engine: sa.Engine, rows: list[HistoryRow], wanted: dict[str, 
             q = sa.select(cells.c.id, cells.c.config).where(cells.c.id.in_(ids[i : i + CHUNK]))
             with readback.reading("cells"):
                 for pk, config in conn.execute(q):
-                    if not isinstance(config, dict):
-                        raise readback.bad("cells", pk, "'config' is not a table")
-                    configs[pk] = config
+                    configs[pk] = readback.table_of("cells", pk, "config", config)
     kept = []
     for r in rows:
         config = configs.get(r.cell_pk, {})

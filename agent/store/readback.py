@@ -1,6 +1,7 @@
 """Rows read back from the store are checked like host data: whoever can write the store (a team's PostgreSQL, a
 writable SQLite file) could have put anything there. A record is checked by the results tree's own shape
-(tree.record_problem), a typed column by its type and range, a name that becomes a file by its shape. A bad row is
+(tree.record_problem, its size bounded too), a typed column by its type, length and range, a name that becomes a
+file by its shape. A bad row is
 one line naming the table and row (UserError, exit 2); so is a row the database driver cannot even decode.
 """
 
@@ -49,9 +50,25 @@ def record(table: str, pk: object, value: Any, kind: str) -> dict[str, Any]:
     return dict(value)
 
 
-def text(table: str, pk: object, name: str, value: Any) -> str:
+MAX_COLUMN = 4096  # a name, a host, an image reference, a folder: PATH_MAX at most
+
+
+def text(table: str, pk: object, name: str, value: Any, most: int = MAX_COLUMN) -> str:
+    """A text column, bounded: a 32 MiB name would make every page that shows it slow."""
     if not isinstance(value, str):
         raise bad(table, pk, f"'{name}' is not text ({type(value).__name__})")
+    if len(value) > most:
+        raise bad(table, pk, f"'{name}' is {len(value)} characters long (at most {most})")
+    return value
+
+
+def table_of(table: str, pk: object, name: str, value: Any, most: int = 64 * 1024) -> dict[str, Any]:
+    """A JSON column that holds a table (a cell's config), bounded like a record."""
+    if not isinstance(value, dict):
+        raise bad(table, pk, f"'{name}' is not a table")
+    problem = tree.size_problem(value, most)
+    if problem:
+        raise bad(table, pk, f"'{name}' {problem}")
     return value
 
 
