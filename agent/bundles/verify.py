@@ -32,7 +32,7 @@ from typing import Any
 
 from agent.bundles import claims, layout, signing
 from agent.bundles.unpack import BadBundle, unpack
-from agent.hostside import logparse
+from agent.hostside import loadpoints, logparse
 from agent.judging import correctness, verdict, verdicts
 from agent.judging.comparison import match_key
 from agent.judging.judgement import judge
@@ -372,7 +372,7 @@ def _clock(cell: dict[str, Any], v: Verification, where: str, root: Path) -> lis
     windows = sorted(((_t(r.get("started_at")), r) for r in cell.get("runs", [])), key=lambda x: x[0] or 0.0)
     previous_end = None
     for t, run in windows:
-        name = f"{Path(cell['dir']).name}/{tree.run_name(int(run['concurrency']), int(run.get('repeat', 0)))}"
+        name = _rel(Path(cell["dir"]) / (loadpoints.of_window(run).window(int(run.get("repeat", 0))) + ".toml"), root)
         duration = float(run.get("duration", 0.0))
         if t is None:
             continue

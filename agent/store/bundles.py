@@ -68,8 +68,8 @@ def _cells(conn: sa.Connection, v: verify.Verification) -> int:
     assert v.manifest is not None
     root = results_root(v.digest)
     run = ingest.Run(root, v.sweep_started)
-    folder = Path(v.cells[0]["dir"]).parents[1] if v.cells else None  # <tmp>/tree/<sweep>/<host>/<cell>
-    for cell in tree.load_cells(folder) if folder else []:  # as a tree is ingested: read, not judged
+    folder = Path(v.cells[0]["dir"]).parents[1] if v.cells else Path()  # <tmp>/tree/<sweep>/<host>/<cell>
+    for cell in tree.load_cells(folder) if v.cells else []:  # as a tree is ingested: read, not judged
         rel = Path(cell["dir"]).relative_to(folder.parent)
         cell = {**cell, "host": f"{cell.get('host', '')}@{owner(v)}"[:255]}
         ingest._ingest(conn, cell, run)
