@@ -139,7 +139,7 @@ def test_migration_upgrades_an_old_store_in_place(trees, url):
     engine.dispose()
     assert main(["store", "info", "--store", url]) == 0  # opening migrates
     engine = db.open_store(url)
-    assert db.current_revision(engine) == db.head() == "0003"
+    assert db.current_revision(engine) == db.head() == "0004"
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT host_group FROM hosts WHERE name = 'spark-9'")).scalar() == "fp9"
     ingest.ingest_tree(engine, trees)
@@ -287,7 +287,7 @@ def merged_old_store(url: str, roots: list[Path]) -> None:
 def old_merges_split(url: str, roots: list[Path]) -> None:
     merged_old_store(url, roots)
     engine = db.open_store(url)  # opening migrates
-    assert db.current_revision(engine) == "0003"
+    assert db.current_revision(engine) == "0004"
     with engine.connect() as conn:
         runs = conn.execute(sa.select(sweeps.c.id, sweeps.c.results_root, sweeps.c.started)).all()
         assert sorted((r.results_root, r.started) for r in runs) == [

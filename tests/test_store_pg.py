@@ -96,7 +96,7 @@ def test_migration_in_place_on_postgres(postgres):
     engine.dispose()
     assert main(["store", "upgrade", "--store", url]) == 0
     engine = db.open_store(url)
-    assert db.current_revision(engine) == "0003"
+    assert db.current_revision(engine) == "0004"
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT host_group FROM hosts")).scalar() == "fp9"
 

@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {  # command -> (module under agent.comma
     "export": ("export", "export measurements as CSV or JSON Lines"),
     "history": ("history", "one configuration over time and across images"),
     "store": ("store", "ingest results trees into the results store"),
+    "share": ("share", "write a signed bundle of a sweep that anyone can verify"),
+    "verify": ("verify", "check a shared bundle: signature, hashes, and every number again"),
     "site": ("site", "render a static site of the results store"),
     "watch": ("watch", "measure every new digest of the tracked image tags; say what changed on one page"),
     "sim": ("sim", "run the simulated Spark: a vLLM-compatible server (sim serve MODEL ...)"),

@@ -91,3 +91,25 @@ measurements = sa.Table(
 
 # the typed window columns, filled from the window's keys of the same name
 WINDOW_COLUMNS = ("output_throughput", "median_ttft_ms", "median_tpot_ms", "p99_ttft_ms")
+
+# revision 0004: a signed bundle ingested (agent/store/bundles.py); its cells are the sweep run sweep_id
+bundles = sa.Table(
+    "bundles",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("digest", sa.String(64), nullable=False),  # sha256 of the bundle file
+    sa.Column("sweep_id", sa.Integer, sa.ForeignKey("sweeps.id"), nullable=False),
+    sa.Column("signer", sa.String(255), nullable=False),  # the allowed-signers principal, else the key's fingerprint
+    sa.Column("signer_key", sa.String(80), nullable=False),  # SHA256:... of the signing key
+    sa.Column("trusted", sa.Boolean, nullable=False),  # an allowed-signers file named the key
+    sa.Column("tier", sa.String(16), nullable=False),  # re-derived | reproduced (a bundle that fails is refused)
+    sa.Column("reasons", sa.JSON, nullable=False),  # verify's notes, and each reproduction's
+    sa.Column("reproduced_by", sa.JSON, nullable=False),  # the other signers whose bundles agree
+    sa.Column("identity", sa.String(64), nullable=False),  # spec x image x hardware (bundles/verify.identity)
+    sa.Column("manifest", sa.JSON, nullable=False),
+    sa.Column("content", sa.LargeBinary, nullable=False),  # the bundle itself: nothing shared is lost
+    sa.Column("ingested_by", sa.String(255), nullable=False, server_default=""),
+    sa.Column("ingested_at", sa.String(40), nullable=False, server_default=""),
+    sa.UniqueConstraint("digest", name="uq_bundles_digest"),
+    sa.Index("ix_bundles_identity", "identity"),
+)
