@@ -7,9 +7,12 @@ engine then did, and judging/verdict.py compares the two.
 
 from __future__ import annotations
 
+import copy
+import json
 import re
 from typing import Any
 
+from ..contracts import Attestation
 from . import pyrepr, speculation
 from .attestation import Recorder
 from .line import Then, balance
@@ -41,6 +44,25 @@ _ARGS = re.compile(r"non-default args: (\{.*)")
 _CONFIG_LOAD_FORMAT = re.compile(r"(?:^|[ ,])load_format=(?:LoadFormat\.)?'?(\w{1,40})")
 _NAMESPACE_LOAD_FORMAT = re.compile(r"[(, ]load_format='(\w{1,40})'")
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: ([A-Za-z_][A-Za-z0-9_]*)")
+# The version as other tools print it, beside or instead of the log: collect_env ("vLLM Version : 0.11.0"), `pip show
+# vllm` ("Name: vllm" then "Version: 0.11.0"), pip ("Successfully installed ... vllm-0.11.0", "[pip3] vllm==0.11.0"),
+# a wheel's file name, the official image's tag (vllm/vllm-openai:v0.10.1.1). The server's own line wins over these.
+_V = r"v?(\d{1,3}\.\d{1,3}(?:\.\d{1,4})?(?:(?:\.|\+|rc|\.post|\.dev)[\w.+]{0,40})?)"
+_TOOL_VERSIONS = (
+    re.compile(r"^vLLM Version\s*:\s*" + _V),
+    re.compile(r"(?:^|\s)vllm(?:==|-)" + _V + r"(?:\s|$|-cp3)"),
+    re.compile(r"(?:^|[\s\"'=/])vllm/vllm-openai(?:-[a-z]{1,10})?:" + _V + r"(?:\s|$|[\"'@])"),
+)
+_PIP_VERSION = re.compile(r"^Version:\s*" + _V + r"\s*$")
+# A command line pasted beside the log: the flags that say what the server was asked for (the log's own
+# `non-default args` win; these count only where the log printed none). Values as a shell passes them.
+_FLAG = re.compile(
+    r"(?:^|\s)--(speculative[-_]config|moe[-_]backend|linear[-_]backend|attention[-_]backend|quantization|model"
+    r"|load[-_]format)(?:=|\s+)('[^']{0,2000}'|\"(?:[^\"\\]|\\.){0,2000}\"|[^\s'\"]{1,300})"
+)
+_SPEC_DOTTED = re.compile(r"(?:^|\s)--speculative[-_]config\.(\w{1,40})(?:=|\s+)([^\s'\"]{1,100})")
+_SERVE_MODEL = re.compile(r"\bvllm serve\s+([\w./:@-]{1,300})")
+_MAX_FLAGS = 16  # flags read from one line: a hostile line of them costs no more
 
 
 class LaunchLines(Recorder):
@@ -49,6 +71,76 @@ class LaunchLines(Recorder):
     def __init__(self) -> None:
         super().__init__()
         self._args_tries = 0
+        self._tool_version = ("", "")  # (version, line) another tool printed; used only if the log names none
+        self._pip_vllm = False  # `pip show vllm` began: its "Version:" line is vLLM's
+        self.pasted_args: dict[str, Any] = {}  # flags of a launch pasted beside the log
+
+    def _tool_version_line(self, msg: str, line: str) -> bool:
+        """The version as another tool printed it (see _TOOL_VERSIONS); the first one counts."""
+        text = msg.strip()
+        if text.startswith("Name: "):
+            self._pip_vllm = text == "Name: vllm"
+            return self._pip_vllm
+        m = _PIP_VERSION.match(text) if self._pip_vllm and text.startswith("Version:") else None
+        for rx in () if m else _TOOL_VERSIONS:
+            m = rx.search(text[:4000])
+            if m:
+                break
+        if not m:
+            return False
+        if not self._tool_version[0]:
+            self._tool_version = (m.group(1), line)
+        return not self._pasted_launch(msg)  # an image tag in a `docker run` line: its flags still count
+
+    def _pasted_launch(self, msg: str) -> bool:
+        """The flags of a command line pasted in the text (bounded: the first _MAX_FLAGS of a line)."""
+        if "--" not in msg and "vllm serve" not in msg:
+            return False
+        found = False
+        args = self.pasted_args
+        for i, m in enumerate(_FLAG.finditer(msg[:8000])):
+            if i >= _MAX_FLAGS:
+                break
+            key, text = m.group(1).replace("-", "_"), _unquote(m.group(2))
+            value: Any = _json_object(text) if key == "speculative_config" else text
+            if value is not None:
+                args.setdefault(key, value)
+                found = True
+        for i, m in enumerate(_SPEC_DOTTED.finditer(msg[:8000])):  # --speculative-config.method mtp
+            if i >= _MAX_FLAGS:
+                break
+            conf = args.setdefault("speculative_config", {})
+            if isinstance(conf, dict):
+                value = _unquote(m.group(2))
+                conf.setdefault(m.group(1), int(value) if value.isdigit() else value)
+                found = True
+        served = _SERVE_MODEL.search(msg[:8000])
+        if served and not served.group(1).startswith("-"):
+            args.setdefault("model", served.group(1))
+            found = True
+        return found
+
+    def _launch_facts(self, f: Attestation) -> None:
+        """Into the facts `f` (a copy: later lines may still name the version): another tool's version, and a pasted
+        launch's args, where the log itself said neither."""
+        version, line = self._tool_version
+        self._repairs["tool_version"] = int(bool(version and not f["vllm_version"]))
+        if self._repairs["tool_version"]:
+            f["vllm_version"] = version
+            f["evidence"].setdefault("version", line)
+        self._repairs["pasted_launch"] = int(bool(self.pasted_args and not f["non_default_args"]))
+        if not self._repairs["pasted_launch"]:
+            return
+        args = copy.deepcopy(self.pasted_args)
+        f["non_default_args"] = args
+        if not f["speculative"]["method"]:
+            speculation.from_args(f["speculative"], args)
+        if isinstance(args.get("quantization"), str) and not f["quantization"]:
+            f["quantization"] = args["quantization"]
+        if isinstance(args.get("model"), str) and not f["served_model"]:
+            f["served_model"] = args["model"]
+        if isinstance(args.get("load_format"), str) and not f["load_format"]:
+            f["load_format"] = args["load_format"].lower()[:40]
 
     def _unknown_env(self, msg: str, line: str) -> bool:
         if "Unknown vLLM environment" not in msg:
@@ -148,3 +240,18 @@ class LaunchLines(Recorder):
         if m and m.group(1) != "None" and not f["quantization"]:
             f["quantization"] = m.group(1)
         speculation.from_engine_config(f["speculative"], config)
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        inner = value[1:-1]
+        return inner.replace('\\"', '"') if value[0] == '"' else inner
+    return value
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None

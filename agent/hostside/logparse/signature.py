@@ -16,6 +16,15 @@ ENDED_BEFORE_READY = "ended_before_ready"  # no error, no readiness: a cut log o
 ROOT_CAUSE_MISSING = "root_cause_not_in_excerpt"  # only "Engine core initialization failed. See root cause above"
 
 # --- failure classes -------------------------------------------------------------------------------
+# Out of GPU memory, in every layer's words: PyTorch's allocator ("CUDA out of memory", OutOfMemoryError), CUDA's own
+# error (during CUDA-graph capture: "RuntimeError: CUDA error: out of memory"), the driver API, cuBLAS, NCCL
+# ("Cuda failure 'out of memory'"), ROCm/XPU builds; and the allocator's sentence alone, as a wrapped paste keeps it
+# ("Tried to allocate 2.00 MiB. GPU 6 has a total capacity of 44.53 GiB of which 448.00 KiB is free").
+OOM = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY|CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY"
+    r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure '?out of memory|(?:HIP|XPU) out of memory"
+)
+OOM_ALLOCATOR = re.compile(r"Tried to allocate [\d.]{1,12} [KMGT]i?B|total capacity of? [\d.]{1,12} [KMGT]i?B")
 # (class, signatures). Checked in this order on each line; the first that matches decides the line.
 _FATAL_SIGNATURES: tuple[tuple[str, tuple[Matcher, ...]], ...] = (
     (
@@ -50,6 +59,14 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[Matcher, ...]], ...] = (
             ),
             re.compile(r"ValidationError: \d{1,4} validation errors? for \w{0,60}(?:Config|Args)\b"),
             Guarded("does not match the quantization method", r"Quantization method specified in the model config"),
+            # pydantic's own line under a ValidationError ("  Value error, Unknown attention backend: 'X'. Valid
+            # options are: ...", "[type=value_error, input_value=...]", "Input should be ..."), pasted without the
+            # ValidationError above it, and a config's refusal that lists what it accepts
+            Guarded("alue error, ", r"alue error, \S"),
+            Guarded("[type=", r"\[type=\w{1,40}, input_value="),
+            Guarded("nput should be ", r"nput should be (?:'|a |an |less |greater |one of |a valid )"),
+            Guarded("alid options are", r"alid options are:? \S"),
+            Guarded("alid choices are", r"alid choices are:? \S"),
         ),
     ),
     ("attention_backend_invalid", (re.compile(r"Selected backend \S+ is not valid for this configuration"),)),
@@ -88,7 +105,7 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[Matcher, ...]], ...] = (
     ),
     ("no_attention_backend", (re.compile(r"No valid attention backend found"),)),
     ("free_memory_check", (Then("Free memory on device", "is less than desired GPU memory utilization"),)),
-    ("oom", (re.compile(r"CUDA out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY"),)),
+    ("oom", (OOM, OOM_ALLOCATOR)),
     ("ptxas_arch", (Then("ptxas", r"sm_12\d"), re.compile(r"sm_12\da?'? is not defined for option"))),
     (
         "flashinfer_version",
@@ -104,13 +121,9 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[Matcher, ...]], ...] = (
 _DEATH_CAUSES = (
     # a multi-node cell: a rank's Ray actor (its node) went away
     ("worker_lost", re.compile(r"ActorDiedError|ActorUnavailableError|The actor died unexpectedly|its node has died")),
-    (
-        "oom",
-        re.compile(
-            r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|NV_ERR_NO_MEMORY"
-            r"|Out of memory: Killed process|OOMKilled|OOM killer"
-        ),
-    ),
+    ("oom", OOM),
+    ("oom", OOM_ALLOCATOR),
+    ("oom", re.compile(r"Out of memory: Killed process|OOMKilled|OOM killer")),
     ("cuda_error", re.compile(r"CUDA error|CUDA_ERROR_\w+|cudaError\w+|illegal memory access was encountered")),
     ("killed_by_signal", re.compile(r"killed by signal \d+|Fatal Python error: (?:Segmentation fault|Aborted)")),
 )
