@@ -51,7 +51,7 @@ _EXCEPTION_REPR = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\(
 # The engine died. "Dying" lines are logged with a traceback after them (its last line names the cause);
 # "died" lines are the API server's final word, after the engine's traceback (or before, when streams interleave).
 _ENGINE_DYING = re.compile(
-    r"EngineCore failed to start|WorkerProc failed to start|Worker failed with error"
+    r"EngineCore failed to start|WorkerProc failed to start|Worker failed with error|WorkerProc hit an exception"
     r"|EngineCore encountered a fatal error|AsyncLLM output_handler failed"
 )
 _ENGINE_DIED = re.compile(
@@ -77,6 +77,7 @@ _BACKEND_CLASSES = ("unsupported_backend", "cutlass_disabled")  # classes whose 
 _UNEXPLAINED = ("root_cause_not_in_excerpt",)  # a start that failed, its cause not shown (a log that just ends: no)
 _BARE_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w+(?:Error|Exception)?:?\s*$")  # "AssertionError" with no message
 _MOE_ERROR_QUANT = re.compile(r"\b(\w{1,40}) MoE\b")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 _CONTEXT = 2000  # characters of an exception line or frame kept to read with the next line
 # What a process that died before vLLM logged anything says last: an exception line, or the shell's and loader's
 # own complaints (python cannot import vLLM, a missing binary or file, a killed process). Anything else is not taken.
@@ -172,8 +173,12 @@ class FailureLines(BackendLines):
                 self._declare("engine_init_failed", msg)
         elif level in ("ERROR", "CRITICAL") and not _FRAME_LINE.match(msg):
             self._last_error = msg
-        elif level in ("ERROR", "CRITICAL") or ("/vllm/" in msg and msg.lstrip().startswith('File "')):
-            self._error_frames = True  # a traceback (logged as errors, or vLLM's own frames): something failed
+        elif (
+            level in ("ERROR", "CRITICAL")
+            or ("/vllm/" in msg and msg.lstrip().startswith('File "'))
+            or msg.startswith(_CHAINED)
+        ):
+            self._error_frames = True  # a traceback (logged as errors, vLLM's own frames, a chain): something failed
         elif not level and not self._prose_exception and ("Error: " in msg or "Exception: " in msg):
             m = _PROSE_EXCEPTION.search(msg)
             if m and not _FRAME_LINE.match(msg):

@@ -160,6 +160,8 @@ class Follower(FailureLines, LaunchLines, SpeculationLines):
         self._probe -= 1
         if "vllm serve " in line or "api_server " in line:  # a pasted launch: its model and flags
             self._pasted_launch(clean(line))
+        elif "ersion" in line:  # prose at the top of a report: "vllm version: 0.9.2"
+            self._tool_version_line(clean(line), line)
         if ("INFO" in line or "WARN" in line or "ERROR" in line or "DEBUG" in line) and not PREFILTER.search(line):
             level, _, damaged = split_header_damaged(clean(line))
             if level and not damaged:

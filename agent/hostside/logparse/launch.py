@@ -50,6 +50,8 @@ _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: ([A-Za-z
 _V = r"v?(\d{1,3}\.\d{1,3}(?:\.\d{1,4})?(?:(?:\.|\+|rc|\.post|\.dev)[\w.+]{0,40})?)"
 _TOOL_VERSIONS = (
     re.compile(r"^vLLM Version\s*:\s*" + _V),
+    # an issue template's list ("- **vLLM version**: 0.11.1rc6", "- vLLM: `0.29.1rc1`") and prose ("vllm version: 0.9.2")
+    re.compile(r"^(?:[-*]\s{1,4})?\**vllm(?: version)?\**\s{0,4}:\s{0,4}\**\s{0,4}`?" + _V, re.IGNORECASE),
     re.compile(r"(?:^|\s)vllm(?:==|-)" + _V + r"(?:\s|$|-cp3)"),
     re.compile(r"(?:^|[\s\"'=/])vllm/vllm-openai(?:-[a-z]{1,10})?:" + _V + r"(?:\s|$|[\"'@])"),
 )
@@ -102,7 +104,7 @@ class LaunchLines(Recorder):
             if i >= _MAX_FLAGS:
                 break
             key, text = m.group(1).replace("-", "_"), _unquote(m.group(2))
-            value: Any = _json_object(text) if key == "speculative_config" else text
+            value: Any = _json_object(text) or _spec_pairs(msg) if key == "speculative_config" else text
             if value is not None:
                 args.setdefault(key, value)
                 found = True
@@ -255,3 +257,13 @@ def _json_object(text: str) -> dict[str, Any] | None:
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+_SPEC_PAIR = re.compile(r'"(method|num_speculative_tokens|moe_backend)"\s?:\s?(?:"([\w.-]{1,60})"|(\d{1,4}))')
+
+
+def _spec_pairs(line: str) -> dict[str, Any] | None:
+    """The pairs that matter of a --speculative-config JSON that does not parse (cut, or spliced with a shell
+    variable: '{"method": "eagle3", "model": "'$MODEL'/draft"}')."""
+    pairs = {m.group(1): m.group(2) or int(m.group(3)) for m in _SPEC_PAIR.finditer(line[:8000])}
+    return pairs or None

@@ -239,6 +239,8 @@ _NEEDLES = (
     "Valid choices",
     # the vLLM version as other tools print it (collect_env, `pip show vllm`, pip, an image tag, a wheel's name)
     "LLM Version",
+    "LLM version",
+    "LLM: ",
     "Name: vllm",
     "Version: ",
     "Successfully installed",
@@ -251,6 +253,10 @@ _NEEDLES = (
     "--attention-backend",
     "--linear-backend",
     "--quantization",
+    "--model ",
+    "--model=",
+    "During handling of the above",  # a chained traceback: an exception happened, whatever the paste kept of it
+    "The above exception",
 )
 
 
