@@ -52,18 +52,20 @@ _TOOL_VERSIONS = (
     re.compile(r"^vLLM Version\s*:\s*" + _V),
     # an issue template's list ("- **vLLM version**: 0.11.1rc6", "- vLLM: `0.29.1rc1`") and prose ("vllm version: 0.9.2")
     re.compile(r"^(?:[-*]\s{1,4})?\**vllm(?: version)?\**\s{0,4}:\s{0,4}\**\s{0,4}`?" + _V, re.IGNORECASE),
-    re.compile(r"(?:^|\s)vllm(?:==|-)" + _V + r"(?:\s|$|-cp3)"),
-    re.compile(r"(?:^|[\s\"'=/])vllm/vllm-openai(?:-[a-z]{1,10})?:" + _V + r"(?:\s|$|[\"'@])"),
+    # "vllm" first (a literal prefix the regex engine scans for fast); that it starts a word is checked after
+    re.compile(r"vllm(?:==|-)" + _V + r"(?:\s|$|-cp3)"),
+    re.compile(r"vllm/vllm-openai(?:-[a-z]{1,10})?:" + _V + r"(?:\s|$|[\"'@])"),
 )
+_WORD_START = " \t\"'=/"
 _PIP_VERSION = re.compile(r"^Version:\s*" + _V + r"\s*$")
 # A command line pasted beside the log: the flags that say what the server was asked for (the log's own
 # `non-default args` win; these count only where the log printed none). Values as a shell passes them.
-_FLAG = re.compile(
-    r"(?:^|\s)--(speculative[-_]config|moe[-_]backend|linear[-_]backend|attention[-_]backend|quantization|model"
+_FLAG = re.compile(  # "--" first: a literal prefix the regex engine scans for fast; a flag starts a word (checked)
+    r"--(speculative[-_]config|moe[-_]backend|linear[-_]backend|attention[-_]backend|quantization|model"
     r"|load[-_]format)(?:=|\s+)('[^']{0,2000}'|\"(?:[^\"\\]|\\.){0,2000}\"|[^\s'\"]{1,300})"
 )
-_SPEC_DOTTED = re.compile(r"(?:^|\s)--speculative[-_]config\.(\w{1,40})(?:=|\s+)([^\s'\"]{1,100})")
-_SERVE_MODEL = re.compile(r"\bvllm serve\s+([\w./:@-]{1,300})")
+_SPEC_DOTTED = re.compile(r"--speculative[-_]config\.(\w{1,40})(?:=|\s+)([^\s'\"]{1,100})")
+_SERVE_MODEL = re.compile(r"vllm serve\s+([\w./:@-]{1,300})")
 _MAX_FLAGS = 16  # flags read from one line: a hostile line of them costs no more
 
 
@@ -84,10 +86,8 @@ class LaunchLines(Recorder):
             self._pip_vllm = text == "Name: vllm"
             return self._pip_vllm
         m = _PIP_VERSION.match(text) if self._pip_vllm and text.startswith("Version:") else None
-        for rx in () if m else _TOOL_VERSIONS:
-            m = rx.search(text[:4000])
-            if m:
-                break
+        if not m and ("llm" in text or "LLM" in text):  # every other form names vLLM
+            m = _tool_version(text[:4000])
         if not m:
             return False
         if not self._tool_version[0]:
@@ -100,15 +100,18 @@ class LaunchLines(Recorder):
             return False
         found = False
         args = self.pasted_args
-        for i, m in enumerate(_FLAG.finditer(msg[:8000])):
+        text = msg[:8000]
+        for i, m in enumerate(_FLAG.finditer(text)):
             if i >= _MAX_FLAGS:
                 break
-            key, text = m.group(1).replace("-", "_"), _unquote(m.group(2))
-            value: Any = _json_object(text) or _spec_pairs(msg) if key == "speculative_config" else text
+            if m.start() and not text[m.start() - 1].isspace():
+                continue
+            key, raw = m.group(1).replace("-", "_"), _unquote(m.group(2))
+            value: Any = _json_object(raw) or _spec_pairs(text) if key == "speculative_config" else raw
             if value is not None:
                 args.setdefault(key, value)
                 found = True
-        for i, m in enumerate(_SPEC_DOTTED.finditer(msg[:8000])):  # --speculative-config.method mtp
+        for i, m in enumerate(_SPEC_DOTTED.finditer(text) if "--speculative" in text else ()):  # the dotted form
             if i >= _MAX_FLAGS:
                 break
             conf = args.setdefault("speculative_config", {})
@@ -116,7 +119,7 @@ class LaunchLines(Recorder):
                 value = _unquote(m.group(2))
                 conf.setdefault(m.group(1), int(value) if value.isdigit() else value)
                 found = True
-        served = _SERVE_MODEL.search(msg[:8000])
+        served = _SERVE_MODEL.search(text) if "vllm serve" in text else None
         if served and not served.group(1).startswith("-"):
             args.setdefault("model", served.group(1))
             found = True
@@ -267,3 +270,18 @@ def _spec_pairs(line: str) -> dict[str, Any] | None:
     variable: '{"method": "eagle3", "model": "'$MODEL'/draft"}')."""
     pairs = {m.group(1): m.group(2) or int(m.group(3)) for m in _SPEC_PAIR.finditer(line[:8000])}
     return pairs or None
+
+
+def _tool_version(text: str) -> re.Match[str] | None:
+    for rx in _TOOL_VERSIONS:
+        if rx.pattern.startswith("^"):
+            m = rx.match(text)
+            if m:
+                return m
+            continue
+        for i, m in enumerate(rx.finditer(text)):
+            if i >= 8:
+                break
+            if not m.start() or text[m.start() - 1] in _WORD_START:
+                return m
+    return None

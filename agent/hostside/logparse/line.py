@@ -295,7 +295,18 @@ class Guarded:
         return self.rx.search(text) if self.literal in text else None
 
 
-Matcher = re.Pattern[str] | Then | Guarded
+class GuardedAny:
+    """A regex tried only on text that holds one of `literals` (an alternation with no common prefix scans slowly)."""
+
+    def __init__(self, literals: tuple[str, ...], rx: str) -> None:
+        self.literals = literals
+        self.rx = re.compile(rx)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.rx.search(text) if any(lit in text for lit in self.literals) else None
+
+
+Matcher = re.Pattern[str] | Then | Guarded | GuardedAny
 
 
 def balance(text: str) -> int:
