@@ -67,3 +67,19 @@ def test_build_origin_of_an_image(targets, sm121):
     assert facts.fingerprint(base) == facts.fingerprint({**base, "build": {}})  # no build: the old fingerprint
     assert facts.fingerprint({**base, "build": origin}) != facts.fingerprint(base)
     assert facts.build_origin("not json of docker")["source"] == ""
+
+
+def test_a_hosts_build_facts_are_checked_like_the_rest():
+    from agent.running import hostdata
+
+    good = {
+        "source": "image",
+        "ref": "vllm/vllm-openai:v0.24.0",
+        "vllm_version": "0.24.0",
+        "cuda_targets": ["12.0+PTX"],
+        "sm121": "no",
+    }
+    assert hostdata.build(good, "h") == good
+    for bad in ({**good, "sm121": "maybe"}, {**good, "cuda_targets": ["12.0; rm -rf /"]}, {**good, "source": "x"}):
+        with pytest.raises(hostdata.BadHostData):
+            hostdata.build(bad, "h")

@@ -399,6 +399,7 @@ def gather(
     )
     facts = classify_gpu(gathered, rules)
     notes = gpu["notes"] + containers["notes"]
+    facts["build"] = BuildOrigin(source="", ref="", vllm_version="", cuda_targets=[], sm121="unknown")
     if image:  # the build the host runs: which image, its CUDA targets, whether SM121 is among them
         facts["build"], build_notes = image_build(image)
         notes += build_notes
