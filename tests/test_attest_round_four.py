@@ -83,3 +83,21 @@ def test_a_hosts_build_facts_are_checked_like_the_rest():
     for bad in ({**good, "sm121": "maybe"}, {**good, "cuda_targets": ["12.0; rm -rf /"]}, {**good, "source": "x"}):
         with pytest.raises(hostdata.BadHostData):
             hostdata.build(bad, "h")
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "how"), [(None, "from a package index"), ({"url": "file:///src/vllm", "dir_info": {}}, "built here")]
+)
+def test_build_origin_of_an_installed_wheel(tmp_path, monkeypatch, direct_url, how):
+    """A real interpreter reading a real (tiny) installed distribution: its version, and whether pip built it here."""
+    import sys
+
+    dist = tmp_path / "vllm-0.24.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.24.0\n")
+    if direct_url is not None:
+        (dist / "direct_url.json").write_text(json.dumps(direct_url))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    origin, notes = facts.wheel_build(sys.executable)
+    assert notes == [] and origin["source"] == "wheel" and origin["vllm_version"] == "0.24.0"
+    assert how in origin["ref"] and origin["sm121"] == "unknown"

@@ -345,6 +345,38 @@ def sm121_of(targets: list[str]) -> str:
     return "no"
 
 
+# Run by the Python that serves vLLM (a venv's): the installed distribution's version and how pip got it. PEP 610's
+# direct_url.json says a wheel came from a folder or a VCS checkout (built here, with this host's CUDA targets) rather
+# than from an index (the published build).
+_WHEEL_PROBE = (
+    "import importlib.metadata as m, json\n"
+    "d = m.distribution('vllm')\n"
+    "u = json.loads(d.read_text('direct_url.json') or '{}')\n"
+    "print(json.dumps({'version': d.version, 'local': 'dir_info' in u or 'vcs_info' in u,"
+    " 'url': str(u.get('url', ''))[:200]}))"
+)
+
+
+def wheel_build(python: str) -> tuple[BuildOrigin, list[str]]:
+    """(build origin, notes) of the vLLM installed for `python` (its version; a published wheel or a local build)."""
+    code, out = _run([python, "-c", _WHEEL_PROBE])
+    unknown = BuildOrigin(source="", ref="", vllm_version="", cuda_targets=[], sm121="unknown")
+    if code != 0:
+        return unknown, [f"{python}: no vLLM installed for it (or it does not run)"]
+    try:
+        said = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return unknown, [f"{python}: could not read vLLM's distribution"]
+    how = "built here" if said.get("local") else "from a package index"
+    return BuildOrigin(
+        source="wheel",
+        ref=_clean(f"vllm {said.get('version', '')} ({how})")[:300],
+        vllm_version=_clean(str(said.get("version", "")))[:60],
+        cuda_targets=[],
+        sm121="unknown",
+    ), []
+
+
 def image_build(image: str) -> tuple[BuildOrigin, list[str]]:
     """(build origin, notes) of an image this host has, read with `docker image inspect` (no pull)."""
     if not shutil.which("docker"):
@@ -370,6 +402,7 @@ def gather(
     gpu_rules: dict[str, dict[str, Any]] | None = None,
     simulate_link: str = "",
     image: str = "",
+    wheel_python: str = "",
 ) -> Facts:
     """The [facts] table of this host. No value is None; `notes` (worth a warning each) says what
     could not be read or classified. simulate_gpu (an arch of gpus.toml) reports that chip instead."""
@@ -400,8 +433,8 @@ def gather(
     facts = classify_gpu(gathered, rules)
     notes = gpu["notes"] + containers["notes"]
     facts["build"] = BuildOrigin(source="", ref="", vllm_version="", cuda_targets=[], sm121="unknown")
-    if image:  # the build the host runs: which image, its CUDA targets, whether SM121 is among them
-        facts["build"], build_notes = image_build(image)
+    if image or wheel_python:  # the build the host runs: which image or wheel, its CUDA targets, SM121 among them
+        facts["build"], build_notes = image_build(image) if image else wheel_build(wheel_python)
         notes += build_notes
     if facts["gpu_name"] and not facts["arch"]:
         notes.append(unknown_arch_note(facts, rules))
@@ -429,9 +462,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="model cache whose free disk is reported")
     parser.add_argument("--gpu-rules", default=None, help="path of gpus.toml (default: agent/rules/gpus.toml)")
     parser.add_argument("--image", default="", help="also report the vLLM build of this image (docker image inspect)")
+    parser.add_argument("--wheel-python", default="", help="or of the vLLM installed for this Python (a venv's)")
     args = parser.parse_args(argv)
     try:
-        facts = gather(args.simulate_gpu, args.cache_dir, load_gpu_rules(args.gpu_rules), image=args.image)
+        facts = gather(
+            args.simulate_gpu,
+            args.cache_dir,
+            load_gpu_rules(args.gpu_rules),
+            image=args.image,
+            wheel_python=args.wheel_python,
+        )
     except ValueError as exc:
         print(f"facts: error: {exc}", file=sys.stderr)
         return 2

@@ -195,7 +195,7 @@ def build(value: Any, where: str) -> dict[str, Any]:
         value,
         where,
         {
-            "source": (_token(re.compile(r"(image)?"), 8), ""),
+            "source": (_token(re.compile(r"(image|wheel)?"), 8), ""),
             "ref": (_text(MAX_NAME + 100), ""),
             "vllm_version": (_token(TOKEN, 64), ""),
             "cuda_targets": (lambda v, w: [token(x, w, TOKEN, 16) for x in texts(v, w, 16, 32)], []),
