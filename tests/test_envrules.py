@@ -214,12 +214,28 @@ def test_rule_files_are_consistent():
         if entry.get("vllm"):
             envrules.in_range((0, 24, 0), entry["vllm"])  # parses
     assert all(entry["replacement"].startswith("--") for entry in rules["dead"])
-    assert {entry["name"] for entry in rules["dead"]} == {
-        "VLLM_USE_FLASHINFER_MOE_FP4",
-        "VLLM_FLASHINFER_MOE_BACKEND",
-        "VLLM_FP8_MOE_BACKEND",
-        "VLLM_ATTENTION_BACKEND",
-    }
+
+
+def test_dead_variables_agree_with_the_wheels():
+    """A variable is dead only in releases whose vllm/envs.py (rules/vllm_env.toml, read from the wheels) lacks it,
+    deprecated only in releases that still list it, and a variable dead everywhere is in no listed release."""
+    releases = [(envrules.parse_version(r["vllm"]), set(r["names"])) for r in envrules.vllm_env_rules()]
+    for entry in envrules.env_rules()["dead"]:
+        name = entry["name"]
+        for version, names in releases:
+            assert version is not None
+            if not entry.get("vllm") or envrules.in_range(version, entry["vllm"]):
+                assert name not in names, f"{entry['id']}: vLLM {version} still lists {name}"
+            if entry.get("deprecated") and envrules.in_range(version, entry["deprecated"]):
+                assert name in names, f"{entry['id']}: deprecated in {version}, which no longer lists {name}"
+
+
+def test_a_recipe_names_flags_and_dead_or_deprecated_variables():
+    rules = envrules.env_rules()
+    dead = {e["name"] for e in rules["dead"]}
+    for recipe in rules.get("recipe", []):
+        assert recipe["flags"] and all(flag.startswith("--") for flag in recipe["flags"])
+        assert set(recipe["env"]) <= dead and 1 <= recipe["min"] <= len(recipe["env"])
 
 
 def test_with_arch_fills_arch_only_when_the_host_could_not():

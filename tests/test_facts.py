@@ -94,8 +94,8 @@ def test_device_facts_were_classified_h200():
 
 def test_device_facts_have_the_keys_gather_makes_here():
     device = json.loads(captured("facts.json"))
-    # `interfaces` (multi-node, issue 19) came after this capture; the device machine's checkout predates it
-    assert set(device) == set(facts.gather()) - {"interfaces"}
+    # `interfaces` (multi-node, issue 19) and `build` (the vLLM build, issue 49) came after this capture
+    assert set(device) == set(facts.gather()) - {"interfaces", "build"}
 
 
 # --- classification -----------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{source}: no `vllm serve` found; pass a command line, script, compose file or model card")
     arch = _arch(args)
     target = checks.target_for(arch, args.vllm_version, args.quant, args.host or "", args.inventory or "")
-    results = [checks.lint(one, target) for one in found]
+    results = [_lint(one, target) for one in found]
     findings = [f for r in results for f in r.findings]
     if args.format == "json":
         shown = {
@@ -91,7 +91,7 @@ def _fix(
             undone += [f"{source}:{r.launch.line}: could not {what}" for what in done.undone]
     text = launchfix.finish(text)
     again = [
-        checks.lint(one, checks.target_for(arch, args.vllm_version, args.quant, args.host or "", args.inventory or ""))
+        _lint(one, checks.target_for(arch, args.vllm_version, args.quant, args.host or "", args.inventory or ""))
         for one in launches.extract(text, source)
     ]
     remaining = [f for r in again for f in r.findings]
@@ -105,6 +105,26 @@ def _fix(
     print(f"--- fixed text ({_fixed_words(remaining, left, args.fail_on)}{kept}) ---", file=out)
     print(redact.redact_text(text), file=out)
     return 1 if left or undone else 0
+
+
+def _lint(launch: launches.Launch, target: checks.Target) -> checks.Result:
+    """judging/lint's findings, and planning/launchchecks': recipes the flags now say, --quantization against the
+    checkpoint's own quant."""
+    from dataclasses import replace
+
+    from agent.planning import launchchecks
+
+    result = checks.lint(launch, target)
+    fixed = result.fixed or replace(launch, args=list(launch.args), env=dict(launch.env))
+    found = launchchecks.recipes(launch, fixed, result.vllm_version, envrules.env_rules())
+    if result.quant_source == "flag" and not target.quant:
+        unflagged = replace(launch, args=[a for a in launch.args if not a.startswith(("--quantization", "-q"))])
+        own, source = checks.quant_and_source(unflagged, None)
+        found += launchchecks.quant_conflict(result.quant, own, source, launch)
+    result.findings += [checks.Finding(c.rule, c.severity, c.message, launch.source, c.line, c.fix) for c in found]
+    if fixed.args != launch.args or fixed.env != launch.env:
+        result.fixed = fixed
+    return result
 
 
 def _fixed_words(remaining: list[Any], left: list[Any], fail_on: str) -> str:

@@ -52,6 +52,18 @@ class Facts(TypedDict, total=False):
     notes: list[str]  # what could not be read or classified, one warning each
     fingerprint: str  # 8 hex over the stable facts
     interfaces: list[NetInterface]  # network interfaces (not part of the fingerprint: addresses differ per host)
+    build: BuildOrigin  # the vLLM build the host runs, when facts were asked about an image ({} otherwise)
+
+
+class BuildOrigin(TypedDict, total=False):
+    """Which vLLM build: the same vLLM version selects different kernels depending on the CUDA targets it was built
+    for (vllm#50925), and the published targets may lack a chip's (SM121: vllm#38484)."""
+
+    source: str  # image | "" (unknown)
+    ref: str  # the image as asked for, and its digest when the host has one (name@sha256:...)
+    vllm_version: str  # as the image says it (its env or labels); "" when it does not
+    cuda_targets: list[str]  # TORCH_CUDA_ARCH_LIST of the build ("12.0", "12.1a", "12.0+PTX"), when the image says it
+    sm121: str  # yes | no | unknown: whether the targets hold SM121 kernels (not PTX alone)
 
 
 # --- a failure: logparse (Follower.fatal, classify), supervise.wait_ready, serve.json ------------------------------

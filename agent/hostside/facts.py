@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any, TypedDict
 
 from . import netfacts
-from .contracts import Facts
+from .contracts import BuildOrigin, Facts
 
 tomllib: ModuleType | None
 try:  # Python 3.11+; older hosts get their rules from the controller
@@ -287,9 +287,113 @@ def container_facts() -> ContainerFacts:
 
 
 def fingerprint(facts: Mapping[str, object]) -> str:
-    """8 hex characters over the stable facts: same fingerprint, same host setup."""
+    """8 hex characters over the stable facts: same fingerprint, same host setup. The build origin counts when the
+    facts have one (hosts without it keep the fingerprint they always had)."""
     stable = {key: facts.get(key, "") for key in STABLE_KEYS}
+    build = facts.get("build")
+    if isinstance(build, dict) and build.get("source"):
+        stable["build"] = {k: build.get(k, "") for k in ("ref", "vllm_version", "cuda_targets", "sm121")}
     return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()[:8]
+
+
+# Where images say how vLLM was built: the env their Dockerfile sets, and labels. NGC and community GB10 images set
+# TORCH_CUDA_ARCH_LIST; vLLM's own images carry the version in VLLM_VERSION or the OCI version label.
+_VERSION_KEYS = ("VLLM_VERSION", "org.opencontainers.image.version", "vllm.version", "VLLM_VERSION_TAG")
+_TARGET_KEYS = ("TORCH_CUDA_ARCH_LIST", "CUDA_ARCH_LIST", "torch_cuda_arch_list")
+_MAX_TARGETS = 32
+
+
+def build_origin(inspect: object, ref: str = "") -> BuildOrigin:
+    """The build origin of an image from `docker image inspect`'s JSON (a list of one object, or the object)."""
+    item = inspect[0] if isinstance(inspect, list) and inspect else inspect
+    if not isinstance(item, dict):
+        return BuildOrigin(source="", ref=ref, vllm_version="", cuda_targets=[], sm121="unknown")
+    raw = item.get("Config")
+    config: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    env: dict[str, str] = {}
+    for entry in config.get("Env") or []:
+        if isinstance(entry, str) and "=" in entry:
+            key, _, value = entry.partition("=")
+            env[key] = value[:1000]
+    labels = {str(k): str(v)[:1000] for k, v in (config.get("Labels") or {}).items()}
+    said = {**labels, **env}
+    version = next((said[k].lstrip("v") for k in _VERSION_KEYS if said.get(k)), "")
+    targets_text = next((said[k] for k in _TARGET_KEYS if said.get(k)), "")
+    targets = [t for t in targets_text.replace(";", " ").replace(",", " ").split() if t][:_MAX_TARGETS]
+    digests = item.get("RepoDigests") or []
+    shown = ref or next(iter(item.get("RepoTags") or []), "")
+    if digests and isinstance(digests[0], str) and "@" not in shown:
+        shown = f"{shown} ({digests[0]})" if shown else digests[0]
+    return BuildOrigin(
+        source="image",
+        ref=_clean(shown)[:300],
+        vllm_version=_clean(version)[:60],
+        cuda_targets=targets,
+        sm121=sm121_of(targets),
+    )
+
+
+def sm121_of(targets: list[str]) -> str:
+    """yes: a target builds SM121 kernels (12.1, 12.1a, 12.1f, or a 12.0f family build that covers 12.1);
+    no: the targets are known and none does (12.0+PTX only JIT-compiles PTX); unknown: no targets said."""
+    if not targets:
+        return "unknown"
+    for target in targets:
+        base = target.lower().replace("sm_", "").replace("+ptx", "")
+        if base in ("12.1", "12.1a", "12.1f", "121", "121a", "121f", "12.0f", "120f"):
+            return "yes"
+    return "no"
+
+
+# Run by the Python that serves vLLM (a venv's): the installed distribution's version and how pip got it. PEP 610's
+# direct_url.json says a wheel came from a folder or a VCS checkout (built here, with this host's CUDA targets) rather
+# than from an index (the published build).
+_WHEEL_PROBE = (
+    "import importlib.metadata as m, json\n"
+    "d = m.distribution('vllm')\n"
+    "u = json.loads(d.read_text('direct_url.json') or '{}')\n"
+    "print(json.dumps({'version': d.version, 'local': 'dir_info' in u or 'vcs_info' in u,"
+    " 'url': str(u.get('url', ''))[:200]}))"
+)
+
+
+def wheel_build(python: str) -> tuple[BuildOrigin, list[str]]:
+    """(build origin, notes) of the vLLM installed for `python` (its version; a published wheel or a local build)."""
+    code, out = _run([python, "-c", _WHEEL_PROBE])
+    unknown = BuildOrigin(source="", ref="", vllm_version="", cuda_targets=[], sm121="unknown")
+    if code != 0:
+        return unknown, [f"{python}: no vLLM installed for it (or it does not run)"]
+    try:
+        said = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return unknown, [f"{python}: could not read vLLM's distribution"]
+    how = "built here" if said.get("local") else "from a package index"
+    return BuildOrigin(
+        source="wheel",
+        ref=_clean(f"vllm {said.get('version', '')} ({how})")[:300],
+        vllm_version=_clean(str(said.get("version", "")))[:60],
+        cuda_targets=[],
+        sm121="unknown",
+    ), []
+
+
+def image_build(image: str) -> tuple[BuildOrigin, list[str]]:
+    """(build origin, notes) of an image this host has, read with `docker image inspect` (no pull)."""
+    if not shutil.which("docker"):
+        return BuildOrigin(source="", ref=image, vllm_version="", cuda_targets=[], sm121="unknown"), [
+            f"no docker here: the build of {image} is unknown"
+        ]
+    code, out = _run(["docker", "image", "inspect", image])
+    if code != 0:
+        return BuildOrigin(source="", ref=image, vllm_version="", cuda_targets=[], sm121="unknown"), [
+            f"`docker image inspect {image}` failed (exit {code}): is the image on this host?"
+        ]
+    try:
+        return build_origin(json.loads(out), image), []
+    except ValueError:
+        return BuildOrigin(source="", ref=image, vllm_version="", cuda_targets=[], sm121="unknown"), [
+            f"`docker image inspect {image}` printed no JSON"
+        ]
 
 
 def gather(
@@ -297,6 +401,8 @@ def gather(
     cache_dir: str = DEFAULT_CACHE_DIR,
     gpu_rules: dict[str, dict[str, Any]] | None = None,
     simulate_link: str = "",
+    image: str = "",
+    wheel_python: str = "",
 ) -> Facts:
     """The [facts] table of this host. No value is None; `notes` (worth a warning each) says what
     could not be read or classified. simulate_gpu (an arch of gpus.toml) reports that chip instead."""
@@ -326,6 +432,10 @@ def gather(
     )
     facts = classify_gpu(gathered, rules)
     notes = gpu["notes"] + containers["notes"]
+    facts["build"] = BuildOrigin(source="", ref="", vllm_version="", cuda_targets=[], sm121="unknown")
+    if image or wheel_python:  # the build the host runs: which image or wheel, its CUDA targets, SM121 among them
+        facts["build"], build_notes = image_build(image) if image else wheel_build(wheel_python)
+        notes += build_notes
     if facts["gpu_name"] and not facts["arch"]:
         notes.append(unknown_arch_note(facts, rules))
     facts["notes"] = notes
@@ -351,9 +461,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--simulate-gpu", default=None, help="report this chip (gb10, ...) instead of a GPU")
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR, help="model cache whose free disk is reported")
     parser.add_argument("--gpu-rules", default=None, help="path of gpus.toml (default: agent/rules/gpus.toml)")
+    parser.add_argument("--image", default="", help="also report the vLLM build of this image (docker image inspect)")
+    parser.add_argument("--wheel-python", default="", help="or of the vLLM installed for this Python (a venv's)")
     args = parser.parse_args(argv)
     try:
-        facts = gather(args.simulate_gpu, args.cache_dir, load_gpu_rules(args.gpu_rules))
+        facts = gather(
+            args.simulate_gpu,
+            args.cache_dir,
+            load_gpu_rules(args.gpu_rules),
+            image=args.image,
+            wheel_python=args.wheel_python,
+        )
     except ValueError as exc:
         print(f"facts: error: {exc}", file=sys.stderr)
         return 2

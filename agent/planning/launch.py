@@ -89,7 +89,7 @@ class Launch:
         value = None
         for i, arg in enumerate(self.args):
             key, eq, val = arg.partition("=")
-            if key in want:
+            if key in want or _abbreviates(key, want):
                 if eq:
                     value = val
                 elif i + 1 < len(self.args) and not self.args[i + 1].startswith("--"):
@@ -97,6 +97,22 @@ class Launch:
                 else:
                     value = ""
         return value
+
+    def set_flag(self, flag: str, value: str) -> None:
+        """`flag value` in the args, replacing every form of it already there (abbreviated ones too)."""
+        want = {flag, flag.replace("-", "_").replace("__", "--")}
+        out: list[str] = []
+        skip = False
+        for i, arg in enumerate(self.args):
+            if skip:
+                skip = False
+                continue
+            key, eq, _ = arg.partition("=")
+            if key in want or _abbreviates(key, want):
+                skip = not eq and i + 1 < len(self.args) and not self.args[i + 1].startswith("--")
+                continue
+            out.append(arg)
+        self.args = [*out, flag, value]
 
     def dotted(self, prefix: str) -> dict[str, str]:
         """`--speculative-config.method mtp` style: {"method": "mtp"} for prefix `--speculative-config`."""
@@ -126,6 +142,20 @@ class Launch:
 # --- the input ---------------------------------------------------------------------------------------
 
 
+# vLLM's parser is argparse's with abbreviations allowed (FlexibleArgumentParser keeps allow_abbrev): a flag cut to a
+# prefix of its name ("--gpu-memory-util=0.9") is that flag. A prefix must keep a word and a part of the next one.
+_MIN_ABBREV = 8
+
+
+def _abbreviates(key: str, names: set[str]) -> bool:
+    return (
+        len(key) >= _MIN_ABBREV
+        and key.startswith("--")
+        and "." not in key
+        and any(n.startswith(key) and n != key and ("-" in key[2:] or "_" in key[2:]) for n in names)
+    )
+
+
 def read_text(data: bytes, source: str) -> str:
     """The launch text of a file or stdin: small UTF-8 text with something in it."""
     if len(data) > MAX_BYTES:
@@ -151,10 +181,14 @@ def _is_diff(text: str) -> bool:
 
 def undiff(text: str) -> str:
     """A unified diff as the text it makes: `+` lines without their `+`, removed lines blank (line numbers kept)."""
-    out = []
+    out: list[str] = []
     for line in text.split("\n"):
-        if line.startswith(("+++", "---", "@@", "diff --git", "index ")) or line.startswith("-"):
+        if line.startswith(("+++", "---", "@@", "diff --git", "index ")):
             out.append("")
+        elif line.startswith("-"):
+            # a removed line inside a continued command keeps the command whole (a lone "\" continues it)
+            inside = bool(out) and out[-1].rstrip().endswith("\\") and line.rstrip().endswith("\\")
+            out.append("\\" if inside else "")
         elif line.startswith(("+", " ")):
             out.append(line[1:])
         else:

@@ -32,14 +32,24 @@ def replacement(name: str, value: str, flag: str, env: dict[str, str]) -> str:
     """The value of `flag` that says what the dead variable `name=value` meant ("" when it says nothing)."""
     if flag == "--attention-backend":
         return normalise_backend(value)
+    if flag == "--linear-backend" and name == "VLLM_NVFP4_GEMM_BACKEND" and value:
+        return normalise_backend(value)  # marlin, cutlass, flashinfer-cutlass, ...: the same names as the flag's
     if flag == "--moe-backend":
         if name == "VLLM_FLASHINFER_MOE_BACKEND":
             return _MOE_BY_FLASHINFER.get(value.lower(), "")
         if name.startswith("VLLM_USE_FLASHINFER_MOE") and value == "1":
             return _MOE_BY_FLASHINFER.get(env.get("VLLM_FLASHINFER_MOE_BACKEND", "throughput").lower(), "")
+        if name == "VLLM_TEST_FORCE_FP8_MARLIN" and value == "1":
+            return "marlin"
+        if name.startswith("VLLM_USE_FLASHINFER_MOE") and value == "0" and _marlin_meant(env):
+            return "marlin"  # the "Marlin fix": FlashInfer's MoE off beside Marlin chosen for the rest
         if name.endswith("_MOE_BACKEND") and value:
             return normalise_backend(value)
     return ""
+
+
+def _marlin_meant(env: dict[str, str]) -> bool:
+    return env.get("VLLM_NVFP4_GEMM_BACKEND", "").lower() == "marlin" or env.get("VLLM_TEST_FORCE_FP8_MARLIN") == "1"
 
 
 def _assignment(name: str) -> re.Pattern[str]:

@@ -184,7 +184,25 @@ FACTS: dict[str, Field] = {
     "notes": (_texts(1024, 64), []),
     "fingerprint": (_token(FINGERPRINT, 8), ""),
     "interfaces": (lambda v, w: interfaces(v, w), ABSENT),
+    "build": (lambda v, w: build(v, w), ABSENT),
 }
+SM121 = re.compile(r"yes|no|unknown")
+
+
+def build(value: Any, where: str) -> dict[str, Any]:
+    """The vLLM build the host runs (hostside/facts.build_origin): an image's ref, version and CUDA targets."""
+    return shape(
+        value,
+        where,
+        {
+            "source": (_token(re.compile(r"(image|wheel)?"), 8), ""),
+            "ref": (_text(MAX_NAME + 100), ""),
+            "vllm_version": (_token(TOKEN, 64), ""),
+            "cuda_targets": (lambda v, w: [token(x, w, TOKEN, 16) for x in texts(v, w, 16, 32)], []),
+            "sm121": (_token(SM121, 8), "unknown"),
+        },
+    )
+
 
 IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,31}")  # what reaches NCCL_SOCKET_IFNAME and NCCL_IB_HCA
 IPV4_CIDR = re.compile(r"(?:[0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}")

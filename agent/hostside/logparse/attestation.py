@@ -22,6 +22,8 @@ REPAIRS = {
     "ellipsis": "list(s) cut with '...'",
     "lenient_args": "non-default args read pair by pair (the dict was cut or damaged)",
     "prose": "exception read from the paste's prose (no vLLM prefix; vLLM's frames around it)",
+    "tool_version": "vLLM version read from another tool's output (collect_env, pip, an image tag), not the server's",
+    "pasted_launch": "arguments read from the command line pasted beside the log (the log printed none)",
 }
 
 

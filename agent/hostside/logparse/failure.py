@@ -37,9 +37,13 @@ SERVED_REQUEST = ("Added request", "Received request", "Finished request", "Gene
 # loop (MQLLMEngine, AsyncLLMEngine).
 SERVING_ENGINE = re.compile(
     r"\bin (?:run_busy_loop|_process_engine_step|step_with_batch_queue|run_engine_loop|engine_step|output_handler)\b"
-    r"|output_handler failed"
+    r"|\.run_busy_loop\(\)|output_handler failed"  # the frame's source line: run_engine_core had the loop running
     r"|EngineCore encountered (?:a fatal error|an issue)|EngineDeadError|Dumping (?:input data|scheduler output)"
     r"|Engine core proc \w{1,40} died unexpectedly"
+)
+# A frame of the loops that serve: a traceback through one is a death while serving, whatever line says so or not.
+_BUSY_FRAME = re.compile(
+    r"\bin (?:run_busy_loop|_process_engine_step|step_with_batch_queue|run_engine_loop|engine_step)\b|\.run_busy_loop\(\)"
 )
 # V0's engine loop logs the exception's repr when it dies: "ERROR ... engine.py:158] NotImplementedError('...')"
 _EXCEPTION_REPR = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\(")
@@ -47,7 +51,7 @@ _EXCEPTION_REPR = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\(
 # The engine died. "Dying" lines are logged with a traceback after them (its last line names the cause);
 # "died" lines are the API server's final word, after the engine's traceback (or before, when streams interleave).
 _ENGINE_DYING = re.compile(
-    r"EngineCore failed to start|WorkerProc failed to start|Worker failed with error"
+    r"EngineCore failed to start|WorkerProc failed to start|Worker failed with error|WorkerProc hit an exception"
     r"|EngineCore encountered a fatal error|AsyncLLM output_handler failed"
 )
 _ENGINE_DIED = re.compile(
@@ -73,6 +77,8 @@ _BACKEND_CLASSES = ("unsupported_backend", "cutlass_disabled")  # classes whose 
 _UNEXPLAINED = ("root_cause_not_in_excerpt",)  # a start that failed, its cause not shown (a log that just ends: no)
 _BARE_EXCEPTION = re.compile(r"^(?:[\w.]+\.)?\w+(?:Error|Exception)?:?\s*$")  # "AssertionError" with no message
 _MOE_ERROR_QUANT = re.compile(r"\b(\w{1,40}) MoE\b")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+_CONTEXT = 2000  # characters of an exception line or frame kept to read with the next line
 # What a process that died before vLLM logged anything says last: an exception line, or the shell's and loader's
 # own complaints (python cannot import vLLM, a missing binary or file, a killed process). Anything else is not taken.
 _LAST_WORDS = re.compile(
@@ -102,6 +108,8 @@ class FailureLines(BackendLines):
         self._early_death = ("", "", "")  # (class, message, line): a runtime cause seen before the log showed serving
         self._error_frames = False
         self._bare_rejected = False  # a candidate's refusal pasted without its level (see _watch_failure)
+        self.exc_pending = ""  # an exception no signature named: the follower hands the next line on too
+        self._last_frame = ""  # the last traceback frame ('File "..."'), for the bare exception it raised
 
     def _note_last_words(self, text: str) -> None:
         """A server that dies before vLLM logs anything (python cannot import it, a missing binary) says why in a
@@ -134,6 +142,8 @@ class FailureLines(BackendLines):
                 return
         if not cls and msg.startswith(SUPERVISOR_PREFIX):  # killed while starting (the OOM killer, loading weights)
             cls = death_cause_of(msg)
+        if not cls:
+            cls, msg = self._with_context(msg)
         if cls:
             self._keep(line)
             if self.fatal is None or self.fatal["class"] in ("engine_init_failed", ROOT_CAUSE_MISSING):
@@ -163,12 +173,39 @@ class FailureLines(BackendLines):
                 self._declare("engine_init_failed", msg)
         elif level in ("ERROR", "CRITICAL") and not _FRAME_LINE.match(msg):
             self._last_error = msg
-        elif level in ("ERROR", "CRITICAL") or ("/vllm/" in msg and msg.lstrip().startswith('File "')):
-            self._error_frames = True  # a traceback (logged as errors, or vLLM's own frames): something failed
+        elif (
+            level in ("ERROR", "CRITICAL")
+            or ("/vllm/" in msg and msg.lstrip().startswith('File "'))
+            or msg.startswith(_CHAINED)
+        ):
+            self._error_frames = True  # a traceback (logged as errors, vLLM's own frames, a chain): something failed
         elif not level and not self._prose_exception and ("Error: " in msg or "Exception: " in msg):
             m = _PROSE_EXCEPTION.search(msg)
             if m and not _FRAME_LINE.match(msg):
                 self._prose_exception = msg[m.start() :]
+
+    def _with_context(self, msg: str) -> tuple[str, str]:
+        """(class, cause) of an exception read with what the paste keeps around it: its message wrapped onto the next
+        line ("Assertion error" here, the DeepGEMM path there), or, for a bare exception ("AssertionError"), the
+        frame that raised it (".../deep_gemm/jit_kernels/gemm.py ... in gemm_fp8_fp8_bf16_nt"). ("", msg) if none."""
+        pending, self.exc_pending = self.exc_pending, ""
+        frame = self._last_frame
+        if msg.lstrip().startswith('File "'):
+            self._last_frame = msg.strip()[:_CONTEXT]
+            return "", msg
+        if pending and msg.strip() and not _EXCEPTION_LINE.match(msg) and not _FRAME_LINE.match(msg.strip()):
+            joined = f"{pending} {msg.strip()[:_CONTEXT]}"
+            cls = signature_of(joined)
+            if cls:
+                self._repairs["wrapped"] += 1
+                return cls, joined
+        if _EXCEPTION_LINE.match(msg):
+            if frame and _BARE_EXCEPTION.match(msg):
+                cls = signature_of(f"{frame} {msg}")
+                if cls:
+                    return cls, f"{msg.strip()} (raised at {frame})"
+            self.exc_pending = msg[:_CONTEXT]  # the next line may carry its message on
+        return "", msg
 
     def _serving(self, line: str, api: bool) -> None:
         """The log shows the server at work: the start was over (ready when the API server answered). A failure
@@ -180,6 +217,14 @@ class FailureLines(BackendLines):
             self.ready = True
         else:
             self._f["engine_ready"] = True
+            if _BUSY_FRAME.search(line):  # a traceback through the serving loop: the engine died in it
+                self._death_dying = True
+                if self._last_exception and not self._death["class"] and self.fatal is None:
+                    # a chained traceback prints its cause first ("TimeoutError", then "The above exception was the
+                    # direct cause ..." and the busy loop's frames): that exception is what killed the loop
+                    self._death["class"] = death_cause_of(self._last_exception) or "other"
+                    self._death["root_cause"] = self._last_exception
+                    self._keep_death(self._last_exception)
         early_cls, early_msg, early_line = self._early_death
         if early_cls and not self._death["class"]:
             self._death["class"], self._death["root_cause"] = early_cls, early_msg
@@ -226,6 +271,13 @@ class FailureLines(BackendLines):
             self._keep_death(line)
             if not death["class"]:
                 death["class"], death["root_cause"] = "other", msg
+            elif (
+                death["class"] == "other"
+                and _BARE_EXCEPTION.match(death["root_cause"])
+                and not _BARE_EXCEPTION.match(msg)
+                and not msg.startswith(SUPERVISOR_PREFIX)
+            ):  # a chain: the bare cause ("TimeoutError") is said better by the exception it caused
+                death["root_cause"] = f"{msg} (caused by {death['root_cause'].strip()})"
         elif level in ("ERROR", "CRITICAL") and self._death_dying:
             self._keep_death(line)
 

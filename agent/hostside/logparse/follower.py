@@ -129,7 +129,9 @@ class Follower(FailureLines, LaunchLines, SpeculationLines):
                 for piece in line.split("\r"):
                     if PREFILTER.search(piece):
                         handle(piece)
-            elif PREFILTER.search(line) or ": error: " in line or "for this configuration" in line:
+            elif (
+                PREFILTER.search(line) or ": error: " in line or "for this configuration" in line or self.exc_pending
+            ):  # exc_pending: an exception's message may go on in the next line, whatever that line holds
                 handle(line)
 
     def feed_chunk(self, data: str) -> None:
@@ -156,6 +158,10 @@ class Follower(FailureLines, LaunchLines, SpeculationLines):
         """A log whose first lines hold no fact is still vLLM's when they carry its prefix: the first such line
         counts (then this check stops, and it stops for good after 256 lines: a cost only at the start)."""
         self._probe -= 1
+        if "vllm serve " in line or "api_server " in line:  # a pasted launch: its model and flags
+            self._pasted_launch(clean(line))
+        elif "ersion" in line:  # prose at the top of a report: "vllm version: 0.9.2"
+            self._tool_version_line(clean(line), line)
         if ("INFO" in line or "WARN" in line or "ERROR" in line or "DEBUG" in line) and not PREFILTER.search(line):
             level, _, damaged = split_header_damaged(clean(line))
             if level and not damaged:
@@ -214,6 +220,7 @@ class Follower(FailureLines, LaunchLines, SpeculationLines):
     def facts(self) -> Attestation:
         self._close_open()  # a wrapped line still open at the end of what was read counts as it is
         f = copy.deepcopy(self._f)  # the caller's to keep: later lines must not change it
+        self._launch_facts(f)  # what other tools and a pasted launch said, where the log said nothing
         f["startup_complete"] = self.ready or (f["engine_ready"] and not self._server_seen)
         backends = sorted({linear_backend_of(k) for k in f["linear_kernels"]} - {""})
         f["linear_backend"] = backends[0] if len(backends) == 1 else ("mixed" if backends else "")
@@ -230,6 +237,7 @@ class Follower(FailureLines, LaunchLines, SpeculationLines):
             or self._repairs["restored"]
             or self._repairs["lenient_args"]
             or self._repairs["prose"]
+            or self._repairs["tool_version"]
         )
         if f["vllm_log_lines"] == 0 and not recognised(f) and not self._repairs["prose"]:
             return ""
@@ -275,6 +283,7 @@ class Follower(FailureLines, LaunchLines, SpeculationLines):
         if not (self.ready or self._served):
             self._watch_failure(level, msg, line)
         else:
+            self.exc_pending = ""  # started: no failed start to read on
             self._watch_death(level, msg, line)
         if ("Using " in msg or "Selected " in msg) and self._using(msg, line):
             return
@@ -307,6 +316,8 @@ class Follower(FailureLines, LaunchLines, SpeculationLines):
             or self._namespace(msg)
             or self._worded_quant(msg)
             or self._progress(msg)
+            or self._tool_version_line(msg, line)
+            or self._pasted_launch(msg)
         ):
             return
         self._identity(msg, line)

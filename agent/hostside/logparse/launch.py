@@ -7,9 +7,12 @@ engine then did, and judging/verdict.py compares the two.
 
 from __future__ import annotations
 
+import copy
+import json
 import re
 from typing import Any
 
+from ..contracts import Attestation
 from . import pyrepr, speculation
 from .attestation import Recorder
 from .line import Then, balance
@@ -41,6 +44,29 @@ _ARGS = re.compile(r"non-default args: (\{.*)")
 _CONFIG_LOAD_FORMAT = re.compile(r"(?:^|[ ,])load_format=(?:LoadFormat\.)?'?(\w{1,40})")
 _NAMESPACE_LOAD_FORMAT = re.compile(r"[(, ]load_format='(\w{1,40})'")
 _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: ([A-Za-z_][A-Za-z0-9_]*)")
+# The version as other tools print it, beside or instead of the log: collect_env ("vLLM Version : 0.11.0"), `pip show
+# vllm` ("Name: vllm" then "Version: 0.11.0"), pip ("Successfully installed ... vllm-0.11.0", "[pip3] vllm==0.11.0"),
+# a wheel's file name, the official image's tag (vllm/vllm-openai:v0.10.1.1). The server's own line wins over these.
+_V = r"v?(\d{1,3}\.\d{1,3}(?:\.\d{1,4})?(?:(?:\.|\+|rc|\.post|\.dev)[\w.+]{0,40})?)"
+_TOOL_VERSIONS = (
+    re.compile(r"^vLLM Version\s*:\s*" + _V),
+    # an issue template's list ("- **vLLM version**: 0.11.1rc6", "- vLLM: `0.29.1rc1`") and prose ("vllm version: 0.9.2")
+    re.compile(r"^(?:[-*]\s{1,4})?\**vllm(?: version)?\**\s{0,4}:\s{0,4}\**\s{0,4}`?" + _V, re.IGNORECASE),
+    # "vllm" first (a literal prefix the regex engine scans for fast); that it starts a word is checked after
+    re.compile(r"vllm(?:==|-)" + _V + r"(?:\s|$|-cp3)"),
+    re.compile(r"vllm/vllm-openai(?:-[a-z]{1,10})?:" + _V + r"(?:\s|$|[\"'@])"),
+)
+_WORD_START = " \t\"'=/"
+_PIP_VERSION = re.compile(r"^Version:\s*" + _V + r"\s*$")
+# A command line pasted beside the log: the flags that say what the server was asked for (the log's own
+# `non-default args` win; these count only where the log printed none). Values as a shell passes them.
+_FLAG = re.compile(  # "--" first: a literal prefix the regex engine scans for fast; a flag starts a word (checked)
+    r"--(speculative[-_]config|moe[-_]backend|linear[-_]backend|attention[-_]backend|quantization|model"
+    r"|load[-_]format)(?:=|\s+)('[^']{0,2000}'|\"(?:[^\"\\]|\\.){0,2000}\"|[^\s'\"]{1,300})"
+)
+_SPEC_DOTTED = re.compile(r"--speculative[-_]config\.(\w{1,40})(?:=|\s+)([^\s'\"]{1,100})")
+_SERVE_MODEL = re.compile(r"vllm serve\s+([\w./:@-]{1,300})")
+_MAX_FLAGS = 16  # flags read from one line: a hostile line of them costs no more
 
 
 class LaunchLines(Recorder):
@@ -49,6 +75,77 @@ class LaunchLines(Recorder):
     def __init__(self) -> None:
         super().__init__()
         self._args_tries = 0
+        self._tool_version = ("", "")  # (version, line) another tool printed; used only if the log names none
+        self._pip_vllm = False  # `pip show vllm` began: its "Version:" line is vLLM's
+        self.pasted_args: dict[str, Any] = {}  # flags of a launch pasted beside the log
+
+    def _tool_version_line(self, msg: str, line: str) -> bool:
+        """The version as another tool printed it (see _TOOL_VERSIONS); the first one counts."""
+        text = msg.strip()
+        if text.startswith("Name: "):
+            self._pip_vllm = text == "Name: vllm"
+            return self._pip_vllm
+        m = _PIP_VERSION.match(text) if self._pip_vllm and text.startswith("Version:") else None
+        if not m and ("llm" in text or "LLM" in text):  # every other form names vLLM
+            m = _tool_version(text[:4000])
+        if not m:
+            return False
+        if not self._tool_version[0]:
+            self._tool_version = (m.group(1), line)
+        return not self._pasted_launch(msg)  # an image tag in a `docker run` line: its flags still count
+
+    def _pasted_launch(self, msg: str) -> bool:
+        """The flags of a command line pasted in the text (bounded: the first _MAX_FLAGS of a line)."""
+        if "--" not in msg and "vllm serve" not in msg:
+            return False
+        found = False
+        args = self.pasted_args
+        text = msg[:8000]
+        for i, m in enumerate(_FLAG.finditer(text)):
+            if i >= _MAX_FLAGS:
+                break
+            if m.start() and not text[m.start() - 1].isspace():
+                continue
+            key, raw = m.group(1).replace("-", "_"), _unquote(m.group(2))
+            value: Any = _json_object(raw) or _spec_pairs(text) if key == "speculative_config" else raw
+            if value is not None:
+                args.setdefault(key, value)
+                found = True
+        for i, m in enumerate(_SPEC_DOTTED.finditer(text) if "--speculative" in text else ()):  # the dotted form
+            if i >= _MAX_FLAGS:
+                break
+            conf = args.setdefault("speculative_config", {})
+            if isinstance(conf, dict):
+                value = _unquote(m.group(2))
+                conf.setdefault(m.group(1), int(value) if value.isdigit() else value)
+                found = True
+        served = _SERVE_MODEL.search(text) if "vllm serve" in text else None
+        if served and not served.group(1).startswith("-"):
+            args.setdefault("model", served.group(1))
+            found = True
+        return found
+
+    def _launch_facts(self, f: Attestation) -> None:
+        """Into the facts `f` (a copy: later lines may still name the version): another tool's version, and a pasted
+        launch's args, where the log itself said neither."""
+        version, line = self._tool_version
+        self._repairs["tool_version"] = int(bool(version and not f["vllm_version"]))
+        if self._repairs["tool_version"]:
+            f["vllm_version"] = version
+            f["evidence"].setdefault("version", line)
+        self._repairs["pasted_launch"] = int(bool(self.pasted_args and not f["non_default_args"]))
+        if not self._repairs["pasted_launch"]:
+            return
+        args = copy.deepcopy(self.pasted_args)
+        f["non_default_args"] = args
+        if not f["speculative"]["method"]:
+            speculation.from_args(f["speculative"], args)
+        if isinstance(args.get("quantization"), str) and not f["quantization"]:
+            f["quantization"] = args["quantization"]
+        if isinstance(args.get("model"), str) and not f["served_model"]:
+            f["served_model"] = args["model"]
+        if isinstance(args.get("load_format"), str) and not f["load_format"]:
+            f["load_format"] = args["load_format"].lower()[:40]
 
     def _unknown_env(self, msg: str, line: str) -> bool:
         if "Unknown vLLM environment" not in msg:
@@ -148,3 +245,43 @@ class LaunchLines(Recorder):
         if m and m.group(1) != "None" and not f["quantization"]:
             f["quantization"] = m.group(1)
         speculation.from_engine_config(f["speculative"], config)
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        inner = value[1:-1]
+        return inner.replace('\\"', '"') if value[0] == '"' else inner
+    return value
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+_SPEC_PAIR = re.compile(r'"(method|num_speculative_tokens|moe_backend)"\s?:\s?(?:"([\w.-]{1,60})"|(\d{1,4}))')
+
+
+def _spec_pairs(line: str) -> dict[str, Any] | None:
+    """The pairs that matter of a --speculative-config JSON that does not parse (cut, or spliced with a shell
+    variable: '{"method": "eagle3", "model": "'$MODEL'/draft"}')."""
+    pairs = {m.group(1): m.group(2) or int(m.group(3)) for m in _SPEC_PAIR.finditer(line[:8000])}
+    return pairs or None
+
+
+def _tool_version(text: str) -> re.Match[str] | None:
+    for rx in _TOOL_VERSIONS:
+        if rx.pattern.startswith("^"):
+            m = rx.match(text)
+            if m:
+                return m
+            continue
+        for i, m in enumerate(rx.finditer(text)):
+            if i >= 8:
+                break
+            if not m.start() or text[m.start() - 1] in _WORD_START:
+                return m
+    return None

@@ -164,7 +164,6 @@ _NEEDLES = (
     "Methods: ",  # the route list: "Route: /v1/chat/completions, Methods: POST"
     "Draft acceptance rate",
     "Loading draft",
-    "--linear-backend=",
     "NVFP4 linear falling back",
     "Your GPU does not have native support for FP4",
     "Error",
@@ -226,6 +225,38 @@ _NEEDLES = (
     "alueError",
     "OutOfResources",  # Triton: "OutOfResources: out of resource: shared memory, Required: 81920, Hardware limit: 65536"
     "requires GPUs with",  # FlashInfer's JIT: "FlashInfer requires GPUs with sm75 or higher"
+    # out of memory in the allocator's own words, also when a wrapped paste lost "CUDA out of memory"
+    "Tried to allocate",
+    "B is free",
+    "GiB total capacity",
+    "Cuda failure",
+    "CUBLAS_STATUS_ALLOC",
+    # pydantic's line under a ValidationError, and a config's list of what it accepts
+    "Value error",
+    "[type=",
+    "Input should be",
+    "Valid options",
+    "Valid choices",
+    # the vLLM version as other tools print it (collect_env, `pip show vllm`, pip, an image tag, a wheel's name)
+    "LLM Version",
+    "LLM version",
+    "LLM: ",
+    "Name: vllm",
+    "Version: ",
+    "Successfully installed",
+    "[pip3] vllm",
+    "-openai:",
+    "-cp3",
+    # a launch pasted beside its log: the flags that say what was asked for
+    "--speculative",
+    "--moe-backend",
+    "--attention-backend",
+    "--linear-backend",
+    "--quantization",
+    "--model ",
+    "--model=",
+    "During handling of the above",  # a chained traceback: an exception happened, whatever the paste kept of it
+    "The above exception",
 )
 
 
@@ -264,7 +295,18 @@ class Guarded:
         return self.rx.search(text) if self.literal in text else None
 
 
-Matcher = re.Pattern[str] | Then | Guarded
+class GuardedAny:
+    """A regex tried only on text that holds one of `literals` (an alternation with no common prefix scans slowly)."""
+
+    def __init__(self, literals: tuple[str, ...], rx: str) -> None:
+        self.literals = literals
+        self.rx = re.compile(rx)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.rx.search(text) if any(lit in text for lit in self.literals) else None
+
+
+Matcher = re.Pattern[str] | Then | Guarded | GuardedAny
 
 
 def balance(text: str) -> int:

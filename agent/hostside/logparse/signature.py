@@ -9,13 +9,24 @@ from __future__ import annotations
 
 import re
 
-from .line import Guarded, Matcher, Then
+from .line import Guarded, GuardedAny, Matcher, Then
 
 SUPERVISOR_PREFIX = "spark-agent supervisor: "  # lines the host-side supervisor appends to a server's log
 ENDED_BEFORE_READY = "ended_before_ready"  # no error, no readiness: a cut log or an excerpt proves no start
 ROOT_CAUSE_MISSING = "root_cause_not_in_excerpt"  # only "Engine core initialization failed. See root cause above"
 
 # --- failure classes -------------------------------------------------------------------------------
+# Out of GPU memory, in every layer's words: PyTorch's allocator ("CUDA out of memory", OutOfMemoryError), CUDA's own
+# error (during CUDA-graph capture: "RuntimeError: CUDA error: out of memory"), the driver API, cuBLAS, NCCL
+# ("Cuda failure 'out of memory'"), ROCm/XPU builds; and the allocator's sentence alone, as a wrapped paste keeps it
+# ("Tried to allocate 2.00 MiB. GPU 6 has a total capacity of 44.53 GiB of which 448.00 KiB is free").
+OOM = GuardedAny(
+    ("emory", "MEMORY", "ALLOC"),
+    r"CUDA out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY|CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY"
+    r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|Cuda failure '?out of memory|(?:HIP|XPU) out of memory",
+)
+OOM_ALLOCATOR = Guarded("Tried to allocate", r"Tried to allocate [\d.]{1,12} [KMGT]i?B")
+OOM_CAPACITY = Guarded("total capacit", r"total capacity of? [\d.]{1,12} [KMGT]i?B")
 # (class, signatures). Checked in this order on each line; the first that matches decides the line.
 _FATAL_SIGNATURES: tuple[tuple[str, tuple[Matcher, ...]], ...] = (
     (
@@ -50,6 +61,14 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[Matcher, ...]], ...] = (
             ),
             re.compile(r"ValidationError: \d{1,4} validation errors? for \w{0,60}(?:Config|Args)\b"),
             Guarded("does not match the quantization method", r"Quantization method specified in the model config"),
+            # pydantic's own line under a ValidationError ("  Value error, Unknown attention backend: 'X'. Valid
+            # options are: ...", "[type=value_error, input_value=...]", "Input should be ..."), pasted without the
+            # ValidationError above it, and a config's refusal that lists what it accepts
+            Guarded("alue error, ", r"alue error, \S"),
+            Guarded("[type=", r"\[type=\w{1,40}, input_value="),
+            Guarded("nput should be ", r"nput should be (?:'|a |an |less |greater |one of |a valid )"),
+            Guarded("alid options are", r"alid options are:? \S"),
+            Guarded("alid choices are", r"alid choices are:? \S"),
         ),
     ),
     ("attention_backend_invalid", (re.compile(r"Selected backend \S+ is not valid for this configuration"),)),
@@ -88,7 +107,7 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[Matcher, ...]], ...] = (
     ),
     ("no_attention_backend", (re.compile(r"No valid attention backend found"),)),
     ("free_memory_check", (Then("Free memory on device", "is less than desired GPU memory utilization"),)),
-    ("oom", (re.compile(r"CUDA out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY"),)),
+    ("oom", (OOM, OOM_ALLOCATOR, OOM_CAPACITY)),
     ("ptxas_arch", (Then("ptxas", r"sm_12\d"), re.compile(r"sm_12\da?'? is not defined for option"))),
     (
         "flashinfer_version",
@@ -101,16 +120,13 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[Matcher, ...]], ...] = (
 )
 # After readiness, the root cause of an engine that died mid-run: checked before the startup signatures. The OOM
 # killer and signals leave no line of vLLM's own; the supervisor adds one when the server ends (SUPERVISOR_PREFIX).
-_DEATH_CAUSES = (
+_DEATH_CAUSES: tuple[tuple[str, Matcher], ...] = (
     # a multi-node cell: a rank's Ray actor (its node) went away
     ("worker_lost", re.compile(r"ActorDiedError|ActorUnavailableError|The actor died unexpectedly|its node has died")),
-    (
-        "oom",
-        re.compile(
-            r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUDA_ERROR_OUT_OF_MEMORY|NV_ERR_NO_MEMORY"
-            r"|Out of memory: Killed process|OOMKilled|OOM killer"
-        ),
-    ),
+    ("oom", OOM),
+    ("oom", OOM_ALLOCATOR),
+    ("oom", OOM_CAPACITY),
+    ("oom", re.compile(r"Out of memory: Killed process|OOMKilled|OOM killer")),
     ("cuda_error", re.compile(r"CUDA error|CUDA_ERROR_\w+|cudaError\w+|illegal memory access was encountered")),
     ("killed_by_signal", re.compile(r"killed by signal \d+|Fatal Python error: (?:Segmentation fault|Aborted)")),
 )
