@@ -28,7 +28,7 @@ from agent.hostside import redact
 from agent.judging import sequential as seq
 from agent.paths import DEFAULT_INVENTORY
 from agent.planning.inventory import load_inventory
-from agent.planning.spec import Spec, load_spec
+from agent.planning.spec import Spec, load_spec, packaged_example
 from agent.reporting import whatchanged
 from agent.running import imageref, timer
 from agent.running import watch as watching
@@ -161,7 +161,8 @@ def _scheduled_argv(args) -> list[str]:
 
     exe = shutil.which("spark-agent")
     argv = [exe] if exe else [sys.executable, "-m", "agent.cli"]
-    argv += ["watch", str(Path(args.spec).resolve()), "-i", str(Path(args.inventory).resolve())]
+    spec = packaged_example(Path(args.spec))  # the file used (a packaged example too), not the path as typed
+    argv += ["watch", str(spec.resolve()), "-i", str(Path(args.inventory).resolve())]
     for tag in args.track:
         argv += ["--track", tag]
     argv += ["--results", str(Path(args.results).resolve())]
