@@ -62,3 +62,9 @@ def test_owners_share_another_ingests_and_the_tier_rises_to_reproduced(postgres,
     # two owners' cells are two hosts of one group: the store reads them back as a tree's cells
     stored = select.load(engine, select.parse(["host=spark-b@bob@example"]))
     assert len(stored) == 2 and {c["facts"]["fingerprint"] for c in stored} == {"2418f3cd"}
+    # history shows each row's evidence: the tier and signer of a shared bundle ("own" for a team's tree)
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "300")  # one line per row
+    assert main(["history", "host=spark-c@carol@example"]) == 0
+    shown = capsys.readouterr().out
+    assert "re-derived, signed by" in shown and "carol@example" in shown, shown

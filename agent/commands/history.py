@@ -37,7 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def table(rows: list[history.HistoryRow]) -> Table:
+def table(rows: list[history.HistoryRow], tiers: dict[tuple[str, str, str], tuple[str, str]] | None = None) -> Table:
+    """`tiers`: a shared bundle's (tier, signer) per sweep run (store/bundles.py); a run from a tree reads "own"."""
+    tiers = tiers or {}
     t = Table(title="Median output tok/s per measured cell, oldest first")
     for col in (
         "config",
@@ -51,6 +53,7 @@ def table(rows: list[history.HistoryRow]) -> Table:
         "spread",
         "n",
         "vs previous image",
+        "evidence",
     ):
         t.add_column(col, justify="right" if col in ("c", "tok/s", "spread", "n") else "left")
     colour = {"regression": "bold red", "improvement": "green"}
@@ -69,8 +72,14 @@ def table(rows: list[history.HistoryRow]) -> Table:
             pct(r.spread) if r.spread is not None else "–",
             str(len(r.values)),
             f"[{colour.get(r.change, 'dim')}]{rich(change)}[/]",
+            rich(_evidence(r, tiers)),
         )
     return t
+
+
+def _evidence(r: history.HistoryRow, tiers: dict[tuple[str, str, str], tuple[str, str]]) -> str:
+    found = tiers.get((r.results_root, r.sweep, r.sweep_started))
+    return f"{found[0]}, signed by {found[1]}" if found else "own"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -82,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
         shown = ",".join([str(selection)] + [f"{a}={v}" for a, vs in axes.items() for v in vs])
         raise UserError(f"store {db.shown(url)}: nothing measured matches {shown}")
     console = terminal.console()
-    console.print(table(rows))
+    from agent.store import bundles
+
+    console.print(table(rows, bundles.tiers_by_run(engine)))
     bad = history.regressions(rows)
     console.print(f"{len(rows)} row(s), {len(bad)} regression(s) beyond the noise")
     if changepoint.available():

@@ -149,3 +149,15 @@ def tiers(engine: sa.Engine) -> dict[int, tuple[str, str]]:
     with engine.connect() as conn:
         rows = conn.execute(sa.select(bundles.c.sweep_id, bundles.c.tier, bundles.c.signer)).all()
     return {int(r.sweep_id): (str(r.tier), str(r.signer)) for r in rows}
+
+
+def tiers_by_run(engine: sa.Engine) -> dict[tuple[str, str, str], tuple[str, str]]:
+    """(results root, sweep name, run start) -> (tier, signer) of every bundle's sweep run: what `history` shows
+    beside a row (a run ingested from a tree has none: it is the team's own)."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(sweeps.c.results_root, sweeps.c.name, sweeps.c.started, bundles.c.tier, bundles.c.signer).join(
+                bundles, bundles.c.sweep_id == sweeps.c.id
+            )
+        ).all()
+    return {(str(r.results_root), str(r.name), str(r.started)): (str(r.tier), str(r.signer)) for r in rows}
