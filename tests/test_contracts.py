@@ -23,9 +23,9 @@ from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddic
 import pytest
 import tomli_w
 
-from agent.hostside import contracts, facts, loadgen, logparse, safetensors, supervise
+from agent.hostside import contracts, facts, loadgen, logparse, memplan, safetensors, supervise
 from agent.hostside.loadgen import _Request
-from agent.planning import envrules, matrix
+from agent.planning import envrules, matrix, memory
 from agent.planning.matrix import Cell, CellConfig
 from agent.planning.settings import LoadSettings, ServerSettings, flat_dict, from_flat, setting, toml_schema
 from agent.results import tree
@@ -304,8 +304,16 @@ def test_cell_record_round_trips_through_cell_toml(tmp_path: Path):
     assert CellRecord.from_toml(table) == record
     # every field is written, in the documented order ([died] only for a cell whose server died, [[nodes]] only
     # for a multi-node cell, [correctness] only for a cell the probe was on for)
-    assert list(record.to_toml()) == [k for k in CellRecord._ORDER if k not in ("died", "nodes", "correctness")]
+    skipped = ("died", "nodes", "correctness", "memory")
+    assert list(record.to_toml()) == [k for k in CellRecord._ORDER if k not in skipped]
     record.nodes = [contracts.RayNodeReport(host="b", role="worker", page_cache="dropped", image="")]
+    tree.atomic_write_toml(tmp_path / "cell.toml", record.to_toml())
+    assert CellRecord.from_toml(tree.read_toml(tmp_path / "cell.toml")) == record
+    # [memory]: the plan made before the start beside what the log said (planning/memory.record)
+    model = memplan.simulated(22.0, 20480)
+    device = contracts.DeviceMemory(kind="unified", total_gib=119.7, free_gib=115.2, source="test")
+    plan = memplan.plan(model, device, gpu_memory_utilization=0.85, max_model_len=8192, max_num_seqs=16)
+    record.memory = memory.record(plan, record.attestation)
     tree.atomic_write_toml(tmp_path / "cell.toml", record.to_toml())
     assert CellRecord.from_toml(tree.read_toml(tmp_path / "cell.toml")) == record
     assert set(CellRecord._ORDER) == {f for f in CellRecord.__dataclass_fields__}

@@ -23,6 +23,7 @@ from agent.hostside.probe import PROBE_FILE
 from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import cluster as cluster_verdict
 from agent.judging import correctness, verdict
+from agent.planning import memory
 from agent.planning.matrix import Cell, shape_vars
 from agent.results import tree as results
 from agent.results.records import CellRecord, Launch, MeasurementRecord
@@ -359,6 +360,7 @@ def _cell_record(
         facts=facts,
         checkpoint_info=cell.checkpoint_info,
         attestation=attestation,
+        memory=memory.record(cell.memory_plan, attestation) if cell.memory_plan else {},
     )
 
 

@@ -25,7 +25,7 @@ import structlog
 from agent import logs
 from agent.errors import UserError
 from agent.hostside import utc
-from agent.hostside.contracts import Facts
+from agent.hostside.contracts import Facts, MemoryPlan
 from agent.planning import blocks
 from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
@@ -70,6 +70,7 @@ class FleetState:
     # "host/cell" finished before this hand-out and measured again (--fresh, tune's next step): the tree's older
     # result is not this hand-out's, so it is fetched all the same; dropped from here once the new one is stored
     remeasure: list[str] = field(default_factory=list)
+    memory_plans: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell id -> its MemoryPlan at hand-out
 
     def hosts(self) -> list[str]:
         return sorted(self.assignment)
@@ -246,6 +247,7 @@ def record_hand_out(
         last_seen=dict.fromkeys(assignment, time.time()),
         handout=secrets.token_hex(6),
         duration_s=spec.duration_s,
+        memory_plans={c.id: dict(c.memory_plan) for cs in prepared.todo.values() for c in cs if c.memory_plan},
         remeasure=[
             f"{h}/{cid}"
             for h, ids in assignment.items()
@@ -442,6 +444,9 @@ def replan(state: FleetState, spec: Spec, hosts: list[Host]) -> dict[str, list[C
         h: blocks.with_reference(plan.plan_cells(spec, h, cast(Facts, state.facts[h]), by_name[h].vars))
         for h in state.hosts()
     }
+    for cs in cells.values():
+        for c in cs:  # the plan made at hand-out goes into cell.toml beside what the log says
+            c.memory_plan = cast(MemoryPlan, state.memory_plans[c.id]) if c.id in state.memory_plans else None
     for host, ids in state.assignment.items():
         known = {c.id for c in cells[host]}
         if any(cid not in known for cid in ids):
