@@ -89,7 +89,9 @@ def test_vllm_refusals_each_with_what_to_change():
     assert free["fits"] == "no" and "free" in free["problem"] and "gpu_memory_utilization <= 0.96" in free["advice"]
     long = _plan(m, GB10, max_model_len=8_000_000)
     assert long["fits"] == "no" and "one request" in long["problem"]
-    assert long["advice"][0] == f"max_model_len <= {long['fit_model_len']}" and "kv-cache-dtype fp8" in long["advice"][1]
+    assert (
+        long["advice"][0] == f"max_model_len <= {long['fit_model_len']}" and "kv-cache-dtype fp8" in long["advice"][1]
+    )
     assert _plan(m, GB10, max_model_len=long["fit_model_len"])["fits"] != "no"
     big = _plan(memplan.simulated(120.0, 20480), GB10)
     assert big["fits"] == "no" and "leave no KV cache" in big["problem"]

@@ -77,6 +77,7 @@ def plan_cell(cell: Cell, facts: Facts) -> MemoryPlan:
         kv_cache_dtype=s.kv_cache_dtype,
         speculative=bool(s.speculative),
         world_size=s.tensor_parallel_size * s.pipeline_parallel_size,
+        moe_backend=cell.config.moe_backend,
     )
 
 

@@ -208,6 +208,7 @@ def _check_memory(plan: Plan, opts: Options, ckpt: dict, hw: dict) -> None:
         max_num_seqs=opts.max_num_seqs,
         kv_cache_dtype=opts.kv_cache_dtype,
         speculative=bool(opts.speculative_config),
+        moe_backend=plan.moe_loaded,
     )
     plan.memory = mem
     common = {
