@@ -163,7 +163,7 @@ def test_a_window_and_a_measurement_are_their_contracts():
     measurement = loadgen._with_counters(window, 3, {"vllm:generation_tokens_total": 1.0}, OSError("refused"))
     assert problems(measurement, contracts.Measurement) == []
     sampled = {"telemetry", "warmup_telemetry", "server"}  # only with a telemetry sampler (test_telemetry.py)
-    assert set(measurement) == all_keys(contracts.Measurement) - {"engine_died", "before_crash"} - sampled - steady
+    assert set(measurement) == all_keys(contracts.Measurement) - {"engine_died", "before_crash", "pressure"} - sampled - steady
     assert measurement["repeat"] == 3 and measurement["errors"][-1] == "metrics scrape failed: refused"
     round_trips(measurement)
 
@@ -385,7 +385,7 @@ def test_collect_writes_records_that_read_back(tmp_path: Path):
     assert CellRecord.from_toml(tree.read_toml(folder / tree.CELL_FILE)) == record
     assert problems(record.attestation, contracts.Attestation) == []
     measured = MeasurementRecord.from_toml(tree.read_toml(folder / "c001-r1.toml"))
-    assert measured == MeasurementRecord(cell.id, {**window, "engine_died": False, "before_crash": False})
+    assert measured == MeasurementRecord(cell.id, {**window, "engine_died": False, "before_crash": False, "pressure": []})
 
 
 def test_hostside_contracts_stay_stdlib_and_type_only():
@@ -403,7 +403,7 @@ def test_the_host_data_checks_cover_exactly_the_contracts():
 
     assert set(hostdata.FACTS) == all_keys(contracts.Facts)
     assert set(hostdata.HOLDER) == all_keys(contracts.Holder)
-    assert set(hostdata.RUN) == all_keys(contracts.Measurement) - {"before_crash"}  # collect adds it
+    assert set(hostdata.RUN) == all_keys(contracts.Measurement) - {"before_crash", "pressure"}  # collect adds them
     assert set(hostdata.FAILURE) == all_keys(contracts.Failure) - {"draft_model"}  # not kept in cell.toml
     gathered = facts.gather(simulate_gpu="gb10", cache_dir=str(Path.home()))
     assert hostdata.facts(json.loads(json.dumps(gathered)), "h") == gathered

@@ -316,13 +316,17 @@ class ServerView(TypedDict):
     tokens_disagree: bool  # |server - client| > token_bound
 
 
+class _Pressure(TypedDict, total=False):
+    pressure: list[str]  # collect adds it (planning/memory.window_flags): saturated | preempted | kv_above_90
+
+
 class _Telemetry(TypedDict, total=False):
     telemetry: WindowTelemetry  # with a sampler (spark_bench); older results lack it
     warmup_telemetry: WindowTelemetry  # the level's warmup, on its first measured window
     server: ServerView
 
 
-class Measurement(Window, _Crash, _Telemetry):
+class Measurement(Window, _Crash, _Telemetry, _Pressure):
     """loadgen.run_levels(): a window against a cell's server, as the host writes it (cNNN-rK.json)."""
 
     repeat: int  # 1..repeats
@@ -474,6 +478,16 @@ class CellDone(TypedDict):
     measure_s: float  # the load driver's time
 
 
+class LiveWindow(TypedDict):
+    """The running cell's latest measured window, as read_progress finds it ({} before the first)."""
+
+    concurrency: int
+    tok_s: float  # output_throughput
+    ttft_ms: float  # median
+    tpot_ms: float  # median
+    at: float  # epoch s (the host's clock) the window was written
+
+
 class RunnerProgress(TypedDict, total=False):
     sweep: str
     state: str  # running | finished | stopped
@@ -488,6 +502,7 @@ class RunnerProgress(TypedDict, total=False):
     sealed: list[str]  # read_progress: done cells whose tar is there to collect
     handout: str  # the plan's hand-out token the `done` entries belong to
     note: str  # why the runner stopped on its own (its work dir vanished: what it stopped); "" otherwise
+    window: LiveWindow | dict[str, Any]  # read_progress: the running cell's latest window ({} none), the live view
 
 
 # --- a multi-node cell's Ray node: raynode.start writes it as its log's first line, logparse.cluster reads it back

@@ -195,3 +195,81 @@ def _num(v: object) -> str:
 
 def _int(v: object) -> str:
     return f"{int(v):,}" if isinstance(v, int | float) and v >= 0 else "-"
+
+
+# ---------------------------------------------------------------- windows under pressure (vLLM's own /metrics)
+
+KV_HIGH = 0.9  # a window whose KV cache usage went above this is flagged
+PRESSURE_WORDS = {
+    "saturated": "requests waited for a slot (vllm:num_requests_waiting > 0)",
+    "preempted": "the server preempted requests (vllm:num_preemptions_total rose)",
+    "kv_above_90": "KV cache usage above 90% (vllm:kv_cache_usage_perc)",
+}
+
+
+def window_flags(window: Mapping[str, Any]) -> list[str]:
+    """What the server's own gauges (sampled every 0.5 s) and counters say of one window: saturated, preempted,
+    kv_above_90 ([] when none, or when /metrics was not scraped). Recorded as the window's `pressure`."""
+    server = window.get("server")
+    if not isinstance(server, Mapping) or not server.get("scraped"):
+        return []
+    gauges, deltas = server.get("gauges") or {}, server.get("deltas") or {}
+
+    def peak(name: str) -> float:
+        value = (gauges.get(name) or {}).get("max", -1.0)
+        return float(value) if isinstance(value, int | float) else -1.0
+
+    flags = []
+    if peak("vllm:num_requests_waiting") > 0:
+        flags.append("saturated")
+    if float(deltas.get("vllm:num_preemptions_total", 0.0) or 0.0) > 0:
+        flags.append("preempted")
+    if peak("vllm:kv_cache_usage_perc") > KV_HIGH:
+        flags.append("kv_above_90")
+    return flags
+
+
+def pressure_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Markdown for the report: every window that saturated, preempted or ran with its KV cache above 90%, with
+    the gauges' peaks. `cells` as tree.load_cells gives them (with 'runs'); [] when no window was flagged."""
+    rows = []
+    for c in cells:
+        for run in c.get("runs", []) or []:
+            flags = run.get("pressure") or window_flags(run)
+            if not flags:
+                continue
+            gauges = (run.get("server") or {}).get("gauges") or {}
+            peaks = {
+                k: (gauges.get(f"vllm:{k}") or {}).get("max", -1.0)
+                for k in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc")
+            }
+            preempted = ((run.get("server") or {}).get("deltas") or {}).get("vllm:num_preemptions_total", 0.0)
+            rows.append(
+                "| "
+                + " | ".join(
+                    [
+                        md(str(c.get("host", ""))),
+                        md(str(c.get("cell_id", ""))),
+                        f"c={run.get('concurrency', '?')} r{run.get('repeat', '?')}",
+                        ", ".join(md(f) for f in flags),
+                        _int(peaks["num_requests_running"]),
+                        _int(peaks["num_requests_waiting"]),
+                        f"{peaks['kv_cache_usage_perc'] * 100:.0f}%" if peaks["kv_cache_usage_perc"] >= 0 else "-",
+                        _int(preempted),
+                    ]
+                )
+                + " |"
+            )
+    if not rows:
+        return []
+    legend = "; ".join(f"{k}: {v}" for k, v in PRESSURE_WORDS.items())
+    return [
+        "## Windows under pressure (the server's /metrics, every 0.5 s)",
+        "",
+        f"{legend}.",
+        "",
+        "| host | cell | window | flags | running max | waiting max | KV usage max | preemptions |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]

@@ -225,6 +225,7 @@ def _write_cell(
         # every record says whether its window saw the server die, or came before a death later in the cell
         run["engine_died"] = bool(run.get("engine_died", False))
         run["before_crash"] = bool(died) and not run["engine_died"]
+        run["pressure"] = memory.window_flags(run)  # saturated, preempted, KV above 90% (the server's /metrics)
         results.atomic_write_toml(dest / name, redact.redact(run))
     outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
     reasons, evidence, notes = cluster_verdict.judge(cell.config.to_dict(), attestation["cluster"])

@@ -324,6 +324,7 @@ class HostProgress:
     sealed: list[str] = field(default_factory=list)
     token: str = ""  # what this look saw (runner.progress_token): the next look waits for it to change
     note: str = ""  # why the runner stopped on its own (runner.py: its work dir vanished), as the host said
+    window: dict[str, float] = field(default_factory=dict)  # the running cell's latest window (runner.latest_window)
 
 
 _STATES = ("", "running", "finished", "stopped")
@@ -365,7 +366,17 @@ def checked_progress(value: Any, host: str) -> HostProgress:
         done=done,
         sealed=[hostdata.cell_id(c, f"{where}.sealed") for c in obj.get("sealed", []) or []],
         note=hostdata.one_line(hostdata.text(obj.get("note", ""), f"{where}.note")),
+        window=_window(obj.get("window") or {}, f"{where}.window"),
     )
+
+
+def _window(value: Any, where: str) -> dict[str, float]:
+    """runner.latest_window as the host sent it: five bounded numbers, or {}."""
+    obj = hostdata.mapping(value, where)
+    if not obj:
+        return {}
+    bounds = {"concurrency": 1e7, "tok_s": 1e9, "ttft_ms": 1e9, "tpot_ms": 1e9, "at": 1e11}
+    return {k: hostdata.number(obj.get(k, 0.0), f"{where}.{k}", 0, top) for k, top in bounds.items()}
 
 
 _TOKEN = re.compile(r"[0-9a-f]{16}")
