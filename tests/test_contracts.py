@@ -163,7 +163,10 @@ def test_a_window_and_a_measurement_are_their_contracts():
     measurement = loadgen._with_counters(window, 3, {"vllm:generation_tokens_total": 1.0}, OSError("refused"))
     assert problems(measurement, contracts.Measurement) == []
     sampled = {"telemetry", "warmup_telemetry", "server"}  # only with a telemetry sampler (test_telemetry.py)
-    assert set(measurement) == all_keys(contracts.Measurement) - {"engine_died", "before_crash", "pressure"} - sampled - steady
+    assert (
+        set(measurement)
+        == all_keys(contracts.Measurement) - {"engine_died", "before_crash", "pressure"} - sampled - steady
+    )
     assert measurement["repeat"] == 3 and measurement["errors"][-1] == "metrics scrape failed: refused"
     round_trips(measurement)
 
@@ -385,7 +388,9 @@ def test_collect_writes_records_that_read_back(tmp_path: Path):
     assert CellRecord.from_toml(tree.read_toml(folder / tree.CELL_FILE)) == record
     assert problems(record.attestation, contracts.Attestation) == []
     measured = MeasurementRecord.from_toml(tree.read_toml(folder / "c001-r1.toml"))
-    assert measured == MeasurementRecord(cell.id, {**window, "engine_died": False, "before_crash": False, "pressure": []})
+    assert measured == MeasurementRecord(
+        cell.id, {**window, "engine_died": False, "before_crash": False, "pressure": []}
+    )
 
 
 def test_hostside_contracts_stay_stdlib_and_type_only():

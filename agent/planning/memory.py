@@ -85,27 +85,26 @@ def refuse(cells: Mapping[str, list[Cell]], facts: Mapping[str, Facts]) -> tuple
     """Each cell's plan set on it; the cells vLLM would refuse to start are taken out, one line each with the
     numbers and what to change. No cell left anywhere: UserError (exit 2), before any server starts."""
     kept: dict[str, list[Cell]] = {}
-    lines: list[str] = []
+    refused: dict[str, list[str]] = {}  # the line (hosts of a group plan the same cells) -> the hosts it is about
     for host, cs in cells.items():
         kept[host] = []
         for cell in cs:
             cell.memory_plan = plan_cell(cell, facts[host])
             if cell.memory_plan["fits"] == "no":
-                lines.append(refusal_line(host, cell))
+                refused.setdefault(refusal_line(cell), []).append(host)
             else:
                 kept[host].append(cell)
+    lines = [f"host {', '.join(hosts)}: {line}" for line, hosts in refused.items()]
     if lines and not any(kept.values()):
         raise UserError("no cell fits in memory, nothing was started: " + " | ".join(lines))
     return kept, lines
 
 
-def refusal_line(host: str, cell: Cell) -> str:
+def refusal_line(cell: Cell) -> str:
     p = cell.memory_plan
     assert p is not None
     change = "; ".join(p["advice"])
-    return f"host {host}: cell {cell.id} ({cell.label}) does not fit: {p['problem']}" + (
-        f"; change: {change}" if change else ""
-    )
+    return f"cell {cell.id} ({cell.label}) does not fit: {p['problem']}" + (f"; change: {change}" if change else "")
 
 
 def summary_line(p: MemoryPlan) -> str:

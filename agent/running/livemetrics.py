@@ -14,6 +14,7 @@ import ipaddress
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from agent.running import detach
 from agent.running.progress import _cell_seconds
 
 TOKEN_ENV = "SPARK_AGENT_METRICS_TOKEN"  # or --metrics-token-file; never on a command line
+LINGER_S = 20.0  # after the sweep, how long the endpoint waits for a scrape of its end state (scrape_interval <= 15s)
 BUCKETS = ("measured", "wrong_output", "invalid", "failed", "lost")
 _BUCKET = {"valid": "measured", WRONG_OUTPUT: "wrong_output", "invalid": "invalid", "failed": "failed"}
 
@@ -92,6 +94,7 @@ class LiveMetrics:
         self.sweep_eta = gauge("sweep_eta_seconds", "Planned seconds until the sweep's last host is done.", ["sweep"])
         self._verdicts: dict[tuple[str, str], str] = {}
         self.server: WSGIServer | None = None
+        self.changed = threading.Event()  # set by look(), cleared by a scrape that saw it: stop() waits for one
 
     def look(self, state: detach.FleetState, got: detach.Collected, by_id: Mapping[str, Cell], root: Path) -> None:
         """One look's news: what each host's runner said, and the verdicts of the cells in the results tree."""
@@ -137,6 +140,7 @@ class LiveMetrics:
             self.eta.labels(*labels).set(left)
             etas.append(left)
         self.sweep_eta.labels(state.sweep).set(max(etas, default=0.0))
+        self.changed.set()
 
     def _verdict(self, root: Path, sweep: str, host: str, cid: str) -> str:
         """The stored cell's verdict (valid | invalid | failed | wrong output), read once; "" while not stored."""
@@ -163,7 +167,7 @@ class LiveMetrics:
                 f"--metrics {address}:{port} is not loopback: a scrape token is required "
                 f"(--metrics-token-file FILE or ${TOKEN_ENV})"
             )
-        app = _guarded(make_wsgi_app(self.registry), token)
+        app = _guarded(make_wsgi_app(self.registry), token, self.changed.clear)
         try:
             self.server = make_server(address, port, app, ThreadingWSGIServer, handler_class=_SilentHandler)
         except OSError as exc:
@@ -172,14 +176,21 @@ class LiveMetrics:
         host = f"[{address}]" if ":" in address else address
         return f"http://{host}:{self.server.server_port}/metrics"
 
-    def stop(self) -> None:
+    def stop(self, linger_s: float = LINGER_S) -> None:
+        """Stop serving once a scrape has seen the last look (the sweep's end state reaches Prometheus), at most
+        `linger_s` later."""
         if self.server is not None:
+            deadline = time.monotonic() + linger_s
+            while self.changed.is_set() and time.monotonic() < deadline:
+                time.sleep(0.2)
             self.server.shutdown()
             self.server.server_close()
             self.server = None
 
 
-def _guarded(app: Callable[..., Iterable[bytes]], token: str) -> Callable[..., Iterable[bytes]]:
+def _guarded(
+    app: Callable[..., Iterable[bytes]], token: str, scraped: Callable[[], None]
+) -> Callable[..., Iterable[bytes]]:
     """The metrics app behind `Authorization: Bearer TOKEN` (compared in constant time); no token: open."""
     expected = f"Bearer {token}".encode()
 
@@ -188,6 +199,7 @@ def _guarded(app: Callable[..., Iterable[bytes]], token: str) -> Callable[..., I
         if token and not hmac.compare_digest(given, expected):
             start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")])
             return [b"a bearer token is required\n"]
+        scraped()
         return app(environ, start_response)
 
     return guarded
