@@ -159,6 +159,8 @@ def test_a_real_prometheus_scrapes_a_sweep_whose_memory_plan_refused_what_cannot
     assert float(done[0]["value"][1]) == 1, done
     measured = _query(prom, 'sum(max_over_time(spark_agent_cells{sweep="live",outcome="measured"}[10m]))')
     assert float(measured[0]["value"][1]) == 1
+    live = _query(prom, 'max(max_over_time(spark_agent_window_output_tokens_per_second{sweep="live"}[10m]))')
+    assert float(live[0]["value"][1]) > 0, "no look brought back the running cell's window"
     seen = set(_get(f"{prom}/api/v1/label/__name__/values")["data"])
     wanted = {m for m in METRIC.findall(DASHBOARD.read_text())}
     assert wanted and wanted <= seen, f"the dashboard asks for metrics Prometheus never saw: {sorted(wanted - seen)}"

@@ -149,3 +149,25 @@ def test_the_record_puts_the_plan_beside_the_log_and_the_report_marks_a_miss():
     far = memory.record(p, {**logged, "model_load_gib": 35.0})
     assert "**weights" in memory.report_lines([{"host": "h", "cell_id": "abc", "memory": far}])[-2]
     assert memory.report_lines([{"host": "h"}]) == []
+
+
+def _window(waiting: float, preempted: float, kv: float) -> dict:
+    gauges = {"vllm:num_requests_waiting": {"mean": 0.0, "max": waiting}, "vllm:kv_cache_usage_perc": {"max": kv}}
+    gauges["vllm:num_requests_running"] = {"mean": 2.0, "max": 4.0}
+    return {
+        "concurrency": 8,
+        "repeat": 1,
+        "server": {"scraped": True, "gauges": gauges, "deltas": {"vllm:num_preemptions_total": preempted}},
+    }
+
+
+def test_windows_under_pressure_are_flagged_from_the_servers_own_metrics():
+    assert memory.window_flags(_window(0, 0, 0.5)) == []
+    assert memory.window_flags(_window(3, 2, 0.95)) == ["saturated", "preempted", "kv_above_90"]
+    assert memory.window_flags({"server": {"scraped": False}}) == [] and memory.window_flags({}) == []
+    calm, busy = _window(0, 0, 0.5), _window(3, 0, 0.97)
+    busy["pressure"] = memory.window_flags(busy)
+    lines = memory.pressure_lines([{"host": "spark-a", "cell_id": "abc", "runs": [calm, busy]}])
+    rows = [line for line in lines if line.startswith("| spark-a")]
+    assert len(rows) == 1 and "saturated, kv_above_90" in rows[0] and "97%" in rows[0]
+    assert memory.pressure_lines([{"host": "h", "runs": [calm]}]) == []
