@@ -35,7 +35,7 @@ def device_memory(facts: Facts) -> DeviceMemory:
             kind="unified",
             total_gib=float(facts.get("mem_total_gib", 0.0) or 0.0),
             free_gib=float(facts.get("mem_available_gib", -1.0)),
-            source="/proc/meminfo",
+            source="the host's MemTotal and MemAvailable",
         )
     if gpu > 0:
         return DeviceMemory(kind="discrete", total_gib=gpu, free_gib=gpu, source="nvidia-smi memory.total")
