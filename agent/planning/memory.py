@@ -185,7 +185,15 @@ def report_lines(cells: Sequence[Mapping[str, Any]]) -> list[str]:
             ", ".join(misses) or "within the goal" if lg.get("weights_gib", -1) >= 0 else "not logged",
         ]
         out.append("| " + " | ".join(cells_md) + " |")
-    return out + [""]
+    out.append("")
+    for c in rows:  # what the plan said of a cell that only queues (one that cannot start never ran)
+        p = c["memory"]["plan"]
+        if p.get("problem") and p.get("fits") == "queues":
+            change = "; ".join(str(a) for a in p.get("advice", []))
+            out.append(
+                f"- {md(str(c.get('host', '')))} {md(str(c.get('cell_id', '')))}: {md(str(p['problem']))}; {md(change)}"
+            )
+    return out + ([""] if out[-1] else [])
 
 
 def _num(v: object) -> str:
