@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 
 from agent.errors import UserError
+from agent.hostside import memplan
 from agent.results import tree
-from agent.running import detach
+from agent.running import detach, hostdata
 from agent.running.livemetrics import LiveMetrics, parse_address
 
 pytestmark = pytest.mark.unit
 
 
+@pytest.mark.attack("the live metrics endpoint asked to listen on every interface or on another machine's address")
 @pytest.mark.parametrize("bad", ["0.0.0.0:9464", "[::]:9464", "192.0.2.77:9464", "127.0.0.1:0", "9464", "x:1"])
 def test_it_listens_on_loopback_or_an_own_address_only(bad):
     with pytest.raises(UserError, match="--metrics"):
@@ -25,6 +27,7 @@ def test_it_listens_on_loopback_or_an_own_address_only(bad):
     assert parse_address("127.0.0.1:9464") == ("127.0.0.1", 9464)
 
 
+@pytest.mark.attack("the live metrics read without the token, or with a wrong one")
 def test_a_token_guards_it_and_prometheus_gets_openmetrics():
     live = LiveMetrics("s")
     url = live.serve("127.0.0.1", 0, "t0ken")
@@ -60,3 +63,22 @@ def test_one_look_sets_the_cells_the_window_and_the_eta(tmp_path: Path):
         value("spark_agent_window_ttft_seconds", labels) == 0.25
         and value("spark_agent_window_concurrency", labels) == 4
     )
+
+
+@pytest.mark.attack("a host sends a runner progress whose live window is not numbers, or absurd ones")
+@pytest.mark.parametrize("window", [{"tok_s": "fast"}, {"tok_s": 1e300}, {"ttft_ms": -5}, "not a table"])
+def test_a_hostile_live_window_is_refused(window):
+    progress = {"state": "running", "current": "", "done": {}, "window": window}
+    with pytest.raises(hostdata.BadHostData, match="window"):
+        detach.checked_progress(progress, "spark-x")
+
+
+@pytest.mark.attack("a host sends a memory summary of the wrong shape or with absurd numbers")
+def test_a_hostile_model_memory_is_refused():
+    good = dict(memplan.simulated(22.0, 20480))
+    assert hostdata.model_memory(good, "m") == good and hostdata.model_memory(None, "m") is None
+    for bad in ({**good, "weight_bytes": -1}, {**good, "kv_bytes_per_token": 2**60}, {**good, "source": "x" * 40}):
+        with pytest.raises(hostdata.BadHostData):
+            hostdata.model_memory(bad, "m")
+    with pytest.raises(hostdata.BadHostData, match="missing"):
+        hostdata.model_memory({k: v for k, v in good.items() if k != "layers"}, "m")
