@@ -14,13 +14,13 @@ is the KV cache, cut into 16-token blocks of every attention layer. Standard lib
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import math
 import os
 from typing import Any, cast
 
-from . import safetensors
+from . import configweights, safetensors
+from .configweights import DTYPE_BYTES, dtype_bytes, int_of
 from .contracts import CheckpointSummary, DeviceMemory, MemoryPlan, ModelMemory
 
 GIB = 2**30
@@ -30,20 +30,6 @@ BLOCK_TOKENS = 16  # vLLM's default --block-size: the cache is counted in whole 
 # decode graphs up to 32): budget - weights - "Available KV cache memory" = 1.46-1.74 GiB. Not modelled: its growth
 # with max_num_batched_tokens and larger graph batches (docs/memory-plan.md).
 RESERVE_GIB = 1.6
-DTYPE_BYTES = {
-    "float32": 4,
-    "float": 4,
-    "bfloat16": 2,
-    "float16": 2,
-    "half": 2,
-    "bf16": 2,
-    "fp16": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "fp8_inc": 1,
-    "fp8_ds_mla": 1,
-}
 KV_DTYPES = ("auto", *DTYPE_BYTES)
 
 
@@ -77,7 +63,7 @@ def from_config(config: dict[str, Any], summary: CheckpointSummary | None = None
         weights = _weights_from_headers(summary)
         source = "headers"
     else:
-        weights = _weights_from_config(text, config, kv)
+        weights = configweights.weights(text, config, kv)
         source = "config"
     return cast(ModelMemory, {"source": source, **weights, **kv})
 
@@ -113,22 +99,10 @@ def _text(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _int(config: dict[str, Any], *keys: str, default: int = 0) -> int:
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-    return default
-
-
-def _dtype_bytes(name: object, default: int = 2) -> int:
-    return DTYPE_BYTES.get(str(name).lower().replace("torch.", ""), default)
-
-
 def _layer_kinds(c: dict[str, Any], layers: int) -> tuple[int, int, int, int, list[str]]:
     """(full attention, sliding, linear/Mamba layers, sliding window, notes) from the config's own words."""
     notes: list[str] = []
-    window = _int(c, "sliding_window")
+    window = int_of(c, "sliding_window")
     types = c.get("layer_types")
     if isinstance(types, list) and len(types) == layers and all(isinstance(t, str) for t in types):
         sliding = sum("sliding" in t or "chunked" in t for t in types)
@@ -139,32 +113,32 @@ def _layer_kinds(c: dict[str, Any], layers: int) -> tuple[int, int, int, int, li
         attention, mamba = pattern.count("*"), pattern.count("M")
         notes.append("Mamba state per sequence not modelled")
         return attention, 0, mamba, 0, notes
-    interval = _int(c, "full_attention_interval")  # Qwen3-Next / Qwen3.5: every N-th layer is full attention
+    interval = int_of(c, "full_attention_interval")  # Qwen3-Next / Qwen3.5: every N-th layer is full attention
     if interval > 0:
         full = layers // interval
         return full, 0, layers - full, 0, notes
     if window and c.get("use_sliding_window", True) is not False:
-        every = _int(c, "sliding_window_pattern")  # Gemma 3: 5 sliding, then 1 full
+        every = int_of(c, "sliding_window_pattern")  # Gemma 3: 5 sliding, then 1 full
         sliding = layers - layers // every if every > 1 else layers
         return layers - sliding, sliding, 0, window, notes
     return layers, 0, 0, 0, notes
 
 
 def _kv_shape(c: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    layers = _int(c, "num_hidden_layers", "n_layer", "num_layers")
-    heads = _int(c, "num_attention_heads", "n_head")
-    hidden = _int(c, "hidden_size", "n_embd", "d_model")
+    layers = int_of(c, "num_hidden_layers", "n_layer", "num_layers")
+    heads = int_of(c, "num_attention_heads", "n_head")
+    hidden = int_of(c, "hidden_size", "n_embd", "d_model")
     if not layers or not heads or not hidden:
         raise ConfigError("config.json gives no num_hidden_layers, num_attention_heads or hidden_size")
-    kv_heads = _int(c, "num_key_value_heads", "n_head_kv", default=heads)
-    head_dim = _int(c, "head_dim", default=hidden // heads)
+    kv_heads = int_of(c, "num_key_value_heads", "n_head_kv", default=heads)
+    head_dim = int_of(c, "head_dim", default=hidden // heads)
     full, sliding, linear, window, notes = _layer_kinds(c, layers)
     dtype = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")
     kv_dtype = "fp8" if _kv_quantized(top) else dtype
-    per = _dtype_bytes(kv_dtype)
-    if _int(c, "kv_lora_rank"):  # MLA (DeepSeek): one latent per token and layer, no K/V per head
-        per_layer = (_int(c, "kv_lora_rank") + _int(c, "qk_rope_head_dim")) * per
-        kv_heads, head_dim = 1, _int(c, "kv_lora_rank") + _int(c, "qk_rope_head_dim")
+    per = dtype_bytes(kv_dtype)
+    if int_of(c, "kv_lora_rank"):  # MLA (DeepSeek): one latent per token and layer, no K/V per head
+        per_layer = (int_of(c, "kv_lora_rank") + int_of(c, "qk_rope_head_dim")) * per
+        kv_heads, head_dim = 1, int_of(c, "kv_lora_rank") + int_of(c, "qk_rope_head_dim")
     else:
         per_layer = 2 * kv_heads * head_dim * per
     return {
@@ -177,8 +151,8 @@ def _kv_shape(c: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
         "head_dim": head_dim,
         "kv_dtype": kv_dtype,
         "kv_bytes_per_token": per_layer * (full + sliding),
-        "state_bytes_per_seq": _linear_state(c, linear, _dtype_bytes(dtype)),
-        "max_position": _int(c, "max_position_embeddings", "n_positions"),
+        "state_bytes_per_seq": _linear_state(c, linear, dtype_bytes(dtype)),
+        "max_position": int_of(c, "max_position_embeddings", "n_positions"),
         "notes": notes,
     }
 
@@ -192,14 +166,14 @@ def _kv_quantized(config: dict[str, Any]) -> bool:
     return "FP8" in algo or isinstance(q.get("kv_cache_scheme"), dict)
 
 
-def _linear_state(c: dict[str, Any], linear: int, dtype_bytes: int) -> int:
+def _linear_state(c: dict[str, Any], linear: int, element: int) -> int:
     """Gated DeltaNet (Qwen3-Next, Qwen3.5): a recurrent state and a short convolution per layer and sequence."""
-    if not linear or not _int(c, "linear_num_value_heads"):
+    if not linear or not int_of(c, "linear_num_value_heads"):
         return 0
-    v_heads, k_heads = _int(c, "linear_num_value_heads"), _int(c, "linear_num_key_heads")
-    k_dim, v_dim = _int(c, "linear_key_head_dim"), _int(c, "linear_value_head_dim")
-    conv = max(_int(c, "linear_conv_kernel_dim", default=4) - 1, 0) * (2 * k_heads * k_dim + v_heads * v_dim)
-    return linear * (v_heads * k_dim * v_dim + conv) * dtype_bytes
+    v_heads, k_heads = int_of(c, "linear_num_value_heads"), int_of(c, "linear_num_key_heads")
+    k_dim, v_dim = int_of(c, "linear_key_head_dim"), int_of(c, "linear_value_head_dim")
+    conv = max(int_of(c, "linear_conv_kernel_dim", default=4) - 1, 0) * (2 * k_heads * k_dim + v_heads * v_dim)
+    return linear * (v_heads * k_dim * v_dim + conv) * element
 
 
 def _weights_from_headers(s: CheckpointSummary) -> dict[str, Any]:
@@ -211,139 +185,6 @@ def _weights_from_headers(s: CheckpointSummary) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- weights from config.json alone
-
-
-def _weights_from_config(c: dict[str, Any], top: dict[str, Any], kv: dict[str, Any]) -> dict[str, Any]:
-    """The parameters the architecture declares, each matrix in the checkpoint's quant format (with its scales):
-    what vLLM allocates under `--load-format dummy`. Standard decoders (Llama, Qwen, Qwen-MoE, DeepSeek MLA,
-    gated DeltaNet layers); anything else it does not know is in `notes`."""
-    fmt = _Format(top.get("quantization_config"), c.get("torch_dtype") or c.get("dtype"))
-    hidden, layers, vocab = _int(c, "hidden_size"), kv["layers"], _int(c, "vocab_size")
-    heads = _int(c, "num_attention_heads")
-    head_dim = _int(c, "head_dim", default=hidden // max(heads, 1))
-    kv_heads = _int(c, "num_key_value_heads", default=heads)
-    fmt.plain("embed_tokens", vocab * hidden)
-    if not c.get("tie_word_embeddings", False):
-        fmt.plain("lm_head", vocab * hidden)  # vLLM keeps the output head unquantized (FP8, NVFP4 alike)
-    attention = [("q_proj", heads * head_dim, hidden), ("k_proj", kv_heads * head_dim, hidden)]
-    attention += [("v_proj", kv_heads * head_dim, hidden), ("o_proj", hidden, heads * head_dim)]
-    if _int(c, "kv_lora_rank"):
-        attention = _mla(c, hidden, heads)
-    experts, top_dense = _int(c, "num_experts", "n_routed_experts", "num_local_experts"), _dense_layers(c, layers)
-    moe_inter = _int(c, "moe_intermediate_size", default=_int(c, "intermediate_size"))
-    shared = _int(c, "shared_expert_intermediate_size") or _int(c, "n_shared_experts") * moe_inter
-    for layer in range(layers):
-        if _is_linear(c, layer, layers, kv):
-            for name, rows, cols in _deltanet(c, hidden):
-                fmt.matrix(f"model.layers.{layer}.linear_attn.{name}", rows, cols)
-        else:
-            for name, rows, cols in attention:
-                fmt.matrix(f"model.layers.{layer}.self_attn.{name}", rows, cols)
-        fmt.plain("norms", 2 * hidden)
-        if experts and layer not in top_dense:
-            fmt.plain(f"model.layers.{layer}.mlp.gate", experts * hidden)  # the router stays unquantized
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                rows, cols = (hidden, moe_inter) if name == "down_proj" else (moe_inter, hidden)
-                fmt.matrix(f"model.layers.{layer}.mlp.experts.0.{name}", rows, cols, count=experts, expert=True)
-                if shared:
-                    rows, cols = (hidden, shared) if name == "down_proj" else (shared, hidden)
-                    fmt.matrix(f"model.layers.{layer}.mlp.shared_expert.{name}", rows, cols)
-        else:
-            inter = _int(c, "intermediate_size")
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                rows, cols = (hidden, inter) if name == "down_proj" else (inter, hidden)
-                fmt.matrix(f"model.layers.{layer}.mlp.{name}", rows, cols)
-    mtp_layers = _int(c, "num_nextn_predict_layers", "mtp_num_hidden_layers")
-    mtp = round(fmt.total / max(layers, 1) * mtp_layers) if mtp_layers else 0  # one more decoder layer each
-    parts = {k: v for k, v in fmt.parts.items() if v}
-    return {"weight_bytes": fmt.total + mtp, "weight_parts": parts, "expert_bytes": fmt.experts, "mtp_bytes": mtp}
-
-
-def _dense_layers(c: dict[str, Any], layers: int) -> set[int]:
-    """Layers with a dense MLP in a MoE model (mlp_only_layers, first_k_dense_replace, decoder_sparse_step)."""
-    dense = {i for i in c.get("mlp_only_layers") or [] if isinstance(i, int)}
-    dense |= set(range(_int(c, "first_k_dense_replace")))
-    step = _int(c, "decoder_sparse_step", default=1)
-    if step > 1:
-        dense |= {i for i in range(layers) if (i + 1) % step}
-    return dense
-
-
-def _is_linear(c: dict[str, Any], layer: int, layers: int, kv: dict[str, Any]) -> bool:
-    if not kv["linear_layers"]:
-        return False
-    types = c.get("layer_types")
-    if isinstance(types, list) and len(types) == layers:
-        return "linear" in str(types[layer])
-    interval = _int(c, "full_attention_interval")
-    return bool(interval) and (layer + 1) % interval != 0
-
-
-def _mla(c: dict[str, Any], hidden: int, heads: int) -> list[tuple[str, int, int]]:
-    nope, rope, v_dim = _int(c, "qk_nope_head_dim"), _int(c, "qk_rope_head_dim"), _int(c, "v_head_dim")
-    kv_rank, q_rank = _int(c, "kv_lora_rank"), _int(c, "q_lora_rank")
-    q = [("q_a_proj", q_rank, hidden), ("q_b_proj", heads * (nope + rope), q_rank)] if q_rank else []
-    q = q or [("q_proj", heads * (nope + rope), hidden)]
-    return q + [
-        ("kv_a_proj_with_mqa", kv_rank + rope, hidden),
-        ("kv_b_proj", heads * (nope + v_dim), kv_rank),
-        ("o_proj", hidden, heads * v_dim),
-    ]
-
-
-def _deltanet(c: dict[str, Any], hidden: int) -> list[tuple[str, int, int]]:
-    k_heads, v_heads = _int(c, "linear_num_key_heads"), _int(c, "linear_num_value_heads")
-    k_dim, v_dim = _int(c, "linear_key_head_dim"), _int(c, "linear_value_head_dim")
-    return [
-        ("in_proj_qkvz", 2 * k_heads * k_dim + 2 * v_heads * v_dim, hidden),
-        ("in_proj_ba", 2 * v_heads, hidden),
-        ("out_proj", hidden, v_heads * v_dim),
-    ]
-
-
-class _Format:
-    """Bytes of each matrix in the checkpoint's format: FP8 (per tensor or in blocks, FP32 scales), NVFP4 (two
-    per byte, an FP8 scale per 16, FP32 global scales), else the config's dtype. Modules the quantization config
-    leaves out (ignore, modules_to_not_convert, ignored_layers) stay in that dtype."""
-
-    def __init__(self, quant: object, dtype: object) -> None:
-        q = quant if isinstance(quant, dict) else {}
-        method = str(q.get("quant_method") or "").lower()
-        algo = str(q.get("quant_algo") or q.get("format") or "").upper()
-        self.kind = (
-            "fp4" if "FP4" in algo or method in ("mxfp4",) else "fp8" if "fp8" in method or "FP8" in algo else ""
-        )
-        self.group = int(q.get("group_size") or 16) if self.kind == "fp4" else 0
-        block = q.get("weight_block_size")
-        self.block = tuple(block) if isinstance(block, list) and len(block) == 2 else None
-        skip = [*(q.get("ignore") or []), *(q.get("modules_to_not_convert") or []), *(q.get("ignored_layers") or [])]
-        self.skip = [str(p) for p in skip if isinstance(p, str)]
-        self.plain_bytes = _dtype_bytes(dtype or "bfloat16")
-        self.parts = {"fp4_weights": 0, "fp4_scales": 0, "fp8_weights": 0, "fp8_scales": 0, "high_precision": 0}
-        self.total = self.experts = 0
-
-    def _add(self, part: str, size: int, expert: bool) -> None:
-        self.parts[part] += size
-        self.total += size
-        self.experts += size if expert else 0
-
-    def plain(self, _name: str, params: int) -> None:
-        self._add("high_precision", params * self.plain_bytes, False)
-
-    def matrix(self, name: str, rows: int, cols: int, count: int = 1, expert: bool = False) -> None:
-        params = rows * cols * count
-        if not self.kind or any(fnmatch.fnmatch(name, p) or p in name.split(".") for p in self.skip):
-            self._add("high_precision", params * self.plain_bytes, expert)
-        elif self.kind == "fp4":
-            self._add("fp4_weights", params // 2, expert)
-            self._add("fp4_scales", params // self.group + 8 * count, expert)  # + weight_scale_2, input_scale
-        else:
-            self._add("fp8_weights", params, expert)
-            blocks = math.ceil(rows / self.block[0]) * math.ceil(cols / self.block[1]) if self.block else 1
-            self._add("fp8_scales", 4 * blocks * count, expert)
-
-
 # ---------------------------------------------------------------- the plan
 
 
@@ -351,7 +192,7 @@ def kv_bytes(model: ModelMemory, kv_cache_dtype: str) -> int:
     """KV bytes per token at `--kv-cache-dtype` (auto: the model's own)."""
     if kv_cache_dtype in ("", "auto"):
         return model["kv_bytes_per_token"]
-    return model["kv_bytes_per_token"] * DTYPE_BYTES[kv_cache_dtype] // max(_dtype_bytes(model["kv_dtype"]), 1)
+    return model["kv_bytes_per_token"] * DTYPE_BYTES[kv_cache_dtype] // max(dtype_bytes(model["kv_dtype"]), 1)
 
 
 def request_bytes(model: ModelMemory, per_token: int, length: int) -> int:
