@@ -7,8 +7,9 @@ VENV="${SPARK_AGENT_VENV:-$REPO/.venv}"
 
 # openssh-server: real SSH test hosts; docker.io + docker-registry + busybox-static: the docker runtime tests and the
 # simulator's image; chromium: the report's HTML is checked in a real browser; rsync/tar: collect; sudo: a test host's
-# login user whose sudo asks for a password (tests/sshd_hosts.login_as_user).
-APT_PACKAGES=(openssh-server openssh-client docker.io docker-registry busybox-static chromium tar python3 postgresql sudo)
+# login user whose sudo asks for a password (tests/sshd_hosts.login_as_user); prometheus: a real Prometheus scrapes
+# a sweep's live metrics (tests/test_live_metrics.py; the test starts its own, on loopback).
+APT_PACKAGES=(openssh-server openssh-client docker.io docker-registry busybox-static chromium tar python3 postgresql sudo prometheus)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

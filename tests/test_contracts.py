@@ -23,9 +23,9 @@ from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddic
 import pytest
 import tomli_w
 
-from agent.hostside import contracts, facts, loadgen, logparse, safetensors, supervise
+from agent.hostside import contracts, facts, loadgen, logparse, memplan, safetensors, supervise
 from agent.hostside.loadgen import _Request
-from agent.planning import envrules, matrix
+from agent.planning import envrules, matrix, memory
 from agent.planning.matrix import Cell, CellConfig
 from agent.planning.settings import LoadSettings, ServerSettings, flat_dict, from_flat, setting, toml_schema
 from agent.results import tree
@@ -163,7 +163,10 @@ def test_a_window_and_a_measurement_are_their_contracts():
     measurement = loadgen._with_counters(window, 3, {"vllm:generation_tokens_total": 1.0}, OSError("refused"))
     assert problems(measurement, contracts.Measurement) == []
     sampled = {"telemetry", "warmup_telemetry", "server"}  # only with a telemetry sampler (test_telemetry.py)
-    assert set(measurement) == all_keys(contracts.Measurement) - {"engine_died", "before_crash"} - sampled - steady
+    assert (
+        set(measurement)
+        == all_keys(contracts.Measurement) - {"engine_died", "before_crash", "pressure"} - sampled - steady
+    )
     assert measurement["repeat"] == 3 and measurement["errors"][-1] == "metrics scrape failed: refused"
     round_trips(measurement)
 
@@ -304,8 +307,16 @@ def test_cell_record_round_trips_through_cell_toml(tmp_path: Path):
     assert CellRecord.from_toml(table) == record
     # every field is written, in the documented order ([died] only for a cell whose server died, [[nodes]] only
     # for a multi-node cell, [correctness] only for a cell the probe was on for)
-    assert list(record.to_toml()) == [k for k in CellRecord._ORDER if k not in ("died", "nodes", "correctness")]
+    skipped = ("died", "nodes", "correctness", "memory")
+    assert list(record.to_toml()) == [k for k in CellRecord._ORDER if k not in skipped]
     record.nodes = [contracts.RayNodeReport(host="b", role="worker", page_cache="dropped", image="")]
+    tree.atomic_write_toml(tmp_path / "cell.toml", record.to_toml())
+    assert CellRecord.from_toml(tree.read_toml(tmp_path / "cell.toml")) == record
+    # [memory]: the plan made before the start beside what the log said (planning/memory.record)
+    model = memplan.simulated(22.0, 20480)
+    device = contracts.DeviceMemory(kind="unified", total_gib=119.7, free_gib=115.2, source="test")
+    plan = memplan.plan(model, device, gpu_memory_utilization=0.85, max_model_len=8192, max_num_seqs=16)
+    record.memory = memory.record(plan, record.attestation)
     tree.atomic_write_toml(tmp_path / "cell.toml", record.to_toml())
     assert CellRecord.from_toml(tree.read_toml(tmp_path / "cell.toml")) == record
     assert set(CellRecord._ORDER) == {f for f in CellRecord.__dataclass_fields__}
@@ -377,7 +388,9 @@ def test_collect_writes_records_that_read_back(tmp_path: Path):
     assert CellRecord.from_toml(tree.read_toml(folder / tree.CELL_FILE)) == record
     assert problems(record.attestation, contracts.Attestation) == []
     measured = MeasurementRecord.from_toml(tree.read_toml(folder / "c001-r1.toml"))
-    assert measured == MeasurementRecord(cell.id, {**window, "engine_died": False, "before_crash": False})
+    assert measured == MeasurementRecord(
+        cell.id, {**window, "engine_died": False, "before_crash": False, "pressure": []}
+    )
 
 
 def test_hostside_contracts_stay_stdlib_and_type_only():
@@ -395,7 +408,7 @@ def test_the_host_data_checks_cover_exactly_the_contracts():
 
     assert set(hostdata.FACTS) == all_keys(contracts.Facts)
     assert set(hostdata.HOLDER) == all_keys(contracts.Holder)
-    assert set(hostdata.RUN) == all_keys(contracts.Measurement) - {"before_crash"}  # collect adds it
+    assert set(hostdata.RUN) == all_keys(contracts.Measurement) - {"before_crash", "pressure"}  # collect adds them
     assert set(hostdata.FAILURE) == all_keys(contracts.Failure) - {"draft_model"}  # not kept in cell.toml
     gathered = facts.gather(simulate_gpu="gb10", cache_dir=str(Path.home()))
     assert hostdata.facts(json.loads(json.dumps(gathered)), "h") == gathered

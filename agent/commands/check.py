@@ -14,7 +14,7 @@ from agent.errors import UserError
 from agent.escape import rich
 from agent.hostside.contracts import Facts
 from agent.paths import DEFAULT_INVENTORY
-from agent.planning import envrules, groups
+from agent.planning import envrules, groups, memory
 from agent.planning.inventory import check_reachable, load_inventory
 from agent.reporting import terminal
 from agent.running import fingerprints, hostdata, hostmemory, tasks
@@ -29,12 +29,24 @@ def _columns(f: Facts) -> dict[str, str]:
         "gpu": f"{f.get('gpu_name') or '-'}{sim}\ncc {f.get('compute_capability') or '-'} {f.get('arch') or '?'} "
         f"{f.get('sm') or ''}",
         "driver / cuda": f"{f.get('driver') or '-'} / {f.get('cuda') or '-'}",
-        "memory / disk": f"{f.get('mem_total_gib', 0):.0f} GiB / {f.get('disk_free_gib', 0):.0f} GiB free",
+        "memory / disk": f"{_memory(f)}\n{f.get('disk_free_gib', 0):.0f} GiB disk free",
         "docker": ("yes" if f.get("docker") else "no") + (" +nvidia" if f.get("nvidia_runtime") else ""),
         "python": str(f.get("python", "")),
         "fingerprint": str(f.get("fingerprint", "")),
         "links": _links(f),
     }
+
+
+def _memory(f: Facts) -> str:
+    """What vLLM's gpu_memory_utilization is a fraction of here (planning/memory.device_memory), and on unified
+    memory the most it may ask for now: vLLM's free-memory check refuses more."""
+    d = memory.device_memory(f)
+    if d["kind"] == "unknown":
+        return "GPU memory unknown"
+    if d["kind"] == "unified" and d["free_gib"] >= 0 and d["total_gib"] > 0:
+        most = int(d["free_gib"] / d["total_gib"] * 100) / 100
+        return f"unified {d['total_gib']:.1f} GiB, {d['free_gib']:.1f} free now\n(gpu_memory_utilization <= {most:.2f})"
+    return f"GPU {d['total_gib']:.1f} GiB"
 
 
 def _links(f: Facts) -> str:

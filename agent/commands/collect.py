@@ -11,10 +11,11 @@ import time
 
 from agent import logs
 from agent.commands import flags, status
+from agent.errors import UserError
 from agent.escape import plain as line
 from agent.judging import correctness, summary
 from agent.planning.inventory import load_inventory
-from agent.running import detach
+from agent.running import detach, livemetrics
 
 
 def register(sub) -> None:
@@ -29,6 +30,7 @@ def register(sub) -> None:
     )
     p.add_argument("--interval", type=flags.number(0, 3600), default=5.0, help="--wait: seconds between looks")
     p.add_argument("--log-format", choices=["console", "json"], default="console")
+    livemetrics.add_options(p)
     p.set_defaults(func=run)
 
 
@@ -37,13 +39,23 @@ def run(args) -> int:
     root, state = status.load(args)
     spec = detach.spec_of(state)  # with the window it was handed out with (--duration): the same cell ids
     hosts = load_inventory(state.inventory, ",".join(state.hosts()))
+    if args.metrics and not args.wait:
+        raise UserError("--metrics needs --wait: the live view lasts as long as collect follows the sweep")
+    live = livemetrics.from_args(args, state.sweep)
+    by_id = {c.id: c for cs in detach.replan(state, spec, hosts).values() for c in cs} if live else {}
     total = 0
-    while True:
-        got = detach.collect_sweep(state, spec, hosts, root, lost_after=args.lost_after)
-        total += sum(len(ids) for ids in got.new.values())
-        if got.finished or not args.wait:
-            break
-        time.sleep(args.interval)
+    try:
+        while True:
+            got = detach.collect_sweep(state, spec, hosts, root, lost_after=args.lost_after)
+            total += sum(len(ids) for ids in got.new.values())
+            if live is not None:
+                live.look(state, got, by_id, root)
+            if got.finished or not args.wait:
+                break
+            time.sleep(args.interval)
+    finally:
+        if live is not None:
+            live.stop()
     out = sys.stderr
     print(f"collected {total} new cell(s) ({got.already} already here) into {root / state.sweep}", file=out)
     for host, cid in sorted(got.still_running.items()):

@@ -13,16 +13,20 @@ from typing import Any
 from rich.table import Table
 
 from agent.errors import UserError
+from agent.escape import rich
 from agent.hostside import facts as hostfacts
 from agent.hostside import redact
 from agent.hostside.contracts import Facts
 from agent.paths import DEFAULT_INVENTORY
-from agent.planning import envrules, multinode
+from agent.planning import envrules, memory, multinode
 from agent.planning import matrix as plan
 from agent.planning.inventory import check_reachable, load_inventory
 from agent.planning.spec import Spec, load_spec
 from agent.reporting import terminal
-from agent.running.sweep import gather_facts
+from agent.running import tasks
+from agent.running.fleetcopy import checkpoint_vars
+from agent.running.playbooks import run_playbook
+from agent.running.sweep import gather_facts, model_memories
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,11 +50,13 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     if spec.server.nodes > 1:  # a node set serves each cell: every node's env, and why a host is in no set
         return _show_multinode(multinode_view(spec, hosts_with_facts(args)), args.json)
+    found = hosts_with_facts(args)
     cells = [
         cell
-        for name, facts, host_vars in hosts_with_facts(args)
+        for name, facts, host_vars in found
         for cell in plan.plan_cells(spec, name, envrules.with_arch(facts), host_vars)
     ]
+    _plan_memory(args, spec, cells, {name: envrules.with_arch(facts) for name, facts, _ in found})
     warnings = plan.spec_warnings(spec)
     if args.json:
         shown = redact.redact({"warnings": warnings, "cells": [_as_dict(cell) for cell in cells]})
@@ -63,7 +69,33 @@ def run(args: argparse.Namespace) -> int:
         console.print(_table(cell, hosts))
         for note in cell.notes:
             console.print(f"  [yellow]note:[/] {redact.redact_text(note)}", highlight=False)
+        if cell.memory_plan:
+            style = {"no": "red", "queues": "yellow"}.get(cell.memory_plan["fits"], "")
+            line = rich(memory.summary_line(cell.memory_plan))
+            console.print(f"  [{style}]{line}[/]" if style else f"  {line}", highlight=False)
+            if cell.memory_plan["fits"] in ("no", "queues"):
+                why = "; ".join([cell.memory_plan["problem"], *cell.memory_plan["advice"]])
+                console.print(f"  [{style}]{'refused' if style == 'red' else 'note'}:[/] {rich(why)}", highlight=False)
     return 0
+
+
+def _plan_memory(args: argparse.Namespace, spec: Spec, cells: list[plan.Cell], facts: dict[str, Facts]) -> None:
+    """Each cell's memory plan on its host: the checkpoint folders read there (provision's inspect step, no
+    download, no image) or, for this machine, here."""
+    if args.host and not args.inventory:
+        for cell in cells:
+            cell.model_memory = memory.local_model_memory(cell)
+    else:
+        inventory = args.inventory or DEFAULT_INVENTORY
+        run = run_playbook(
+            "provision", inventory, {"image": spec.image, "checkpoints": checkpoint_vars(spec)},
+            limit=",".join(sorted(facts)), tags=tasks.CHECKPOINTS.tag,
+        )  # fmt: skip
+        found = {host: model_memories(run, host) for host in facts}
+        for cell in cells:
+            cell.model_memory = found[cell.host].get(cell.config.model)
+    for cell in cells:
+        cell.memory_plan = memory.plan_cell(cell, facts[cell.host])
 
 
 def _same_on_hosts(cells: list[plan.Cell]) -> list[tuple[list[str], plan.Cell]]:
@@ -110,6 +142,7 @@ def _as_dict(cell: plan.Cell) -> dict[str, Any]:
         "env": cell.env,
         "provenance": cell.provenance,
         "notes": cell.notes,
+        "memory_plan": cell.memory_plan,
     }
 
 

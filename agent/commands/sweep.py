@@ -24,7 +24,7 @@ from agent.planning.inventory import load_inventory
 from agent.planning.spec import Spec, load_spec
 from agent.reporting import terminal
 from agent.results import tree as results
-from agent.running import detach
+from agent.running import detach, livemetrics
 from agent.running.follow import STOPPED_MID_CELL, run_sweep
 from agent.running.progress import Progress
 from agent.running.sweep import BUCKETS, SweepOutcome
@@ -72,6 +72,7 @@ def register(sub) -> None:
     )
     p.add_argument("--log-format", choices=["console", "json"], default="console")
     p.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    livemetrics.add_options(p)
     p.set_defaults(func=run)
 
 
@@ -87,9 +88,12 @@ def run(args) -> int:
     hosts = load_inventory(args.inventory, args.limit)
     multinode.require_ray(spec, hosts)
     if args.detach:
+        if args.metrics:
+            raise UserError("--metrics needs someone to follow the runners: drop --detach, or use collect --wait")
         return _detach(args, spec, hosts)
     show = not args.no_progress and args.log_format == "console" and sys.stderr.isatty()
-    with _sigterm_as_interrupt():
+    live = livemetrics.from_args(args, spec.name)
+    with _sigterm_as_interrupt(), _stopped(live):
         outcome = run_sweep(
             spec,
             Path(args.inventory),
@@ -101,6 +105,7 @@ def run(args) -> int:
             replicas=args.replicas,
             spec_path=spec.path,  # the file used: a packaged example, not the path as typed
             lost_after=args.lost_after,
+            metrics=live,
         )
     cells = correctness.judged_cells(outcome.sweep_dir) if outcome.sweep_dir.exists() else []
     outcome.judge_outputs(cells)  # a cell with wrong outputs ran, but is not a valid measurement
@@ -114,6 +119,16 @@ def run(args) -> int:
         print(f"spark-agent: error: {outcome.fatal}", file=sys.stderr)
         return 1
     return 0 if all_valid(outcome) else 1
+
+
+@contextmanager
+def _stopped(live: livemetrics.LiveMetrics | None) -> Iterator[None]:
+    """The live metrics endpoint lives as long as the following does."""
+    try:
+        yield
+    finally:
+        if live is not None:
+            live.stop()
 
 
 def _detach(args, spec, hosts) -> int:

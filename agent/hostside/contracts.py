@@ -145,6 +145,7 @@ class Attestation(TypedDict):
     model_load_gib: float
     model_load_s: float
     kv_cache_tokens: int
+    kv_cache_gib: float  # "Available KV cache memory: X GiB"; -1.0 when not logged
     engine_ready: bool
     runtime_failure: Failure  # after readiness: {class, root_cause, evidence} of an engine that died mid-run
     startup_complete: bool
@@ -327,13 +328,17 @@ class ServerView(TypedDict):
     tokens_disagree: bool  # |server - client| > token_bound
 
 
+class _Pressure(TypedDict, total=False):
+    pressure: list[str]  # collect adds it (planning/memory.window_flags): saturated | preempted | kv_above_90
+
+
 class _Telemetry(TypedDict, total=False):
     telemetry: WindowTelemetry  # with a sampler (spark_bench); older results lack it
     warmup_telemetry: WindowTelemetry  # the level's warmup, on its first measured window
     server: ServerView
 
 
-class Measurement(Window, _Crash, _Telemetry):
+class Measurement(Window, _Crash, _Telemetry, _Pressure):
     """loadgen.run_levels(): a window against a cell's server, as the host writes it (cNNN-rK.json)."""
 
     repeat: int  # 1..repeats
@@ -378,6 +383,86 @@ class CheckpointSummary(TypedDict):
     warnings: list[str]
 
 
+# --- memory plan: hostside.memplan (model_memory on the host, plan on the controller and in the simulator) ----------
+
+
+class ModelMemory(TypedDict):
+    """What a model needs in memory, from its safetensors headers (or config.json alone when it has none, as for
+    `--load-format dummy`) and its config.json: memplan.model_memory()."""
+
+    source: str  # headers | config | simulator (the simulator's calibration)
+    weight_bytes: int  # every weight, the MTP module included
+    weight_parts: dict[str, int]  # fp4_weights | fp4_scales | fp8_weights | fp8_scales | high_precision -> bytes
+    expert_bytes: int  # of weight_bytes: the routed experts
+    mtp_bytes: int  # of weight_bytes: the MTP module, loaded only with speculative decoding
+    layers: int
+    attention_layers: int  # layers with a KV cache: full attention and sliding windows
+    sliding_layers: int  # of attention_layers: with a sliding window
+    sliding_window: int  # tokens; 0 = none
+    linear_layers: int  # linear attention / Mamba: a state per sequence, no KV per token
+    kv_heads: int
+    head_dim: int
+    kv_dtype: str  # what `--kv-cache-dtype auto` stores: the checkpoint's KV quantization, else its dtype
+    kv_bytes_per_token: int  # at kv_dtype, over all attention_layers (one GPU, no parallelism)
+    state_bytes_per_seq: int  # linear layers' state per sequence (an estimate from config.json; 0 without)
+    max_position: int  # max_position_embeddings; 0 when config.json does not say
+    notes: list[str]  # what could not be read or is only estimated
+
+
+class DeviceMemory(TypedDict):
+    """The memory vLLM's gpu_memory_utilization is a fraction of, on one host (planning/memory.device_memory)."""
+
+    kind: str  # unified (GB10: shared with the OS) | discrete | unknown
+    total_gib: float  # what vLLM takes the fraction of (unified: MemTotal)
+    free_gib: float  # free now (unified: MemAvailable); -1.0 when not known
+    source: str  # where the figures come from ("/proc/meminfo", "nvidia-smi", "the simulator's calibration")
+
+
+class MemoryPlan(TypedDict):
+    """A cell's memory before its start (memplan.plan): [memory.plan] of cell.toml. GiB; -1.0 = not known."""
+
+    fits: str  # yes | queues (a full batch of max_model_len does not fit at once: vLLM queues) | no | unknown
+    problem: str  # why not, in one line ("" when it fits)
+    advice: list[str]  # what to change: max_model_len, max_num_seqs, kv_cache_dtype, gpu_memory_utilization
+    device: str  # DeviceMemory.kind
+    total_gib: float
+    free_gib: float
+    gpu_memory_utilization: float
+    budget_gib: float  # utilization x total: everything vLLM may take
+    weights_gib: float  # what "Model loading took X GiB" should say
+    weights_source: str  # ModelMemory.source
+    weight_parts_gib: dict[str, float]  # by kind, with "routed_experts" (of those) where the model has them
+    reserve_gib: float  # activations, CUDA graphs, the CUDA context (memplan.RESERVE_GIB)
+    kv_gib: float  # budget - weights - reserve: what "Available KV cache memory" should say
+    kv_dtype: str
+    kv_bytes_per_token: int  # per GPU, at kv_dtype
+    kv_tokens: int  # what "KV cache size: N tokens" should say
+    max_model_len: int
+    max_num_seqs: int
+    request_gib: float  # KV (and state) of one request of max_model_len
+    batch_gib: float  # of max_num_seqs such requests at once
+    fit_seqs: int  # requests of max_model_len that fit at once
+    fit_model_len: int  # the longest max_model_len one request can have
+    notes: list[str]
+
+
+class MemoryLogged(TypedDict):
+    """What the server log said (the attestation's figures): [memory.logged]; -1 where it did not say."""
+
+    weights_gib: float  # "Model loading took X GiB"
+    kv_gib: float  # "Available KV cache memory: X GiB"
+    kv_tokens: int  # "KV cache size: N tokens"
+
+
+class MemoryRecord(TypedDict):
+    """[memory] of cell.toml: the plan beside what vLLM logged, and the miss in percent (-1.0: nothing to compare)."""
+
+    plan: MemoryPlan
+    logged: MemoryLogged
+    weights_miss_pct: float  # |plan - logged| / logged x 100
+    kv_tokens_miss_pct: float
+
+
 class StartupBreakdown(TypedDict):
     """[startup] of cell.toml: where a server's start went, from its log (hostside/startuplog.py). Seconds; -1 when
     the log does not say. `compile_cache`: warm (the compiled graphs were loaded from the cache), cold (a graph was
@@ -405,6 +490,16 @@ class CellDone(TypedDict):
     measure_s: float  # the load driver's time
 
 
+class LiveWindow(TypedDict):
+    """The running cell's latest measured window, as read_progress finds it ({} before the first)."""
+
+    concurrency: int
+    tok_s: float  # output_throughput
+    ttft_ms: float  # median
+    tpot_ms: float  # median
+    at: float  # epoch s (the host's clock) the window was written
+
+
 class RunnerProgress(TypedDict, total=False):
     sweep: str
     state: str  # running | finished | stopped
@@ -419,6 +514,7 @@ class RunnerProgress(TypedDict, total=False):
     sealed: list[str]  # read_progress: done cells whose tar is there to collect
     handout: str  # the plan's hand-out token the `done` entries belong to
     note: str  # why the runner stopped on its own (its work dir vanished: what it stopped); "" otherwise
+    window: LiveWindow | dict[str, Any]  # read_progress: the running cell's latest window ({} none), the live view
 
 
 # --- a multi-node cell's Ray node: raynode.start writes it as its log's first line, logparse.cluster reads it back

@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from . import atomic, loadpoints, longdecode, serving, supervise, utc
-from .contracts import CellDone, Holder, RunnerProgress
+from .contracts import CellDone, Holder, LiveWindow, RunnerProgress
 from .errors import HostError
 
 PLAN = "plan.json"
 PROGRESS = "progress.json"
+WINDOW_LIMIT = 4 * 1024 * 1024  # a window file is a few KB (its telemetry timeline included)
 LOG = "runner.log"
 MAX_WAIT_S = 60.0  # a look waits on the host at most this long (a bound on what a controller may ask)
 
@@ -55,12 +56,35 @@ def read_progress(workdir: str, sweep: str) -> RunnerProgress:
     # a tar left by an earlier sweep of the same cell id is not this run's answer: only what this runner sealed
     done = progress.get("done", {})
     progress["sealed"] = sorted(c for c, d in done.items() if c in sealed and d.get("outcome") == "sealed")
+    current = progress.get("current", "")
+    progress["window"] = latest_window(workdir, current) if isinstance(current, str) and current else {}
     return progress
 
 
+def latest_window(workdir: str, cell_id: str) -> LiveWindow | dict[str, Any]:
+    """The newest measured window of the running cell (the controller's live view); {} before the first."""
+    folder = Path(os.path.expanduser(workdir)) / "runs" / Path(cell_id).name
+    try:
+        windows = [p for p in folder.iterdir() if p.suffix == ".json" and loadpoints.WINDOW.fullmatch(p.stem)]
+        newest = max(windows, key=lambda p: p.stat().st_mtime) if windows else None
+        if newest is None or newest.stat().st_size > WINDOW_LIMIT:
+            return {}
+        w = json.loads(newest.read_text())
+        return LiveWindow(
+            concurrency=int(w.get("concurrency", 0)),
+            tok_s=float(w.get("output_throughput", 0.0)),
+            ttft_ms=float(w.get("median_ttft_ms", 0.0)),
+            tpot_ms=float(w.get("median_tpot_ms", 0.0)),
+            at=newest.stat().st_mtime,
+        )
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 def progress_token(progress: RunnerProgress) -> str:
-    """What a look saw of the progress: it changes when a cell starts or ends and when the runner stops or dies."""
-    seen = {k: progress.get(k) for k in ("state", "handout", "current", "done", "alive", "sealed")}
+    """What a look saw of the progress: it changes when a cell starts or ends, a window is written (the live view),
+    and when the runner stops or dies."""
+    seen = {k: progress.get(k) for k in ("state", "handout", "current", "done", "alive", "sealed", "window")}
     return hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:16]
 
 

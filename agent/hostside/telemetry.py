@@ -168,6 +168,11 @@ def _or(values: list[int]) -> int:
     return out
 
 
+# vLLM's own gauges (running, waiting, KV usage) every 0.5 s, as AIPerf samples them (every 333 ms): a saturated
+# or KV-full moment shorter than a second still shows.
+GAUGE_PERIOD_S = 0.5
+
+
 class Sampler:
     """Samples for as long as it runs (a context manager). Thread-safe reads; never raises on a missing GPU."""
 
@@ -307,7 +312,7 @@ class Sampler:
                 del self.samples[: MAX_SAMPLES // 10]
 
     def _poll_gauges(self) -> None:
-        period = max(self.interval_s, 1.0)  # /metrics is ~100 KB of text: once a second is plenty
+        period = GAUGE_PERIOD_S
         while not self._stop.wait(period):
             try:
                 scraped = metrics.scrape(self.metrics_url, timeout=min(5.0, period * 4))

@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 
 from agent.errors import UserError
 from agent.hostside import loadpoints, redact
-from agent.hostside.contracts import Facts
+from agent.hostside.contracts import Facts, MemoryPlan, ModelMemory
 from agent.planning import design, envrules
 from agent.planning.settings import (
     CorrectnessSettings,
@@ -110,6 +110,8 @@ class Cell:
     argv: list[str] = field(default_factory=list)  # the server command line on this host
     host_env: dict[str, str] = field(default_factory=dict)  # plumbing for this host's engine, not part of the id
     checkpoint_info: CheckpointInfo = field(default_factory=lambda: CheckpointInfo())  # {} unless a folder there
+    model_memory: ModelMemory | None = None  # what its weights and KV cache need (hostside/memplan), read there
+    memory_plan: MemoryPlan | None = None  # planning/memory.plan_cell on its host, before the start; not hashed
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)  # the spec's [telemetry]; not in the id
     correctness: CorrectnessSettings = field(default_factory=CorrectnessSettings)  # [correctness]; not in the id
     cluster: dict[str, Any] = field(default_factory=dict)  # multi-node plumbing (planning/multinode.py), not hashed

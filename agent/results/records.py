@@ -18,6 +18,7 @@ from agent.hostside.contracts import (
     Correctness,
     Facts,
     Measurement,
+    MemoryRecord,
     RayNodeReport,
     StartupBreakdown,
 )
@@ -67,6 +68,7 @@ class CellRecord:
     nodes: list[RayNodeReport] = field(default_factory=list)  # [[nodes]]: a multi-node cell's nodes (none: 1 node)
     correctness: Correctness | dict[str, Any] = field(default_factory=dict)  # [correctness]: the probe, scored
     run_started: str = ""  # the start of the sweep run it was measured in (sweep.toml as it landed): the store's key
+    memory: MemoryRecord | dict[str, Any] = field(default_factory=dict)  # [memory]: planned beside logged ({}: no plan)
 
     # the order of cell.toml's keys (TOML writes the tables after the plain keys in any case)
     _ORDER = (
@@ -101,6 +103,7 @@ class CellRecord:
         "startup",
         "nodes",
         "correctness",
+        "memory",
     )
 
     def to_toml(self) -> dict[str, Any]:
@@ -111,7 +114,7 @@ class CellRecord:
                 value = self.config.to_dict()
             elif name == "launch":
                 value = {"argv": list(self.launch.argv), "command": self.launch.command}
-            elif name in ("died", "nodes", "correctness") and not value:
+            elif name in ("died", "nodes", "correctness", "memory") and not value:
                 continue  # only a cell whose server died has the table
             out[name] = value
         return out
@@ -135,6 +138,7 @@ class CellRecord:
             "died",
             "startup",
             "correctness",
+            "memory",
         ):
             if key in values and not isinstance(values[key], dict):
                 raise ValueError(f"cell.toml: [{key}] must be a table")
@@ -147,7 +151,7 @@ class CellRecord:
         if "launch" in values:
             launch = values["launch"]
             values["launch"] = Launch(list(launch.get("argv", [])), str(launch.get("command", "")))
-        for key in ("facts", "checkpoint_info", "attestation", "env", "died", "startup", "correctness"):
+        for key in ("facts", "checkpoint_info", "attestation", "env", "died", "startup", "correctness", "memory"):
             if key in values:
                 values[key] = dict(values[key])
         try:

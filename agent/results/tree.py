@@ -54,6 +54,7 @@ _CELL: dict[str, Any] = {
     "facts": dict.fromkeys(("fingerprint", "gpu_name", "arch", "sm", "driver", "cuda", "hostname"), str),
     "attestation": dict,
     "checkpoint_info": dict,
+    "memory": {"plan": dict, "logged": dict, "weights_miss_pct": _NUMBER, "kv_tokens_miss_pct": _NUMBER},
     "correctness": {
         "probed": bool,
         **dict.fromkeys(("set_version", "prompts", "answered", "exact", "degenerate", "errors"), int),

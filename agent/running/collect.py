@@ -23,6 +23,7 @@ from agent.hostside.probe import PROBE_FILE
 from agent.hostside.serving import DIED_FILE, launch_command
 from agent.judging import cluster as cluster_verdict
 from agent.judging import correctness, verdict
+from agent.planning import memory
 from agent.planning.matrix import Cell, shape_vars
 from agent.results import tree as results
 from agent.results.records import CellRecord, Launch, MeasurementRecord
@@ -226,6 +227,7 @@ def _write_cell(
         # every record says whether its window saw the server die, or came before a death later in the cell
         run["engine_died"] = bool(run.get("engine_died", False))
         run["before_crash"] = bool(died) and not run["engine_died"]
+        run["pressure"] = memory.window_flags(run)  # saturated, preempted, KV above 90% (the server's /metrics)
         results.atomic_write_toml(dest / name, redact.redact(run))
     outcome = verdict.judge(_requested(cell), attestation, env_set=sorted(cell.env))
     reasons, evidence, notes = cluster_verdict.judge(cell.config.to_dict(), attestation["cluster"])
@@ -361,6 +363,7 @@ def _cell_record(
         facts=facts,
         checkpoint_info=cell.checkpoint_info,
         attestation=attestation,
+        memory=memory.record(cell.memory_plan, attestation) if cell.memory_plan else {},
     )
 
 

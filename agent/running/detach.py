@@ -25,7 +25,7 @@ import structlog
 from agent import logs
 from agent.errors import UserError
 from agent.hostside import utc
-from agent.hostside.contracts import Facts
+from agent.hostside.contracts import Facts, MemoryPlan
 from agent.planning import blocks
 from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
@@ -71,6 +71,7 @@ class FleetState:
     # result is not this hand-out's, so it is fetched all the same; dropped from here once the new one is stored
     remeasure: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)  # cell id -> its label at hand-out (status shows it)
+    memory_plans: dict[str, dict[str, Any]] = field(default_factory=dict)  # cell id -> its MemoryPlan at hand-out
 
     def hosts(self) -> list[str]:
         return sorted(self.assignment)
@@ -248,6 +249,7 @@ def record_hand_out(
         handout=secrets.token_hex(6),
         duration_s=spec.duration_s,
         labels={c.id: c.label for cs in prepared.cells.values() for c in cs},
+        memory_plans={c.id: dict(c.memory_plan) for cs in prepared.todo.values() for c in cs if c.memory_plan},
         remeasure=[
             f"{h}/{cid}"
             for h, ids in assignment.items()
@@ -324,6 +326,7 @@ class HostProgress:
     sealed: list[str] = field(default_factory=list)
     token: str = ""  # what this look saw (runner.progress_token): the next look waits for it to change
     note: str = ""  # why the runner stopped on its own (runner.py: its work dir vanished), as the host said
+    window: dict[str, float] = field(default_factory=dict)  # the running cell's latest window (runner.latest_window)
 
 
 _STATES = ("", "running", "finished", "stopped")
@@ -365,7 +368,17 @@ def checked_progress(value: Any, host: str) -> HostProgress:
         done=done,
         sealed=[hostdata.cell_id(c, f"{where}.sealed") for c in obj.get("sealed", []) or []],
         note=hostdata.one_line(hostdata.text(obj.get("note", ""), f"{where}.note")),
+        window=_window(obj.get("window") or {}, f"{where}.window"),
     )
+
+
+def _window(value: Any, where: str) -> dict[str, float]:
+    """runner.latest_window as the host sent it: five bounded numbers, or {}."""
+    obj = hostdata.mapping(value, where)
+    if not obj:
+        return {}
+    bounds = {"concurrency": 1e7, "tok_s": 1e9, "ttft_ms": 1e9, "tpot_ms": 1e9, "at": 1e11}
+    return {k: hostdata.number(obj.get(k, 0.0), f"{where}.{k}", 0, top) for k, top in bounds.items()}
 
 
 _TOKEN = re.compile(r"[0-9a-f]{16}")
@@ -444,6 +457,9 @@ def replan(state: FleetState, spec: Spec, hosts: list[Host]) -> dict[str, list[C
         h: blocks.with_reference(plan.plan_cells(spec, h, cast(Facts, state.facts[h]), by_name[h].vars))
         for h in state.hosts()
     }
+    for cs in cells.values():
+        for c in cs:  # the plan made at hand-out goes into cell.toml beside what the log says
+            c.memory_plan = cast(MemoryPlan, state.memory_plans[c.id]) if c.id in state.memory_plans else None
     for host, ids in state.assignment.items():
         known = {c.id for c in cells[host]}
         if any(cid not in known for cid in ids):

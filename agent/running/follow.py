@@ -27,6 +27,7 @@ from agent.planning.spec import Spec
 from agent.results import tree as results
 from agent.running import collect, detach, tasks
 from agent.running import playbooks as fleet
+from agent.running.livemetrics import LiveMetrics
 from agent.running.progress import Progress
 from agent.running.sweep import (
     HostOutcome,
@@ -59,6 +60,7 @@ def run_sweep(
     select: Callable[[dict[str, list[Cell]]], dict[str, list[Cell]]] | None = None,
     spec_path: Path | None = None,
     lost_after: float = detach.LOST_AFTER_S,
+    metrics: LiveMetrics | None = None,
 ) -> SweepOutcome:
     """Measure every cell of the spec once per fingerprint group (on `replicas` hosts of it), each host's share run
     by its runner. `select` (running/tune.py) picks the cells to run now from every planned cell per host; exactly
@@ -69,6 +71,7 @@ def run_sweep(
     root = Path(results_root)
     prepared = prepare(spec, inventory, hosts, root, fresh, replicas, select)
     run = _Following(spec, hosts, root, prepared.cells, progress, cancel or threading.Event(), lost_after, evict)
+    run.metrics = metrics
     state: detach.FleetState | None = None
     try:
         run.previous()
@@ -109,6 +112,7 @@ class _Following:
     interrupted: bool = False
     fatal: str = ""
     shown: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # host -> cells the display counted done
+    metrics: LiveMetrics | None = None  # the live OpenMetrics view (--metrics), updated at each look
 
     def previous(self) -> None:
         """A controller of this sweep went away (SIGKILL, laptop closed) and its runners may still run: follow
@@ -178,6 +182,8 @@ class _Following:
         self.last = got
         for host, ids in got.new.items():
             self.collected.update((host, cid) for cid in ids)
+        if self.metrics is not None:
+            self.metrics.look(state, got, by_id, self.root)
         if not show:
             return
         for host, p in got.progress.items():

@@ -489,6 +489,42 @@ def checkpoint_summary(value: Any, where: str) -> dict[str, Any]:
     return {**s, "mtp_present": bool(mtp.get("present")), "mtp_quantized": bool(mtp.get("quantized"))}
 
 
+def _parts(value: Any, where: str) -> dict[str, int]:
+    obj = mapping(value, where)
+    kinds = ("fp4_weights", "fp4_scales", "fp8_weights", "fp8_scales", "high_precision")
+    return {k: integer(obj[k], f"{where}.{k}", 0, 2**50) for k in kinds if k in obj}
+
+
+_DTYPE = re.compile(r"[a-z0-9_.]{1,32}")
+MODEL_MEMORY: dict[str, Field] = {  # hostside/contracts.ModelMemory: every key required
+    "source": (lambda v, w: token(v, w, re.compile(r"headers|config|simulator"), 16), ABSENT),
+    "weight_bytes": (_int(0, 2**50), ABSENT),
+    "weight_parts": (_parts, ABSENT),
+    "expert_bytes": (_int(0, 2**50), ABSENT),
+    "mtp_bytes": (_int(0, 2**50), ABSENT),
+    "layers": (_int(1, 10_000), ABSENT),
+    "attention_layers": (_int(0, 10_000), ABSENT),
+    "sliding_layers": (_int(0, 10_000), ABSENT),
+    "sliding_window": (_int(0, 2**31), ABSENT),
+    "linear_layers": (_int(0, 10_000), ABSENT),
+    "kv_heads": (_int(0, 100_000), ABSENT),
+    "head_dim": (_int(0, 100_000), ABSENT),
+    "kv_dtype": (lambda v, w: token(v, w, _DTYPE, 32), ABSENT),
+    "kv_bytes_per_token": (_int(0, 2**40), ABSENT),
+    "state_bytes_per_seq": (_int(0, 2**50), ABSENT),
+    "max_position": (_int(0, 2**40), ABSENT),
+    "notes": (lambda v, w: texts(v, w, 300, 16), ABSENT),
+}
+
+
+def model_memory(value: Any, where: str) -> dict[str, Any] | None:
+    """spark_inspect's `memory` (hostside/memplan.model_memory): None when the host had none; BadHostData when
+    it is not that shape (every key there, in range)."""
+    if value is None:
+        return None
+    return shape(value, where, MODEL_MEMORY, required=tuple(MODEL_MEMORY))
+
+
 # ---------------------------------------------------------------- generic bounded JSON (inspect's full summary)
 
 MAX_DEPTH = 12

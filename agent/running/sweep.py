@@ -20,9 +20,9 @@ import structlog
 
 from agent.errors import UserError
 from agent.hostside import utc
-from agent.hostside.contracts import Facts
+from agent.hostside.contracts import Facts, ModelMemory
 from agent.judging.summary import WRONG_OUTPUT, cell_verdict
-from agent.planning import blocks, multinode
+from agent.planning import blocks, memory, multinode
 from agent.planning import groups as fleet_groups
 from agent.planning import matrix as plan
 from agent.planning.inventory import Host, check_reachable
@@ -226,8 +226,10 @@ def provision(inventory: Path, spec: Spec, hosts: list[Host], cells: dict[str, l
     run = fleetcopy.fill_missing_checkpoints(inventory, spec, hosts, run)  # copied over the fleet, not downloaded
     for host, cs in cells.items():
         infos = checkpoint_infos(run, host)
+        memories = model_memories(run, host)
         for cell in cs:
             cell.checkpoint_info = infos.get(cell.config.model, CheckpointInfo())
+            cell.model_memory = memories.get(cell.config.model)
     return run
 
 
@@ -245,6 +247,21 @@ def checkpoint_infos(run: fleet.FleetRun, host: str) -> dict[str, CheckpointInfo
                 )
             except hostdata.BadHostData as exc:
                 raise UserError(f"provisioning failed: {exc.reason}") from None
+    return out
+
+
+def model_memories(run: fleet.FleetRun, host: str) -> dict[str, ModelMemory]:
+    """What each checkpoint folder on the host needs in memory (hostside/memplan), validated; the memory plan's
+    input. A folder with config.json alone (dummy weights) has one too."""
+    out: dict[str, ModelMemory] = {}
+    for item in run.items.get(host, {}).get(tasks.CHECKPOINTS.name, []):
+        try:
+            model = hostdata.text((item.get("item") or {}).get("model"), f"host {host}: checkpoint item")
+            found = hostdata.model_memory(item.get("memory"), f"host {host}: checkpoint {model}: memory")
+        except hostdata.BadHostData as exc:
+            raise UserError(f"provisioning failed: {exc.reason}") from None
+        if found is not None:
+            out[model] = cast(ModelMemory, found)  # hostdata.MODEL_MEMORY: every ModelMemory key, checked
     return out
 
 
@@ -369,7 +386,16 @@ def prepare(
             h: [c for c in cs if fresh or not results.is_finished(results_root, spec.name, h, c.id)]
             for h, cs in cells.items()
         }
+        todo_before = {h: list(cs) for h, cs in todo.items()}
         run = provision(inventory, spec, hosts, todo)  # every host of a group can take any of its cells: env files
+        todo, refused = memory.refuse(todo, facts)  # what vLLM would refuse to start, before any start; none: exit 2
+        for line in refused:
+            log.warning("memory_refused", cell=line)
+        warnings += refused
+        gone = {(h, c.id) for h, cs in todo_before.items() for c in cs} - {
+            (h, c.id) for h, cs in todo.items() for c in cs
+        }
+        cells = {h: [c for c in cs if (h, c.id) not in gone] for h, cs in cells.items()}
         regrouped = fingerprints.provisioned(results_root, spec.image, facts, hosts, run)
         if regrouped != groups:  # the digests provisioning found now separate hosts
             show_groups(regrouped)

@@ -55,6 +55,7 @@ class Counters:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     accepted_per_pos: list = field(default_factory=list)
+    preemptions: int = 0
 
 
 class Engine:
@@ -105,8 +106,19 @@ class Engine:
         if self.on_submit:
             self.on_submit(self.submitted)
 
+    def _used(self) -> int:
+        return sum(r.prompt_tokens + r.generated for r in self.running)
+
     def _admit(self, now: float) -> None:
+        # vLLM's scheduler: a request is admitted while the KV cache has room for its prompt; when decoding runs the
+        # cache full, the newest request is preempted (back to the queue, recomputed later)
+        while len(self.running) > 1 and self._used() > self.kv_tokens:
+            req = self.running.pop()
+            self.waiting.appendleft(req)
+            self.counters.preemptions += 1
         while self.waiting and len(self.running) < self.max_num_seqs:
+            if self.running and self._used() + self.waiting[0].prompt_tokens > self.kv_tokens:
+                break
             req = self.waiting.popleft()
             req.cached_tokens = self.prefix_cache.admit(req.words)
             req.ready_at = now + self.rate.ttft_s(req.prompt_tokens, req.cached_tokens)
@@ -228,5 +240,4 @@ class Engine:
 
     # -- observation --------------------------------------------------------------------------
     def kv_usage(self) -> float:
-        used = sum(r.prompt_tokens + r.generated for r in self.running)
-        return min(1.0, used / self.kv_tokens)
+        return min(1.0, self._used() / self.kv_tokens)

@@ -28,6 +28,7 @@ VLLM_FLAGS = {
     "max_model_len": int,
     "max_num_seqs": int,
     "load_format": str,
+    "kv_cache_dtype": str,
 }
 CRASH_KINDS = ("cuda", "oom", "kill")
 FLAG_SINCE = {"moe_backend": "moe_backends", "linear_backend": "linear_backends", "attention_backend": "attention"}
@@ -74,6 +75,7 @@ class Options:
     gpu_memory_utilization: float | None = None
     max_model_len: int = 262144
     max_num_seqs: int = 256
+    kv_cache_dtype: str = ""  # "" = auto
     load_format: str = "auto"  # dummy: random weights, every answer noise (as a real server's)
     given: dict = field(default_factory=dict)  # vLLM's "non-default args", in command-line order
     sim: dict = field(default_factory=dict)

@@ -5,8 +5,13 @@ Pure: (Options, environment) -> Plan. The startup module turns a Plan into log l
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass, field
 
+from ..hostside import facts as hostfacts
+from ..hostside import memplan, safetensors
+from ..hostside.contracts import DeviceMemory, MemoryPlan, ModelMemory
 from . import calibration
 from .options import Options
 
@@ -39,6 +44,7 @@ class Plan:
     unknown_env: list = field(default_factory=list)
     failure: Failure | None = None
     draft_moe: str = ""  # the MoE backend an unquantized (BF16) draft head loaded with; "" = none or the target's
+    memory: MemoryPlan | None = None  # hostside/memplan: what the log says it loaded and what KV cache is left
 
 
 def _fail(plan: Plan, key: str, stage: str, **fields) -> Plan:
@@ -169,38 +175,68 @@ def _check_spec(plan: Plan, opts: Options, ckpt: dict) -> None:
         plan.draft_moe = draft_backend
 
 
+def device_memory(hardware: str) -> DeviceMemory:
+    """The memory the simulated chip has (calibration.toml [hardware.*]); unified where gpus.toml says so. The
+    controller plans a simulated host's cells on the same figures (planning/memory.device_memory)."""
+    hw = calibration.load()["hardware"].get(hardware, {})
+    kind = str(hostfacts.load_gpu_rules().get(hardware, {}).get("memory_kind", ""))
+    return DeviceMemory(
+        kind="unified" if "unified" in kind else "discrete",
+        total_gib=float(hw.get("mem_total_gib", 0.0)),
+        free_gib=float(hw.get("mem_free_gib", -1.0)),
+        source="the simulator's calibration",
+    )
+
+
+def model_memory(model: str, ckpt: dict, quant: str) -> ModelMemory:
+    """A checkpoint folder with a config.json is read as the controller reads it on a host (hostside/memplan);
+    a calibration key (no folder) has the calibration's weights and KV bytes per token."""
+    if os.path.isfile(os.path.join(os.path.expanduser(model), "config.json")):
+        with contextlib.suppress(safetensors.CheckpointError, OSError):
+            return memplan.model_memory(model)
+    return memplan.simulated(ckpt["weights_gib"], calibration.load()["quants"][quant]["kv_bytes_per_token"])
+
+
 def _check_memory(plan: Plan, opts: Options, ckpt: dict, hw: dict) -> None:
-    cal = calibration.load()
+    """What vLLM refuses, from the same memory plan the controller makes before the start (hostside/memplan)."""
     util = plan.gpu_memory_utilization
-    wanted = util * hw["mem_total_gib"]
+    mem = memplan.plan(
+        model_memory(opts.model, ckpt, plan.quant),
+        device_memory(plan.hardware),
+        gpu_memory_utilization=util,
+        max_model_len=opts.max_model_len,
+        max_num_seqs=opts.max_num_seqs,
+        kv_cache_dtype=opts.kv_cache_dtype,
+        speculative=bool(opts.speculative_config),
+        moe_backend=plan.moe_loaded,
+    )
+    plan.memory = mem
     common = {
         "mem_total_gib": hw["mem_total_gib"],
         "mem_free_gib": hw["mem_free_gib"],
         "util": util,
-        "wanted_gib": round(wanted, 2),
-        "weights_gib": ckpt["weights_gib"],
+        "wanted_gib": mem["budget_gib"],
+        "weights_gib": mem["weights_gib"],
         "max_model_len": opts.max_model_len,
     }
-    if wanted > hw["mem_free_gib"]:
+    if mem["budget_gib"] > hw["mem_free_gib"]:
         _fail(plan, "uma_free_memory", "memory_check", **common)
         return
     if opts.sim["oom"]:
         _fail(plan, "oom", "weights", **common)
-    kv_gib = wanted - ckpt["weights_gib"] - cal["memory"]["activation_overhead_gib"]
-    if kv_gib <= 0:
+    if mem["kv_gib"] <= 0:
         _fail(plan, "no_cache_memory", "kv", **common)
         return
-    plan.kv_tokens = int(kv_gib * 2**30 / cal["quants"][plan.quant]["kv_bytes_per_token"])
-    if plan.kv_tokens < opts.max_model_len:
-        per_token = cal["quants"][plan.quant]["kv_bytes_per_token"]
+    plan.kv_tokens = mem["kv_tokens"]
+    if mem["fit_seqs"] < 1:
         _fail(
             plan,
             "kv_too_small",
             "kv",
             **common,
-            kv_gib=round(kv_gib, 2),
-            fit_tokens=plan.kv_tokens,
-            needed_gib=round(opts.max_model_len * per_token / 2**30, 2),
+            kv_gib=mem["kv_gib"],
+            fit_tokens=mem["fit_model_len"],
+            needed_gib=round(mem["request_gib"], 2),
         )
 
 

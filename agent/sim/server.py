@@ -313,6 +313,12 @@ class Server:
         )
         metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [("", e.kv_usage())])
         metric(
+            "vllm:num_preemptions_total",
+            "counter",
+            "Cumulative number of preemption from the engine.",
+            [("", c.preemptions)],
+        )
+        metric(
             "vllm:prefix_cache_queries_total",
             "counter",
             "Prefix cache queries, in terms of number of queried tokens.",

@@ -250,13 +250,14 @@ class Startup:
         return table.get(enum, f"Using {enum} backend for {plan.quant.upper()} MoE")
 
     def _weights(self) -> None:
-        ckpt = calibration.load()["checkpoints"][self.plan.checkpoint]
+        mem = self.plan.memory
+        gib = mem["weights_gib"] if mem else calibration.load()["checkpoints"][self.plan.checkpoint]["weights_gib"]
         weights_s = self.phases.weights_s
         self.log.info(ENGINE, "default_loader.py:267", f"Loading weights took {weights_s:.2f} seconds")
         self.log.info(
             ENGINE,
             "gpu_model_runner.py:3602",
-            f"Model loading took {ckpt['weights_gib']:.4f} GiB memory and {weights_s + 0.5:.6f} seconds",
+            f"Model loading took {gib:.2f} GiB memory and {weights_s + 0.5:.6f} seconds",
         )
         if self.plan.spec_tokens:  # the drafter loads next (and is where an MTP misconfiguration fails)
             self.log.info(ENGINE, "eagle.py:1071", "Loading drafter model...")
@@ -274,6 +275,8 @@ class Startup:
 
     def _kv(self) -> None:
         plan = self.plan
+        if plan.memory:  # vLLM's gpu_worker line, from the same plan (hostside/memplan) as the controller's
+            self.log.info(ENGINE, "gpu_worker.py:508", f"Available KV cache memory: {plan.memory['kv_gib']:.2f} GiB")
         self.log.info(ENGINE, "kv_cache_utils.py:1087", f"GPU KV cache size: {plan.kv_tokens:,} tokens")
         self.log.info(
             ENGINE,

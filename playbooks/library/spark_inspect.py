@@ -67,23 +67,43 @@ summary:
       description: Anything odd; each also becomes a task warning.
       type: list
       elements: str
+memory:
+  description: What the model needs in memory (weights per format, KV bytes per token, layers); null when
+    config.json is missing or says too little. Also returned when the summary fails for a folder without weights.
+  returned: always
+  type: dict
+memory_error:
+  description: Why memory is null ("" otherwise).
+  returned: always
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_hostside import safetensors
+from ansible.module_utils.spark_hostside import memplan, safetensors
 
 ARGUMENT_SPEC = {"path": {"type": "str", "required": True}}
 
 
+def _memory(path, summary):
+    """The memory plan's inputs (memplan.model_memory), or None with why."""
+    try:
+        return memplan.model_memory(path, summary), ""
+    except (safetensors.CheckpointError, OSError) as exc:
+        return None, str(exc)
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    path = module.params["path"]
     try:
-        summary = safetensors.inspect_checkpoint(path=module.params["path"])
+        summary = safetensors.inspect_checkpoint(path=path)
     except (safetensors.CheckpointError, OSError) as exc:
-        module.fail_json(msg=str(exc))
+        memory, why = _memory(path, None)  # a folder of config.json alone (--load-format dummy) still has a plan
+        module.fail_json(msg=str(exc), memory=memory, memory_error=why)
     for warning in summary["warnings"]:
         module.warn(warning)
-    module.exit_json(changed=False, summary=summary)
+    memory, why = _memory(path, summary)
+    module.exit_json(changed=False, summary=summary, memory=memory, memory_error=why)
 
 
 if __name__ == "__main__":

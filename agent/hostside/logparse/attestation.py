@@ -61,6 +61,7 @@ def new() -> Attestation:
         "model_load_gib": -1.0,
         "model_load_s": -1.0,
         "kv_cache_tokens": -1,
+        "kv_cache_gib": -1.0,
         "engine_ready": False,
         "startup_complete": False,
         "other_model_lines": [],  # vision tower / encoder / all-reduce choices: kept apart, never the answer

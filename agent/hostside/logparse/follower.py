@@ -46,6 +46,7 @@ _NOISE = (
 _INFERENCE_JIT = re.compile(steady.INFERENCE_JIT)  # one wording, shared with the steady-state rule
 _MODEL_LOAD = re.compile(r"(?:Model loading|Loading model weights) took ([\d.]+) Gi?B(?: memory)?(?: and ([\d.]+) s)?")
 _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
+_KV_GIB = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 _ENGINE_READY = "init engine (profile, create kv cache, warmup model) took"
 _SERVER_MARKERS = re.compile(
     r"API server version|vLLM server version|api_server|APIServer|\u2588|Uvicorn|serving model"
@@ -353,6 +354,11 @@ class Follower(FailureLines, LaunchLines, SpeculationLines):
         if _ENGINE_READY in msg:
             f["engine_ready"] = True
             self._in_draft = False
+            return True
+        m = _KV_GIB.search(msg)
+        if m:
+            if f["kv_cache_gib"] < 0:
+                f["kv_cache_gib"] = float(m.group(1))
             return True
         m = _KV_TOKENS.search(msg)
         if m:

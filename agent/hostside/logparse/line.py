@@ -157,6 +157,7 @@ _NEEDLES = (
     "Loading model weights took",
     "(profile, create kv cache",
     "KV cache size",
+    "Available KV cache memory",
     "Application startup complete",
     "Uvicorn running",
     "Starting vLLM API server",
