@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from agent.escape import md
 from agent.judging.judgement import Judgement
+from agent.planning import memory as memory_plan
 from agent.reporting import correctness as correctness_report
 from agent.reporting import loadreport, startup, warmup
 from agent.reporting import multinode as multinode_report
@@ -42,6 +43,8 @@ def render_markdown(data: Judgement, plots: Iterable[str] = PLOTS) -> str:
     out += correctness_report.sections(data.summaries)
     out += loadreport.sections(data.summaries)
     out += telemetry_report.sections(data.summaries)
+    cells = [s.cell for s in data.once]
+    out += memory_plan.report_lines(cells) + memory_plan.pressure_lines(cells)  # [memory] and flagged windows
     out += warmup.sections(data.summaries)
     out += ["## Single stream vs the bandwidth ceiling (c=1)", ""]
     out += ceiling_lines(data.ceilings) or ["No cell carries checkpoint_info.bytes_per_token: no ceiling.", ""]
