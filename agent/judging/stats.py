@@ -887,7 +887,15 @@ def _open(ctx: _Context, top: list[str], table: dict[tuple[str, str], list[Ranki
     )
 
 
-def _held_back(ctx: _Context, winner: str, versus: list[Loser], why: str) -> verdicts.Verdict:
+@dataclass(frozen=True)
+class _Unresolved:
+    """Why a leader under RESOLVE_MARGIN is not named yet: too few starts, or starts not interleaved in time."""
+
+    why: str
+    apart: bool  # enough starts, but A A B B: the price is that many again, interleaved
+
+
+def _held_back(ctx: _Context, winner: str, versus: list[Loser], held: _Unresolved) -> verdicts.Verdict:
     """Undecided: the leader wins every point but by under RESOLVE_MARGIN on too few (or not interleaved) starts."""
     runner = min(versus, key=lambda v: v.ratio_median)
     starts = min(
@@ -896,7 +904,7 @@ def _held_back(ctx: _Context, winner: str, versus: list[Loser], why: str) -> ver
     )
     sd = verdicts.start_sd(ctx.floor, 3.0)
     price = verdicts.price(runner.ratio_median, starts, sd, ctx.margin)
-    if "interleaved" in why and price.need is not None and price.need <= starts:
+    if held.apart and price.need is not None and price.need <= starts:
         price = verdicts.Price(starts, price.mde, starts + nested.MIN_STARTS, price.noise)  # again, interleaved
     return verdicts.Verdict(
         verdicts.UNDECIDED,
@@ -905,7 +913,7 @@ def _held_back(ctx: _Context, winner: str, versus: list[Loser], why: str) -> ver
         price=price,
         minutes=ctx.minutes,
         margin=ctx.margin,
-        why=why,
+        why=held.why,
     )
 
 
@@ -926,7 +934,7 @@ def _per_level(
     return out
 
 
-def _unresolved(axis: str, winner: str, versus: list[Loser], valid: list[CellSummary]) -> str | None:
+def _unresolved(axis: str, winner: str, versus: list[Loser], valid: list[CellSummary]) -> _Unresolved | None:
     """Why the winner cannot be named yet, or None: its margin over the runner-up (the closest loser, median ratio)
     is under RESOLVE_MARGIN and the two do not each have MIN_STARTS server starts, interleaved in time wherever
     they ran on one host. With one start the between-start noise is unknown, and a real machine's (compile and
@@ -958,11 +966,10 @@ def _unresolved(axis: str, winner: str, versus: list[Loser], valid: list[CellSum
     if not few and not apart:
         return None
     if few:
-        return (
-            f"under {RESOLVE_MARGIN:.0%} on {len(few)} of {len(cells)} cells with fewer than "
-            f"{nested.MIN_STARTS} server starts"
-        )
-    return f"under {RESOLVE_MARGIN:.0%}, their server starts not interleaved in time (A A B B lets drift pose as a difference)"
+        why = f"under {RESOLVE_MARGIN:.0%} on {len(few)} of {len(cells)} cells with fewer than {nested.MIN_STARTS} server starts"
+        return _Unresolved(why, apart=False)
+    why = f"under {RESOLVE_MARGIN:.0%}, their server starts not interleaved in time (A A B B lets drift pose as a difference)"
+    return _Unresolved(why, apart=True)
 
 
 def _unranked(axis: str, held: list[str], valid: list[CellSummary], why: str) -> Question:
