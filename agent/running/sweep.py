@@ -146,9 +146,11 @@ class SweepOutcome:
                 o.skipped = {cid: WRONG_OUTPUT if (host, cid) in wrong else v for cid, v in o.skipped.items()}
 
 
-def gather_facts(inventory: Path, hosts: list[Host]) -> dict[str, Facts]:
-    """Host facts (the fingerprint stored with every result), from the provision playbook's facts step."""
-    run = fleet.run_playbook(tasks.FACTS.playbook, inventory, {"image": ""}, limit=_limit(hosts), tags=tasks.FACTS.tag)
+def gather_facts(inventory: Path, hosts: list[Host], serving: bool = False) -> dict[str, Facts]:
+    """Host facts (the fingerprint stored with every result), from the provision playbook's facts step. `serving`:
+    a sweep's, which also checks that each host can run its serve command (env and check only read facts)."""
+    extra = {"image": "", "check_serve_cmd": serving}
+    run = fleet.run_playbook(tasks.FACTS.playbook, inventory, extra, limit=_limit(hosts), tags=tasks.FACTS.tag)
     _raise_host_errors(run, "gathering facts")
     return validated_facts(run, hosts)
 
@@ -369,7 +371,7 @@ def prepare(
         log.warning("spec_warning", warning=w)
     check_reachable(hosts)
     try:
-        facts = gather_facts(inventory, hosts)
+        facts = gather_facts(inventory, hosts, serving=True)
         groups = fingerprints.remembered(results_root, spec.image, facts)  # + digest and logged vLLM, if known
         show_groups(groups)
         check_replicas(replicas, groups)
