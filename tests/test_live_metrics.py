@@ -50,7 +50,7 @@ max_model_len = [4096, 4000000]
 concurrency = [2]
 duration_s = 2.0
 warmup = 1
-repeats = 2
+repeats = 4  # windows over several looks, even on a loaded machine
 [load]
 prompt_len = 64
 output_len = 128
